@@ -1,0 +1,301 @@
+//! Time for every limiter: [`Nanos`], the [`Clock`] trait and its three clocks.
+//!
+//! A time point is plain nanoseconds since the clock's origin, as in governor: limiters do
+//! integer arithmetic on it and never see an `Instant`. [`QuantaClock`] (the default) and
+//! [`CoarseClock`] share one process-wide origin and one calibrated `quanta::Clock`, so
+//! creating a million limiters calibrates the TSC once. [`ManualClock`] is for tests and
+//! simulations.
+
+use std::fmt;
+use std::ops::{Add, Sub};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+/// Nanoseconds since a clock's origin. All arithmetic with [`Duration`] saturates.
+///
+/// ```
+/// use std::time::Duration;
+/// use turnstile::Nanos;
+///
+/// let t = Nanos::new(1_000);
+/// assert_eq!(t + Duration::from_nanos(500), Nanos::new(1_500));
+/// assert_eq!(t - Duration::from_secs(1), Nanos::ZERO); // saturates
+/// assert_eq!(Nanos::MAX + Duration::MAX, Nanos::MAX);
+/// assert_eq!(Nanos::new(3_000) - t, Duration::from_nanos(2_000));
+/// assert_eq!(t - Nanos::new(3_000), Duration::ZERO);
+/// ```
+#[derive(Copy, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Nanos(u64);
+
+impl Nanos {
+    /// The origin.
+    pub const ZERO: Nanos = Nanos(0);
+    /// The last representable time (about 584 years after the origin).
+    pub const MAX: Nanos = Nanos(u64::MAX);
+
+    /// `nanos` nanoseconds after the origin.
+    pub const fn new(nanos: u64) -> Nanos {
+        Nanos(nanos)
+    }
+
+    /// The time `d` after the origin, saturating at [`Nanos::MAX`].
+    pub fn from_duration(d: Duration) -> Nanos {
+        Nanos(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+    }
+
+    /// Nanoseconds since the origin.
+    pub const fn as_u64(self) -> u64 {
+        self.0
+    }
+
+    /// `self + d`, saturating at [`Nanos::MAX`].
+    pub fn saturating_add(self, d: Duration) -> Nanos {
+        let d = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        Nanos(self.0.saturating_add(d))
+    }
+
+    /// `self - d`, saturating at [`Nanos::ZERO`].
+    pub fn saturating_sub(self, d: Duration) -> Nanos {
+        let d = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        Nanos(self.0.saturating_sub(d))
+    }
+
+    /// The time from `earlier` to `self`, or zero if `earlier` is later.
+    pub fn saturating_duration_since(self, earlier: Nanos) -> Duration {
+        Duration::from_nanos(self.0.saturating_sub(earlier.0))
+    }
+}
+
+impl Add<Duration> for Nanos {
+    type Output = Nanos;
+    fn add(self, d: Duration) -> Nanos {
+        self.saturating_add(d)
+    }
+}
+
+impl Sub<Duration> for Nanos {
+    type Output = Nanos;
+    fn sub(self, d: Duration) -> Nanos {
+        self.saturating_sub(d)
+    }
+}
+
+impl Sub<Nanos> for Nanos {
+    type Output = Duration;
+    fn sub(self, earlier: Nanos) -> Duration {
+        self.saturating_duration_since(earlier)
+    }
+}
+
+impl From<Duration> for Nanos {
+    fn from(d: Duration) -> Nanos {
+        Nanos::from_duration(d)
+    }
+}
+
+impl fmt::Debug for Nanos {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}ns", self.0)
+    }
+}
+
+/// A source of time for limiters. Implementations must be monotonic.
+///
+/// ```
+/// use turnstile::{Clock, ManualClock, Nanos};
+///
+/// fn elapsed_since<C: Clock>(c: &C, t: Nanos) -> u64 {
+///     c.now().as_u64() - t.as_u64()
+/// }
+/// let c = ManualClock::new(Nanos::new(10));
+/// c.set(Nanos::new(25));
+/// assert_eq!(elapsed_since(&c, Nanos::new(10)), 15);
+/// ```
+pub trait Clock: Send + Sync {
+    /// The current time.
+    fn now(&self) -> Nanos;
+}
+
+impl<C: Clock + ?Sized> Clock for &C {
+    fn now(&self) -> Nanos {
+        (**self).now()
+    }
+}
+
+impl<C: Clock + ?Sized> Clock for Arc<C> {
+    fn now(&self) -> Nanos {
+        (**self).now()
+    }
+}
+
+/// The process-wide calibrated quanta clock and the origin that every [`QuantaClock`] and
+/// [`CoarseClock`] measures from.
+struct Shared {
+    clock: quanta::Clock,
+    origin_raw: u64,
+    origin: quanta::Instant,
+}
+
+fn shared() -> &'static Shared {
+    static SHARED: OnceLock<Shared> = OnceLock::new();
+    SHARED.get_or_init(|| {
+        let clock = quanta::Clock::new();
+        let origin_raw = clock.raw();
+        let origin = clock.scaled(origin_raw);
+        Shared {
+            clock,
+            origin_raw,
+            origin,
+        }
+    })
+}
+
+/// The default clock: quanta's TSC-based monotonic clock (~10–20 ns a read), calibrated once
+/// per process and shared by every limiter. Times count from the first use of any
+/// `QuantaClock` or `CoarseClock` in the process.
+///
+/// ```
+/// use turnstile::{Clock, QuantaClock};
+///
+/// let c = QuantaClock::new();
+/// let a = c.now();
+/// assert!(c.now() >= a);
+/// ```
+#[derive(Clone)]
+pub struct QuantaClock {
+    shared: &'static Shared,
+}
+
+impl QuantaClock {
+    /// A handle on the process-wide clock (calibrates the TSC on first use only).
+    pub fn new() -> QuantaClock {
+        QuantaClock { shared: shared() }
+    }
+}
+
+impl Default for QuantaClock {
+    fn default() -> QuantaClock {
+        QuantaClock::new()
+    }
+}
+
+impl fmt::Debug for QuantaClock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("QuantaClock")
+    }
+}
+
+impl Clock for QuantaClock {
+    #[inline]
+    fn now(&self) -> Nanos {
+        let s = self.shared;
+        Nanos(s.clock.delta_as_nanos(s.origin_raw, s.clock.raw()))
+    }
+}
+
+/// An opt-in coarse clock: reads quanta's "recent" time, which a background upkeep thread
+/// refreshes every `interval`. A read costs about a nanosecond; the price is that time moves in
+/// steps of `interval` (default 1 ms), so limiters see bursts at step edges. The upkeep thread
+/// is started on first use and runs for the rest of the process.
+///
+/// ```
+/// use turnstile::{Clock, CoarseClock};
+///
+/// let c = CoarseClock::new();
+/// let a = c.now();
+/// assert!(c.now() >= a);
+/// ```
+#[derive(Clone)]
+pub struct CoarseClock {
+    shared: &'static Shared,
+}
+
+impl CoarseClock {
+    /// The coarse clock with a 1 ms upkeep interval.
+    pub fn new() -> CoarseClock {
+        CoarseClock::with_interval(Duration::from_millis(1))
+    }
+
+    /// The coarse clock, starting the upkeep thread with `interval` if no coarse clock has
+    /// started it yet (the first caller's interval wins: quanta allows one upkeep thread per
+    /// process). If another library already runs quanta's upkeep thread, that one is used.
+    pub fn with_interval(interval: Duration) -> CoarseClock {
+        static UPKEEP: OnceLock<Option<quanta::Handle>> = OnceLock::new();
+        let shared = shared();
+        UPKEEP.get_or_init(|| {
+            quanta::Upkeep::new_with_clock(interval, shared.clock.clone())
+                .start()
+                .ok()
+        });
+        CoarseClock { shared }
+    }
+}
+
+impl Default for CoarseClock {
+    fn default() -> CoarseClock {
+        CoarseClock::new()
+    }
+}
+
+impl fmt::Debug for CoarseClock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("CoarseClock")
+    }
+}
+
+impl Clock for CoarseClock {
+    #[inline]
+    fn now(&self) -> Nanos {
+        let s = self.shared;
+        let d = s.clock.recent().saturating_duration_since(s.origin);
+        Nanos::from_duration(d)
+    }
+}
+
+/// A clock that moves only when told to. Clones share one time, so a test can keep a handle
+/// while the limiter owns another.
+///
+/// ```
+/// use std::time::Duration;
+/// use turnstile::{Clock, ManualClock, Nanos};
+///
+/// let clock = ManualClock::default();
+/// let handle = clock.clone();
+/// handle.advance(Duration::from_millis(5));
+/// assert_eq!(clock.now(), Nanos::new(5_000_000));
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct ManualClock {
+    now: Arc<AtomicU64>,
+}
+
+impl ManualClock {
+    /// A manual clock reading `start`.
+    pub fn new(start: Nanos) -> ManualClock {
+        ManualClock {
+            now: Arc::new(AtomicU64::new(start.0)),
+        }
+    }
+
+    /// Sets the time. Setting it backwards is allowed (to test how limiters cope).
+    pub fn set(&self, t: Nanos) {
+        self.now.store(t.0, Ordering::Release);
+    }
+
+    /// Moves the time forward by `d`, saturating.
+    pub fn advance(&self, d: Duration) {
+        let d = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        let _ = self
+            .now
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |t| {
+                Some(t.saturating_add(d))
+            });
+    }
+}
+
+impl Clock for ManualClock {
+    fn now(&self) -> Nanos {
+        Nanos(self.now.load(Ordering::Acquire))
+    }
+}

@@ -1,0 +1,52 @@
+//! # turnstile
+//!
+//! Lock-free rate limiters with the semantics of the limiters people already know, for the
+//! hottest path a server has. Each limiter keeps its state in atomic words updated by a CAS
+//! loop: no mutex, no allocation and no syscall on `allow`, `reserve` or `cancel`, and a denial
+//! is decided from a load alone, with no write.
+//!
+//! | limiter | upstream | module |
+//! |---|---|---|
+//! | [`TokenBucket`] | Go `golang.org/x/time/rate` | [`token_bucket`] |
+//! | [`Sometimes`] | Go `rate.Sometimes` | [`sometimes`] |
+//!
+//! Every limiter has a mutex-based twin in [`reference`] that follows the upstream code
+//! literally; the tests compare the two on random operation sequences, and the benchmarks
+//! race them.
+//!
+//! ## Time
+//! Every time-dependent method `foo` has a `foo_at(now, ..)` twin that takes the time as
+//! [`Nanos`]; the plain form reads the limiter's [`Clock`] (by default the shared
+//! [`QuantaClock`]). Tests use the `_at` forms or a [`ManualClock`].
+//!
+//! ## Quickstart
+//! ```
+//! use turnstile::{Limit, TokenBucket};
+//!
+//! // 100 requests per second, bursts of up to 20.
+//! let limiter = TokenBucket::new(Limit::per_second(100.0).unwrap(), 20);
+//! if limiter.allow() {
+//!     // handle the request
+//! }
+//! // Or reserve, and learn how long to wait:
+//! let r = limiter.reserve_n(5);
+//! assert!(r.ok());
+//! let _wait = r.delay();
+//! ```
+#![warn(missing_docs)]
+
+pub mod clock;
+mod error;
+mod limit;
+mod limiter;
+pub mod reference;
+pub mod sometimes;
+mod sync;
+pub mod token_bucket;
+
+pub use clock::{Clock, CoarseClock, ManualClock, Nanos, QuantaClock};
+pub use error::{ConfigError, WaitError};
+pub use limit::Limit;
+pub use limiter::{Denied, Limiter};
+pub use sometimes::Sometimes;
+pub use token_bucket::{Peek, Reservation, TokenBucket};

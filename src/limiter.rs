@@ -1,0 +1,89 @@
+//! The one trait every in-process limiter implements: a non-blocking check of `n` permits that,
+//! on denial, says when a retry could succeed. Keyed limiters, the tower layer, the benchmarks
+//! and the shootout are written against it.
+
+use std::time::Duration;
+
+use crate::clock::Nanos;
+
+/// A denied check, with the earliest time a retry could succeed (what `Retry-After` needs).
+///
+/// ```
+/// use turnstile::{Limit, Limiter, TokenBucket};
+/// use turnstile::clock::{ManualClock, Nanos};
+///
+/// let clock = ManualClock::new(Nanos::ZERO);
+/// let tb = TokenBucket::with_clock(Limit::per_second(10.0).unwrap(), 1, clock);
+/// assert!(tb.check_n_at(Nanos::ZERO, 1).is_ok());
+/// let denied = tb.check_n_at(Nanos::ZERO, 1).unwrap_err();
+/// assert_eq!(denied.retry_after(), Some(std::time::Duration::from_millis(100)));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Denied {
+    at: Nanos,
+    retry_at: Option<Nanos>,
+}
+
+impl Denied {
+    /// A denial decided at `at`; `retry_at` is `None` when no retry can ever succeed.
+    pub fn new(at: Nanos, retry_at: Option<Nanos>) -> Denied {
+        Denied { at, retry_at }
+    }
+
+    /// The time of the check that was denied.
+    pub fn checked_at(&self) -> Nanos {
+        self.at
+    }
+
+    /// The earliest time a retry of the same check could succeed if nobody else takes
+    /// permits meanwhile; `None` if it never can (more than the burst, or a zero rate).
+    pub fn retry_at(&self) -> Option<Nanos> {
+        self.retry_at
+    }
+
+    /// How long after the check to retry; `None` if a retry can never succeed.
+    pub fn retry_after(&self) -> Option<Duration> {
+        self.retry_at.map(|t| t.saturating_duration_since(self.at))
+    }
+}
+
+impl std::fmt::Display for Denied {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.retry_after() {
+            Some(d) => write!(f, "rate limited; retry after {d:?}"),
+            None => f.write_str("rate limited; a retry can never succeed"),
+        }
+    }
+}
+
+impl std::error::Error for Denied {}
+
+/// A non-blocking check of `n` permits, implemented by every in-process turnstile limiter and
+/// by its mutex twin.
+///
+/// ```
+/// use turnstile::{Limit, Limiter, TokenBucket};
+///
+/// fn admit<L: Limiter>(l: &L) -> bool {
+///     l.check().is_ok()
+/// }
+/// let tb = TokenBucket::new(Limit::per_second(100.0).unwrap(), 10);
+/// assert!(admit(&tb));
+/// ```
+pub trait Limiter: Send + Sync {
+    /// Takes `n` permits at `now` if they are available, changing nothing if they are not.
+    fn check_n_at(&self, now: Nanos, n: u32) -> Result<(), Denied>;
+
+    /// The limiter's clock reading.
+    fn now(&self) -> Nanos;
+
+    /// [`Limiter::check_n_at`] at the limiter's clock.
+    fn check_n(&self, n: u32) -> Result<(), Denied> {
+        self.check_n_at(self.now(), n)
+    }
+
+    /// One permit at the limiter's clock.
+    fn check(&self) -> Result<(), Denied> {
+        self.check_n(1)
+    }
+}
