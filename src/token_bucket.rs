@@ -1,6 +1,611 @@
-//! PLACEHOLDER while the lock-free implementation is written.
-#![allow(missing_docs, dead_code)]
-use crate::clock::Nanos;
+//! A lock-free token bucket with the semantics of Go's `golang.org/x/time/rate`.
+//!
+//! # The protocol
+//!
+//! **Representation.** A bucket of `burst` tokens refilling at `limit` tokens per second is
+//! held as one number, `tat` ("theoretical arrival time", GCRA's name): the instant at which
+//! the bucket was (or will be) empty, ignoring the cap. The tokens at time `t` are
+//! `min(burst, (t - tat) * limit)`, which can be negative while reservations are outstanding.
+//! Taking `n` tokens at `t` is `tat' = max(tat, t - tau) + n * T`, with `T = 1/limit` and
+//! `tau = burst * T`; this is exactly rate.go's `advance` then `tokens -= n` (see
+//! `reserve`). Time runs in ticks of 2^-32 ns, so `T` keeps ~10 significant digits even at a
+//! billion events per second and repeated reservations do not drift.
+//!
+//! **The state word** (`state`, one `AtomicU128`, cache-padded):
+//! ```text
+//!  127                                   32 31          0
+//! +---------------------------------------+-------------+
+//! |  body: 96 bits                        | epoch: u32  |
+//! +---------------------------------------+-------------+
+//! ```
+//! `epoch` names the configuration the body is expressed in. For a finite positive limit the
+//! body is `tat` as a signed 96-bit tick count (`|tat| <= i64::MAX ns`). For a zero or
+//! infinite limit, which have no `tat`, bits 64..128 hold the stored tokens as `f64` bits.
+//!
+//! **Configurations** (limit, burst and derived `T`, `tau`) live in two slots, and
+//! `configs[e & 1]` holds epoch `e`. Each slot is a small seqlock: a reader checks that the
+//! slot's `seq` equals the epoch it wants before and after reading the fields. Only
+//! `set_limit`/`set_burst` write slots; they are serialized among themselves by a mutex that
+//! the hot path never touches. A reconfiguration writes the *other* slot with epoch `e + 1`,
+//! then converts the body (tokens at `now` under the old config, re-expressed under the new
+//! one) and installs it with one CAS on the state word. So:
+//!
+//! * **Invariant:** the body of the state word is always expressed in the configuration of
+//!   the word's own epoch, and that slot holds that configuration for as long as the word
+//!   carries that epoch (the slot `e & 1` is next written for epoch `e + 2`, which needs the
+//!   word to reach `e + 1` first).
+//! * Every operation computes from one state word and the configuration of *its* epoch, and
+//!   commits with a CAS on the whole word, so a reservation computed under the old
+//!   configuration fails its CAS once a reconfiguration has committed: none is ever computed
+//!   half under the old configuration (`set_limit` is linearizable with `reserve` and
+//!   `cancel`). A 32-bit epoch would have to wrap during one CAS loop for this to fail.
+//! * A denial, a zero-token request and everything under an infinite limit write nothing;
+//!   they linearize at the load of the state word.
+//!
+//! **Orderings.** The state word is loaded with `Acquire`: it pairs with the `Release` of the
+//! reconfiguring CAS, so the slot written before that CAS is visible to whoever sees the new
+//! epoch. Hot-path CASes are `AcqRel`; being read-modify-writes they also extend the release
+//! sequence of the reconfiguration, so later readers of their values still see the slot.
+//! Slot writes follow the seqlock discipline (`seq` invalidated, `Release` fence, fields,
+//! `seq` stored with `Release`); slot reads load `seq` with `Acquire`, the fields, an
+//! `Acquire` fence, then `seq` again. A failed validation only means the reader's state word
+//! was stale, and it reloads it: readers never wait for a writer.
+//!
+//! # Deviations from rate.go
+//! * **D1** a [`Reservation`] is cancelled at most once ([`Reservation::cancel`] takes it by
+//!   value).
+//! * **D2** an earlier time never creates tokens: over any history, grants never exceed
+//!   `burst + limit * (latest time - earliest time)` plus one request.
+//! * **D3** [`Limit`] is validated: no NaN or negative limits.
+//! * **D4** with a zero limit and too few tokens, a reservation is not OK and waits fail at
+//!   once with [`WaitError::Never`]; the same holds for any reservation whose wait would
+//!   pass the end of representable time (~292 years), where rate.go returns `InfDuration`.
+//! * **D5** `n` is unsigned.
+//! * **Cancel** restores `tokens - limit * (tat - time_to_act)`, measuring the tokens later
+//!   reservations still hold from the bucket's current `tat` rather than from rate.go's
+//!   `lastEvent`. The two agree until a reservation other than the latest is cancelled or the
+//!   limit changes; after that rate.go restores less than later reservations left free
+//!   (golang/go#56924, #69419), turnstile restores exactly that. A reservation made under an
+//!   infinite limit took nothing and restores nothing; one made before a switch to a zero
+//!   limit restores its tokens.
+//! * Limits above 2^32 × 10^9 per second act as that limit (one token per tick).
+
+use std::fmt;
+use std::time::Duration;
+
+use crossbeam_utils::{Backoff, CachePadded};
+
+use crate::clock::{Clock, Nanos, QuantaClock};
+use crate::error::WaitError;
+use crate::limit::Limit;
+use crate::limiter::{Denied, Limiter};
+use crate::sync::{fence, AtomicU128, AtomicU64, Mutex, Ordering};
+
+/// A lock-free token bucket: `limit` tokens per second, at most `burst` at once, with the API
+/// and semantics of Go's `rate.Limiter` (deviations in the [module docs](self)).
+///
+/// The bucket starts full. `allow` takes tokens now or not at all; `reserve` always takes
+/// them (when the request can ever be met) and says how long to wait; `wait_n_blocking` and
+/// `wait_n` (feature `tokio`) sleep until then.
+///
+/// ```
+/// use std::time::Duration;
+/// use turnstile::{Limit, ManualClock, Nanos, TokenBucket};
+///
+/// let clock = ManualClock::new(Nanos::ZERO);
+/// let tb = TokenBucket::with_clock(Limit::per_second(10.0).unwrap(), 2, clock.clone());
+/// assert!(tb.allow_n(2));          // the initial burst
+/// assert!(!tb.allow());            // empty
+/// let r = tb.reserve();            // pay now, act later
+/// assert_eq!(r.delay(), Duration::from_millis(100));
+/// r.cancel();                      // changed our mind: the token comes back
+/// clock.advance(Duration::from_millis(100));
+/// assert!(tb.allow());
+/// ```
+pub struct TokenBucket<C: Clock = QuantaClock> {
+    state: CachePadded<AtomicU128>,
+    configs: CachePadded<[ConfigSlot; 2]>,
+    /// Serializes `set_limit`/`set_burst` only; `allow`, `reserve` and `cancel` never take it.
+    reconfig: Mutex<()>,
+    clock: C,
+}
+
+impl TokenBucket<QuantaClock> {
+    /// A full bucket of `burst` tokens refilling at `limit`, on the shared quanta clock.
+    ///
+    /// ```
+    /// use turnstile::{Limit, TokenBucket};
+    /// let tb = TokenBucket::new(Limit::per_second(5.0).unwrap(), 3);
+    /// assert_eq!(tb.burst(), 3);
+    /// ```
+    pub fn new(limit: Limit, burst: u32) -> Self {
+        Self::with_clock(limit, burst, QuantaClock::new())
+    }
+}
+
+impl<C: Clock> TokenBucket<C> {
+    /// A full bucket on the given clock.
+    ///
+    /// ```
+    /// use turnstile::{Limit, ManualClock, Nanos, TokenBucket};
+    /// let tb = TokenBucket::with_clock(Limit::ZERO, 1, ManualClock::new(Nanos::ZERO));
+    /// assert!(tb.allow());
+    /// assert!(!tb.allow()); // a zero limit never refills
+    /// ```
+    pub fn with_clock(limit: Limit, burst: u32, clock: C) -> Self {
+        let cfg = Config::new(0, limit, burst, Nanos::ZERO);
+        // The bucket starts full: rate.go's tokens = burst with last = the zero time.
+        let body = cfg.body_from_tokens(f64::from(burst), Nanos::ZERO);
+        let tb = TokenBucket {
+            state: CachePadded::new(AtomicU128::new(pack(body, 0))),
+            configs: CachePadded::new([ConfigSlot::new(), ConfigSlot::new()]),
+            reconfig: Mutex::new(()),
+            clock,
+        };
+        tb.configs[0].write(&cfg);
+        tb
+    }
+
+    /// The limiter's clock.
+    pub fn clock(&self) -> &C {
+        &self.clock
+    }
+
+    /// The current limit.
+    pub fn limit(&self) -> Limit {
+        Limit::from_valid(self.load().1.limit)
+    }
+
+    /// The current burst.
+    pub fn burst(&self) -> u32 {
+        self.load().1.burst
+    }
+
+    /// Tokens in the bucket now; negative while reservations are outstanding.
+    pub fn tokens(&self) -> f64 {
+        self.tokens_at(self.clock.now())
+    }
+
+    /// Tokens in the bucket at `now` (rate.go's `TokensAt`); nothing changes.
+    ///
+    /// ```
+    /// use turnstile::{Limit, ManualClock, Nanos, TokenBucket};
+    /// let tb = TokenBucket::with_clock(Limit::per_second(10.0).unwrap(), 5, ManualClock::default());
+    /// assert!(tb.allow_n_at(Nanos::ZERO, 5));
+    /// assert_eq!(tb.tokens_at(Nanos::new(200_000_000)), 2.0);
+    /// ```
+    pub fn tokens_at(&self, now: Nanos) -> f64 {
+        let (word, cfg) = self.load();
+        cfg.tokens(body(word), now)
+    }
+
+    /// Takes one token now if there is one.
+    pub fn allow(&self) -> bool {
+        self.allow_n_at(self.clock.now(), 1)
+    }
+
+    /// [`TokenBucket::allow`] at `now`.
+    pub fn allow_at(&self, now: Nanos) -> bool {
+        self.allow_n_at(now, 1)
+    }
+
+    /// Takes `n` tokens now if there are `n`.
+    pub fn allow_n(&self, n: u32) -> bool {
+        self.allow_n_at(self.clock.now(), n)
+    }
+
+    /// Takes `n` tokens at `now` if there are `n`; otherwise changes nothing (and writes
+    /// nothing).
+    ///
+    /// ```
+    /// use turnstile::{Limit, ManualClock, Nanos, TokenBucket};
+    /// let tb = TokenBucket::with_clock(Limit::per_second(1.0).unwrap(), 3, ManualClock::default());
+    /// assert!(tb.allow_n_at(Nanos::ZERO, 3));
+    /// assert!(!tb.allow_n_at(Nanos::ZERO, 1));
+    /// assert!(tb.allow_n_at(Nanos::new(1_000_000_000), 1));
+    /// ```
+    pub fn allow_n_at(&self, now: Nanos, n: u32) -> bool {
+        matches!(
+            self.take(now, n, Ticks::ZERO_WAIT),
+            Decision::Granted { .. }
+        )
+    }
+
+    /// Reserves one token; see [`TokenBucket::reserve_n_at`].
+    pub fn reserve(&self) -> Reservation<'_, C> {
+        self.reserve_n_at(self.clock.now(), 1)
+    }
+
+    /// [`TokenBucket::reserve`] at `now`.
+    pub fn reserve_at(&self, now: Nanos) -> Reservation<'_, C> {
+        self.reserve_n_at(now, 1)
+    }
+
+    /// Reserves `n` tokens; see [`TokenBucket::reserve_n_at`].
+    pub fn reserve_n(&self, n: u32) -> Reservation<'_, C> {
+        self.reserve_n_at(self.clock.now(), n)
+    }
+
+    /// Reserves `n` tokens at `now`, however long they take to arrive. The reservation is not
+    /// OK if `n` exceeds the burst or the tokens never arrive (deviation D4); otherwise the
+    /// tokens are taken and [`Reservation::delay_from`] says how long to wait before acting.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::{Limit, ManualClock, Nanos, TokenBucket};
+    /// let tb = TokenBucket::with_clock(Limit::per_second(2.0).unwrap(), 1, ManualClock::default());
+    /// let first = tb.reserve_n_at(Nanos::ZERO, 1);
+    /// let second = tb.reserve_n_at(Nanos::ZERO, 1);
+    /// assert_eq!(first.delay_from(Nanos::ZERO), Duration::ZERO);
+    /// assert_eq!(second.delay_from(Nanos::ZERO), Duration::from_millis(500));
+    /// assert!(!tb.reserve_n_at(Nanos::ZERO, 2).ok()); // more than the burst
+    /// ```
+    pub fn reserve_n_at(&self, now: Nanos, n: u32) -> Reservation<'_, C> {
+        self.reserve_within(now, n, Ticks::UNBOUNDED_WAIT)
+    }
+
+    /// Reserves `n` tokens only if they arrive within `max_wait`; see
+    /// [`TokenBucket::reserve_n_within_at`].
+    pub fn reserve_n_within(&self, n: u32, max_wait: Duration) -> Reservation<'_, C> {
+        self.reserve_n_within_at(self.clock.now(), n, max_wait)
+    }
+
+    /// Reserves `n` tokens at `now` only if they arrive within `max_wait`; otherwise the
+    /// reservation is not OK and nothing changes. This is what the waits use with their
+    /// deadline, and `allow` is this with a zero wait.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::{Limit, ManualClock, Nanos, TokenBucket};
+    /// let tb = TokenBucket::with_clock(Limit::per_second(1.0).unwrap(), 1, ManualClock::default());
+    /// assert!(tb.allow_at(Nanos::ZERO));
+    /// assert!(!tb.reserve_n_within_at(Nanos::ZERO, 1, Duration::from_millis(999)).ok());
+    /// assert!(tb.reserve_n_within_at(Nanos::ZERO, 1, Duration::from_secs(1)).ok());
+    /// ```
+    pub fn reserve_n_within_at(
+        &self,
+        now: Nanos,
+        n: u32,
+        max_wait: Duration,
+    ) -> Reservation<'_, C> {
+        self.reserve_within(now, n, Ticks::from_duration(max_wait))
+    }
+
+    /// What `n` tokens would cost now; see [`TokenBucket::peek_n_at`].
+    pub fn peek_n(&self, n: u32) -> Peek {
+        self.peek_n_at(self.clock.now(), n)
+    }
+
+    /// Reports the tokens at `now` and the earliest time `n` tokens will be available (if
+    /// nobody else takes any), without taking anything.
+    ///
+    /// ```
+    /// use turnstile::{Limit, ManualClock, Nanos, TokenBucket};
+    /// let tb = TokenBucket::with_clock(Limit::per_second(10.0).unwrap(), 4, ManualClock::default());
+    /// assert!(tb.allow_n_at(Nanos::ZERO, 4));
+    /// let p = tb.peek_n_at(Nanos::ZERO, 2);
+    /// assert_eq!(p.tokens, 0.0);
+    /// assert_eq!(p.available_at, Some(Nanos::new(200_000_000)));
+    /// assert_eq!(tb.peek_n_at(Nanos::ZERO, 5).available_at, None); // > burst: never
+    /// ```
+    pub fn peek_n_at(&self, now: Nanos, n: u32) -> Peek {
+        let (word, cfg) = self.load();
+        let tokens = cfg.tokens(body(word), now);
+        let available_at = match cfg.plan(body(word), now, n) {
+            Plan::Free => Some(now),
+            Plan::Never => None,
+            Plan::Take { ready, .. } => Some(ready.ceil_nanos()),
+        };
+        Peek {
+            tokens,
+            available_at,
+        }
+    }
+
+    /// Changes the limit now; see [`TokenBucket::set_limit_at`].
+    pub fn set_limit(&self, limit: Limit) {
+        self.set_limit_at(self.clock.now(), limit)
+    }
+
+    /// Changes the limit at `now`: the tokens accrued up to `now` under the old limit are
+    /// kept, and refill continues at the new one. Outstanding reservations keep their times.
+    /// Linearizable with concurrent reservations and cancels.
+    ///
+    /// ```
+    /// use turnstile::{Limit, ManualClock, Nanos, TokenBucket};
+    /// let tb = TokenBucket::with_clock(Limit::per_second(1.0).unwrap(), 10, ManualClock::default());
+    /// assert!(tb.allow_n_at(Nanos::ZERO, 10));
+    /// tb.set_limit_at(Nanos::ZERO, Limit::per_second(100.0).unwrap());
+    /// assert_eq!(tb.tokens_at(Nanos::new(50_000_000)), 5.0);
+    /// ```
+    pub fn set_limit_at(&self, now: Nanos, limit: Limit) {
+        self.reconfigure(now, |cfg| (limit, cfg.burst))
+    }
+
+    /// Changes the burst now; see [`TokenBucket::set_burst_at`].
+    pub fn set_burst(&self, burst: u32) {
+        self.set_burst_at(self.clock.now(), burst)
+    }
+
+    /// Changes the burst at `now`. Tokens above a smaller burst are clamped on the next read,
+    /// as in rate.go. Linearizable with concurrent reservations and cancels.
+    ///
+    /// ```
+    /// use turnstile::{Limit, ManualClock, Nanos, TokenBucket};
+    /// let tb = TokenBucket::with_clock(Limit::per_second(10.0).unwrap(), 5, ManualClock::default());
+    /// tb.set_burst_at(Nanos::ZERO, 2);
+    /// assert_eq!(tb.tokens_at(Nanos::ZERO), 2.0);
+    /// ```
+    pub fn set_burst_at(&self, now: Nanos, burst: u32) {
+        self.reconfigure(now, |cfg| (Limit::from_valid(cfg.limit), burst))
+    }
+
+    /// Waits until `n` tokens are available and takes them, sleeping the thread; fails at
+    /// once if that would pass `deadline`. The checks run in rate.go's order: more than the
+    /// burst ([`WaitError::ExceedsBurst`]), deadline already passed
+    /// ([`WaitError::DeadlinePassed`]), tokens that never arrive ([`WaitError::Never`],
+    /// deviation D4), tokens that arrive after the deadline
+    /// ([`WaitError::WouldExceedDeadline`]). With no wait needed it returns without sleeping.
+    ///
+    /// The sleep is `std::thread::sleep` for the delay measured on the limiter's clock, so a
+    /// [`crate::ManualClock`] does not shorten it.
+    ///
+    /// ```
+    /// use turnstile::{Limit, TokenBucket, WaitError};
+    /// let tb = TokenBucket::new(Limit::per_second(1000.0).unwrap(), 1);
+    /// tb.wait_n_blocking(1, None).unwrap();          // immediate: the bucket starts full
+    /// assert_eq!(
+    ///     tb.wait_n_blocking(2, None),
+    ///     Err(WaitError::ExceedsBurst { n: 2, burst: 1 })
+    /// );
+    /// ```
+    pub fn wait_n_blocking(&self, n: u32, deadline: Option<Nanos>) -> Result<(), WaitError> {
+        let now = self.clock.now();
+        let r = self.reserve_for_wait(now, n, deadline)?;
+        let delay = r.delay_from(now);
+        if !delay.is_zero() {
+            std::thread::sleep(delay);
+        }
+        Ok(())
+    }
+
+    /// Waits (asynchronously, on tokio's timer) until `n` tokens are available and takes
+    /// them; the checks and errors are those of [`TokenBucket::wait_n_blocking`]. Dropping
+    /// the future before it completes cancels its reservation, as rate.go does when the
+    /// context is cancelled.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use turnstile::{Limit, TokenBucket};
+    /// let tb = TokenBucket::new(Limit::per_second(1000.0).unwrap(), 1);
+    /// tb.wait_n(1, None).await.unwrap();
+    /// # }
+    /// ```
+    #[cfg(feature = "tokio")]
+    pub async fn wait_n(&self, n: u32, deadline: Option<Nanos>) -> Result<(), WaitError> {
+        let now = self.clock.now();
+        let r = self.reserve_for_wait(now, n, deadline)?;
+        let delay = r.delay_from(now);
+        if delay.is_zero() {
+            return Ok(());
+        }
+        // Dropped with the future while the sleep is pending: cancels the reservation.
+        struct CancelOnDrop<'a, C: Clock>(Option<Reservation<'a, C>>);
+        impl<C: Clock> Drop for CancelOnDrop<'_, C> {
+            fn drop(&mut self) {
+                if let Some(r) = self.0.take() {
+                    r.cancel();
+                }
+            }
+        }
+        let mut guard = CancelOnDrop(Some(r));
+        tokio::time::sleep(delay).await;
+        guard.0 = None; // completed: keep the tokens
+        Ok(())
+    }
+
+    // ---- internals -------------------------------------------------------------------------
+
+    fn reserve_for_wait(
+        &self,
+        now: Nanos,
+        n: u32,
+        deadline: Option<Nanos>,
+    ) -> Result<Reservation<'_, C>, WaitError> {
+        let (_, cfg) = self.load();
+        if n > cfg.burst && cfg.mode != Mode::Inf {
+            return Err(WaitError::ExceedsBurst {
+                n,
+                burst: cfg.burst,
+            });
+        }
+        let max_wait = match deadline {
+            Some(d) if d <= now => return Err(WaitError::DeadlinePassed { n }),
+            Some(d) => Ticks::from_duration(d - now),
+            None => Ticks::UNBOUNDED_WAIT,
+        };
+        match self.take(now, n, max_wait) {
+            Decision::Granted {
+                time_to_act,
+                took,
+                limit,
+            } => Ok(self.reservation(true, n, time_to_act, took, limit)),
+            Decision::Denied {
+                retry_at: None,
+                limit,
+            } => Err(WaitError::Never { n, limit }),
+            Decision::Denied { .. } => Err(WaitError::WouldExceedDeadline { n }),
+        }
+    }
+
+    fn reserve_within(&self, now: Nanos, n: u32, max_wait: Ticks) -> Reservation<'_, C> {
+        match self.take(now, n, max_wait) {
+            Decision::Granted {
+                time_to_act,
+                took,
+                limit,
+            } => self.reservation(true, n, time_to_act, took, limit),
+            Decision::Denied { limit, .. } => self.reservation(false, n, now, false, limit),
+        }
+    }
+
+    fn reservation(
+        &self,
+        ok: bool,
+        n: u32,
+        time_to_act: Nanos,
+        took: bool,
+        limit: f64,
+    ) -> Reservation<'_, C> {
+        Reservation {
+            lim: self,
+            ok,
+            tokens: n,
+            time_to_act,
+            took,
+            limit,
+        }
+    }
+
+    /// Loads the state word and the configuration of its epoch.
+    #[inline]
+    fn load(&self) -> (u128, Config) {
+        loop {
+            let word = self.state.load(Ordering::Acquire);
+            let epoch = word as u32;
+            if let Some(cfg) = self.configs[(epoch & 1) as usize].read(epoch) {
+                return (word, cfg);
+            }
+            // The slot was rewritten for epoch + 2: our word is stale, reload it.
+        }
+    }
+
+    /// The one CAS loop behind allow, reserve and wait.
+    #[inline]
+    fn take(&self, now: Nanos, n: u32, max_wait: Ticks) -> Decision {
+        let backoff = Backoff::new();
+        loop {
+            let (word, cfg) = self.load();
+            let new_body = match cfg.plan(body(word), now, n) {
+                Plan::Free => {
+                    return Decision::Granted {
+                        time_to_act: now,
+                        took: false,
+                        limit: cfg.limit,
+                    }
+                }
+                Plan::Never => {
+                    return Decision::Denied {
+                        retry_at: None,
+                        limit: cfg.limit,
+                    }
+                }
+                Plan::Take { body, ready } => {
+                    let wait = ready.saturating_sub(Ticks::from_nanos(now));
+                    if wait > max_wait {
+                        return Decision::Denied {
+                            retry_at: Some(ready.saturating_sub(max_wait).ceil_nanos()),
+                            limit: cfg.limit,
+                        };
+                    }
+                    if n == 0 {
+                        // Nothing to take: the answer stands on the load alone.
+                        return Decision::Granted {
+                            time_to_act: ready.max(Ticks::from_nanos(now)).floor_nanos(),
+                            took: false,
+                            limit: cfg.limit,
+                        };
+                    }
+                    body
+                }
+            };
+            let new = pack(new_body, cfg.epoch);
+            match self
+                .state
+                .compare_exchange_weak(word, new, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => {
+                    let ready = cfg.ready_after(new_body, now);
+                    return Decision::Granted {
+                        time_to_act: ready,
+                        took: true,
+                        limit: cfg.limit,
+                    };
+                }
+                Err(_) => backoff.spin(),
+            }
+        }
+    }
+
+    fn cancel(&self, r: &Reservation<'_, C>, now: Nanos) {
+        // rate.go's CancelAt checks, in its order (the limit check is inside the loop).
+        if !r.ok || !r.took || r.tokens == 0 || r.time_to_act < now {
+            return;
+        }
+        let backoff = Backoff::new();
+        loop {
+            let (word, cfg) = self.load();
+            let Some(new_body) = cfg.restore(body(word), now, r) else {
+                return;
+            };
+            let new = pack(new_body, cfg.epoch);
+            match self
+                .state
+                .compare_exchange_weak(word, new, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return,
+                Err(_) => backoff.spin(),
+            }
+        }
+    }
+
+    fn reconfigure(&self, now: Nanos, f: impl Fn(&Config) -> (Limit, u32)) {
+        // Off the hot path: serializes reconfigurations among themselves so that only one
+        // writer ever touches the spare slot. allow/reserve/cancel never take this lock.
+        let _writer = self.reconfig.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            let (word, cur) = self.load();
+            let (limit, burst) = f(&cur);
+            let next = Config::new(cur.epoch.wrapping_add(1), limit, burst, now);
+            let tokens = cur.tokens(body(word), now);
+            let new = pack(next.body_from_tokens(tokens, now), next.epoch);
+            self.configs[(next.epoch & 1) as usize].write(&next);
+            if self
+                .state
+                .compare_exchange_weak(word, new, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                return;
+            }
+        }
+    }
+}
+
+impl<C: Clock> Limiter for TokenBucket<C> {
+    fn check_n_at(&self, now: Nanos, n: u32) -> Result<(), Denied> {
+        match self.take(now, n, Ticks::ZERO_WAIT) {
+            Decision::Granted { .. } => Ok(()),
+            Decision::Denied { retry_at, .. } => Err(Denied::new(now, retry_at)),
+        }
+    }
+
+    fn now(&self) -> Nanos {
+        self.clock.now()
+    }
+}
+
+impl<C: Clock> fmt::Debug for TokenBucket<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (word, cfg) = self.load();
+        f.debug_struct("TokenBucket")
+            .field("limit", &Limit::from_valid(cfg.limit))
+            .field("burst", &cfg.burst)
+            .field("epoch", &cfg.epoch)
+            .field("body", &body(word))
+            .finish()
+    }
+}
 
 /// What [`TokenBucket::peek_n_at`] reports: nothing is consumed.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -10,5 +615,420 @@ pub struct Peek {
     /// The earliest time `n` tokens will be available, if they ever will be.
     pub available_at: Option<Nanos>,
 }
-pub struct TokenBucket;
-pub struct Reservation;
+
+/// Tokens taken from a [`TokenBucket`], to act on at [`Reservation::time_to_act`] or give back
+/// with [`Reservation::cancel`] (rate.go's `Reservation`).
+///
+/// ```
+/// use std::time::Duration;
+/// use turnstile::{Limit, ManualClock, Nanos, TokenBucket};
+/// let tb = TokenBucket::with_clock(Limit::per_second(4.0).unwrap(), 1, ManualClock::default());
+/// let _now = tb.reserve_at(Nanos::ZERO);
+/// let later = tb.reserve_at(Nanos::ZERO);
+/// assert!(later.ok());
+/// assert_eq!(later.time_to_act(), Some(Nanos::new(250_000_000)));
+/// later.cancel_at(Nanos::ZERO);
+/// assert_eq!(tb.tokens_at(Nanos::ZERO), 0.0);
+/// ```
+#[must_use = "a reservation holds tokens: act at its time or cancel it"]
+pub struct Reservation<'a, C: Clock = QuantaClock> {
+    lim: &'a TokenBucket<C>,
+    ok: bool,
+    tokens: u32,
+    time_to_act: Nanos,
+    /// Whether tokens were taken from the bucket (not under an infinite limit, not n = 0).
+    took: bool,
+    limit: f64,
+}
+
+impl<C: Clock> Reservation<'_, C> {
+    /// Whether the tokens were reserved. A reservation that is not OK took nothing.
+    pub fn ok(&self) -> bool {
+        self.ok
+    }
+
+    /// The number of tokens asked for.
+    pub fn tokens(&self) -> u32 {
+        self.tokens
+    }
+
+    /// The limit when the reservation was made.
+    pub fn limit(&self) -> Limit {
+        Limit::from_valid(self.limit)
+    }
+
+    /// When the reserved tokens are available; `None` if the reservation is not OK.
+    pub fn time_to_act(&self) -> Option<Nanos> {
+        self.ok.then_some(self.time_to_act)
+    }
+
+    /// How long after `now` to wait before acting: zero if already due, `Duration::MAX` if
+    /// the reservation is not OK (rate.go's `InfDuration`).
+    pub fn delay_from(&self, now: Nanos) -> Duration {
+        if self.ok {
+            self.time_to_act.saturating_duration_since(now)
+        } else {
+            Duration::MAX
+        }
+    }
+
+    /// [`Reservation::delay_from`] the limiter's clock reading.
+    pub fn delay(&self) -> Duration {
+        self.delay_from(self.lim.clock.now())
+    }
+
+    /// Gives the tokens back now; see [`Reservation::cancel_at`].
+    pub fn cancel(self) {
+        let now = self.lim.clock.now();
+        self.cancel_at(now)
+    }
+
+    /// Gives back, at `now`, the reserved tokens that later reservations have not already
+    /// been promised. Nothing happens if the reservation is not OK or its time has passed.
+    /// It consumes the reservation, so it happens at most once (deviation D1).
+    pub fn cancel_at(self, now: Nanos) {
+        self.lim.cancel(&self, now)
+    }
+}
+
+impl<C: Clock> fmt::Debug for Reservation<'_, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Reservation")
+            .field("ok", &self.ok)
+            .field("tokens", &self.tokens)
+            .field("time_to_act", &self.time_to_act)
+            .field("limit", &self.limit)
+            .finish()
+    }
+}
+
+// ---- arithmetic helpers ---------------------------------------------------------------------
+
+/// What a take decided.
+enum Decision {
+    Granted {
+        time_to_act: Nanos,
+        took: bool,
+        limit: f64,
+    },
+    Denied {
+        retry_at: Option<Nanos>,
+        limit: f64,
+    },
+}
+
+/// What taking `n` tokens would do, before the wait is compared with the caller's maximum.
+enum Plan {
+    /// No state change needed: granted now (infinite limit).
+    Free,
+    /// Can never be granted (more than the burst, a zero limit with too few tokens, or a wait
+    /// past the end of representable time).
+    Never,
+    /// Granted at `ready` with the state body becoming `body`.
+    Take { body: i128, ready: Ticks },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    Finite,
+    Zero,
+    Inf,
+}
+
+/// Time in 2^-32 ns ticks, as a signed 96-bit quantity held in an `i128`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Ticks(i128);
+
+const FRAC_BITS: u32 = 32;
+const TICKS_PER_NS: f64 = (1u64 << FRAC_BITS) as f64;
+const TICKS_PER_SEC: f64 = TICKS_PER_NS * 1e9;
+
+impl Ticks {
+    /// The latest `tat` the state can hold: i64::MAX ns.
+    const MAX: Ticks = Ticks((i64::MAX as i128) << FRAC_BITS);
+    const MIN: Ticks = Ticks(-((i64::MAX as i128) << FRAC_BITS));
+    const ZERO_WAIT: Ticks = Ticks(0);
+    const UNBOUNDED_WAIT: Ticks = Ticks(i128::MAX);
+
+    fn from_nanos(t: Nanos) -> Ticks {
+        Ticks((t.as_u64() as i128) << FRAC_BITS)
+    }
+
+    fn from_duration(d: Duration) -> Ticks {
+        let ns = i128::try_from(d.as_nanos()).unwrap_or(i128::MAX);
+        Ticks(ns.saturating_mul(1 << FRAC_BITS))
+    }
+
+    /// `x` as ticks, saturating into `[MIN, MAX]` (`as` saturates and maps NaN to 0).
+    fn from_f64(x: f64) -> Ticks {
+        Ticks(x as i128).clamp(Ticks::MIN, Ticks::MAX)
+    }
+
+    fn saturating_sub(self, o: Ticks) -> Ticks {
+        Ticks(self.0.saturating_sub(o.0))
+    }
+
+    fn to_secs(self) -> f64 {
+        self.0 as f64 / TICKS_PER_SEC
+    }
+
+    /// Truncated to whole nanoseconds (rate.go truncates durations), clamped to `Nanos`.
+    fn floor_nanos(self) -> Nanos {
+        Nanos::new((self.0 >> FRAC_BITS).clamp(0, u64::MAX as i128) as u64)
+    }
+
+    /// Rounded up to whole nanoseconds: the first nanosecond at which the time has passed.
+    fn ceil_nanos(self) -> Nanos {
+        let ns = (self.0 + ((1 << FRAC_BITS) - 1)) >> FRAC_BITS;
+        Nanos::new(ns.clamp(0, u64::MAX as i128) as u64)
+    }
+}
+
+#[inline]
+fn pack(body: i128, epoch: u32) -> u128 {
+    ((body as u128) << 32) | u128::from(epoch)
+}
+
+#[inline]
+fn body(word: u128) -> i128 {
+    (word as i128) >> 32
+}
+
+/// Zero and infinite limits store tokens, as f64 bits, in the body's top 64 bits.
+fn tokens_body(tokens: f64) -> i128 {
+    i128::from(tokens.to_bits() as i64) << 32
+}
+
+fn body_tokens(body: i128) -> f64 {
+    f64::from_bits((body >> 32) as u64)
+}
+
+/// One configuration, as read from its slot.
+#[derive(Clone, Copy, Debug)]
+struct Config {
+    epoch: u32,
+    limit: f64,
+    burst: u32,
+    /// When this configuration took effect: rate.go's `last` for an infinite limit, under
+    /// which nothing else moves it.
+    since: Nanos,
+    mode: Mode,
+    /// Ticks per token (`T`), at least 1.
+    interval: Ticks,
+    /// Ticks to refill the whole burst (`tau`).
+    tau: Ticks,
+}
+
+impl Config {
+    fn new(epoch: u32, limit: Limit, burst: u32, since: Nanos) -> Config {
+        let l = limit.as_f64();
+        let mode = if limit.is_inf() {
+            Mode::Inf
+        } else if l == 0.0 {
+            Mode::Zero
+        } else {
+            Mode::Finite
+        };
+        let (interval, tau) = if mode == Mode::Finite {
+            let t = Ticks::from_f64(TICKS_PER_SEC / l).max(Ticks(1));
+            (
+                t,
+                Ticks(t.0.saturating_mul(i128::from(burst)).min(Ticks::MAX.0)),
+            )
+        } else {
+            (Ticks(0), Ticks(0))
+        };
+        Config {
+            epoch,
+            limit: l,
+            burst,
+            since,
+            mode,
+            interval,
+            tau,
+        }
+    }
+
+    /// rate.go's `advance(now)`: the tokens at `now`, capped at the burst.
+    fn tokens(&self, body: i128, now: Nanos) -> f64 {
+        let burst = f64::from(self.burst);
+        match self.mode {
+            Mode::Finite => {
+                let elapsed = Ticks::from_nanos(now).saturating_sub(Ticks(body));
+                (elapsed.to_secs() * self.limit).min(burst)
+            }
+            Mode::Zero => body_tokens(body).min(burst),
+            // elapsed * MaxFloat64 overflows to +Inf when time has passed since `last`.
+            Mode::Inf if now > self.since => burst,
+            Mode::Inf => body_tokens(body).min(burst),
+        }
+    }
+
+    /// Re-expresses `tokens` at `now` as a body under this configuration.
+    fn body_from_tokens(&self, tokens: f64, now: Nanos) -> i128 {
+        match self.mode {
+            Mode::Finite => {
+                let held = Ticks::from_f64(tokens * self.interval.0 as f64);
+                Ticks::from_nanos(now)
+                    .saturating_sub(held)
+                    .clamp(Ticks::MIN, Ticks::MAX)
+                    .0
+            }
+            Mode::Zero | Mode::Inf => tokens_body(tokens),
+        }
+    }
+
+    /// rate.go's `reserveN` arithmetic for `n` tokens at `now`, without the wait check.
+    #[inline]
+    fn plan(&self, body: i128, now: Nanos, n: u32) -> Plan {
+        match self.mode {
+            Mode::Inf => Plan::Free,
+            _ if n > self.burst => Plan::Never,
+            Mode::Zero => {
+                let left = body_tokens(body).min(f64::from(self.burst)) - f64::from(n);
+                if left < 0.0 {
+                    Plan::Never // deviation D4: a zero limit never refills
+                } else {
+                    Plan::Take {
+                        body: tokens_body(left),
+                        ready: Ticks::from_nanos(now),
+                    }
+                }
+            }
+            Mode::Finite => {
+                let t = Ticks::from_nanos(now);
+                let base = body.max(t.0 - self.tau.0);
+                let tat = base.saturating_add(self.interval.0.saturating_mul(i128::from(n)));
+                if tat > Ticks::MAX.0 {
+                    Plan::Never // D4: the tokens would come after the end of time
+                } else {
+                    Plan::Take {
+                        body: tat,
+                        ready: Ticks(tat),
+                    }
+                }
+            }
+        }
+    }
+
+    /// When a reservation that left the body at `body` may act.
+    fn ready_after(&self, body: i128, now: Nanos) -> Nanos {
+        match self.mode {
+            Mode::Finite if body > Ticks::from_nanos(now).0 => Ticks(body).floor_nanos(),
+            _ => now,
+        }
+    }
+
+    /// The body after cancelling `r` at `now`, or `None` if nothing is restored.
+    fn restore<C: Clock>(&self, body: i128, now: Nanos, r: &Reservation<'_, C>) -> Option<i128> {
+        let n = f64::from(r.tokens);
+        match self.mode {
+            Mode::Inf => None,
+            Mode::Zero => {
+                let tokens =
+                    (body_tokens(body).min(f64::from(self.burst)) + n).min(f64::from(self.burst));
+                Some(tokens_body(tokens))
+            }
+            Mode::Finite => {
+                // Tokens that reservations after r still hold: the stretch of tat beyond r.
+                let later = Ticks(body).saturating_sub(Ticks::from_nanos(r.time_to_act));
+                let held = if later.0 > 0 {
+                    later.to_secs() * r.limit
+                } else {
+                    0.0
+                };
+                let restore = n - held;
+                if restore.is_nan() || restore <= 0.0 {
+                    return None;
+                }
+                // tokens' = min(burst, tokens(now) + restore)  <=>  tat' = max(now - tau, tat - restore*T)
+                let back = Ticks::from_f64(restore * self.interval.0 as f64);
+                let floor = Ticks::from_nanos(now).0 - self.tau.0;
+                Some(body.saturating_sub(back.0).max(floor))
+            }
+        }
+    }
+}
+
+/// One configuration slot: a seqlock over the fields of a [`Config`].
+struct ConfigSlot {
+    /// The epoch whose configuration the slot holds, or `WRITING`.
+    seq: AtomicU64,
+    limit: AtomicU64,
+    burst: AtomicU64,
+    since: AtomicU64,
+    interval: [AtomicU64; 2],
+    tau: [AtomicU64; 2],
+}
+
+const WRITING: u64 = u64::MAX;
+
+impl ConfigSlot {
+    fn new() -> ConfigSlot {
+        let z = || AtomicU64::new(0);
+        ConfigSlot {
+            seq: AtomicU64::new(WRITING),
+            limit: z(),
+            burst: z(),
+            since: z(),
+            interval: [z(), z()],
+            tau: [z(), z()],
+        }
+    }
+
+    /// Only called with the reconfiguration lock held (or before the limiter is shared).
+    fn write(&self, cfg: &Config) {
+        self.seq.store(WRITING, Ordering::Relaxed);
+        fence(Ordering::Release);
+        self.limit.store(cfg.limit.to_bits(), Ordering::Relaxed);
+        self.burst.store(u64::from(cfg.burst), Ordering::Relaxed);
+        self.since.store(cfg.since.as_u64(), Ordering::Relaxed);
+        store_i128(&self.interval, cfg.interval.0);
+        store_i128(&self.tau, cfg.tau.0);
+        self.seq.store(u64::from(cfg.epoch), Ordering::Release);
+    }
+
+    /// The slot's configuration if it holds `epoch`, read consistently.
+    #[inline]
+    fn read(&self, epoch: u32) -> Option<Config> {
+        if self.seq.load(Ordering::Acquire) != u64::from(epoch) {
+            return None;
+        }
+        let limit = f64::from_bits(self.limit.load(Ordering::Relaxed));
+        let burst = self.burst.load(Ordering::Relaxed) as u32;
+        let since = Nanos::new(self.since.load(Ordering::Relaxed));
+        let interval = Ticks(load_i128(&self.interval));
+        let tau = Ticks(load_i128(&self.tau));
+        fence(Ordering::Acquire);
+        if self.seq.load(Ordering::Relaxed) != u64::from(epoch) {
+            return None;
+        }
+        let mode = if limit == f64::MAX {
+            Mode::Inf
+        } else if limit == 0.0 {
+            Mode::Zero
+        } else {
+            Mode::Finite
+        };
+        Some(Config {
+            epoch,
+            limit,
+            burst,
+            since,
+            mode,
+            interval,
+            tau,
+        })
+    }
+}
+
+fn store_i128(words: &[AtomicU64; 2], v: i128) {
+    words[0].store(v as u64, Ordering::Relaxed);
+    words[1].store((v >> 64) as u64, Ordering::Relaxed);
+}
+
+fn load_i128(words: &[AtomicU64; 2]) -> i128 {
+    let lo = words[0].load(Ordering::Relaxed);
+    let hi = words[1].load(Ordering::Relaxed);
+    ((u128::from(hi) << 64) | u128::from(lo)) as i128
+}
