@@ -1,1 +1,207 @@
-fn main() {}
+//! turnstile's lock-free `TokenBucket` vs its mutex twin vs governor's direct limiter, side by
+//! side, on one shared limiter at 1 and 2 threads.
+//!
+//! Groups (`<workload>/<threads>t`), each with the ids `turnstile`, `mutex_twin`, `governor`:
+//! * `allow_ok`: `allow()` that always succeeds. The limit is high (1e15/s) but finite and the
+//!   burst large, so every call runs the whole take path and commits a CAS (or, for the twin,
+//!   takes the mutex and writes); `Limit::INF` would touch no state and is not used.
+//!   governor: 1e9 cells/s (its finest period, 1 ns) with a burst of `u32::MAX`.
+//! * `allow_deny`: `allow()` that always fails: 1e-3/s, burst 1, drained before measuring.
+//!   governor: 1 per hour, burst 1, drained.
+//! * `reserve_cancel`: `reserve_n(1)` then `Reservation::cancel()` on a drained 1/s bucket of
+//!   burst 1, so each reservation is ~1 s in the future and its cancel really gives the token
+//!   back (a cancel after the time to act is a no-op in rate.go, which a full bucket would
+//!   measure instead). governor has no reservations: no cell.
+//!
+//! # What the reported time means
+//! Every cell uses `iter_custom`. With `T` threads (1 or 2), each thread waits on a `Barrier`,
+//! reads its own `Instant`, performs `iters` operations on the one shared limiter, and reads
+//! the time again. The sample is the **largest** of the `T` per-thread elapsed times, which
+//! criterion divides by `iters`: the figure is the time per operation *as seen by one thread*
+//! while `T` threads contend (the slowest thread's). Aggregate throughput is therefore
+//! `T / figure`. At 1 thread this is plain time per operation. The same definition is used for
+//! all three implementations. Thread spawning and the barrier are outside the timed region.
+//!
+//! Summarize with `scripts/bench-ratios` after a run.
+
+use std::num::NonZeroU32;
+use std::sync::Barrier;
+use std::time::{Duration, Instant};
+
+use criterion::{black_box, criterion_group, criterion_main, BenchmarkGroup, Criterion};
+use governor::{Quota, RateLimiter};
+use turnstile::{reference, Limit, TokenBucket};
+
+const THREADS: [usize; 2] = [1, 2];
+
+/// Runs `op` `iters` times on each of `threads` threads started together; returns the slowest
+/// thread's elapsed time (see the module docs for the definition).
+fn contended<F: Fn() + Sync>(threads: usize, iters: u64, op: &F) -> Duration {
+    let run = || {
+        let start = Instant::now();
+        for _ in 0..iters {
+            op();
+        }
+        start.elapsed()
+    };
+    if threads == 1 {
+        return run();
+    }
+    let barrier = Barrier::new(threads);
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(|| {
+                    barrier.wait();
+                    run()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("bench thread panicked"))
+            .max()
+            .unwrap_or_default()
+    })
+}
+
+fn cell<F: Fn() + Sync>(
+    g: &mut BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    id: &str,
+    threads: usize,
+    op: F,
+) {
+    g.bench_function(id, |b| b.iter_custom(|iters| contended(threads, iters, &op)));
+}
+
+fn nz(n: u32) -> NonZeroU32 {
+    NonZeroU32::new(n).expect("nonzero")
+}
+
+fn limit(per_second: f64) -> Limit {
+    Limit::per_second(per_second).expect("valid limit")
+}
+
+// ---- limiters in the state each workload needs ------------------------------------------
+
+const OK_LIMIT: f64 = 1e15;
+const OK_BURST: u32 = 1_000_000_000;
+
+fn governor_ok() -> governor::DefaultDirectRateLimiter {
+    // 1e9/s is governor's finest rate (a 1 ns replenish period).
+    RateLimiter::direct(Quota::per_second(nz(1_000_000_000)).allow_burst(nz(u32::MAX)))
+}
+
+fn governor_deny() -> governor::DefaultDirectRateLimiter {
+    let g = RateLimiter::direct(Quota::per_hour(nz(1)).allow_burst(nz(1)));
+    assert!(g.check().is_ok());
+    assert!(g.check().is_err());
+    g
+}
+
+fn turnstile_deny() -> TokenBucket {
+    let tb = TokenBucket::new(limit(1e-3), 1);
+    assert!(tb.allow());
+    assert!(!tb.allow());
+    tb
+}
+
+fn twin_deny() -> reference::TokenBucket {
+    let tb = reference::TokenBucket::new(limit(1e-3), 1);
+    assert!(tb.allow());
+    assert!(!tb.allow());
+    tb
+}
+
+// ---- workloads ---------------------------------------------------------------------------
+
+fn allow_ok(c: &mut Criterion) {
+    for threads in THREADS {
+        let mut g = c.benchmark_group(format!("allow_ok/{threads}t"));
+
+        let tb = TokenBucket::new(limit(OK_LIMIT), OK_BURST);
+        cell(&mut g, "turnstile", threads, || {
+            black_box(black_box(&tb).allow());
+        });
+        assert!(tb.allow(), "allow_ok bucket ran dry");
+
+        let twin = reference::TokenBucket::new(limit(OK_LIMIT), OK_BURST);
+        cell(&mut g, "mutex_twin", threads, || {
+            black_box(black_box(&twin).allow());
+        });
+        assert!(twin.allow(), "allow_ok twin ran dry");
+
+        let gov = governor_ok();
+        cell(&mut g, "governor", threads, || {
+            let _ = black_box(black_box(&gov).check());
+        });
+        assert!(gov.check().is_ok(), "allow_ok governor ran dry");
+
+        g.finish();
+    }
+}
+
+fn allow_deny(c: &mut Criterion) {
+    for threads in THREADS {
+        let mut g = c.benchmark_group(format!("allow_deny/{threads}t"));
+
+        let tb = turnstile_deny();
+        cell(&mut g, "turnstile", threads, || {
+            black_box(black_box(&tb).allow());
+        });
+        assert!(!tb.allow());
+
+        let twin = twin_deny();
+        cell(&mut g, "mutex_twin", threads, || {
+            black_box(black_box(&twin).allow());
+        });
+        assert!(!twin.allow());
+
+        let gov = governor_deny();
+        cell(&mut g, "governor", threads, || {
+            let _ = black_box(black_box(&gov).check());
+        });
+        assert!(gov.check().is_err());
+
+        g.finish();
+    }
+}
+
+fn reserve_cancel(c: &mut Criterion) {
+    for threads in THREADS {
+        let mut g = c.benchmark_group(format!("reserve_cancel/{threads}t"));
+
+        let tb = TokenBucket::new(limit(1.0), 1);
+        assert!(tb.allow());
+        cell(&mut g, "turnstile", threads, || {
+            let r = black_box(&tb).reserve_n(1);
+            black_box(r.ok());
+            r.cancel();
+        });
+
+        let twin = reference::TokenBucket::new(limit(1.0), 1);
+        assert!(twin.allow());
+        cell(&mut g, "mutex_twin", threads, || {
+            let r = black_box(&twin).reserve_n(1);
+            black_box(r.ok());
+            r.cancel();
+        });
+
+        // governor has no reserve/cancel: no cell.
+        g.finish();
+    }
+}
+
+fn config() -> Criterion {
+    Criterion::default()
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_millis(2500))
+        .sample_size(30)
+}
+
+criterion_group! {
+    name = benches;
+    config = config();
+    targets = allow_ok, allow_deny, reserve_cancel
+}
+criterion_main!(benches);

@@ -899,7 +899,7 @@ impl Config {
                 let t = Ticks::from_nanos(now);
                 let base = body.max(t.0 - self.tau.0);
                 let tat = base.saturating_add(self.interval.0.saturating_mul(i128::from(n)));
-                if tat > Ticks::MAX.0 {
+                if tat >= Ticks::MAX.0 {
                     Plan::Never // D4: the tokens would come after the end of time
                 } else {
                     Plan::Take {

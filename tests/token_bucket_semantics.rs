@@ -1,0 +1,396 @@
+//! The rules of x/time/rate (seed-semantics §1) on the lock-free `TokenBucket`, one test per
+//! rule, plus the deviations D1–D5 and the cancel formula. Times are explicit (`_at` forms).
+
+use std::time::Duration;
+
+use turnstile::{Limit, Limiter, ManualClock, Nanos, TokenBucket, WaitError};
+
+const MS: u64 = 1_000_000;
+const SEC: u64 = 1_000_000_000;
+
+fn tb(limit: f64, burst: u32) -> TokenBucket<ManualClock> {
+    TokenBucket::with_clock(Limit::per_second(limit).unwrap(), burst, ManualClock::default())
+}
+
+fn at(ns: u64) -> Nanos {
+    Nanos::new(ns)
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1.0)
+}
+
+#[test]
+fn starts_full_and_refills_at_the_limit() {
+    let l = tb(10.0, 5);
+    assert_eq!(l.tokens_at(at(0)), 5.0);
+    assert!(l.allow_n_at(at(0), 5));
+    assert!(!l.allow_at(at(0)));
+    assert!(!l.allow_at(at(99 * MS)));
+    assert!(l.allow_at(at(100 * MS)));
+    assert!(close(l.tokens_at(at(300 * MS)), 2.0));
+    assert_eq!(l.tokens_at(at(10 * SEC)), 5.0, "capped at the burst");
+}
+
+#[test]
+fn burst_zero_denies_every_positive_n_and_allows_zero() {
+    let l = tb(10.0, 0);
+    assert!(!l.allow_at(at(SEC)));
+    assert!(!l.reserve_n_at(at(SEC), 1).ok());
+    assert_eq!(
+        l.wait_n_blocking(1, None),
+        Err(WaitError::ExceedsBurst { n: 1, burst: 0 })
+    );
+    assert!(l.allow_n_at(at(SEC), 0));
+    let r = l.reserve_n_at(at(SEC), 0);
+    assert!(r.ok());
+    assert_eq!(r.time_to_act(), Some(at(SEC)));
+}
+
+#[test]
+fn infinite_limit_allows_everything_and_touches_nothing() {
+    let l = TokenBucket::with_clock(Limit::INF, 0, ManualClock::default());
+    for _ in 0..100 {
+        assert!(l.allow_n_at(at(SEC), 1_000_000));
+    }
+    let r = l.reserve_n_at(at(SEC), 7);
+    assert!(r.ok());
+    assert_eq!(r.delay_from(at(SEC)), Duration::ZERO);
+    r.cancel_at(at(SEC));
+    assert!(l.wait_n_blocking(1_000, None).is_ok(), "Inf skips the burst check");
+    assert_eq!(l.tokens_at(at(SEC)), 0.0);
+}
+
+#[test]
+fn set_limit_from_infinite_fills_the_bucket_when_time_has_passed() {
+    // seed §1.4: NewLimiter(Inf,5), three AllowN(t0,5), SetLimitAt(t0,10) -> tokens 5.
+    let l = TokenBucket::with_clock(Limit::INF, 5, ManualClock::default());
+    let t0 = at(SEC);
+    for _ in 0..3 {
+        assert!(l.allow_n_at(t0, 5));
+    }
+    l.set_limit_at(t0, Limit::per_second(10.0).unwrap());
+    assert_eq!(l.tokens_at(t0), 5.0);
+    assert!(l.allow_n_at(t0, 5));
+    assert!(!l.allow_n_at(t0, 1));
+}
+
+#[test]
+fn infinite_limit_keeps_raw_tokens_at_its_own_instant() {
+    // With last = t0: TokensAt(t0) = stored, TokensAt(t0 + 1ns) = burst.
+    let l = tb(10.0, 5);
+    let t0 = at(SEC);
+    assert!(l.allow_n_at(t0, 3));
+    l.set_limit_at(t0, Limit::INF);
+    assert!(close(l.tokens_at(t0), 2.0));
+    assert_eq!(l.tokens_at(at(SEC + 1)), 5.0);
+    l.set_limit_at(t0, Limit::per_second(10.0).unwrap());
+    assert!(close(l.tokens_at(t0), 2.0));
+}
+
+#[test]
+fn zero_limit_spends_the_burst_then_never_refills() {
+    let l = tb(0.0, 2);
+    assert!(l.allow_at(at(0)));
+    assert!(l.allow_at(at(SEC)));
+    assert!(!l.allow_at(at(1_000 * SEC)));
+    // D4: rate.go returns ok with InfDuration; turnstile says not OK, and wait fails at once.
+    let r = l.reserve_n_at(at(1_000 * SEC), 1);
+    assert!(!r.ok());
+    assert_eq!(r.delay_from(at(0)), Duration::MAX);
+    assert!(matches!(
+        l.wait_n_blocking(1, None),
+        Err(WaitError::Never { n: 1, .. })
+    ));
+}
+
+#[test]
+fn tiny_limit_reservation_past_the_end_of_time_is_not_ok() {
+    // 1e-10/s: the next token is 1e10 s away, past i64::MAX ns (D4, generalised).
+    let l = tb(1e-10, 1);
+    assert!(l.allow_at(at(0)));
+    assert!(!l.reserve_n_at(at(0), 1).ok());
+    assert_eq!(l.peek_n_at(at(0), 1).available_at, None);
+    // But a 1e-3/s limit reserves normally, 1000 s ahead.
+    let l = tb(1e-3, 1);
+    assert!(l.allow_at(at(0)));
+    let r = l.reserve_n_at(at(0), 1);
+    assert_eq!(r.time_to_act(), Some(at(1_000 * SEC)));
+}
+
+#[test]
+fn zero_tokens_in_deficit() {
+    // seed §1.4: (10,2) at tokens -1, AllowN(t0,0) = false; ReserveN(t0,0) ok at t1.
+    let l = tb(10.0, 2);
+    let t0 = at(SEC);
+    assert!(l.allow_n_at(t0, 2));
+    let debt = l.reserve_n_at(t0, 1);
+    assert!(close(l.tokens_at(t0), -1.0));
+    assert!(!l.allow_n_at(t0, 0));
+    let r = l.reserve_n_at(t0, 0);
+    assert!(r.ok());
+    assert_eq!(r.time_to_act(), Some(at(SEC + 100 * MS)));
+    assert_eq!(debt.time_to_act(), Some(at(SEC + 100 * MS)));
+}
+
+#[test]
+fn more_than_burst_is_never_ok_and_changes_nothing() {
+    let l = tb(10.0, 3);
+    assert!(!l.reserve_n_at(at(0), 4).ok());
+    assert!(!l.allow_n_at(at(0), 4));
+    assert_eq!(l.tokens_at(at(0)), 3.0);
+}
+
+#[test]
+fn failed_reservation_changes_nothing() {
+    let l = tb(1.0, 1);
+    assert!(l.allow_at(at(0)));
+    let r = l.reserve_n_within_at(at(0), 1, Duration::from_millis(999));
+    assert!(!r.ok());
+    assert_eq!(l.tokens_at(at(0)), 0.0);
+    assert!(l.allow_at(at(SEC)));
+}
+
+#[test]
+fn reserve_pays_now_and_acts_later() {
+    let l = tb(2.0, 1);
+    let a = l.reserve_at(at(0));
+    let b = l.reserve_at(at(0));
+    let c = l.reserve_n_at(at(0), 1);
+    assert_eq!(a.delay_from(at(0)), Duration::ZERO);
+    assert_eq!(b.delay_from(at(0)), Duration::from_millis(500));
+    assert_eq!(c.delay_from(at(0)), Duration::from_millis(1000));
+    assert_eq!(c.delay_from(at(400 * MS)), Duration::from_millis(600));
+    assert!(close(l.tokens_at(at(0)), -2.0));
+}
+
+#[test]
+fn set_limit_between_reservations_keeps_accrued_tokens() {
+    let l = tb(10.0, 10);
+    assert!(l.allow_n_at(at(0), 10));
+    // 500 ms at 10/s = 5 tokens, then 100/s.
+    l.set_limit_at(at(500 * MS), Limit::per_second(100.0).unwrap());
+    assert!(close(l.tokens_at(at(500 * MS)), 5.0));
+    assert!(close(l.tokens_at(at(520 * MS)), 7.0));
+    let r = l.reserve_n_at(at(520 * MS), 10);
+    assert_eq!(r.time_to_act(), Some(at(550 * MS)));
+    assert_eq!(l.limit(), Limit::per_second(100.0).unwrap());
+}
+
+#[test]
+fn set_burst_smaller_clamps_on_read() {
+    // seed §1.4: NewLimiter(10,5), SetBurstAt(t0,2) -> TokensAt(t0) = 2.
+    let l = tb(10.0, 5);
+    l.set_burst_at(at(SEC), 2);
+    assert_eq!(l.tokens_at(at(SEC)), 2.0);
+    assert_eq!(l.burst(), 2);
+    assert!(l.allow_n_at(at(SEC), 2));
+    assert!(!l.allow_at(at(SEC)));
+    l.set_burst_at(at(SEC), 5);
+    assert_eq!(l.tokens_at(at(SEC)), 0.0);
+    assert_eq!(l.tokens_at(at(SEC + 500 * MS)), 5.0);
+}
+
+#[test]
+fn cancel_restores_a_lone_reservation() {
+    // seed §1.6 sequence: limit 10, burst 1; reserve act t0, r = reserve act t1; cancel -> 0.
+    let l = tb(10.0, 1);
+    let t0 = at(SEC);
+    let first = l.reserve_at(t0);
+    assert_eq!(first.time_to_act(), Some(t0));
+    let r = l.reserve_at(t0);
+    assert_eq!(r.time_to_act(), Some(at(SEC + 100 * MS)));
+    r.cancel_at(t0);
+    assert!(close(l.tokens_at(t0), 0.0));
+    // D1: `r` is gone; a second cancel does not compile. The next token is due at t1 again.
+    assert!(!l.allow_at(t0));
+    assert!(l.allow_at(at(SEC + 100 * MS)));
+}
+
+#[test]
+fn cancel_restores_only_what_later_reservations_did_not_take() {
+    let l = tb(1.0, 10);
+    let r1 = l.reserve_n_at(at(0), 10); // tokens 0
+    let r2 = l.reserve_n_at(at(0), 5); // tokens -5, act 5 s
+    let r3 = l.reserve_n_at(at(0), 1); // tokens -6, act 6 s
+    assert_eq!(r3.time_to_act(), Some(at(6 * SEC)));
+    // r3 holds 1 token of r2's stretch: restore 5 - 1 = 4 (rate.go agrees).
+    r2.cancel_at(at(0));
+    assert!(close(l.tokens_at(at(0)), -2.0));
+    // r1 (act 0) is cancellable at 0. Later reservations still hold 2 tokens: 8 come back.
+    // rate.go would restore 10 - (lastEvent 6 s - 0) = 4 here, leaving r2's freed tokens
+    // unreturned (golang/go#56924): the documented cancel deviation.
+    r1.cancel_at(at(0));
+    assert!(close(l.tokens_at(at(0)), 6.0));
+    r3.cancel_at(at(0));
+    assert!(close(l.tokens_at(at(0)), 7.0));
+}
+
+#[test]
+fn cancel_too_late_does_nothing_and_exactly_on_time_still_works() {
+    let l = tb(10.0, 1);
+    assert!(l.allow_at(at(0)));
+    let r = l.reserve_at(at(0)); // act 100 ms
+    r.cancel_at(at(100 * MS + 1));
+    assert!(close(l.tokens_at(at(100 * MS)), 0.0));
+
+    let l = tb(10.0, 1);
+    assert!(l.allow_at(at(0)));
+    let r = l.reserve_at(at(0));
+    r.cancel_at(at(100 * MS)); // exactly at time_to_act: still allowed
+    assert!(close(l.tokens_at(at(100 * MS)), 1.0));
+}
+
+#[test]
+fn cancel_of_an_infinite_era_reservation_restores_nothing() {
+    let l = TokenBucket::with_clock(Limit::INF, 3, ManualClock::default());
+    let r = l.reserve_n_at(at(SEC), 3);
+    l.set_limit_at(at(SEC), Limit::per_second(1.0).unwrap());
+    assert!(l.allow_n_at(at(SEC), 3));
+    r.cancel_at(at(SEC));
+    assert_eq!(l.tokens_at(at(SEC)), 0.0, "it took nothing, it gives nothing");
+}
+
+#[test]
+fn wait_errors_come_in_rate_go_order() {
+    let clock = ManualClock::new(at(10 * SEC));
+    let l = TokenBucket::with_clock(Limit::per_second(1.0).unwrap(), 2, clock.clone());
+    // Exceeds burst is checked before the deadline.
+    assert_eq!(
+        l.wait_n_blocking(3, Some(at(0))),
+        Err(WaitError::ExceedsBurst { n: 3, burst: 2 })
+    );
+    assert_eq!(
+        l.wait_n_blocking(1, Some(at(10 * SEC))),
+        Err(WaitError::DeadlinePassed { n: 1 })
+    );
+    assert!(l.wait_n_blocking(2, Some(at(11 * SEC))).is_ok());
+    assert_eq!(
+        l.wait_n_blocking(1, Some(at(10 * SEC + 999 * MS))),
+        Err(WaitError::WouldExceedDeadline { n: 1 })
+    );
+    assert_eq!(l.tokens_at(at(10 * SEC)), 0.0, "a failed wait reserves nothing");
+    let zero = TokenBucket::with_clock(Limit::ZERO, 1, clock);
+    assert!(zero.wait_n_blocking(1, None).is_ok());
+    assert!(matches!(
+        zero.wait_n_blocking(1, Some(at(20 * SEC))),
+        Err(WaitError::Never { .. })
+    ));
+}
+
+#[test]
+fn blocking_wait_sleeps_for_the_delay() {
+    let l = TokenBucket::new(Limit::per_second(200.0).unwrap(), 1);
+    l.wait_n_blocking(1, None).unwrap();
+    let before = l.clock().clone();
+    let start = std::time::Instant::now();
+    l.wait_n_blocking(1, None).unwrap();
+    // Lower bound only: the machine may be slow, never fast.
+    assert!(start.elapsed() >= Duration::from_millis(4), "{:?}", start.elapsed());
+    drop(before);
+}
+
+#[cfg(feature = "tokio")]
+#[tokio::test(start_paused = true)]
+async fn dropping_an_async_wait_cancels_its_reservation() {
+    let clock = ManualClock::new(at(SEC));
+    let l = TokenBucket::with_clock(Limit::per_second(1.0).unwrap(), 1, clock.clone());
+    assert!(l.allow_at(at(SEC)));
+    {
+        let fut = l.wait_n(1, None);
+        tokio::pin!(fut);
+        // Poll once so the reservation is made, then drop the future.
+        assert!(futures_poll_once(fut.as_mut()).await.is_none());
+        assert!(close(l.tokens_at(at(SEC)), -1.0));
+    }
+    assert!(close(l.tokens_at(at(SEC)), 0.0), "the drop gave the token back");
+    // A completed wait keeps its tokens.
+    let done = l.wait_n(1, None).await;
+    assert!(done.is_ok());
+    assert!(close(l.tokens_at(at(SEC)), -1.0));
+}
+
+#[cfg(feature = "tokio")]
+async fn futures_poll_once<F: std::future::Future + Unpin>(mut f: F) -> Option<F::Output> {
+    std::future::poll_fn(|cx| {
+        std::task::Poll::Ready(match std::pin::Pin::new(&mut f).poll(cx) {
+            std::task::Poll::Ready(v) => Some(v),
+            std::task::Poll::Pending => None,
+        })
+    })
+    .await
+}
+
+#[test]
+fn peek_reports_without_taking() {
+    let l = tb(4.0, 4);
+    assert!(l.allow_n_at(at(0), 3));
+    let p = l.peek_n_at(at(0), 3);
+    assert!(close(p.tokens, 1.0));
+    assert_eq!(p.available_at, Some(at(500 * MS)));
+    assert_eq!(l.peek_n_at(at(0), 1).available_at, Some(at(0)));
+    assert!(close(l.tokens_at(at(0)), 1.0), "peek took nothing");
+    assert_eq!(l.peek_n_at(at(0), 5).available_at, None);
+}
+
+#[test]
+fn denial_says_when_to_retry() {
+    let l = tb(5.0, 1);
+    assert!(l.check_n_at(at(0), 1).is_ok());
+    let d = l.check_n_at(at(0), 1).unwrap_err();
+    assert_eq!(d.retry_at(), Some(at(200 * MS)));
+    assert_eq!(d.retry_after(), Some(Duration::from_millis(200)));
+    assert!(l.check_n_at(at(200 * MS), 1).is_ok(), "retrying then succeeds");
+    assert_eq!(l.check_n_at(at(0), 2).unwrap_err().retry_at(), None);
+}
+
+#[test]
+fn earlier_times_never_create_tokens() {
+    // D2 / golang/go#56287: alternating calls before and after `last` mint tokens in rate.go.
+    let l = tb(1.0, 1);
+    let mut granted = 0;
+    for _ in 0..10 {
+        granted += u32::from(l.allow_n_at(at(10 * SEC), 1));
+        granted += u32::from(l.allow_n_at(at(9 * SEC), 0));
+        granted += u32::from(l.allow_n_at(at(9 * SEC), 1));
+    }
+    // Budget over [9 s, 10 s]: burst 1 + 1 token/s * 1 s; zero-token calls count as grants
+    // here (10 of them), so at most 2 real tokens were handed out.
+    assert!(granted <= 2 + 10, "{granted}");
+    assert!(!l.allow_at(at(10 * SEC)));
+}
+
+#[test]
+fn every_matches_rate_go_floats() {
+    let e = Limit::every(Duration::from_nanos(1)).as_f64();
+    assert!(((e - 1e9) / 1e9).abs() < 1e-9);
+    assert_eq!(Limit::every(Duration::from_millis(2500)).as_f64().to_bits(), 0x3fd999999999999a);
+    assert_eq!(
+        Limit::every(Duration::from_nanos(i64::MAX as u64)).as_f64(),
+        1.0842021724855043e-10
+    );
+    assert!(Limit::every(Duration::ZERO).is_inf());
+}
+
+#[test]
+fn no_truncation_errors() {
+    // TestLimiter_noTruncationErrors.
+    let l = TokenBucket::new(Limit::per_second(0.7692307692307693).unwrap(), 1);
+    assert!(l.allow());
+}
+
+#[test]
+fn high_rates_do_not_drift() {
+    // 3e8/s: 3.33.. ns a token. Whole-nanosecond state would round each reservation. (A burst
+    // above 1 keeps the cap from discarding fractions between whole-nanosecond attempts.)
+    let l = tb(3e8, 10);
+    let mut granted = 0u64;
+    for i in 0..3_000_000u64 {
+        // one attempt per nanosecond for 3 ms (twice as fast as the limit)
+        if l.allow_at(at(SEC + i)) {
+            granted += 1;
+        }
+    }
+    // 3 ms at 3e8/s = 900_000 tokens, plus the burst of 10.
+    assert!((900_009..=900_010).contains(&granted), "{granted}");
+}
