@@ -1,0 +1,142 @@
+//! loom models of the token bucket's CAS protocols: every interleaving of two operations on
+//! one limiter ends in the state of some sequential order, and never over-grants.
+//! Run: RUSTFLAGS="--cfg loom" cargo test -p loom-tests --release --test token_bucket
+#![cfg(loom)]
+
+use loom::thread;
+use turnstile::{Limit, ManualClock, Nanos, TokenBucket};
+
+const SEC: u64 = 1_000_000_000;
+
+/// loom threads must be 'static and a Reservation borrows its limiter: leak one small limiter
+/// per explored execution.
+fn limiter(limit: f64, burst: u32) -> &'static TokenBucket<ManualClock> {
+    Box::leak(Box::new(TokenBucket::with_clock(
+        Limit::per_second(limit).unwrap(),
+        burst,
+        ManualClock::default(),
+    )))
+}
+
+fn t(ns: u64) -> Nanos {
+    Nanos::new(ns)
+}
+
+#[test]
+fn allow_vs_allow_grants_the_last_token_once() {
+    loom::model(|| {
+        let l = limiter(1.0, 1);
+        let a = thread::spawn(move || l.allow_at(t(0)));
+        let b = l.allow_at(t(0));
+        let a = a.join().unwrap();
+        assert!(a ^ b, "exactly one of two racing allows gets the one token");
+        assert_eq!(l.tokens_at(t(0)), 0.0);
+    });
+}
+
+#[test]
+fn reserve_vs_reserve_queues_both() {
+    loom::model(|| {
+        let l = limiter(1.0, 1);
+        let a = thread::spawn(move || l.reserve_at(t(0)).time_to_act());
+        let b = l.reserve_at(t(0)).time_to_act();
+        let a = a.join().unwrap();
+        let mut acts = [a.unwrap(), b.unwrap()];
+        acts.sort();
+        assert_eq!(acts, [t(0), t(SEC)]);
+        assert_eq!(l.tokens_at(t(0)), -1.0);
+    });
+}
+
+#[test]
+fn reserve_vs_cancel_is_linearizable() {
+    loom::model(|| {
+        let l = limiter(1.0, 1);
+        let first = l.reserve_at(t(0)); // tokens 0
+        let r = l.reserve_at(t(0)); // tokens -1, act 1 s
+        let a = thread::spawn(move || r.cancel_at(t(0)));
+        let b = l.reserve_at(t(0)).time_to_act().unwrap();
+        a.join().unwrap();
+        let tokens = l.tokens_at(t(0));
+        // cancel first: restores 1, then the reservation takes it back (act 1 s, tokens -1).
+        // reserve first: act 2 s; r now has a later reservation holding its stretch: restores 0.
+        assert!(
+            (b == t(SEC) && tokens == -1.0) || (b == t(2 * SEC) && tokens == -2.0),
+            "act {b:?}, tokens {tokens}"
+        );
+        drop(first);
+    });
+}
+
+#[test]
+fn cancel_vs_cancel_never_over_restores() {
+    loom::model(|| {
+        let l = limiter(1.0, 1);
+        assert!(l.allow_at(t(0)));
+        let r1 = l.reserve_at(t(0)); // act 1 s
+        let r2 = l.reserve_at(t(0)); // act 2 s, tokens -2
+        let a = thread::spawn(move || r1.cancel_at(t(0)));
+        r2.cancel_at(t(0));
+        a.join().unwrap();
+        let tokens = l.tokens_at(t(0));
+        // r1 then r2: r2 still held r1's stretch, so r1 restores 0, then r2 restores 1 -> -1.
+        // r2 then r1: both restore 1 -> 0.
+        assert!(tokens == -1.0 || tokens == 0.0, "tokens {tokens}");
+    });
+}
+
+#[test]
+fn set_limit_vs_reserve_is_linearizable() {
+    loom::model(|| {
+        let l = limiter(1.0, 1);
+        assert!(l.allow_at(t(0)));
+        let a = thread::spawn(move || l.set_limit_at(t(0), Limit::per_second(2.0).unwrap()));
+        let r = l.reserve_at(t(0));
+        let (act, limit) = (r.time_to_act().unwrap(), r.limit().as_f64());
+        a.join().unwrap();
+        // set_limit first: the token costs 0.5 s at 2/s. reserve first: 1 s at 1/s. Never a
+        // mix (a reservation computed half under the old configuration).
+        assert!(
+            (act == t(SEC / 2) && limit == 2.0) || (act == t(SEC) && limit == 1.0),
+            "act {act:?} under limit {limit}"
+        );
+        assert_eq!(l.tokens_at(t(0)), -1.0);
+        assert_eq!(l.limit().as_f64(), 2.0);
+        drop(r);
+    });
+}
+
+#[test]
+fn set_burst_vs_allow_is_linearizable() {
+    loom::model(|| {
+        let l = limiter(1.0, 2);
+        let a = thread::spawn(move || l.set_burst_at(t(0), 1));
+        let granted = l.allow_n_at(t(0), 2);
+        a.join().unwrap();
+        let tokens = l.tokens_at(t(0));
+        // set_burst first: 2 > burst 1, denied, 1 token left. allow first: granted, 0 left.
+        assert!(
+            (!granted && tokens == 1.0) || (granted && tokens == 0.0),
+            "granted {granted}, tokens {tokens}"
+        );
+    });
+}
+
+#[test]
+fn set_limit_vs_set_limit_vs_allow() {
+    loom::model(|| {
+        let l = limiter(1.0, 1);
+        assert!(l.allow_at(t(0)));
+        let a = thread::spawn(move || l.set_limit_at(t(SEC / 2), Limit::per_second(4.0).unwrap()));
+        let b = thread::spawn(move || l.set_limit_at(t(SEC / 2), Limit::per_second(2.0).unwrap()));
+        let granted = l.allow_at(t(SEC / 2));
+        a.join().unwrap();
+        b.join().unwrap();
+        // Half a second at 1/s leaves half a token whatever the order: never enough.
+        assert!(!granted);
+        let tokens = l.tokens_at(t(SEC / 2));
+        assert!((tokens - 0.5).abs() < 1e-9, "tokens {tokens}");
+        let limit = l.limit().as_f64();
+        assert!(limit == 4.0 || limit == 2.0);
+    });
+}

@@ -1,0 +1,152 @@
+//! Many threads on one limiter: the total granted never exceeds the budget
+//! `burst + limit × elapsed + largest n` (deviation D2's bound), with the real clock and with a
+//! manual clock moved by another thread, with and without concurrent reconfiguration.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Barrier;
+use std::time::Duration;
+
+use turnstile::{Clock, Limit, ManualClock, Nanos, QuantaClock, TokenBucket};
+
+const MAX_N: u32 = 4;
+
+struct Totals {
+    granted: u64,
+    /// Latest time_to_act among kept reservations: tokens promised up to then are in budget.
+    latest_act: Nanos,
+    ops: u64,
+}
+
+/// Runs `threads` workers for `run_for` of real time; each mixes allow_n, reserve+keep and
+/// reserve+cancel on `l`. `tick` is called by worker 0 between operations (to move a manual
+/// clock). Returns what was granted.
+fn hammer<C: Clock>(
+    l: &TokenBucket<C>,
+    threads: usize,
+    run_for: Duration,
+    reconfigure: Option<&(dyn Fn(u64) + Sync)>,
+) -> Totals {
+    let stop = AtomicBool::new(false);
+    let granted = AtomicU64::new(0);
+    let latest_act = AtomicU64::new(0);
+    let ops = AtomicU64::new(0);
+    let start = Barrier::new(threads + 1);
+    std::thread::scope(|s| {
+        for id in 0..threads {
+            let (stop, granted, latest_act, ops, start) = (&stop, &granted, &latest_act, &ops, &start);
+            s.spawn(move || {
+                let mut x = 0x9E37_79B9_7F4A_7C15u64 ^ (id as u64 + 1);
+                let (mut mine, mut n_ops) = (0u64, 0u64);
+                start.wait();
+                while !stop.load(Ordering::Relaxed) {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    let n = 1 + (x % u64::from(MAX_N)) as u32;
+                    match (x >> 8) % 4 {
+                        0 | 1 => {
+                            if l.allow_n(n) {
+                                mine += u64::from(n);
+                            }
+                        }
+                        2 => {
+                            let r = l.reserve_n_within(n, Duration::from_micros(200));
+                            if let Some(act) = r.time_to_act() {
+                                mine += u64::from(n);
+                                latest_act.fetch_max(act.as_u64(), Ordering::Relaxed);
+                            }
+                        }
+                        _ => l.reserve_n_within(n, Duration::from_micros(200)).cancel(),
+                    }
+                    n_ops += 1;
+                }
+                granted.fetch_add(mine, Ordering::Relaxed);
+                ops.fetch_add(n_ops, Ordering::Relaxed);
+            });
+        }
+        if let Some(f) = reconfigure {
+            let (stop, start) = (&stop, &start);
+            s.spawn(move || {
+                start.wait();
+                let mut i = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    f(i);
+                    i += 1;
+                    std::thread::yield_now();
+                }
+            });
+        } else {
+            start.wait();
+        }
+        std::thread::sleep(run_for);
+        stop.store(true, Ordering::Relaxed);
+    });
+    Totals {
+        granted: granted.into_inner(),
+        latest_act: Nanos::new(latest_act.into_inner()),
+        ops: ops.into_inner(),
+    }
+}
+
+fn budget(burst: u32, limit: f64, from: Nanos, to: Nanos) -> f64 {
+    f64::from(burst) + limit * (to - from).as_secs_f64() + f64::from(MAX_N)
+}
+
+#[test]
+fn real_clock_never_grants_more_than_the_budget() {
+    for threads in [2, 8] {
+        let (limit, burst) = (200_000.0, 100);
+        let clock = QuantaClock::new();
+        let t0 = clock.now();
+        let l = TokenBucket::with_clock(Limit::per_second(limit).unwrap(), burst, clock.clone());
+        let got = hammer(&l, threads, Duration::from_millis(600), None);
+        let t1 = clock.now().max(got.latest_act);
+        let b = budget(burst, limit, t0, t1);
+        assert!(got.granted as f64 <= b, "{threads} threads: granted {} > budget {b}", got.granted);
+        // The limiter is the bottleneck, not a broken one: most of the budget was used.
+        assert!(got.granted as f64 >= 0.5 * b.min(got.ops as f64), "granted {} of {b}", got.granted);
+    }
+}
+
+#[test]
+fn manual_clock_moved_by_another_thread_never_grants_more_than_the_budget() {
+    let (limit, burst) = (1_000_000.0, 50);
+    let clock = ManualClock::new(Nanos::new(1_000_000_000));
+    let t0 = clock.now();
+    let l = TokenBucket::with_clock(Limit::per_second(limit).unwrap(), burst, clock.clone());
+    let mover = clock.clone();
+    let got = hammer(
+        &l,
+        4,
+        Duration::from_millis(600),
+        Some(&move |_| mover.advance(Duration::from_nanos(700))),
+    );
+    let t1 = clock.now().max(got.latest_act);
+    let b = budget(burst, limit, t0, t1);
+    assert!(got.granted as f64 <= b, "granted {} > budget {b}", got.granted);
+    assert!(got.granted > 0);
+}
+
+#[test]
+fn concurrent_reconfiguration_never_grants_more_than_the_largest_budget() {
+    let (lo, hi, small, big) = (50_000.0, 200_000.0, 20, 100);
+    let clock = QuantaClock::new();
+    let t0 = clock.now();
+    let l = TokenBucket::with_clock(Limit::per_second(hi).unwrap(), big, clock.clone());
+    let lr = &l;
+    let got = hammer(
+        &l,
+        4,
+        Duration::from_millis(600),
+        Some(&move |i| match i % 4 {
+            0 => lr.set_limit(Limit::per_second(lo).unwrap()),
+            1 => lr.set_burst(small),
+            2 => lr.set_limit(Limit::per_second(hi).unwrap()),
+            _ => lr.set_burst(big),
+        }),
+    );
+    let t1 = clock.now().max(got.latest_act);
+    let b = budget(big, hi, t0, t1);
+    assert!(got.granted as f64 <= b, "granted {} > budget {b}", got.granted);
+    assert!(got.granted > 0);
+}
