@@ -10,7 +10,7 @@
 //! | [`TokenBucket`] | Go `golang.org/x/time/rate` | [`token_bucket`] |
 //! | [`Sometimes`] | Go `rate.Sometimes` | [`sometimes`] |
 //!
-//! Every limiter has a mutex-based twin in [`reference`] that follows the upstream code
+//! Every limiter has a mutex-based twin in [`reference`](mod@reference) that follows the upstream code
 //! literally; the tests compare the two on random operation sequences, and the benchmarks
 //! race them.
 //!

@@ -153,6 +153,9 @@ fn max_interval_does_not_panic() {
         runs(&s, &[Nanos::MAX, Nanos::MAX, Nanos::ZERO, Nanos::MAX]),
         [1, 2]
     );
+    // Longer than u64::MAX ns (by 0.29 s): saturates rather than wrapping to 0.29 s.
+    let s = Sometimes::new().interval(Duration::from_secs(18_446_744_074));
+    assert_eq!(runs(&s, &[Nanos::ZERO, at(1), at(1_000)]), [1]);
     // The longest representable interval still fires across the whole time range.
     let s = Sometimes::new().interval(Duration::from_nanos(u64::MAX - 1));
     assert_eq!(
@@ -336,10 +339,30 @@ fn concurrent_first_and_every_are_exact() {
     assert_eq!(got, expected);
 }
 
+/// A frozen clock whose first read is slow. That read is almost always ticket 0's, which is
+/// then still between taking its ticket and publishing its time while the other threads make
+/// their calls (the window the `NEVER` sentinel covers).
+struct SlowFirstRead {
+    now: Nanos,
+    first: std::sync::atomic::AtomicBool,
+}
+
+impl turnstile::Clock for SlowFirstRead {
+    fn now(&self) -> Nanos {
+        if !self.first.swap(true, Ordering::Relaxed) {
+            thread::sleep(Duration::from_millis(50));
+        }
+        self.now
+    }
+}
+
 #[test]
 fn concurrent_interval_with_a_frozen_clock_runs_once() {
-    let clock = ManualClock::new(at(3));
-    let s = Arc::new(Sometimes::with_clock(clock.clone()).interval(Duration::from_nanos(1)));
+    let clock = SlowFirstRead {
+        now: at(3),
+        first: Default::default(),
+    };
+    let s = Arc::new(Sometimes::with_clock(clock).interval(Duration::from_nanos(1)));
     let calls = Arc::new(AtomicUsize::new(0));
     let runs = Arc::new(AtomicUsize::new(0));
     let barrier = Arc::new(Barrier::new(THREADS));

@@ -457,10 +457,9 @@ impl<C: Clock> TokenBucket<C> {
     /// (about 292 years), as upstream blocks forever.
     pub fn wait_n_blocking(&self, n: u32, deadline: Option<Nanos>) -> Result<(), WaitError> {
         let now = self.clock.now();
-        if let Some((r, delay)) = self.begin_wait(now, n, deadline)? {
+        // The reservation is spent, not cancelled: the tokens are used.
+        if let Some((_spent, delay)) = self.begin_wait(now, n, deadline)? {
             std::thread::sleep(delay);
-            // The reservation is spent: the tokens are used, not returned.
-            drop(r);
         }
         Ok(())
     }
@@ -481,7 +480,7 @@ impl<C: Clock> TokenBucket<C> {
         let mut guard = CancelOnDrop(Some(r));
         tokio::time::sleep(delay).await;
         // Slept to the end: the tokens are used, so disarm the guard.
-        drop(guard.0.take());
+        let _spent = guard.0.take();
         Ok(())
     }
 }
