@@ -2,10 +2,15 @@
 //! side, on one shared limiter at 1 and 2 threads.
 //!
 //! Groups (`<workload>/<threads>t`), each with the ids `turnstile`, `mutex_twin`, `governor`:
-//! * `allow_ok`: `allow()` that always succeeds. The limit is high (1e15/s) but finite and the
-//!   burst large, so every call runs the whole take path and commits a CAS (or, for the twin,
-//!   takes the mutex and writes); `Limit::INF` would touch no state and is not used.
-//!   governor: 1e9 cells/s (its finest period, 1 ns) with a burst of `u32::MAX`.
+//! * `allow_ok`: `allow()` that always succeeds. The limit is high (1e10/s) but finite, so
+//!   every call runs the whole take path and commits a CAS (or, for the twin, takes the mutex
+//!   and writes); `Limit::INF` would touch no state and is not used. The burst is `u32::MAX`,
+//!   i.e. `tau` = burst / limit = 0.43 s: a check whose clock reading is older than the
+//!   bucket's `tat - tau` is denied (deviation D2: an earlier time never creates tokens), so
+//!   `tau` must outlast any preemption between a thread's clock read and its CAS. With 1e15/s
+//!   and a burst of 1e9 (`tau` = 1 us) the 2-thread run saw such denials. The bucket cannot
+//!   empty: 1e10 tokens/s refill against < 1e9 calls/s.
+//!   governor: 1e9 cells/s (its finest period, 1 ns) with a burst of `u32::MAX` (`tau` = 4.3 s).
 //! * `allow_deny`: `allow()` that always fails: 1e-3/s, burst 1, drained before measuring.
 //!   governor: 1 per hour, burst 1, drained.
 //! * `reserve_cancel`: `reserve_n(1)` then `Reservation::cancel()` on a drained 1/s bucket of
@@ -71,7 +76,9 @@ fn cell<F: Fn() + Sync>(
     threads: usize,
     op: F,
 ) {
-    g.bench_function(id, |b| b.iter_custom(|iters| contended(threads, iters, &op)));
+    g.bench_function(id, |b| {
+        b.iter_custom(|iters| contended(threads, iters, &op))
+    });
 }
 
 fn nz(n: u32) -> NonZeroU32 {
@@ -84,8 +91,9 @@ fn limit(per_second: f64) -> Limit {
 
 // ---- limiters in the state each workload needs ------------------------------------------
 
-const OK_LIMIT: f64 = 1e15;
-const OK_BURST: u32 = 1_000_000_000;
+/// See the module docs: finite, and a `tau` (burst / limit) of 0.43 s.
+const OK_LIMIT: f64 = 1e10;
+const OK_BURST: u32 = u32::MAX;
 
 fn governor_ok() -> governor::DefaultDirectRateLimiter {
     // 1e9/s is governor's finest rate (a 1 ns replenish period).

@@ -65,9 +65,11 @@
 //!   reservations still hold from the bucket's current `tat` rather than from rate.go's
 //!   `lastEvent`. The two agree until a reservation other than the latest is cancelled or the
 //!   limit changes; after that rate.go restores less than later reservations left free
-//!   (golang/go#56924, #69419), turnstile restores exactly that. A reservation made under an
-//!   infinite limit took nothing and restores nothing; one made before a switch to a zero
-//!   limit restores its tokens.
+//!   (golang/go#56924, #69419), turnstile restores exactly that. Nor does turnstile ever
+//!   restore more than the reservation took, which rate.go does when `lastEvent` lies before
+//!   the reservation's time (a zero-token reservation moves it there). A reservation made
+//!   under an infinite limit took nothing and restores nothing; one made before a switch to a
+//!   zero limit restores its tokens.
 //! * Limits above 2^32 × 10^9 per second act as that limit (one token per tick).
 
 use std::fmt;
@@ -294,7 +296,7 @@ impl<C: Clock> TokenBucket<C> {
         let available_at = match cfg.plan(body(word), now, n) {
             Plan::Free => Some(now),
             Plan::Never => None,
-            Plan::Take { ready, .. } => Some(ready.ceil_nanos()),
+            Plan::Take { ready, .. } => Some(ready.max(Ticks::from_nanos(now)).ceil_nanos()),
         };
         Peek {
             tokens,
@@ -854,8 +856,15 @@ impl Config {
         let burst = f64::from(self.burst);
         match self.mode {
             Mode::Finite => {
+                // Counted in intervals, the unit `plan` spends, so that a full bucket holds
+                // exactly `burst` and taking n leaves exactly n fewer.
                 let elapsed = Ticks::from_nanos(now).saturating_sub(Ticks(body));
-                (elapsed.to_secs() * self.limit).min(burst)
+                if elapsed >= self.tau {
+                    burst
+                } else {
+                    let (whole, part) = (elapsed.0 / self.interval.0, elapsed.0 % self.interval.0);
+                    whole as f64 + part as f64 / self.interval.0 as f64
+                }
             }
             Mode::Zero => body_tokens(body).min(burst),
             // elapsed * MaxFloat64 overflows to +Inf when time has passed since `last`.
@@ -868,7 +877,7 @@ impl Config {
     fn body_from_tokens(&self, tokens: f64, now: Nanos) -> i128 {
         match self.mode {
             Mode::Finite => {
-                let held = Ticks::from_f64(tokens * self.interval.0 as f64);
+                let held = self.ticks_for(tokens);
                 Ticks::from_nanos(now)
                     .saturating_sub(held)
                     .clamp(Ticks::MIN, Ticks::MAX)
@@ -876,6 +885,15 @@ impl Config {
             }
             Mode::Zero | Mode::Inf => tokens_body(tokens),
         }
+    }
+
+    /// The time `tokens` take to refill. Whole tokens are multiplied exactly, so integral token
+    /// counts convert without rounding (a full bucket stays exactly full across a change).
+    fn ticks_for(&self, tokens: f64) -> Ticks {
+        let whole = tokens.trunc();
+        let exact = (whole as i128).saturating_mul(self.interval.0);
+        let part = ((tokens - whole) * self.interval.0 as f64) as i128;
+        Ticks(exact.saturating_add(part)).clamp(Ticks::MIN, Ticks::MAX)
     }
 
     /// rate.go's `reserveN` arithmetic for `n` tokens at `now`, without the wait check.
@@ -942,7 +960,7 @@ impl Config {
                     return None;
                 }
                 // tokens' = min(burst, tokens(now) + restore)  <=>  tat' = max(now - tau, tat - restore*T)
-                let back = Ticks::from_f64(restore * self.interval.0 as f64);
+                let back = self.ticks_for(restore);
                 let floor = Ticks::from_nanos(now).0 - self.tau.0;
                 Some(body.saturating_sub(back.0).max(floor))
             }

@@ -1,0 +1,294 @@
+//! Differential test: random operation sequences run on the lock-free `TokenBucket` and on its
+//! mutex twin (the literal rate.go port) must agree — decisions equal, times within 1 µs,
+//! tokens within 1e-6 relative — except where a
+//! documented deviation applies. When one does, or when the two differ only because a
+//! decision sat exactly on a float boundary, the sequence stops there and the reason is
+//! counted; the test then checks that most sequences ran to the end.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestCaseError, TestRunner};
+use turnstile::{reference, Limit, ManualClock, Nanos, TokenBucket};
+
+#[derive(Clone, Debug)]
+enum Op {
+    Allow { n: u32 },
+    Reserve { n: u32, max_wait: Option<f64> },
+    Cancel { idx: usize },
+    SetLimit { limit: Limit },
+    SetBurst { burst: u32 },
+    Tokens,
+    Peek { n: u32 },
+}
+
+/// How far to move the clock before an op: in units of the current token interval, so the
+/// interesting region (a few tokens) is hit at every limit.
+#[derive(Clone, Debug)]
+enum Step {
+    Same,
+    Nanos(u64),
+    Tokens(f64),
+    Seconds(f64),
+}
+
+fn limit() -> impl Strategy<Value = Limit> {
+    prop_oneof![
+        1 => Just(Limit::ZERO),
+        1 => Just(Limit::INF),
+        12 => (-3.0f64..9.0).prop_map(|e| Limit::per_second(10f64.powf(e)).unwrap()),
+        2 => (1u32..100).prop_map(|r| Limit::per_second(f64::from(r)).unwrap()),
+    ]
+}
+
+fn burst() -> impl Strategy<Value = u32> {
+    prop_oneof![1 => Just(0u32), 4 => 1u32..6, 3 => 0u32..=1000]
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        3 => Just(Step::Same),
+        1 => (1u64..2_000).prop_map(Step::Nanos),
+        6 => (0.0f64..4.0).prop_map(Step::Tokens),
+        1 => (0.0f64..5.0).prop_map(Step::Seconds),
+    ]
+}
+
+fn n() -> impl Strategy<Value = u32> {
+    prop_oneof![6 => 0u32..4, 2 => 0u32..20, 1 => 0u32..1100]
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        5 => n().prop_map(|n| Op::Allow { n }),
+        5 => (n(), prop::option::of(0.0f64..4.0)).prop_map(|(n, max_wait)| Op::Reserve { n, max_wait }),
+        4 => any::<usize>().prop_map(|idx| Op::Cancel { idx }),
+        1 => limit().prop_map(|limit| Op::SetLimit { limit }),
+        1 => burst().prop_map(|burst| Op::SetBurst { burst }),
+        2 => Just(Op::Tokens),
+        2 => n().prop_map(|n| Op::Peek { n }),
+    ]
+}
+
+/// Why a sequence stopped before its end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Stop {
+    /// Ran to the end.
+    Completed,
+    /// A decision sat on a float boundary (within tolerance); both answers are right.
+    Borderline,
+    /// D4: the twin reserved tokens that never arrive (zero limit, or ≥ InfDuration away).
+    D4,
+    /// The cancel deviation: rate.go measures later reservations from `lastEvent`, turnstile
+    /// from `tat`; they differ after an earlier cancel or a limit change.
+    CancelFormula,
+    /// A reservation made under an infinite limit took nothing and restores nothing; rate.go
+    /// restores its tokens.
+    CancelInfEra,
+    /// rate.go restored more tokens than the reservation held (its `lastEvent` lay before the
+    /// reservation's time, e.g. after a zero-token reservation); turnstile never does.
+    CancelOverRestore,
+}
+
+const US: f64 = 1_000.0;
+
+/// Tolerances. rate.go truncates reservation times to whole nanoseconds and later turns those
+/// times back into tokens (cancel, `lastEvent`), so its tokens carry an error of up to a few
+/// nanoseconds' refill at the highest limit the sequence has used; turnstile keeps 2^-32 ns.
+/// An error in tokens is an error in time of `error / limit`.
+struct Tol {
+    max_limit: f64,
+}
+
+impl Tol {
+    fn tokens(&self) -> f64 {
+        4e-9 * self.max_limit
+    }
+    fn tokens_close(&self, a: f64, b: f64) -> bool {
+        (a - b).abs() <= 1e-6 * a.abs().max(b.abs()).max(1.0) + self.tokens()
+    }
+    fn time_close(&self, a: Nanos, b: Nanos, limit: f64) -> bool {
+        let slack = if limit > 0.0 && limit < f64::MAX { self.tokens() / limit * 1e9 } else { 0.0 };
+        (a.as_u64() as f64 - b.as_u64() as f64).abs() <= US + slack
+    }
+    fn see(&mut self, limit: f64) {
+        if limit < f64::MAX {
+            self.max_limit = self.max_limit.max(limit);
+        }
+    }
+}
+/// Well past any time the test reaches: a twin time this far out is rate.go's InfDuration.
+const FAR: u64 = 100 * 365 * 86_400 * 1_000_000_000;
+
+fn run(init_limit: Limit, init_burst: u32, start: u64, ops: &[(Step, Op)]) -> Result<Stop, TestCaseError> {
+    let ours = TokenBucket::with_clock(init_limit, init_burst, ManualClock::default());
+    let twin = reference::TokenBucket::with_clock(init_limit, init_burst, ManualClock::default());
+    let mut now = Nanos::new(start);
+    // (ours, twin, made under an infinite limit)
+    let mut held = Vec::new();
+    // Set by a restoring cancel or a reconfiguration, cleared by the next successful
+    // reservation (rate.go's lastEvent is then the new reservation's time, which is `tat`).
+    let mut last_event_stale = false;
+    let mut tol = Tol { max_limit: 0.0 };
+    tol.see(init_limit.as_f64());
+
+    for (i, (step, op)) in ops.iter().enumerate() {
+        let limit = twin.limit().as_f64();
+        let dt = match *step {
+            Step::Same => 0,
+            Step::Nanos(ns) => ns,
+            Step::Tokens(k) if limit > 0.0 && limit < f64::MAX => (k / limit * 1e9).min(1e13) as u64,
+            Step::Tokens(k) => (k * 1e6) as u64,
+            Step::Seconds(s) => (s * 1e9) as u64,
+        };
+        now = now + Duration::from_nanos(dt);
+        let ctx = || format!("op {i} {op:?} at {now:?} (limit {limit}, burst {})", twin.burst());
+        let before = twin.tokens_at(now);
+
+        match op {
+            Op::Allow { n } => {
+                let (a, b) = (ours.allow_n_at(now, *n), twin.allow_n_at(now, *n));
+                if a != b {
+                    if tol.tokens_close(before, f64::from(*n)) {
+                        return Ok(Stop::Borderline);
+                    }
+                    return Err(TestCaseError::fail(format!("{}: allow ours {a} twin {b}, twin tokens {before}", ctx())));
+                }
+                if a {
+                    last_event_stale = false;
+                }
+            }
+            Op::Reserve { n, max_wait } => {
+                let wait = max_wait.map(|k| {
+                    if limit > 0.0 && limit < f64::MAX {
+                        Duration::from_secs_f64((k / limit).min(1e6))
+                    } else {
+                        Duration::from_secs_f64(k)
+                    }
+                });
+                let (a, b) = match wait {
+                    Some(w) => (ours.reserve_n_within_at(now, *n, w), twin.reserve_n_within_at(now, *n, w)),
+                    None => (ours.reserve_n_at(now, *n), twin.reserve_n_at(now, *n)),
+                };
+                match (a.time_to_act(), b.time_to_act()) {
+                    (Some(x), Some(y)) => {
+                        prop_assert!(tol.time_close(x, y, limit), "{}: act ours {x:?} twin {y:?}", ctx());
+                        last_event_stale = false;
+                        held.push((a, b, limit >= f64::MAX));
+                    }
+                    (None, None) => {}
+                    (None, Some(y)) if y.as_u64() >= FAR || limit == 0.0 => return Ok(Stop::D4),
+                    (x, y) => {
+                        // Borderline: the twin's wait sits on the maximum wait.
+                        let twin_wait = (f64::from(*n) - before) / limit * 1e9;
+                        let edge = wait.map_or(0.0, |w| w.as_nanos() as f64);
+                        if (twin_wait - edge).abs() <= US || tol.tokens_close(before, f64::from(*n)) {
+                            return Ok(Stop::Borderline);
+                        }
+                        return Err(TestCaseError::fail(format!("{}: reserve ours {x:?} twin {y:?}", ctx())));
+                    }
+                }
+            }
+            Op::Cancel { idx } => {
+                if held.is_empty() {
+                    continue;
+                }
+                let (a, b, inf_era) = held.swap_remove(idx % held.len());
+                let held_tokens = f64::from(a.tokens());
+                a.cancel_at(now);
+                b.cancel_at(now);
+                let (x, y) = (ours.tokens_at(now), twin.tokens_at(now));
+                if !tol.tokens_close(x, y) {
+                    if inf_era {
+                        return Ok(Stop::CancelInfEra);
+                    }
+                    if y - before > held_tokens + tol.tokens() {
+                        return Ok(Stop::CancelOverRestore);
+                    }
+                    if last_event_stale {
+                        return Ok(Stop::CancelFormula);
+                    }
+                    return Err(TestCaseError::fail(format!("{}: after cancel ours {x} twin {y}", ctx())));
+                }
+                if y != before {
+                    last_event_stale = true;
+                }
+            }
+            Op::SetLimit { limit } => {
+                ours.set_limit_at(now, *limit);
+                twin.set_limit_at(now, *limit);
+                tol.see(limit.as_f64());
+                last_event_stale = true;
+                prop_assert_eq!(ours.limit(), twin.limit());
+            }
+            Op::SetBurst { burst } => {
+                ours.set_burst_at(now, *burst);
+                twin.set_burst_at(now, *burst);
+                last_event_stale = true;
+                prop_assert_eq!(ours.burst(), twin.burst());
+            }
+            Op::Tokens => {}
+            Op::Peek { n } => {
+                let (a, b) = (ours.peek_n_at(now, *n), twin.peek_n_at(now, *n));
+                match (a.available_at, b.available_at) {
+                    (Some(x), Some(y)) => prop_assert!(tol.time_close(x, y, limit), "{}: peek ours {x:?} twin {y:?}", ctx()),
+                    (None, None) => {}
+                    (None, Some(y)) if y.as_u64() >= FAR => {}
+                    (x, y) => return Err(TestCaseError::fail(format!("{}: peek ours {x:?} twin {y:?}", ctx()))),
+                }
+            }
+        }
+        let (x, y) = (ours.tokens_at(now), twin.tokens_at(now));
+        prop_assert!(tol.tokens_close(x, y), "{}: tokens ours {x} twin {y}", ctx());
+    }
+    Ok(Stop::Completed)
+}
+
+#[test]
+fn lock_free_bucket_agrees_with_its_mutex_twin() {
+    let cases = std::env::var("TURNSTILE_DIFF_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(3000);
+    let mut runner = TestRunner::new(Config {
+        cases,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let stats = std::cell::RefCell::new(BTreeMap::<Stop, u32>::new());
+    let strategy = (
+        limit(),
+        burst(),
+        0u64..1_000_000_000_000,
+        prop::collection::vec((step(), op()), 1..80),
+    );
+    runner
+        .run(&strategy, |(l, b, start, ops)| {
+            let stop = run(l, b, start, &ops)?;
+            *stats.borrow_mut().entry(stop).or_default() += 1;
+            Ok(())
+        })
+        .unwrap();
+    let stats = stats.into_inner();
+    eprintln!("differential outcomes: {stats:?}");
+    let total: u32 = stats.values().sum();
+    let completed = stats.get(&Stop::Completed).copied().unwrap_or(0);
+    let borderline = stats.get(&Stop::Borderline).copied().unwrap_or(0);
+    // Most sequences compare to the end; boundary ties are rare.
+    assert!(completed * 10 >= total * 7, "{stats:?}");
+    assert!(borderline * 50 <= total, "{stats:?}");
+}
+
+/// The seed's vectors where rate.go and turnstile must agree exactly, run on both.
+#[test]
+fn twin_and_lock_free_agree_on_a_scripted_sequence() {
+    let ops = vec![
+        (Step::Same, Op::Allow { n: 3 }),
+        (Step::Same, Op::Reserve { n: 2, max_wait: None }),
+        (Step::Tokens(0.5), Op::Reserve { n: 1, max_wait: Some(1.0) }),
+        (Step::Same, Op::Cancel { idx: 1 }),
+        (Step::Tokens(1.0), Op::SetLimit { limit: Limit::per_second(20.0).unwrap() }),
+        (Step::Same, Op::SetBurst { burst: 2 }),
+        (Step::Tokens(3.0), Op::Peek { n: 2 }),
+        (Step::Same, Op::Allow { n: 2 }),
+    ];
+    assert_eq!(run(Limit::per_second(10.0).unwrap(), 3, 1_000_000_000, &ops).unwrap(), Stop::Completed);
+}
