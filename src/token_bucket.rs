@@ -70,7 +70,9 @@
 //!   the reservation's time (a zero-token reservation moves it there). A reservation made
 //!   under an infinite limit took nothing and restores nothing; one made before a switch to a
 //!   zero limit restores its tokens.
-//! * Limits above 2^32 × 10^9 per second act as that limit (one token per tick).
+//! * Limits above 2^32 × 10^9 per second act as that limit (one token per tick). A limit so
+//!   small that refilling the burst would take longer than ~292 years never refills: it acts
+//!   as a zero limit (rate.go would add one token every few centuries).
 
 use std::fmt;
 use std::time::Duration;
@@ -752,34 +754,41 @@ impl Ticks {
     const ZERO_WAIT: Ticks = Ticks(0);
     const UNBOUNDED_WAIT: Ticks = Ticks(i128::MAX);
 
+    #[inline]
     fn from_nanos(t: Nanos) -> Ticks {
         Ticks((t.as_u64() as i128) << FRAC_BITS)
     }
 
+    #[inline]
     fn from_duration(d: Duration) -> Ticks {
         let ns = i128::try_from(d.as_nanos()).unwrap_or(i128::MAX);
         Ticks(ns.saturating_mul(1 << FRAC_BITS))
     }
 
     /// `x` as ticks, saturating into `[MIN, MAX]` (`as` saturates and maps NaN to 0).
+    #[inline]
     fn from_f64(x: f64) -> Ticks {
         Ticks(x as i128).clamp(Ticks::MIN, Ticks::MAX)
     }
 
+    #[inline]
     fn saturating_sub(self, o: Ticks) -> Ticks {
         Ticks(self.0.saturating_sub(o.0))
     }
 
+    #[inline]
     fn to_secs(self) -> f64 {
         self.0 as f64 / TICKS_PER_SEC
     }
 
     /// Truncated to whole nanoseconds (rate.go truncates durations), clamped to `Nanos`.
+    #[inline]
     fn floor_nanos(self) -> Nanos {
         Nanos::new((self.0 >> FRAC_BITS).clamp(0, u64::MAX as i128) as u64)
     }
 
     /// Rounded up to whole nanoseconds: the first nanosecond at which the time has passed.
+    #[inline]
     fn ceil_nanos(self) -> Nanos {
         let ns = (self.0 + ((1 << FRAC_BITS) - 1)) >> FRAC_BITS;
         Nanos::new(ns.clamp(0, u64::MAX as i128) as u64)
@@ -797,10 +806,12 @@ fn body(word: u128) -> i128 {
 }
 
 /// Zero and infinite limits store tokens, as f64 bits, in the body's top 64 bits.
+#[inline]
 fn tokens_body(tokens: f64) -> i128 {
     i128::from(tokens.to_bits() as i64) << 32
 }
 
+#[inline]
 fn body_tokens(body: i128) -> f64 {
     f64::from_bits((body >> 32) as u64)
 }
@@ -822,24 +833,25 @@ struct Config {
 }
 
 impl Config {
+    #[inline]
     fn new(epoch: u32, limit: Limit, burst: u32, since: Nanos) -> Config {
         let l = limit.as_f64();
-        let mode = if limit.is_inf() {
-            Mode::Inf
+        let (mut mode, mut interval, mut tau) = (Mode::Finite, Ticks(0), Ticks(0));
+        if limit.is_inf() {
+            mode = Mode::Inf;
         } else if l == 0.0 {
-            Mode::Zero
+            mode = Mode::Zero;
         } else {
-            Mode::Finite
-        };
-        let (interval, tau) = if mode == Mode::Finite {
             let t = Ticks::from_f64(TICKS_PER_SEC / l).max(Ticks(1));
-            (
-                t,
-                Ticks(t.0.saturating_mul(i128::from(burst)).min(Ticks::MAX.0)),
-            )
-        } else {
-            (Ticks(0), Ticks(0))
-        };
+            match t.0.checked_mul(i128::from(burst.max(1))) {
+                Some(full) if full < Ticks::MAX.0 => {
+                    (interval, tau) = (t, Ticks(t.0 * i128::from(burst)))
+                }
+                // Refilling the burst would take past the end of representable time (~292
+                // years): such a limit never refills, exactly like a zero limit.
+                _ => mode = Mode::Zero,
+            }
+        }
         Config {
             epoch,
             limit: l,
@@ -852,6 +864,7 @@ impl Config {
     }
 
     /// rate.go's `advance(now)`: the tokens at `now`, capped at the burst.
+    #[inline]
     fn tokens(&self, body: i128, now: Nanos) -> f64 {
         let burst = f64::from(self.burst);
         match self.mode {
@@ -874,6 +887,7 @@ impl Config {
     }
 
     /// Re-expresses `tokens` at `now` as a body under this configuration.
+    #[inline]
     fn body_from_tokens(&self, tokens: f64, now: Nanos) -> i128 {
         match self.mode {
             Mode::Finite => {
@@ -887,8 +901,19 @@ impl Config {
         }
     }
 
+    /// Ticks that `n` tokens cost. Intervals below 2^64 ticks (limits above ~0.23/s) take one
+    /// 64×64→128-bit multiply instead of a saturating 128-bit one.
+    #[inline]
+    fn cost(&self, n: u32) -> i128 {
+        match u64::try_from(self.interval.0) {
+            Ok(t) => i128::try_from(u128::from(t) * u128::from(n)).unwrap_or(i128::MAX),
+            Err(_) => self.interval.0.saturating_mul(i128::from(n)),
+        }
+    }
+
     /// The time `tokens` take to refill. Whole tokens are multiplied exactly, so integral token
     /// counts convert without rounding (a full bucket stays exactly full across a change).
+    #[inline]
     fn ticks_for(&self, tokens: f64) -> Ticks {
         let whole = tokens.trunc();
         let exact = (whole as i128).saturating_mul(self.interval.0);
@@ -916,7 +941,7 @@ impl Config {
             Mode::Finite => {
                 let t = Ticks::from_nanos(now);
                 let base = body.max(t.0 - self.tau.0);
-                let tat = base.saturating_add(self.interval.0.saturating_mul(i128::from(n)));
+                let tat = base.saturating_add(self.cost(n));
                 if tat >= Ticks::MAX.0 {
                     Plan::Never // D4: the tokens would come after the end of time
                 } else {
@@ -930,6 +955,7 @@ impl Config {
     }
 
     /// When a reservation that left the body at `body` may act.
+    #[inline]
     fn ready_after(&self, body: i128, now: Nanos) -> Nanos {
         match self.mode {
             Mode::Finite if body > Ticks::from_nanos(now).0 => Ticks(body).floor_nanos(),
@@ -938,6 +964,7 @@ impl Config {
     }
 
     /// The body after cancelling `r` at `now`, or `None` if nothing is restored.
+    #[inline]
     fn restore<C: Clock>(&self, body: i128, now: Nanos, r: &Reservation<'_, C>) -> Option<i128> {
         let n = f64::from(r.tokens);
         match self.mode {
@@ -982,6 +1009,7 @@ struct ConfigSlot {
 const WRITING: u64 = u64::MAX;
 
 impl ConfigSlot {
+    #[inline]
     fn new() -> ConfigSlot {
         let z = || AtomicU64::new(0);
         ConfigSlot {
@@ -995,6 +1023,7 @@ impl ConfigSlot {
     }
 
     /// Only called with the reconfiguration lock held (or before the limiter is shared).
+    #[inline]
     fn write(&self, cfg: &Config) {
         self.seq.store(WRITING, Ordering::Relaxed);
         fence(Ordering::Release);
@@ -1023,7 +1052,7 @@ impl ConfigSlot {
         }
         let mode = if limit == f64::MAX {
             Mode::Inf
-        } else if limit == 0.0 {
+        } else if interval.0 == 0 {
             Mode::Zero
         } else {
             Mode::Finite
@@ -1040,11 +1069,13 @@ impl ConfigSlot {
     }
 }
 
+#[inline]
 fn store_i128(words: &[AtomicU64; 2], v: i128) {
     words[0].store(v as u64, Ordering::Relaxed);
     words[1].store((v >> 64) as u64, Ordering::Relaxed);
 }
 
+#[inline]
 fn load_i128(words: &[AtomicU64; 2]) -> i128 {
     let lo = words[0].load(Ordering::Relaxed);
     let hi = words[1].load(Ordering::Relaxed);

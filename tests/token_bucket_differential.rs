@@ -109,7 +109,11 @@ impl Tol {
         (a - b).abs() <= 1e-6 * a.abs().max(b.abs()).max(1.0) + self.tokens()
     }
     fn time_close(&self, a: Nanos, b: Nanos, limit: f64) -> bool {
-        let slack = if limit > 0.0 && limit < f64::MAX { self.tokens() / limit * 1e9 } else { 0.0 };
+        let slack = if limit > 0.0 && limit < f64::MAX {
+            self.tokens() / limit * 1e9
+        } else {
+            0.0
+        };
         (a.as_u64() as f64 - b.as_u64() as f64).abs() <= US + slack
     }
     fn see(&mut self, limit: f64) {
@@ -121,7 +125,12 @@ impl Tol {
 /// Well past any time the test reaches: a twin time this far out is rate.go's InfDuration.
 const FAR: u64 = 100 * 365 * 86_400 * 1_000_000_000;
 
-fn run(init_limit: Limit, init_burst: u32, start: u64, ops: &[(Step, Op)]) -> Result<Stop, TestCaseError> {
+fn run(
+    init_limit: Limit,
+    init_burst: u32,
+    start: u64,
+    ops: &[(Step, Op)],
+) -> Result<Stop, TestCaseError> {
     let ours = TokenBucket::with_clock(init_limit, init_burst, ManualClock::default());
     let twin = reference::TokenBucket::with_clock(init_limit, init_burst, ManualClock::default());
     let mut now = Nanos::new(start);
@@ -138,12 +147,19 @@ fn run(init_limit: Limit, init_burst: u32, start: u64, ops: &[(Step, Op)]) -> Re
         let dt = match *step {
             Step::Same => 0,
             Step::Nanos(ns) => ns,
-            Step::Tokens(k) if limit > 0.0 && limit < f64::MAX => (k / limit * 1e9).min(1e13) as u64,
+            Step::Tokens(k) if limit > 0.0 && limit < f64::MAX => {
+                (k / limit * 1e9).min(1e13) as u64
+            }
             Step::Tokens(k) => (k * 1e6) as u64,
             Step::Seconds(s) => (s * 1e9) as u64,
         };
         now = now + Duration::from_nanos(dt);
-        let ctx = || format!("op {i} {op:?} at {now:?} (limit {limit}, burst {})", twin.burst());
+        let ctx = || {
+            format!(
+                "op {i} {op:?} at {now:?} (limit {limit}, burst {})",
+                twin.burst()
+            )
+        };
         let before = twin.tokens_at(now);
 
         match op {
@@ -153,7 +169,10 @@ fn run(init_limit: Limit, init_burst: u32, start: u64, ops: &[(Step, Op)]) -> Re
                     if tol.tokens_close(before, f64::from(*n)) {
                         return Ok(Stop::Borderline);
                     }
-                    return Err(TestCaseError::fail(format!("{}: allow ours {a} twin {b}, twin tokens {before}", ctx())));
+                    return Err(TestCaseError::fail(format!(
+                        "{}: allow ours {a} twin {b}, twin tokens {before}",
+                        ctx()
+                    )));
                 }
                 if a {
                     last_event_stale = false;
@@ -168,12 +187,19 @@ fn run(init_limit: Limit, init_burst: u32, start: u64, ops: &[(Step, Op)]) -> Re
                     }
                 });
                 let (a, b) = match wait {
-                    Some(w) => (ours.reserve_n_within_at(now, *n, w), twin.reserve_n_within_at(now, *n, w)),
+                    Some(w) => (
+                        ours.reserve_n_within_at(now, *n, w),
+                        twin.reserve_n_within_at(now, *n, w),
+                    ),
                     None => (ours.reserve_n_at(now, *n), twin.reserve_n_at(now, *n)),
                 };
                 match (a.time_to_act(), b.time_to_act()) {
                     (Some(x), Some(y)) => {
-                        prop_assert!(tol.time_close(x, y, limit), "{}: act ours {x:?} twin {y:?}", ctx());
+                        prop_assert!(
+                            tol.time_close(x, y, limit),
+                            "{}: act ours {x:?} twin {y:?}",
+                            ctx()
+                        );
                         last_event_stale = false;
                         held.push((a, b, limit >= f64::MAX));
                     }
@@ -183,10 +209,14 @@ fn run(init_limit: Limit, init_burst: u32, start: u64, ops: &[(Step, Op)]) -> Re
                         // Borderline: the twin's wait sits on the maximum wait.
                         let twin_wait = (f64::from(*n) - before) / limit * 1e9;
                         let edge = wait.map_or(0.0, |w| w.as_nanos() as f64);
-                        if (twin_wait - edge).abs() <= US || tol.tokens_close(before, f64::from(*n)) {
+                        if (twin_wait - edge).abs() <= US || tol.tokens_close(before, f64::from(*n))
+                        {
                             return Ok(Stop::Borderline);
                         }
-                        return Err(TestCaseError::fail(format!("{}: reserve ours {x:?} twin {y:?}", ctx())));
+                        return Err(TestCaseError::fail(format!(
+                            "{}: reserve ours {x:?} twin {y:?}",
+                            ctx()
+                        )));
                     }
                 }
             }
@@ -209,7 +239,10 @@ fn run(init_limit: Limit, init_burst: u32, start: u64, ops: &[(Step, Op)]) -> Re
                     if last_event_stale {
                         return Ok(Stop::CancelFormula);
                     }
-                    return Err(TestCaseError::fail(format!("{}: after cancel ours {x} twin {y}", ctx())));
+                    return Err(TestCaseError::fail(format!(
+                        "{}: after cancel ours {x} twin {y}",
+                        ctx()
+                    )));
                 }
                 if y != before {
                     last_event_stale = true;
@@ -232,22 +265,38 @@ fn run(init_limit: Limit, init_burst: u32, start: u64, ops: &[(Step, Op)]) -> Re
             Op::Peek { n } => {
                 let (a, b) = (ours.peek_n_at(now, *n), twin.peek_n_at(now, *n));
                 match (a.available_at, b.available_at) {
-                    (Some(x), Some(y)) => prop_assert!(tol.time_close(x, y, limit), "{}: peek ours {x:?} twin {y:?}", ctx()),
+                    (Some(x), Some(y)) => prop_assert!(
+                        tol.time_close(x, y, limit),
+                        "{}: peek ours {x:?} twin {y:?}",
+                        ctx()
+                    ),
                     (None, None) => {}
                     (None, Some(y)) if y.as_u64() >= FAR => {}
-                    (x, y) => return Err(TestCaseError::fail(format!("{}: peek ours {x:?} twin {y:?}", ctx()))),
+                    (x, y) => {
+                        return Err(TestCaseError::fail(format!(
+                            "{}: peek ours {x:?} twin {y:?}",
+                            ctx()
+                        )))
+                    }
                 }
             }
         }
         let (x, y) = (ours.tokens_at(now), twin.tokens_at(now));
-        prop_assert!(tol.tokens_close(x, y), "{}: tokens ours {x} twin {y}", ctx());
+        prop_assert!(
+            tol.tokens_close(x, y),
+            "{}: tokens ours {x} twin {y}",
+            ctx()
+        );
     }
     Ok(Stop::Completed)
 }
 
 #[test]
 fn lock_free_bucket_agrees_with_its_mutex_twin() {
-    let cases = std::env::var("TURNSTILE_DIFF_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(3000);
+    let cases = std::env::var("TURNSTILE_DIFF_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3000);
     let mut runner = TestRunner::new(Config {
         cases,
         failure_persistence: None,
@@ -282,13 +331,33 @@ fn lock_free_bucket_agrees_with_its_mutex_twin() {
 fn twin_and_lock_free_agree_on_a_scripted_sequence() {
     let ops = vec![
         (Step::Same, Op::Allow { n: 3 }),
-        (Step::Same, Op::Reserve { n: 2, max_wait: None }),
-        (Step::Tokens(0.5), Op::Reserve { n: 1, max_wait: Some(1.0) }),
+        (
+            Step::Same,
+            Op::Reserve {
+                n: 2,
+                max_wait: None,
+            },
+        ),
+        (
+            Step::Tokens(0.5),
+            Op::Reserve {
+                n: 1,
+                max_wait: Some(1.0),
+            },
+        ),
         (Step::Same, Op::Cancel { idx: 1 }),
-        (Step::Tokens(1.0), Op::SetLimit { limit: Limit::per_second(20.0).unwrap() }),
+        (
+            Step::Tokens(1.0),
+            Op::SetLimit {
+                limit: Limit::per_second(20.0).unwrap(),
+            },
+        ),
         (Step::Same, Op::SetBurst { burst: 2 }),
         (Step::Tokens(3.0), Op::Peek { n: 2 }),
         (Step::Same, Op::Allow { n: 2 }),
     ];
-    assert_eq!(run(Limit::per_second(10.0).unwrap(), 3, 1_000_000_000, &ops).unwrap(), Stop::Completed);
+    assert_eq!(
+        run(Limit::per_second(10.0).unwrap(), 3, 1_000_000_000, &ops).unwrap(),
+        Stop::Completed
+    );
 }

@@ -9,7 +9,11 @@ const MS: u64 = 1_000_000;
 const SEC: u64 = 1_000_000_000;
 
 fn tb(limit: f64, burst: u32) -> TokenBucket<ManualClock> {
-    TokenBucket::with_clock(Limit::per_second(limit).unwrap(), burst, ManualClock::default())
+    TokenBucket::with_clock(
+        Limit::per_second(limit).unwrap(),
+        burst,
+        ManualClock::default(),
+    )
 }
 
 fn at(ns: u64) -> Nanos {
@@ -57,7 +61,10 @@ fn infinite_limit_allows_everything_and_touches_nothing() {
     assert!(r.ok());
     assert_eq!(r.delay_from(at(SEC)), Duration::ZERO);
     r.cancel_at(at(SEC));
-    assert!(l.wait_n_blocking(1_000, None).is_ok(), "Inf skips the burst check");
+    assert!(
+        l.wait_n_blocking(1_000, None).is_ok(),
+        "Inf skips the burst check"
+    );
     assert_eq!(l.tokens_at(at(SEC)), 0.0);
 }
 
@@ -248,7 +255,11 @@ fn cancel_of_an_infinite_era_reservation_restores_nothing() {
     l.set_limit_at(at(SEC), Limit::per_second(1.0).unwrap());
     assert!(l.allow_n_at(at(SEC), 3));
     r.cancel_at(at(SEC));
-    assert_eq!(l.tokens_at(at(SEC)), 0.0, "it took nothing, it gives nothing");
+    assert_eq!(
+        l.tokens_at(at(SEC)),
+        0.0,
+        "it took nothing, it gives nothing"
+    );
 }
 
 #[test]
@@ -269,7 +280,11 @@ fn wait_errors_come_in_rate_go_order() {
         l.wait_n_blocking(1, Some(at(10 * SEC + 999 * MS))),
         Err(WaitError::WouldExceedDeadline { n: 1 })
     );
-    assert_eq!(l.tokens_at(at(10 * SEC)), 0.0, "a failed wait reserves nothing");
+    assert_eq!(
+        l.tokens_at(at(10 * SEC)),
+        0.0,
+        "a failed wait reserves nothing"
+    );
     let zero = TokenBucket::with_clock(Limit::ZERO, 1, clock);
     assert!(zero.wait_n_blocking(1, None).is_ok());
     assert!(matches!(
@@ -285,7 +300,11 @@ fn blocking_wait_sleeps_for_the_delay() {
     let start = std::time::Instant::now();
     l.wait_n_blocking(1, None).unwrap();
     // Lower bound only: the machine may be slow, never fast.
-    assert!(start.elapsed() >= Duration::from_millis(4), "{:?}", start.elapsed());
+    assert!(
+        start.elapsed() >= Duration::from_millis(4),
+        "{:?}",
+        start.elapsed()
+    );
 }
 
 #[cfg(feature = "tokio")]
@@ -301,7 +320,10 @@ async fn dropping_an_async_wait_cancels_its_reservation() {
         assert!(futures_poll_once(fut.as_mut()).await.is_none());
         assert!(close(l.tokens_at(at(SEC)), -1.0));
     }
-    assert!(close(l.tokens_at(at(SEC)), 0.0), "the drop gave the token back");
+    assert!(
+        close(l.tokens_at(at(SEC)), 0.0),
+        "the drop gave the token back"
+    );
     // A completed wait keeps its tokens.
     let done = l.wait_n(1, None).await;
     assert!(done.is_ok());
@@ -338,7 +360,10 @@ fn denial_says_when_to_retry() {
     let d = l.check_n_at(at(0), 1).unwrap_err();
     assert_eq!(d.retry_at(), Some(at(200 * MS)));
     assert_eq!(d.retry_after(), Some(Duration::from_millis(200)));
-    assert!(l.check_n_at(at(200 * MS), 1).is_ok(), "retrying then succeeds");
+    assert!(
+        l.check_n_at(at(200 * MS), 1).is_ok(),
+        "retrying then succeeds"
+    );
     assert_eq!(l.check_n_at(at(0), 2).unwrap_err().retry_at(), None);
 }
 
@@ -362,7 +387,10 @@ fn earlier_times_never_create_tokens() {
 fn every_matches_rate_go_floats() {
     let e = Limit::every(Duration::from_nanos(1)).as_f64();
     assert!(((e - 1e9) / 1e9).abs() < 1e-9);
-    assert_eq!(Limit::every(Duration::from_millis(2500)).as_f64().to_bits(), 0x3fd999999999999a);
+    assert_eq!(
+        Limit::every(Duration::from_millis(2500)).as_f64().to_bits(),
+        0x3fd999999999999a
+    );
     assert_eq!(
         Limit::every(Duration::from_nanos(i64::MAX as u64)).as_f64(),
         1.0842021724855043e-10
@@ -391,4 +419,17 @@ fn high_rates_do_not_drift() {
     }
     // 3 ms at 3e8/s = 900_000 tokens, plus the burst of 10.
     assert!((900_009..=900_010).contains(&granted), "{granted}");
+}
+
+#[test]
+fn tiny_limits_keep_their_initial_burst() {
+    // One token per 317 years: refilling 3 would pass the end of time, so the limit acts as
+    // zero, but the bucket still starts full.
+    let l = tb(1e-10, 3);
+    assert_eq!(l.tokens_at(at(SEC)), 3.0);
+    assert!(l.allow_n_at(at(SEC), 3));
+    assert!(!l.allow_at(at(SEC)));
+    let l = TokenBucket::with_clock(Limit::every(Duration::MAX), 5, ManualClock::default());
+    assert!(l.allow_n_at(at(SEC), 5));
+    assert!(!l.reserve_at(at(SEC)).ok());
 }
