@@ -44,6 +44,8 @@ impl Limit {
             Err(ConfigError::NegativeLimit(events))
         } else if events >= f64::MAX {
             Ok(Limit::INF)
+        } else if events == 0.0 {
+            Ok(Limit::ZERO) // also folds -0.0
         } else if events != 0.0 && !events.is_normal() {
             Err(ConfigError::SubnormalLimit(events))
         } else {
