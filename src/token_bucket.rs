@@ -850,25 +850,40 @@ impl Config {
     #[inline]
     fn new(epoch: u32, limit: Limit, burst: u32, since: Nanos) -> Config {
         let l = limit.as_f64();
-        let (mut mode, mut interval, mut tau) = (Mode::Finite, Ticks(0), Ticks(0));
-        if limit.is_inf() {
-            mode = Mode::Inf;
-        } else if l == 0.0 {
-            mode = Mode::Zero;
-        } else {
+        // Zero, infinite and too-small limits keep no interval; `from_parts` reads the mode
+        // back from that, as a slot reader does.
+        let (mut interval, mut tau) = (Ticks(0), Ticks(0));
+        if !limit.is_inf() && l != 0.0 {
             let t = Ticks::from_f64(TICKS_PER_SEC / l).max(Ticks(1));
-            match t.0.checked_mul(i128::from(burst.max(1))) {
-                Some(full) if full < Ticks::MAX.0 => {
-                    (interval, tau) = (t, Ticks(t.0 * i128::from(burst)))
-                }
-                // Refilling the burst would take past the end of representable time (~292
-                // years): such a limit never refills, exactly like a zero limit.
-                _ => mode = Mode::Zero,
+            // If refilling the burst would take past the end of representable time (~292
+            // years), the limit never refills, exactly like a zero limit.
+            if matches!(t.0.checked_mul(i128::from(burst.max(1))), Some(full) if full < Ticks::MAX.0)
+            {
+                (interval, tau) = (t, Ticks(t.0 * i128::from(burst)));
             }
         }
+        Config::from_parts(epoch, l, burst, since, interval, tau)
+    }
+
+    #[inline]
+    fn from_parts(
+        epoch: u32,
+        limit: f64,
+        burst: u32,
+        since: Nanos,
+        interval: Ticks,
+        tau: Ticks,
+    ) -> Config {
+        let mode = if limit == f64::MAX {
+            Mode::Inf
+        } else if interval.0 == 0 {
+            Mode::Zero
+        } else {
+            Mode::Finite
+        };
         Config {
             epoch,
-            limit: l,
+            limit,
             burst,
             since,
             mode,
@@ -1064,22 +1079,9 @@ impl ConfigSlot {
         if self.seq.load(Ordering::Relaxed) != u64::from(epoch) {
             return None;
         }
-        let mode = if limit == f64::MAX {
-            Mode::Inf
-        } else if interval.0 == 0 {
-            Mode::Zero
-        } else {
-            Mode::Finite
-        };
-        Some(Config {
-            epoch,
-            limit,
-            burst,
-            since,
-            mode,
-            interval,
-            tau,
-        })
+        Some(Config::from_parts(
+            epoch, limit, burst, since, interval, tau,
+        ))
     }
 }
 
