@@ -36,6 +36,7 @@
 #![warn(missing_docs)]
 
 pub mod clock;
+mod config_slots;
 mod error;
 mod limit;
 mod limiter;

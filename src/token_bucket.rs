@@ -22,9 +22,8 @@
 //! body is `tat` as a signed 96-bit tick count (`|tat| <= i64::MAX ns`). For a zero or
 //! infinite limit, which have no `tat`, bits 64..128 hold the stored tokens as `f64` bits.
 //!
-//! **Configurations** (limit, burst and derived `T`, `tau`) live in two slots, and
-//! `configs[e & 1]` holds epoch `e`. Each slot is a small seqlock: a reader checks that the
-//! slot's `seq` equals the epoch it wants before and after reading the fields. Only
+//! **Configurations** (limit, burst and derived `T`, `tau`) live in two seqlock-validated
+//! slots, one per epoch parity (`src/config_slots.rs` states that protocol). Only
 //! `set_limit`/`set_burst` write slots; they are serialized among themselves by a mutex that
 //! the hot path never touches. A reconfiguration writes the *other* slot with epoch `e + 1`,
 //! then converts the body (tokens at `now` under the old config, re-expressed under the new
@@ -45,11 +44,10 @@
 //! **Orderings.** The state word is loaded with `Acquire`: it pairs with the `Release` of the
 //! reconfiguring CAS, so the slot written before that CAS is visible to whoever sees the new
 //! epoch. Hot-path CASes are `AcqRel`; being read-modify-writes they also extend the release
-//! sequence of the reconfiguration, so later readers of their values still see the slot.
-//! Slot writes follow the seqlock discipline (`seq` invalidated, `Release` fence, fields,
-//! `seq` stored with `Release`); slot reads load `seq` with `Acquire`, the fields, an
-//! `Acquire` fence, then `seq` again. A failed validation only means the reader's state word
-//! was stale, and it reloads it: readers never wait for a writer.
+//! sequence of the reconfiguration, so later readers of their values still see the slot. The
+//! slots' own seqlock orderings are argued in `src/config_slots.rs`; a failed slot read only
+//! means the reader's state word was stale, and it reloads it: readers never wait for a
+//! writer.
 //!
 //! # Deviations from rate.go
 //! * **D1** a [`Reservation`] is cancelled at most once ([`Reservation::cancel`] takes it by
@@ -80,10 +78,11 @@ use std::time::Duration;
 use crossbeam_utils::{Backoff, CachePadded};
 
 use crate::clock::{Clock, Nanos, QuantaClock};
+use crate::config_slots::ConfigSlots;
 use crate::error::WaitError;
 use crate::limit::Limit;
 use crate::limiter::{Denied, Limiter};
-use crate::sync::{fence, AtomicU128, AtomicU64, Mutex, Ordering};
+use crate::sync::{AtomicU128, Mutex, Ordering};
 
 /// A lock-free token bucket: `limit` tokens per second, at most `burst` at once, with the API
 /// and semantics of Go's `rate.Limiter` (deviations in the [module docs](self)).
@@ -108,7 +107,7 @@ use crate::sync::{fence, AtomicU128, AtomicU64, Mutex, Ordering};
 /// ```
 pub struct TokenBucket<C: Clock = QuantaClock> {
     state: CachePadded<AtomicU128>,
-    configs: CachePadded<[ConfigSlot; 2]>,
+    configs: ConfigSlots<CONFIG_WORDS>,
     /// Serializes `set_limit`/`set_burst` only; `allow`, `reserve` and `cancel` never take it.
     reconfig: Mutex<()>,
     clock: C,
@@ -142,11 +141,10 @@ impl<C: Clock> TokenBucket<C> {
         let body = cfg.body_from_tokens(f64::from(burst), Nanos::ZERO);
         let tb = TokenBucket {
             state: CachePadded::new(AtomicU128::new(pack(body, 0))),
-            configs: CachePadded::new([ConfigSlot::new(), ConfigSlot::new()]),
+            configs: ConfigSlots::new(cfg.to_words()),
             reconfig: Mutex::new(()),
             clock,
         };
-        tb.configs[0].write(&cfg);
         tb
     }
 
@@ -478,8 +476,8 @@ impl<C: Clock> TokenBucket<C> {
         loop {
             let word = self.state.load(Ordering::Acquire);
             let epoch = word as u32;
-            if let Some(cfg) = self.configs[(epoch & 1) as usize].read(epoch) {
-                return (word, cfg);
+            if let Some(words) = self.configs.read(epoch) {
+                return (word, Config::from_words(epoch, words));
             }
             // The slot was rewritten for epoch + 2: our word is stale, reload it.
         }
@@ -588,7 +586,7 @@ impl<C: Clock> TokenBucket<C> {
             let next = Config::new(cur.epoch.wrapping_add(1), limit, burst, now);
             let tokens = cur.tokens(body(word), now);
             let new = pack(next.body_from_tokens(tokens, now), next.epoch);
-            self.configs[(next.epoch & 1) as usize].write(&next);
+            self.configs.write(next.epoch, next.to_words());
             if self
                 .state
                 .compare_exchange_weak(word, new, Ordering::AcqRel, Ordering::Acquire)
@@ -830,6 +828,9 @@ fn body_tokens(body: i128) -> f64 {
     f64::from_bits((body >> 32) as u64)
 }
 
+/// Words of a [`Config`] in its slot: limit, burst, since, interval (2), tau (2).
+const CONFIG_WORDS: usize = 7;
+
 /// One configuration, as read from its slot.
 #[derive(Clone, Copy, Debug)]
 struct Config {
@@ -890,6 +891,33 @@ impl Config {
             interval,
             tau,
         }
+    }
+
+    /// The configuration as slot words (see [`ConfigSlots`]).
+    fn to_words(&self) -> [u64; CONFIG_WORDS] {
+        let (i, t) = (self.interval.0, self.tau.0);
+        [
+            self.limit.to_bits(),
+            u64::from(self.burst),
+            self.since.as_u64(),
+            i as u64,
+            (i >> 64) as u64,
+            t as u64,
+            (t >> 64) as u64,
+        ]
+    }
+
+    #[inline]
+    fn from_words(epoch: u32, w: [u64; CONFIG_WORDS]) -> Config {
+        let i128_of = |lo: u64, hi: u64| ((u128::from(hi) << 64) | u128::from(lo)) as i128;
+        Config::from_parts(
+            epoch,
+            f64::from_bits(w[0]),
+            w[1] as u32,
+            Nanos::new(w[2]),
+            Ticks(i128_of(w[3], w[4])),
+            Ticks(i128_of(w[5], w[6])),
+        )
     }
 
     /// rate.go's `advance(now)`: the tokens at `now`, capped at the burst.
@@ -1022,78 +1050,4 @@ impl Config {
             }
         }
     }
-}
-
-/// One configuration slot: a seqlock over the fields of a [`Config`].
-struct ConfigSlot {
-    /// The epoch whose configuration the slot holds, or `WRITING`.
-    seq: AtomicU64,
-    limit: AtomicU64,
-    burst: AtomicU64,
-    since: AtomicU64,
-    interval: [AtomicU64; 2],
-    tau: [AtomicU64; 2],
-}
-
-const WRITING: u64 = u64::MAX;
-
-impl ConfigSlot {
-    #[inline]
-    fn new() -> ConfigSlot {
-        let z = || AtomicU64::new(0);
-        ConfigSlot {
-            seq: AtomicU64::new(WRITING),
-            limit: z(),
-            burst: z(),
-            since: z(),
-            interval: [z(), z()],
-            tau: [z(), z()],
-        }
-    }
-
-    /// Only called with the reconfiguration lock held (or before the limiter is shared).
-    #[inline]
-    fn write(&self, cfg: &Config) {
-        self.seq.store(WRITING, Ordering::Relaxed);
-        fence(Ordering::Release);
-        self.limit.store(cfg.limit.to_bits(), Ordering::Relaxed);
-        self.burst.store(u64::from(cfg.burst), Ordering::Relaxed);
-        self.since.store(cfg.since.as_u64(), Ordering::Relaxed);
-        store_i128(&self.interval, cfg.interval.0);
-        store_i128(&self.tau, cfg.tau.0);
-        self.seq.store(u64::from(cfg.epoch), Ordering::Release);
-    }
-
-    /// The slot's configuration if it holds `epoch`, read consistently.
-    #[inline]
-    fn read(&self, epoch: u32) -> Option<Config> {
-        if self.seq.load(Ordering::Acquire) != u64::from(epoch) {
-            return None;
-        }
-        let limit = f64::from_bits(self.limit.load(Ordering::Relaxed));
-        let burst = self.burst.load(Ordering::Relaxed) as u32;
-        let since = Nanos::new(self.since.load(Ordering::Relaxed));
-        let interval = Ticks(load_i128(&self.interval));
-        let tau = Ticks(load_i128(&self.tau));
-        fence(Ordering::Acquire);
-        if self.seq.load(Ordering::Relaxed) != u64::from(epoch) {
-            return None;
-        }
-        Some(Config::from_parts(
-            epoch, limit, burst, since, interval, tau,
-        ))
-    }
-}
-
-#[inline]
-fn store_i128(words: &[AtomicU64; 2], v: i128) {
-    words[0].store(v as u64, Ordering::Relaxed);
-    words[1].store((v >> 64) as u64, Ordering::Relaxed);
-}
-
-#[inline]
-fn load_i128(words: &[AtomicU64; 2]) -> i128 {
-    let lo = words[0].load(Ordering::Relaxed);
-    let hi = words[1].load(Ordering::Relaxed);
-    ((u128::from(hi) << 64) | u128::from(lo)) as i128
 }

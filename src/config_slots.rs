@@ -1,0 +1,77 @@
+//! Double-buffered, seqlock-validated configuration slots: how a limiter whose state word
+//! carries a configuration *epoch* finds that epoch's configuration without a lock.
+//!
+//! # Protocol
+//! A configuration is `N` words. Slot `e & 1` holds epoch `e`. The writer (one at a time; the
+//! limiter serializes reconfigurations with a lock the hot path never takes) fills the slot of
+//! the *next* epoch, then publishes the epoch by a `Release` CAS on the limiter's state word.
+//!
+//! * **Invariant:** while the state word carries epoch `e`, slot `e & 1` holds epoch `e`'s
+//!   configuration: the writer next touches that slot for epoch `e + 2`, which needs the state
+//!   word to have moved to `e + 1` first.
+//! * A reader that loaded the state word with `Acquire` and found epoch `e` reads slot `e & 1`
+//!   as a seqlock: `seq` (`Acquire`), the words (`Relaxed`), an `Acquire` fence, `seq` again.
+//!   If either `seq` differs from `e`, the slot was rewritten for `e + 2`, so the reader's state
+//!   word is stale: it reloads the word, never waits for the writer.
+//! * Writes: `seq` is set to `WRITING`, a `Release` fence orders that before the words, and
+//!   `seq` is stored with `Release` after them. A reader that sees `seq == e` twice around its
+//!   reads therefore saw no word of a later write (the standard seqlock argument, as in
+//!   crossbeam's `AtomicCell`).
+
+use crossbeam_utils::CachePadded;
+
+use crate::sync::{fence, AtomicU64, Ordering};
+
+const WRITING: u64 = u64::MAX;
+
+struct Slot<const N: usize> {
+    /// The epoch whose configuration the slot holds, or `WRITING`.
+    seq: AtomicU64,
+    words: [AtomicU64; N],
+}
+
+/// Two configuration slots of `N` words each, on their own cache line(s) so that writes to the
+/// hot state word do not evict them.
+pub(crate) struct ConfigSlots<const N: usize> {
+    slots: CachePadded<[Slot<N>; 2]>,
+}
+
+impl<const N: usize> ConfigSlots<N> {
+    /// Slots holding `first` as epoch 0.
+    pub(crate) fn new(first: [u64; N]) -> Self {
+        let slot = || Slot {
+            seq: AtomicU64::new(WRITING),
+            words: std::array::from_fn(|_| AtomicU64::new(0)),
+        };
+        let slots = ConfigSlots {
+            slots: CachePadded::new([slot(), slot()]),
+        };
+        slots.write(0, first);
+        slots
+    }
+
+    /// Epoch `epoch`'s configuration, or `None` if its slot has been rewritten since (the
+    /// caller's state word is stale and must be reloaded).
+    #[inline]
+    pub(crate) fn read(&self, epoch: u32) -> Option<[u64; N]> {
+        let slot = &self.slots[(epoch & 1) as usize];
+        if slot.seq.load(Ordering::Acquire) != u64::from(epoch) {
+            return None;
+        }
+        let words = std::array::from_fn(|i| slot.words[i].load(Ordering::Relaxed));
+        fence(Ordering::Acquire);
+        (slot.seq.load(Ordering::Relaxed) == u64::from(epoch)).then_some(words)
+    }
+
+    /// Writes epoch `epoch`'s configuration. Only one writer at a time, and only for the epoch
+    /// after the state word's current one (or before the limiter is shared).
+    pub(crate) fn write(&self, epoch: u32, words: [u64; N]) {
+        let slot = &self.slots[(epoch & 1) as usize];
+        slot.seq.store(WRITING, Ordering::Relaxed);
+        fence(Ordering::Release);
+        for (w, v) in slot.words.iter().zip(words) {
+            w.store(v, Ordering::Relaxed);
+        }
+        slot.seq.store(u64::from(epoch), Ordering::Release);
+    }
+}
