@@ -14,6 +14,12 @@ pub enum ConfigError {
     /// The limit was positive but subnormal: its interval between events overflows.
     #[error("limit {0} is subnormal; its interval between events is not a finite number")]
     SubnormalLimit(f64),
+    /// A leaky bucket's rate was zero (uber-go/ratelimit divides by it; deviation D6).
+    #[error("rate is 0; a leaky bucket needs at least one permit per period")]
+    ZeroRate,
+    /// A leaky bucket's period (`per`) was zero (deviation D6).
+    #[error("period (per) is 0; it must be positive")]
+    ZeroPeriod,
 }
 
 /// Why a wait did not (or will not) end with the requested tokens.

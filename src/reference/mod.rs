@@ -2,6 +2,10 @@
 //! same API as the lock-free limiters. They are the tests' oracle and the benchmarks' baseline;
 //! they are correct and slow on purpose.
 
+pub mod leaky_bucket;
+pub mod smooth;
 pub mod token_bucket;
 
+pub use leaky_bucket::LeakyBucket;
+pub use smooth::{SmoothBursty, SmoothWarmingUp};
 pub use token_bucket::TokenBucket;

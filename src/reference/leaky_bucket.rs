@@ -1,0 +1,4 @@
+//! Placeholder: being written.
+#![allow(missing_docs)]
+/// Placeholder.
+pub struct LeakyBucket;

@@ -1,0 +1,6 @@
+//! Placeholder: being written.
+#![allow(missing_docs)]
+/// Placeholder.
+pub struct SmoothBursty;
+/// Placeholder.
+pub struct SmoothWarmingUp;
