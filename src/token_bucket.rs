@@ -506,10 +506,11 @@ impl<C: Clock> TokenBucket<C> {
                     }
                 }
                 Plan::Take { body, ready } => {
-                    let wait = ready.saturating_sub(Ticks::from_nanos(now));
+                    // Both below 2^97, and max_wait < wait in the subtraction: no overflow.
+                    let wait = Ticks(ready.0 - Ticks::from_nanos(now).0);
                     if wait > max_wait {
                         return Decision::Denied {
-                            retry_at: Some(ready.saturating_sub(max_wait).ceil_nanos()),
+                            retry_at: Some(Ticks(ready.0 - max_wait.0).ceil_nanos()),
                             limit: cfg.limit,
                         };
                     }
@@ -958,14 +959,11 @@ impl Config {
         }
     }
 
-    /// Ticks that `n` tokens cost. Intervals below 2^64 ticks (limits above ~0.23/s) take one
-    /// 64×64→128-bit multiply instead of a saturating 128-bit one.
+    /// Ticks that `n <= burst` tokens cost: at most `tau`, which `Config::new` keeps below
+    /// `Ticks::MAX`, so no arithmetic on it can overflow an `i128`.
     #[inline]
     fn cost(&self, n: u32) -> i128 {
-        match u64::try_from(self.interval.0) {
-            Ok(t) => i128::try_from(u128::from(t) * u128::from(n)).unwrap_or(i128::MAX),
-            Err(_) => self.interval.0.saturating_mul(i128::from(n)),
-        }
+        self.interval.0 * i128::from(n)
     }
 
     /// The time `tokens` take to refill. Whole tokens are multiplied exactly, so integral token
@@ -996,9 +994,10 @@ impl Config {
                 }
             }
             Mode::Finite => {
+                // |body|, t, tau and cost are all below 2^97: plain i128 arithmetic is exact.
                 let t = Ticks::from_nanos(now);
                 let base = body.max(t.0 - self.tau.0);
-                let tat = base.saturating_add(self.cost(n));
+                let tat = base + self.cost(n);
                 if tat >= Ticks::MAX.0 {
                     Plan::Never // D4: the tokens would come after the end of time
                 } else {
