@@ -140,3 +140,23 @@ fn set_limit_vs_set_limit_vs_allow() {
         assert!(limit == 4.0 || limit == 2.0);
     });
 }
+
+#[test]
+fn set_burst_vs_reserve_is_linearizable() {
+    loom::model(|| {
+        let l = limiter(1.0, 2);
+        assert!(l.allow_at(t(0)));
+        let a = thread::spawn(move || l.set_burst_at(t(0), 3));
+        let r = l.reserve_n_at(t(0), 3);
+        let act = r.time_to_act();
+        a.join().unwrap();
+        let tokens = l.tokens_at(t(0));
+        // set_burst first: 3 <= burst 3, reserved with 1 token in hand: act at 2 s, -2 left.
+        // reserve first: 3 > burst 2, not OK; the burst then grows, 1 token left.
+        assert!(
+            (act == Some(t(2 * SEC)) && tokens == -2.0) || (act.is_none() && tokens == 1.0),
+            "act {act:?}, tokens {tokens}"
+        );
+        drop(r);
+    });
+}
