@@ -139,13 +139,12 @@ impl<C: Clock> TokenBucket<C> {
         let cfg = Config::new(0, limit, burst, Nanos::ZERO);
         // The bucket starts full: rate.go's tokens = burst with last = the zero time.
         let body = cfg.body_from_tokens(f64::from(burst), Nanos::ZERO);
-        let tb = TokenBucket {
+        TokenBucket {
             state: CachePadded::new(AtomicU128::new(pack(body, 0))),
             configs: ConfigSlots::new(cfg.to_words()),
             reconfig: Mutex::new(()),
             clock,
-        };
-        tb
+        }
     }
 
     /// The limiter's clock.
@@ -895,7 +894,7 @@ impl Config {
     }
 
     /// The configuration as slot words (see [`ConfigSlots`]).
-    fn to_words(&self) -> [u64; CONFIG_WORDS] {
+    fn to_words(self) -> [u64; CONFIG_WORDS] {
         let (i, t) = (self.interval.0, self.tau.0);
         [
             self.limit.to_bits(),
