@@ -1,4 +1,768 @@
-//! Placeholder: being written.
-#![allow(missing_docs)]
-/// Placeholder.
-pub struct LeakyBucket;
+//! A lock-free leaky bucket with the semantics of uber-go's `ratelimit` (v0.3.1, the default
+//! int64 limiter of `limiter_atomic_int64.go`): permits spaced `per / rate` apart, with up to
+//! `slack` permits of credit banked while idle.
+//!
+//! # The protocol
+//!
+//! **Representation.** The whole limiter is one number, `next`: the time of the next
+//! permission issue (upstream's `state`, in nanoseconds on the limiter's clock). With
+//! `T = per / rate` (upstream's `perRequest`, truncated to whole nanoseconds) and
+//! `M = slack * T` (`maxSlack`), one take at `now` from `prev` computes, exactly as upstream:
+//!
+//! ```text
+//! first take ever                   -> next = now
+//! now - prev > M + T                -> next = now - M        (M = 0: upstream's no-slack branch)
+//! otherwise                         -> next = prev + T
+//! permit time = max(next, now)
+//! ```
+//!
+//! Upstream writes the no-slack case separately (`maxSlack == 0 && now-prev > perRequest ->
+//! next = now`); with `M = 0` it is the same formula, and it is also what upstream does when
+//! `T` truncates to 0 (`maxSlack = slack * 0 = 0`).
+//!
+//! **The state word** (`state`, one `AtomicU64`, cache-padded):
+//! ```text
+//!  63                                                   0
+//! +------------------------------------------------------+
+//! | next: nanoseconds on the limiter's clock (< u64::MAX) |
+//! +------------------------------------------------------+
+//!   u64::MAX = UNSET: no permit issued yet
+//! ```
+//! Upstream marks "no permit yet" with `0`, which is safe for Unix nanoseconds but not here:
+//! [`Nanos::ZERO`] is a real reading ([`crate::ManualClock::default`], the first reading of
+//! the quanta clock). The sentinel is therefore `u64::MAX`, i.e. [`Nanos::MAX`], which is not
+//! a time anything can be granted at: [`Nanos::MAX`] means "never". A take at `Nanos::MAX`,
+//! or one whose `next` would be `u64::MAX` or beyond (~584 years after the clock's origin),
+//! is refused: [`LeakyBucket::take_at`] returns [`Nanos::MAX`] and nothing is consumed, a
+//! check is denied for good. So every stored `next` is `< u64::MAX`, and a first take at
+//! time 0 stores 0 like any other time.
+//!
+//! **Invariant.** Every committed `next` is (a) at least `T` above the `next` it replaced
+//! (except the very first, which replaces `UNSET`), and (b) at least `now - M` for the `now`
+//! of the take that committed it. Each branch shows it: `now - M > prev + T` in the cap branch,
+//! `prev + T` otherwise, and the default branch runs only when `now - prev <= M + T`, i.e.
+//! `prev + T >= now - M`. Neither (a) nor (b) depends on the order of the clock readings. So a
+//! permit time `p = max(next, now)` lies in `[next, next + M]`, and the permits with times in
+//! any span `[a, a + d]` have their `next`s in `[a - M, a + d]`, spaced at least `T` apart:
+//!
+//! > **bound:** at most `slack + 1 + d / T` permits in any span `d`, whatever the
+//! > interleaving of threads and clock readings, including a clock that goes backwards.
+//!
+//! This is upstream's own arithmetic: its int64 limiter has the same property; the point here
+//! is that the lock-free form keeps it. A take reading an earlier time than the last one
+//! simply lands in the default branch (`prev + T`).
+//!
+//! **The CAS loop.** A take loads the word, computes `next` with its own `now`, and commits
+//! with one `compare_exchange_weak`; a failed CAS retries from the value it returned (with a
+//! [`Backoff`]), keeping its `now`. (Upstream re-reads the clock on every retry; the `_at`
+//! forms take the caller's time, and the bound above holds for any `now`.) A check of `n`
+//! permits is `n` consecutive takes at one `now`, committed as one CAS: after the first take
+//! `next >= now - M`, so the other `n - 1` are all in the default branch and the last `next` is
+//! `first + (n - 1) * T`; the check grants only if that is `<= now`. A denial, a zero-permit
+//! check and a take that leaves `next` unchanged (`T = 0`) write nothing; they linearize at
+//! the load.
+//!
+//! **Orderings.** Every access is `Relaxed`. The word publishes no other memory: the
+//! configuration is immutable and reaches other threads with the limiter itself (whatever
+//! shares the limiter, an `Arc`, a scoped spawn, gives the happens-before). What the protocol
+//! needs is single-location coherence, which every ordering provides: a CAS succeeds only
+//! against the latest value in the word's modification order, so the committed `next`s form
+//! the sequential chain the invariant speaks of; a stale load only makes the CAS fail (and the
+//! retry starts from the current value); and a load returns at least the value of any write
+//! that happens-before it, so a caller that synchronized with a grant sees that grant.
+//! Because `next` only grows, a denial decided on a stale value would be a denial on the
+//! current one too (a stale `UNSET` can only deny a check of `n >= 2`, which is then
+//! concurrent with the first take).
+//!
+//! # Deviations from uber-go/ratelimit
+//! * **D6** a rate of 0 and a `per` of 0 are [`ConfigError`]s (upstream divides by zero or
+//!   never limits); slack is a `u32`, so negative slack cannot be expressed.
+//! * **D7** besides the blocking [`LeakyBucket::take`]: [`LeakyBucket::take_at`] returns the
+//!   permit time without sleeping, [`LeakyBucket::try_take`] takes a permit only if no wait is
+//!   needed (and writes nothing otherwise), [`LeakyBucket::take_async`] (feature `tokio`)
+//!   sleeps on tokio's timer, and the [`Limiter`] check takes `n` permits at once.
+//! * The "no permit yet" sentinel is [`Nanos::MAX`], not 0 (see above), and the end of
+//!   representable time is refused instead of overflowing. A `per / rate` above `u64::MAX`
+//!   nanoseconds (only reachable with a `per` longer than ~584 years) acts as `u64::MAX`.
+//! * Dropping a [`LeakyBucket::take_async`] future after its first poll does not give the
+//!   permit back. The crate convention is that dropping an async wait cancels its reservation;
+//!   here the state is a single `next` that later takes build on, so a permit cannot be
+//!   returned without moving theirs, and upstream's `Take` has no cancel either.
+//! * [`LeakyBucket::unlimited`] is upstream's `NewUnlimited`: same type (so a configuration
+//!   can switch limiting off without changing types); every take returns `now` at once and
+//!   touches no state.
+
+use std::fmt;
+use std::time::Duration;
+
+use crossbeam_utils::{Backoff, CachePadded};
+
+use crate::clock::{Clock, Nanos, QuantaClock};
+use crate::error::ConfigError;
+use crate::limiter::{Denied, Limiter};
+use crate::sync::{AtomicU64, Ordering};
+
+/// `next` before the first permit: [`Nanos::MAX`], never a grantable time.
+const UNSET: u64 = u64::MAX;
+
+/// The default `per`: one second (upstream's default).
+///
+/// ```
+/// use turnstile::{leaky_bucket::DEFAULT_PER, LeakyBucket};
+/// assert_eq!(LeakyBucket::new(1).unwrap().per(), DEFAULT_PER);
+/// ```
+pub const DEFAULT_PER: Duration = Duration::from_secs(1);
+
+/// The default slack: 10 permits (upstream's default).
+///
+/// ```
+/// use turnstile::{leaky_bucket::DEFAULT_SLACK, LeakyBucket};
+/// assert_eq!(LeakyBucket::new(1).unwrap().slack(), DEFAULT_SLACK);
+/// ```
+pub const DEFAULT_SLACK: u32 = 10;
+
+/// A lock-free leaky bucket: `rate` permits per `per` (one second by default), spaced
+/// `per / rate` apart, with up to `slack` permits (10 by default) of credit banked while idle,
+/// the semantics of uber-go's `ratelimit` (deviations in the [module docs](self)).
+///
+/// The first take is immediate; after an idle stretch `slack + 1` takes are immediate, then
+/// they are spaced `per / rate` apart. [`LeakyBucket::take`] sleeps until its permit;
+/// [`LeakyBucket::take_at`] reports the permit time without sleeping;
+/// [`LeakyBucket::try_take`] takes a permit only if it needs no wait.
+///
+/// ```
+/// use std::time::Duration;
+/// use turnstile::{LeakyBucket, ManualClock, Nanos};
+///
+/// let lb = LeakyBucket::builder(10)                 // 10 per second: 100 ms apart
+///     .slack(2)
+///     .clock(ManualClock::default())
+///     .build()
+///     .unwrap();
+/// let t0 = Nanos::new(1_000_000_000);
+/// assert_eq!(lb.take_at(t0), t0);                   // the first take is immediate
+/// assert_eq!(lb.take_at(t0), t0 + Duration::from_millis(100));
+/// assert!(!lb.try_take_at(t0));                     // would have to wait
+///
+/// // After idling, slack + 1 = 3 takes are immediate, then 100 ms spacing again.
+/// let t1 = t0 + Duration::from_secs(5);
+/// for _ in 0..3 {
+///     assert_eq!(lb.take_at(t1), t1);
+/// }
+/// assert_eq!(lb.take_at(t1), t1 + Duration::from_millis(100));
+/// ```
+pub struct LeakyBucket<C: Clock = QuantaClock> {
+    /// `next`, or `UNSET`; see the module docs.
+    state: CachePadded<AtomicU64>,
+    pace: Pace,
+    rate: u32,
+    per: Duration,
+    slack: u32,
+    unlimited: bool,
+    clock: C,
+}
+
+/// The derived, immutable arithmetic constants (all in nanoseconds).
+#[derive(Clone, Copy, Debug)]
+struct Pace {
+    /// `T = per / rate`, truncated, saturated at `u64::MAX`.
+    per_request: u64,
+    /// `M = slack * T`, saturated at `u64::MAX`.
+    max_slack: u64,
+    /// `M + T`, saturated at `u64::MAX` (then the cap branch can never run, as upstream, where
+    /// no `now - prev` exceeds it).
+    cap: u64,
+}
+
+impl Pace {
+    fn new(rate: u32, per: Duration, slack: u32) -> Pace {
+        // Upstream: perRequest = per / time.Duration(rate), integer (truncating) division.
+        let t = per.as_nanos() / u128::from(rate.max(1));
+        let t = u64::try_from(t).unwrap_or(u64::MAX);
+        // Exact in u128: (2^64 - 1) * (2^32 - 1) + (2^64 - 1) < 2^128.
+        let m = u128::from(t) * u128::from(slack);
+        Pace {
+            per_request: t,
+            max_slack: u64::try_from(m).unwrap_or(u64::MAX),
+            cap: u64::try_from(m + u128::from(t)).unwrap_or(u64::MAX),
+        }
+    }
+
+    /// Upstream's switch: the `next` after one take at `now` from `prev`, or `None` if it would
+    /// reach the end of representable time. `now` is below `UNSET`.
+    #[inline]
+    fn next(&self, prev: u64, now: u64) -> Option<u64> {
+        if prev == UNSET {
+            return Some(now);
+        }
+        if now > prev && now - prev > self.cap {
+            // now - prev > cap >= max_slack, so this cannot underflow.
+            return Some(now - self.max_slack);
+        }
+        match prev.checked_add(self.per_request) {
+            Some(next) if next < UNSET => Some(next),
+            _ => None,
+        }
+    }
+
+    /// The `next` after `n >= 1` consecutive takes at `now` from `prev`, and whether every one
+    /// of them is immediate; `None` past the end of time.
+    #[inline]
+    fn next_n(&self, prev: u64, now: u64, n: u32) -> Option<u64> {
+        let first = self.next(prev, now)?;
+        if n == 1 {
+            return Some(first);
+        }
+        // After the first take next >= now - M: the rest are all `prev + T`.
+        let last = u128::from(first) + u128::from(n - 1) * u128::from(self.per_request);
+        u64::try_from(last).ok().filter(|&t| t < UNSET)
+    }
+}
+
+impl LeakyBucket<QuantaClock> {
+    /// `rate` permits per second with the default slack of 10, on the shared quanta clock
+    /// (upstream's `New(rate)`). A rate of 0 is [`ConfigError::ZeroRate`] (deviation D6).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::{ConfigError, LeakyBucket};
+    ///
+    /// let lb = LeakyBucket::new(3).unwrap();
+    /// assert_eq!(lb.per_request(), Duration::from_nanos(333_333_333));
+    /// assert_eq!(LeakyBucket::new(0).unwrap_err(), ConfigError::ZeroRate);
+    /// ```
+    pub fn new(rate: u32) -> Result<LeakyBucket, ConfigError> {
+        Builder::new(rate).build()
+    }
+
+    /// A builder for `rate` permits per `per` (default one second), with options `per`,
+    /// `slack`, `without_slack` and `clock`, applied in order (the last one wins).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::LeakyBucket;
+    ///
+    /// let lb = LeakyBucket::builder(7).per(Duration::from_secs(60)).build().unwrap();
+    /// assert_eq!(lb.per_request(), Duration::from_nanos(8_571_428_571));
+    /// ```
+    pub fn builder(rate: u32) -> Builder {
+        Builder::new(rate)
+    }
+
+    /// A limiter that never limits (upstream's `NewUnlimited`): every take returns `now` at
+    /// once and touches no state. It is the same type as a limiting bucket, so a configuration
+    /// can switch limiting off without changing types.
+    ///
+    /// ```
+    /// use turnstile::{LeakyBucket, Limiter};
+    ///
+    /// let lb = LeakyBucket::unlimited();
+    /// assert!(lb.is_unlimited());
+    /// for _ in 0..1000 {
+    ///     assert!(lb.try_take());
+    /// }
+    /// assert!(lb.check_n(u32::MAX).is_ok());
+    /// ```
+    pub fn unlimited() -> LeakyBucket {
+        LeakyBucket::unlimited_with_clock(QuantaClock::new())
+    }
+}
+
+impl<C: Clock> LeakyBucket<C> {
+    /// [`LeakyBucket::unlimited`] on the given clock (which only `take`'s return value and
+    /// [`Limiter::now`] read).
+    ///
+    /// ```
+    /// use turnstile::{LeakyBucket, ManualClock, Nanos};
+    ///
+    /// let lb = LeakyBucket::unlimited_with_clock(ManualClock::new(Nanos::new(5)));
+    /// assert_eq!(lb.take(), Nanos::new(5));
+    /// assert_eq!(lb.take_at(Nanos::new(7)), Nanos::new(7));
+    /// ```
+    pub fn unlimited_with_clock(clock: C) -> LeakyBucket<C> {
+        LeakyBucket {
+            state: CachePadded::new(AtomicU64::new(UNSET)),
+            pace: Pace {
+                per_request: 0,
+                max_slack: 0,
+                cap: 0,
+            },
+            rate: 0,
+            per: Duration::ZERO,
+            slack: 0,
+            unlimited: true,
+            clock,
+        }
+    }
+
+    fn from_builder(b: Builder<C>) -> Result<LeakyBucket<C>, ConfigError> {
+        b.validate()?;
+        Ok(LeakyBucket {
+            state: CachePadded::new(AtomicU64::new(UNSET)),
+            pace: Pace::new(b.rate, b.per, b.slack),
+            rate: b.rate,
+            per: b.per,
+            slack: b.slack,
+            unlimited: false,
+            clock: b.clock,
+        })
+    }
+
+    /// The limiter's clock.
+    ///
+    /// ```
+    /// use turnstile::{Clock, LeakyBucket, ManualClock, Nanos};
+    ///
+    /// let lb = LeakyBucket::builder(1).clock(ManualClock::new(Nanos::new(9))).build().unwrap();
+    /// assert_eq!(lb.clock().now(), Nanos::new(9));
+    /// ```
+    pub fn clock(&self) -> &C {
+        &self.clock
+    }
+
+    /// Permits per [`LeakyBucket::per`]; 0 for an unlimited bucket, which has no rate.
+    ///
+    /// ```
+    /// use turnstile::LeakyBucket;
+    /// assert_eq!(LeakyBucket::new(50).unwrap().rate(), 50);
+    /// ```
+    pub fn rate(&self) -> u32 {
+        self.rate
+    }
+
+    /// The period the rate is counted over (one second unless set with
+    /// [`Builder::per`]); zero for an unlimited bucket.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::LeakyBucket;
+    /// assert_eq!(LeakyBucket::new(50).unwrap().per(), Duration::from_secs(1));
+    /// ```
+    pub fn per(&self) -> Duration {
+        self.per
+    }
+
+    /// The permits of credit that idling can bank (10 unless set); 0 for an unlimited bucket.
+    ///
+    /// ```
+    /// use turnstile::LeakyBucket;
+    /// assert_eq!(LeakyBucket::new(50).unwrap().slack(), 10);
+    /// assert_eq!(LeakyBucket::builder(50).without_slack().build().unwrap().slack(), 0);
+    /// ```
+    pub fn slack(&self) -> u32 {
+        self.slack
+    }
+
+    /// The spacing between permits, `per / rate` truncated to whole nanoseconds (upstream's
+    /// `perRequest`); zero for an unlimited bucket, or when the rate exceeds `per` in
+    /// nanoseconds (then the bucket only spaces permits by their clock readings, as upstream).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::LeakyBucket;
+    /// assert_eq!(LeakyBucket::new(3).unwrap().per_request(), Duration::from_nanos(333_333_333));
+    /// ```
+    pub fn per_request(&self) -> Duration {
+        Duration::from_nanos(self.pace.per_request)
+    }
+
+    /// Whether this is an [unlimited](LeakyBucket::unlimited) bucket.
+    ///
+    /// ```
+    /// use turnstile::LeakyBucket;
+    /// assert!(!LeakyBucket::new(1).unwrap().is_unlimited());
+    /// ```
+    pub fn is_unlimited(&self) -> bool {
+        self.unlimited
+    }
+
+    /// Takes a permit and sleeps the thread until its time (upstream's `Take`); returns the
+    /// permit time: the clock reading if no wait was needed, else the scheduled time.
+    ///
+    /// The sleep is [`crate::clock::sleep_until`] on the limiter's clock: a thread sleep until
+    /// shortly before the permit, then a spin of at most [`crate::clock::SPIN_BEFORE_DEADLINE`],
+    /// so the wake-up is within microseconds of the permit. With a
+    /// [`crate::ManualClock`] it returns once the clock reaches the permit or the wait,
+    /// measured in real time, has elapsed. A refused permit ([`Nanos::MAX`], see
+    /// [`LeakyBucket::take_at`]) returns at once.
+    ///
+    /// ```
+    /// use turnstile::{Clock, LeakyBucket};
+    ///
+    /// let lb = LeakyBucket::builder(1000).without_slack().build().unwrap(); // 1 ms apart
+    /// let first = lb.take();
+    /// let second = lb.take();
+    /// assert!(second.as_u64() - first.as_u64() >= 1_000_000);
+    /// assert!(lb.clock().now() >= second);
+    /// ```
+    pub fn take(&self) -> Nanos {
+        let now = self.clock.now();
+        let permit = self.take_at(now);
+        // Nanos::MAX is a refusal ("never"), not a time to sleep until.
+        if permit > now && permit != Nanos::MAX {
+            crate::clock::sleep_until(&self.clock, permit);
+        }
+        permit
+    }
+
+    /// Takes a permit at `now` and returns its time without sleeping (deviation D7): `now` if
+    /// it is due already, else the later time the caller should wait for. The permit is
+    /// consumed either way. Returns [`Nanos::MAX`] ("never"), consuming nothing, if the permit
+    /// would fall at or after the end of representable time.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::{LeakyBucket, ManualClock, Nanos};
+    ///
+    /// let lb = LeakyBucket::builder(4).without_slack().clock(ManualClock::default()).build().unwrap();
+    /// let t = Nanos::ZERO; // a first take at time 0 is a first take like any other
+    /// assert_eq!(lb.take_at(t), t);
+    /// assert_eq!(lb.take_at(t), t + Duration::from_millis(250));
+    /// assert_eq!(lb.take_at(t), t + Duration::from_millis(500));
+    /// ```
+    pub fn take_at(&self, now: Nanos) -> Nanos {
+        if self.unlimited {
+            return now;
+        }
+        let now = now.as_u64();
+        if now == UNSET {
+            return Nanos::MAX;
+        }
+        let backoff = Backoff::new();
+        let mut prev = self.state.load(Ordering::Relaxed);
+        loop {
+            let Some(next) = self.pace.next(prev, now) else {
+                return Nanos::MAX;
+            };
+            if next == prev {
+                // T = 0 and nothing to move: the answer stands on the load.
+                return Nanos::new(next.max(now));
+            }
+            match self
+                .state
+                .compare_exchange_weak(prev, next, Ordering::Relaxed, Ordering::Relaxed)
+            {
+                Ok(_) => return Nanos::new(next.max(now)),
+                Err(current) => {
+                    backoff.spin();
+                    prev = current;
+                }
+            }
+        }
+    }
+
+    /// Takes a permit now if it needs no wait; see [`LeakyBucket::try_take_at`].
+    ///
+    /// ```
+    /// use turnstile::LeakyBucket;
+    ///
+    /// let lb = LeakyBucket::builder(1).without_slack().build().unwrap();
+    /// assert!(lb.try_take());   // the first take is immediate
+    /// assert!(!lb.try_take());  // the next one is a second away
+    /// ```
+    pub fn try_take(&self) -> bool {
+        self.try_take_at(self.clock.now())
+    }
+
+    /// Takes a permit at `now` if it is due already (deviation D7); otherwise changes nothing
+    /// and writes nothing. A success is exactly a [`LeakyBucket::take_at`] that returned `now`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::{LeakyBucket, ManualClock, Nanos};
+    ///
+    /// let lb = LeakyBucket::builder(10).without_slack().clock(ManualClock::default()).build().unwrap();
+    /// let t = Nanos::new(1_000_000_000);
+    /// assert!(lb.try_take_at(t));
+    /// assert!(!lb.try_take_at(t + Duration::from_millis(99)));
+    /// assert!(lb.try_take_at(t + Duration::from_millis(100)));
+    /// ```
+    pub fn try_take_at(&self, now: Nanos) -> bool {
+        self.check(now, 1).is_ok()
+    }
+
+    /// Takes a permit, waiting on tokio's timer until its time; returns the permit time as
+    /// [`LeakyBucket::take`] does (feature `tokio`). Tokio's timer has millisecond
+    /// granularity, so the wake-up may be up to a millisecond late.
+    ///
+    /// The permit is taken when the future is first polled. **Dropping the future after that
+    /// does not give the permit back**: upstream's `Take` has no cancel, and later takes are
+    /// already spaced after it (see the [module docs](self)).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use turnstile::LeakyBucket;
+    ///
+    /// let lb = LeakyBucket::builder(1000).without_slack().build().unwrap();
+    /// let first = lb.take_async().await;
+    /// let second = lb.take_async().await;
+    /// assert!(second.as_u64() - first.as_u64() >= 1_000_000);
+    /// # }
+    /// ```
+    #[cfg(feature = "tokio")]
+    pub async fn take_async(&self) -> Nanos {
+        let now = self.clock.now();
+        let permit = self.take_at(now);
+        // Nanos::MAX is a refusal ("never"), not a time to sleep until.
+        if permit > now && permit != Nanos::MAX {
+            tokio::time::sleep(permit - now).await;
+        }
+        permit
+    }
+
+    /// `n` consecutive takes at `now`, all immediate, as one atomic step; on denial, the
+    /// earliest time the same check could succeed (`None`: never).
+    #[inline]
+    fn check(&self, now: Nanos, n: u32) -> Result<(), Option<Nanos>> {
+        if self.unlimited || n == 0 {
+            return Ok(());
+        }
+        let now = now.as_u64();
+        if now == UNSET {
+            return Err(None);
+        }
+        let backoff = Backoff::new();
+        let mut prev = self.state.load(Ordering::Relaxed);
+        loop {
+            let next = match self.pace.next_n(prev, now, n) {
+                Some(next) if next <= now => next,
+                Some(_) => return Err(self.retry_at(prev, n)),
+                None => return Err(None),
+            };
+            if next == prev {
+                return Ok(());
+            }
+            match self
+                .state
+                .compare_exchange_weak(prev, next, Ordering::Relaxed, Ordering::Relaxed)
+            {
+                Ok(_) => return Ok(()),
+                Err(current) => {
+                    backoff.spin();
+                    prev = current;
+                }
+            }
+        }
+    }
+
+    /// The earliest time at which `n >= 1` consecutive takes from `prev` are all immediate.
+    /// Before the first permit a take never banks credit (upstream's first `Take` returns with
+    /// `next = now`), so `n >= 2` can never pass; nor can `n > slack + 1`. Otherwise it is
+    /// `prev + n * T`: there the takes are in the default branch (`n * T <= M + T`) and the
+    /// last one lands exactly on `now`.
+    fn retry_at(&self, prev: u64, n: u32) -> Option<Nanos> {
+        if prev == UNSET || n - 1 > self.slack {
+            return None;
+        }
+        let t = u128::from(prev) + u128::from(n) * u128::from(self.pace.per_request);
+        u64::try_from(t).ok().filter(|&t| t < UNSET).map(Nanos::new)
+    }
+}
+
+impl<C: Clock> Limiter for LeakyBucket<C> {
+    /// Takes `n` permits at `now` if `n` consecutive takes would all be immediate, as one
+    /// atomic step; otherwise changes nothing. A denial's retry time is when the same check
+    /// would pass if nobody else takes a permit; there is none (`None`) if `n > slack + 1`,
+    /// or if `n >= 2` before the first permit was ever taken (upstream's first take banks no
+    /// credit).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::{LeakyBucket, Limiter, ManualClock, Nanos};
+    ///
+    /// let lb = LeakyBucket::builder(10).slack(3).clock(ManualClock::default()).build().unwrap();
+    /// let t0 = Nanos::new(1_000_000_000);
+    /// assert!(lb.check_n_at(t0, 1).is_ok());
+    /// let t1 = t0 + Duration::from_secs(10);     // idle: 3 permits of credit banked
+    /// assert!(lb.check_n_at(t1, 4).is_ok());     // slack + 1 at once
+    /// let denied = lb.check_n_at(t1, 1).unwrap_err();
+    /// assert_eq!(denied.retry_after(), Some(Duration::from_millis(100)));
+    /// assert_eq!(lb.check_n_at(t1, 5).unwrap_err().retry_at(), None); // > slack + 1
+    /// ```
+    fn check_n_at(&self, now: Nanos, n: u32) -> Result<(), Denied> {
+        self.check(now, n)
+            .map_err(|retry_at| Denied::new(now, retry_at))
+    }
+
+    fn now(&self) -> Nanos {
+        self.clock.now()
+    }
+}
+
+impl<C: Clock> fmt::Debug for LeakyBucket<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.unlimited {
+            return f.write_str("LeakyBucket(unlimited)");
+        }
+        let next = self.state.load(Ordering::Relaxed);
+        f.debug_struct("LeakyBucket")
+            .field("rate", &self.rate)
+            .field("per", &self.per)
+            .field("slack", &self.slack)
+            .field("per_request", &self.per_request())
+            .field("next", &(next != UNSET).then_some(Nanos::new(next)))
+            .finish()
+    }
+}
+
+/// Builds a [`LeakyBucket`]: upstream's options `Per`, `WithSlack`, `WithoutSlack` and
+/// `WithClock`, applied in order, so the last one wins.
+///
+/// ```
+/// use std::time::Duration;
+/// use turnstile::{ConfigError, LeakyBucket, ManualClock};
+///
+/// let lb = LeakyBucket::builder(100)
+///     .per(Duration::from_secs(60))
+///     .slack(5)
+///     .without_slack()          // the last slack option wins: no slack
+///     .clock(ManualClock::default())
+///     .build()
+///     .unwrap();
+/// assert_eq!(lb.slack(), 0);
+/// assert_eq!(lb.per_request(), Duration::from_millis(600));
+/// assert_eq!(
+///     LeakyBucket::builder(1).per(Duration::ZERO).build().unwrap_err(),
+///     ConfigError::ZeroPeriod
+/// );
+/// ```
+#[derive(Clone, Debug)]
+#[must_use = "a builder does nothing until `build` is called"]
+pub struct Builder<C: Clock = QuantaClock> {
+    rate: u32,
+    per: Duration,
+    slack: u32,
+    clock: C,
+}
+
+impl Builder<QuantaClock> {
+    /// `rate` permits per second, slack 10, the quanta clock (upstream's defaults); the same
+    /// as [`LeakyBucket::builder`].
+    ///
+    /// ```
+    /// use turnstile::leaky_bucket::Builder;
+    /// assert_eq!(Builder::new(5).build().unwrap().rate(), 5);
+    /// ```
+    pub fn new(rate: u32) -> Builder {
+        Builder {
+            rate,
+            per: DEFAULT_PER,
+            slack: DEFAULT_SLACK,
+            clock: QuantaClock::new(),
+        }
+    }
+}
+
+impl<C: Clock> Builder<C> {
+    /// Counts the rate per `per` instead of per second (upstream's `Per`). Zero is rejected
+    /// by [`Builder::build`] with [`ConfigError::ZeroPeriod`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::LeakyBucket;
+    /// let lb = LeakyBucket::builder(2).per(Duration::from_millis(10)).build().unwrap();
+    /// assert_eq!(lb.per_request(), Duration::from_millis(5));
+    /// ```
+    pub fn per(mut self, per: Duration) -> Self {
+        self.per = per;
+        self
+    }
+
+    /// Lets idling bank up to `slack` permits of credit (upstream's `WithSlack`); after an
+    /// idle stretch `slack + 1` takes are immediate.
+    ///
+    /// ```
+    /// use turnstile::LeakyBucket;
+    /// assert_eq!(LeakyBucket::builder(2).slack(4).build().unwrap().slack(), 4);
+    /// ```
+    pub fn slack(mut self, slack: u32) -> Self {
+        self.slack = slack;
+        self
+    }
+
+    /// No credit at all (upstream's `WithoutSlack`, i.e. slack 0): every take after the first
+    /// is spaced `per / rate` from the previous permit or from its own time, whichever is
+    /// later.
+    ///
+    /// ```
+    /// use turnstile::LeakyBucket;
+    /// assert_eq!(LeakyBucket::builder(2).without_slack().build().unwrap().slack(), 0);
+    /// ```
+    pub fn without_slack(self) -> Self {
+        self.slack(0)
+    }
+
+    /// Reads time from `clock` (upstream's `WithClock`).
+    ///
+    /// ```
+    /// use turnstile::{Clock, LeakyBucket, ManualClock, Nanos};
+    /// let lb = LeakyBucket::builder(2).clock(ManualClock::new(Nanos::new(3))).build().unwrap();
+    /// assert_eq!(lb.clock().now(), Nanos::new(3));
+    /// ```
+    pub fn clock<D: Clock>(self, clock: D) -> Builder<D> {
+        Builder {
+            rate: self.rate,
+            per: self.per,
+            slack: self.slack,
+            clock,
+        }
+    }
+
+    /// The bucket, or the first setting that cannot be used: a rate of 0
+    /// ([`ConfigError::ZeroRate`]) or a `per` of 0 ([`ConfigError::ZeroPeriod`]), deviation
+    /// D6.
+    ///
+    /// ```
+    /// use turnstile::{ConfigError, LeakyBucket};
+    /// assert!(LeakyBucket::builder(1).build().is_ok());
+    /// assert_eq!(LeakyBucket::builder(0).build().unwrap_err(), ConfigError::ZeroRate);
+    /// ```
+    pub fn build(self) -> Result<LeakyBucket<C>, ConfigError> {
+        LeakyBucket::from_builder(self)
+    }
+
+    /// The settings' checks, shared with [`crate::reference::LeakyBucket`]'s builder.
+    fn validate(&self) -> Result<(), ConfigError> {
+        validate(self.rate, self.per)
+    }
+}
+
+/// Deviation D6: the settings upstream divides by, or never limits with.
+pub(crate) fn validate(rate: u32, per: Duration) -> Result<(), ConfigError> {
+    if rate == 0 {
+        return Err(ConfigError::ZeroRate);
+    }
+    if per.is_zero() {
+        return Err(ConfigError::ZeroPeriod);
+    }
+    Ok(())
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pace_saturates_instead_of_overflowing() {
+        let p = Pace::new(1, Duration::MAX, u32::MAX);
+        assert_eq!(p.per_request, u64::MAX);
+        assert_eq!(p.max_slack, u64::MAX);
+        assert_eq!(p.cap, u64::MAX);
+        assert_eq!(p.next(UNSET, 5), Some(5));
+        assert_eq!(p.next(5, 6), None);
+        let p = Pace::new(u32::MAX, Duration::from_nanos(1), u32::MAX);
+        assert_eq!((p.per_request, p.max_slack, p.cap), (0, 0, 0));
+        assert_eq!(p.next(5, 6), Some(6));
+        assert_eq!(p.next(5, 5), Some(5));
+        assert_eq!(p.next(5, 4), Some(5));
+    }
+
+    #[test]
+    fn unified_cap_branch_is_upstreams_no_slack_branch() {
+        let p = Pace::new(10, Duration::from_secs(1), 0);
+        let t = 100_000_000;
+        assert_eq!(p.next(0, t + 1), Some(t + 1)); // now - prev > T: next = now
+        assert_eq!(p.next(0, t), Some(t)); // == T: prev + T
+    }
+}

@@ -348,8 +348,8 @@ impl<C: Clock> TokenBucket<C> {
     /// deviation D4), tokens that arrive after the deadline
     /// ([`WaitError::WouldExceedDeadline`]). With no wait needed it returns without sleeping.
     ///
-    /// The sleep is `std::thread::sleep` for the delay measured on the limiter's clock, so a
-    /// [`crate::ManualClock`] does not shorten it.
+    /// The sleep is [`crate::clock::sleep_until`] on the limiter's clock: a thread sleep, then
+    /// a spin of at most [`crate::clock::SPIN_BEFORE_DEADLINE`] for a precise wake-up.
     ///
     /// ```
     /// use turnstile::{Limit, TokenBucket, WaitError};
@@ -363,9 +363,8 @@ impl<C: Clock> TokenBucket<C> {
     pub fn wait_n_blocking(&self, n: u32, deadline: Option<Nanos>) -> Result<(), WaitError> {
         let now = self.clock.now();
         let r = self.reserve_for_wait(now, n, deadline)?;
-        let delay = r.delay_from(now);
-        if !delay.is_zero() {
-            std::thread::sleep(delay);
+        if let Some(t) = r.time_to_act() {
+            crate::clock::sleep_until(&self.clock, t);
         }
         Ok(())
     }
