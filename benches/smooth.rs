@@ -1,1 +1,215 @@
-fn main() {}
+//! turnstile's lock-free `SmoothBursty` / `SmoothWarmingUp` vs their mutex twins (the literal
+//! Guava ports), with governor's direct limiter as a reference for the non-blocking acquire,
+//! side by side on one shared limiter at 1 and 2 threads.
+//!
+//! Groups (`<limiter>_<workload>/<threads>t`, limiter `bursty` or `warming`), ids `turnstile`,
+//! `mutex_twin` and (where it has the operation) `governor`:
+//! * `reserve`: `reserve_n(1)`, pay later, at a huge rate (1e15/s, a 1-second burst or a 1 s
+//!   warm-up) so that waits are ~0. Every call resyncs (`next_free` moves to the clock reading)
+//!   and spends a permit, so every call commits a CAS (the twin: takes the mutex and writes).
+//!   governor has no reservations: no cell.
+//! * `try_ok`: the non-blocking acquire that succeeds: `try_acquire_at(clock.now(), 1, 1 ms)`
+//!   on the same huge-rate limiter (Guava's `tryAcquire(1, 1 ms)` without the sleep; the
+//!   timeout absorbs the nanoseconds by which another thread's clock reading may lead).
+//!   governor: `check()` at 1e9 cells/s (its finest) with a burst of `u32::MAX`.
+//! * `try_deny`: the non-blocking acquire that fails: `try_acquire_at(clock.now(), 1, 0)` on a
+//!   1e-3/s limiter that owes ~1000 s (one `reserve_n(1)` before measuring). A denial is a
+//!   load (turnstile) or a lock and a compare (twin) and writes nothing. governor: `check()`
+//!   on 1 per hour, burst 1, drained.
+//!
+//! # What the reported time means
+//! As in `benches/token_bucket.rs`: every cell uses `iter_custom`. With `T` threads (1 or 2),
+//! each thread waits on a `Barrier`, reads its own `Instant`, performs `iters` operations on
+//! the one shared limiter (clock read included), and reads the time again. The sample is the
+//! **largest** of the `T` per-thread elapsed times, which criterion divides by `iters`: the
+//! figure is the time per operation *as seen by one thread* while `T` threads contend.
+//! Aggregate throughput is `T / figure`. Thread spawning and the barrier are outside the timed
+//! region.
+//!
+//! Summarize with `scripts/bench-ratios` after a run.
+
+use std::num::NonZeroU32;
+use std::sync::Barrier;
+use std::time::{Duration, Instant};
+
+use criterion::{black_box, criterion_group, criterion_main, BenchmarkGroup, Criterion};
+use governor::{Quota, RateLimiter};
+use turnstile::{reference, Clock, SmoothBursty, SmoothWarmingUp};
+
+const THREADS: [usize; 2] = [1, 2];
+
+/// Runs `op` `iters` times on each of `threads` threads started together; returns the slowest
+/// thread's elapsed time (see the module docs for the definition).
+fn contended<F: Fn() + Sync>(threads: usize, iters: u64, op: &F) -> Duration {
+    let run = || {
+        let start = Instant::now();
+        for _ in 0..iters {
+            op();
+        }
+        start.elapsed()
+    };
+    if threads == 1 {
+        return run();
+    }
+    let barrier = Barrier::new(threads);
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(|| {
+                    barrier.wait();
+                    run()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("bench thread panicked"))
+            .max()
+            .unwrap_or_default()
+    })
+}
+
+fn cell<F: Fn() + Sync>(
+    g: &mut BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    id: &str,
+    threads: usize,
+    op: F,
+) {
+    g.bench_function(id, |b| {
+        b.iter_custom(|iters| contended(threads, iters, &op))
+    });
+}
+
+fn nz(n: u32) -> NonZeroU32 {
+    NonZeroU32::new(n).expect("nonzero")
+}
+
+/// Huge but finite: every call runs the whole reserve path, and waits stay ~0.
+const HUGE: f64 = 1e15;
+/// One permit every 1000 s: one reservation leaves a debt no check will see paid.
+const TINY: f64 = 1e-3;
+const WARMUP: Duration = Duration::from_secs(1);
+const OK_TIMEOUT: Duration = Duration::from_millis(1);
+
+fn governor_ok() -> governor::DefaultDirectRateLimiter {
+    RateLimiter::direct(Quota::per_second(nz(1_000_000_000)).allow_burst(nz(u32::MAX)))
+}
+
+fn governor_deny() -> governor::DefaultDirectRateLimiter {
+    let g = RateLimiter::direct(Quota::per_hour(nz(1)).allow_burst(nz(1)));
+    assert!(g.check().is_ok());
+    assert!(g.check().is_err());
+    g
+}
+
+/// The four limiters of one flavour, built the same way: ours and the twin.
+macro_rules! workloads {
+    ($name:ident, $label:literal, $ours:expr, $twin:expr) => {
+        fn $name(c: &mut Criterion) {
+            for threads in THREADS {
+                // reserve (pay later), waits ~0.
+                let mut g = c.benchmark_group(format!("{}_reserve/{threads}t", $label));
+                let l = $ours(HUGE);
+                cell(&mut g, "turnstile", threads, || {
+                    black_box(black_box(&l).reserve_n(1).unwrap());
+                });
+                assert!(l.reserve_n(1).unwrap() < Duration::from_millis(1));
+                let t = $twin(HUGE);
+                cell(&mut g, "mutex_twin", threads, || {
+                    black_box(black_box(&t).reserve_n(1).unwrap());
+                });
+                assert!(t.reserve_n(1).unwrap() < Duration::from_millis(1));
+                g.finish();
+
+                // try_acquire that succeeds; governor's check as the reference.
+                let mut g = c.benchmark_group(format!("{}_try_ok/{threads}t", $label));
+                let l = $ours(HUGE);
+                cell(&mut g, "turnstile", threads, || {
+                    let l = black_box(&l);
+                    black_box(l.try_acquire_at(l.clock().now(), 1, OK_TIMEOUT).unwrap());
+                });
+                assert!(l
+                    .try_acquire_at(l.clock().now(), 1, OK_TIMEOUT)
+                    .unwrap()
+                    .is_some());
+                let t = $twin(HUGE);
+                cell(&mut g, "mutex_twin", threads, || {
+                    let t = black_box(&t);
+                    black_box(t.try_acquire_at(t.clock().now(), 1, OK_TIMEOUT).unwrap());
+                });
+                assert!(t
+                    .try_acquire_at(t.clock().now(), 1, OK_TIMEOUT)
+                    .unwrap()
+                    .is_some());
+                let gov = governor_ok();
+                cell(&mut g, "governor", threads, || {
+                    let _ = black_box(black_box(&gov).check());
+                });
+                assert!(gov.check().is_ok(), "governor ran dry");
+                g.finish();
+
+                // try_acquire that fails: a debt of ~1000 s.
+                let mut g = c.benchmark_group(format!("{}_try_deny/{threads}t", $label));
+                let l = $ours(TINY);
+                l.reserve_n(1).unwrap();
+                cell(&mut g, "turnstile", threads, || {
+                    let l = black_box(&l);
+                    black_box(
+                        l.try_acquire_at(l.clock().now(), 1, Duration::ZERO)
+                            .unwrap(),
+                    );
+                });
+                assert!(l
+                    .try_acquire_at(l.clock().now(), 1, Duration::ZERO)
+                    .unwrap()
+                    .is_none());
+                let t = $twin(TINY);
+                t.reserve_n(1).unwrap();
+                cell(&mut g, "mutex_twin", threads, || {
+                    let t = black_box(&t);
+                    black_box(
+                        t.try_acquire_at(t.clock().now(), 1, Duration::ZERO)
+                            .unwrap(),
+                    );
+                });
+                assert!(t
+                    .try_acquire_at(t.clock().now(), 1, Duration::ZERO)
+                    .unwrap()
+                    .is_none());
+                let gov = governor_deny();
+                cell(&mut g, "governor", threads, || {
+                    let _ = black_box(black_box(&gov).check());
+                });
+                assert!(gov.check().is_err());
+                g.finish();
+            }
+        }
+    };
+}
+
+workloads!(
+    bursty,
+    "bursty",
+    |rate| SmoothBursty::new(rate).expect("valid rate"),
+    |rate| reference::SmoothBursty::new(rate).expect("valid rate")
+);
+workloads!(
+    warming,
+    "warming",
+    |rate| SmoothWarmingUp::new(rate, WARMUP).expect("valid rate"),
+    |rate| reference::SmoothWarmingUp::new(rate, WARMUP).expect("valid rate")
+);
+
+fn config() -> Criterion {
+    Criterion::default()
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_millis(2500))
+        .sample_size(30)
+}
+
+criterion_group! {
+    name = benches;
+    config = config();
+    targets = bursty, warming
+}
+criterion_main!(benches);

@@ -15,10 +15,12 @@
 //!
 //! Contenders: turnstile's lock-free [`TokenBucket`], its mutex twin
 //! [`turnstile::reference::TokenBucket`] (a literal port of Go's rate.go), and governor's direct
-//! limiter (a dev-dependency only) behind a small adapter. With the defaults the whole run takes
-//! about 2 × 3 × 3 s.
+//! limiter (a dev-dependency only) behind a small adapter. Phase 3 runs every other algorithm
+//! (uber's leaky bucket, Guava's SmoothBursty and SmoothWarmingUp) against its own mutex twin at
+//! the phase-1 rate, each checked against its own budget. With the defaults the whole run takes
+//! about 12 × 2 s.
 //!
-//! Exit status: 1 if turnstile's `TokenBucket` grants more than its budget (plus one request).
+//! Exit status: 1 if any turnstile limiter grants more than its budget (plus one request).
 
 use std::num::NonZeroU32;
 use std::process::ExitCode;
@@ -29,7 +31,10 @@ use std::time::{Duration, Instant};
 use governor::clock::{Clock as _, QuantaClock as GovClock, QuantaInstant, Reference as _};
 use governor::state::{InMemoryState, NotKeyed};
 use governor::{Quota, RateLimiter};
-use turnstile::{reference, Denied, Limit, Limiter, Nanos, TokenBucket};
+use turnstile::{
+    reference, Denied, LeakyBucket, Limit, Limiter, Nanos, SmoothBursty, SmoothWarmingUp,
+    TokenBucket,
+};
 
 /// Checks between two looks at the stop flag.
 const BATCH: u32 = 256;
@@ -257,14 +262,14 @@ struct Args {
 }
 
 const USAGE: &str = "usage: shootout [--seconds N] [--threads T] [--limit R] [--burst B]
-  --seconds N   seconds per limiter and phase (default 3)
+  --seconds N   seconds per limiter and phase (default 2)
   --threads T   threads (default: one per core)
   --limit R     phase 1 limit, events per second (default 1000000)
   --burst B     phase 1 burst (default 1000)";
 
 fn parse_args() -> Result<Args, String> {
     let mut args = Args {
-        seconds: 3.0,
+        seconds: 2.0,
         threads: None,
         limit: 1_000_000.0,
         burst: 1000,
@@ -458,9 +463,124 @@ fn main() -> ExitCode {
     }
     t.print();
 
+    over |= phase3(&args, threads, dur);
+
     if over {
-        eprintln!("\nshootout: turnstile's TokenBucket granted more than its budget");
+        eprintln!("\nshootout: a turnstile limiter granted more than its budget");
         return ExitCode::FAILURE;
     }
     ExitCode::SUCCESS
+}
+
+/// Phase 3: every other algorithm against its mutex twin, at the phase-1 rate. Returns whether
+/// a turnstile limiter went over its budget.
+fn phase3(args: &Args, threads: usize, dur: Duration) -> bool {
+    let rate = args.limit;
+    let whole_rate = rate.round().clamp(1.0, f64::from(u32::MAX)) as u32;
+    let slack = args.burst;
+    let warmup = Duration::from_millis(100);
+    println!(
+        "\nphase 3: the other algorithms at {whole_rate}/s against their twins \
+         (budget = what the algorithm may ever grant in the window)"
+    );
+    println!(
+        "  leaky bucket: slack {slack} -> slack + 1 + elapsed / interval; smooth: max stored \
+         permits + rate x elapsed + 1 (bursty 1 s of burst, warming-up {warmup:?} warm-up)"
+    );
+    let interval_ns = (1_000_000_000u64 / u64::from(whole_rate)).max(1) as f64;
+    let leaky_budget =
+        |s: &Stats| f64::from(slack) + 1.0 + s.elapsed.as_nanos() as f64 / interval_ns;
+    let bursty_budget = |s: &Stats| rate + rate * s.elapsed.as_secs_f64() + 1.0;
+    let warm = SmoothWarmingUp::new(rate, warmup).expect("valid warm-up limiter");
+    let warm_max = warm.params().max_permits;
+    let warm_budget = |s: &Stats| warm_max + rate * s.elapsed.as_secs_f64() + 1.0;
+
+    let leaky_cfg = || LeakyBucket::builder(whole_rate).slack(slack);
+    let rows: Vec<(&str, bool, Stats, f64)> = {
+        let mut rows = Vec::new();
+        let mut add = |name, ours, s: Stats, budget: &dyn Fn(&Stats) -> f64| {
+            let b = budget(&s);
+            rows.push((name, ours, s, b));
+        };
+        add(
+            "leaky_bucket",
+            true,
+            run(&leaky_cfg().build().expect("valid"), threads, dur),
+            &leaky_budget,
+        );
+        add(
+            "  mutex_twin",
+            false,
+            run(
+                &reference::LeakyBucket::builder(whole_rate)
+                    .slack(slack)
+                    .build()
+                    .expect("valid"),
+                threads,
+                dur,
+            ),
+            &leaky_budget,
+        );
+        add(
+            "smooth_bursty",
+            true,
+            run(&SmoothBursty::new(rate).expect("valid"), threads, dur),
+            &bursty_budget,
+        );
+        add(
+            "  mutex_twin",
+            false,
+            run(
+                &reference::SmoothBursty::new(rate).expect("valid"),
+                threads,
+                dur,
+            ),
+            &bursty_budget,
+        );
+        add(
+            "smooth_warming_up",
+            true,
+            run(&warm, threads, dur),
+            &warm_budget,
+        );
+        add(
+            "  mutex_twin",
+            false,
+            run(
+                &reference::SmoothWarmingUp::new(rate, warmup).expect("valid"),
+                threads,
+                dur,
+            ),
+            &warm_budget,
+        );
+        rows
+    };
+    let mut t = Table::new(&[
+        "limiter",
+        "ops/s",
+        "ns/op/thread",
+        "granted",
+        "budget",
+        "granted/budget",
+        "denied",
+        "verdict",
+    ]);
+    let mut over = false;
+    for (name, ours, s, budget) in &rows {
+        let ops = s.granted + s.denied;
+        let ok = (s.granted as f64) <= budget + 1.0;
+        over |= *ours && !ok;
+        t.row(vec![
+            name.to_string(),
+            mops(ops, s.wall),
+            ns_per_op(ops, threads, s.wall),
+            grouped(s.granted),
+            grouped(budget.floor() as u64),
+            format!("{:.6}", s.granted as f64 / budget),
+            format!("{:.2}%", 100.0 * s.denied as f64 / ops.max(1) as f64),
+            if ok { "ok" } else { "OVER" }.to_string(),
+        ]);
+    }
+    t.print();
+    over
 }

@@ -20,6 +20,22 @@ pub enum ConfigError {
     /// A leaky bucket's period (`per`) was zero (deviation D6).
     #[error("period (per) is 0; it must be positive")]
     ZeroPeriod,
+    /// A smooth limiter's rate was zero, negative or NaN (Guava's "rate must be positive";
+    /// deviation D11). `+inf` is a valid rate: no waits.
+    #[error("rate {0} is not positive; a smooth limiter needs a rate > 0 (+inf for no limit)")]
+    RateNotPositive(f64),
+    /// A `SmoothWarmingUp`'s warm-up period was zero (deviation D9: Guava stops limiting).
+    #[error("warm-up period {0:?} is zero; it must be positive (use SmoothBursty for no warm-up)")]
+    ZeroWarmup(std::time::Duration),
+    /// A `SmoothWarmingUp`'s cold factor was below 1, infinite or NaN.
+    #[error("cold factor {0} is invalid; it must be a finite number >= 1")]
+    InvalidColdFactor(f64),
+    /// A `SmoothBursty`'s `max_burst_seconds` was negative, infinite or NaN.
+    #[error("max burst seconds {0} is invalid; it must be a finite number >= 0")]
+    InvalidBurstSeconds(f64),
+    /// A `SmoothBursty`'s `initial_stored_permits` was negative or NaN.
+    #[error("initial stored permits {0} is invalid; it must be a number >= 0")]
+    InvalidStoredPermits(f64),
 }
 
 /// Why a wait did not (or will not) end with the requested tokens.
@@ -55,4 +71,8 @@ pub enum WaitError {
         /// The limit at the time of the wait, in events per second.
         limit: f64,
     },
+    /// Zero permits were requested from a smooth limiter (Guava's "Requested permits (0) must
+    /// be positive"; deviation D11). Nothing was reserved.
+    #[error("requested permits (0) must be positive")]
+    ZeroPermits,
 }

@@ -9,6 +9,8 @@
 //! |---|---|---|
 //! | [`TokenBucket`] | Go `golang.org/x/time/rate` | [`token_bucket`] |
 //! | [`Sometimes`] | Go `rate.Sometimes` | [`sometimes`] |
+//! | [`LeakyBucket`] | uber-go `ratelimit` | [`leaky_bucket`] |
+//! | [`SmoothBursty`], [`SmoothWarmingUp`] | Guava `RateLimiter` | [`smooth`] |
 //!
 //! Every limiter has a mutex-based twin in [`reference`](mod@reference) that follows the upstream code
 //! literally; the tests compare the two on random operation sequences, and the benchmarks
@@ -49,8 +51,8 @@ pub mod token_bucket;
 
 pub use clock::{Clock, CoarseClock, ManualClock, Nanos, QuantaClock};
 pub use error::{ConfigError, WaitError};
-pub use limit::Limit;
 pub use leaky_bucket::LeakyBucket;
+pub use limit::Limit;
 pub use limiter::{Denied, Limiter};
 pub use smooth::{SmoothBursty, SmoothWarmingUp};
 pub use sometimes::Sometimes;

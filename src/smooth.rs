@@ -1,6 +1,1129 @@
-//! Placeholder: being written.
-#![allow(missing_docs)]
-/// Placeholder.
-pub struct SmoothBursty;
-/// Placeholder.
-pub struct SmoothWarmingUp;
+//! Lock-free [`SmoothBursty`] and [`SmoothWarmingUp`] with the semantics of Guava's
+//! `RateLimiter` (`SmoothRateLimiter.java`), at nanosecond resolution.
+//!
+//! # Guava's model, in one paragraph
+//! The limiter keeps `stored_permits` (permits saved while idle, at most `max_permits`) and
+//! `next_free`, the time at which the *next* request is granted, whatever its size. A request
+//! of `n` permits at `now` first *resyncs* (if `now > next_free`, the idle time
+//! `now - next_free` becomes `(now - next_free) / cool_down_interval` stored permits, capped at
+//! `max_permits`, and `next_free = now`), then waits until `next_free` (**pay later**: it waits
+//! only for the previous debt), spends `min(n, stored)` stored permits and pushes `next_free`
+//! forward by their cost plus `fresh * stable_interval` for the rest. Stored permits are free
+//! in [`SmoothBursty`]; in [`SmoothWarmingUp`] they cost the integral of a line rising from
+//! `stable_interval` at `threshold_permits` to `cold_interval = cold_factor * stable_interval`
+//! at `max_permits` (the trapezoid), and the stable interval below the threshold.
+//!
+//! # The protocol
+//!
+//! **The state word** (`state`, one `AtomicU128`, cache-padded):
+//! ```text
+//!  127                          64 63                    24 23            0
+//! +------------------------------+------------------------+---------------+
+//! |  next_free: u64 nanoseconds  |  stored: 40-bit frac   |  epoch: 24    |
+//! +------------------------------+------------------------+---------------+
+//! ```
+//! * `next_free` is unsigned: it starts at the construction time and only moves forward
+//!   (resync sets it to a later `now`, a reservation adds a cost with a saturating add, as
+//!   Guava's `LongMath.saturatedAdd`), so the whole `Nanos` range is representable.
+//! * The stored permits are held as a **fraction of `max_permits`**: `stored = frac / 2^39 *
+//!   max_permits`, `frac` in `0..=2^39` (the field has 40 bits so that "full", 2^39, is exact).
+//!   This is what makes `set_rate` cheap and exact in Guava's terms: Guava rescales
+//!   `stored * new_max / old_max`, which leaves the fraction unchanged, so only its special
+//!   cases (old max 0 or `+inf`) write a new fraction. In fraction units Guava's resync is also
+//!   free of the rate: idle time stores `idle / cool_down` permits, i.e. `idle /
+//!   (max_burst_seconds * 1e9)` of a full store for `SmoothBursty` and `idle / warmup` for
+//!   `SmoothWarmingUp`. So the hot path resyncs with one multiplication and serves a bursty
+//!   request from storage in integer arithmetic (`frac -= n * 2^39 / max_permits`). (It also
+//!   means that for finite rates resyncing at the old rate, as Guava's `setRate` does, or at the
+//!   new one gives the same fraction.)
+//! * Conversions into fraction units round to the nearest unit, so exact fractions stay exact
+//!   (a half-full store rescales to exactly half full) and each conversion errs by at most half
+//!   a unit, `max_permits * 2^-40` permits: for `SmoothBursty` at most `max_burst_seconds *
+//!   2^-40` s of refill (~1 ps for a 1 s burst); for `SmoothWarmingUp`, whose stored permits
+//!   cost up to `cold_interval` each, at most `max_permits * cold_interval * 2^-40` <=
+//!   `1.5 * cold_factor * warmup * 2^-40` of wait (~3 ns for a 550 s warm-up with cold
+//!   factor 10, ~10 ps for 4 s with 3).
+//! * `epoch` names the configuration the word is expressed in.
+//!
+//! **Configurations** (rate, stable interval, max permits, cool-down interval, threshold,
+//! slope) live in the two seqlock-validated slots of `ConfigSlots`, one per epoch parity,
+//! exactly as in the token bucket (`src/config_slots.rs` states that protocol). Only
+//! `set_rate` writes slots, serialized by a mutex that the hot path never touches. It resyncs
+//! at the *old* rate, applies Guava's rescale, writes the other slot as epoch `e + 1`, and
+//! installs `(next_free, frac, e + 1)` with one CAS. `next_free` is left as resynced, so the
+//! debt already owed is repaid at the old rate, as in Guava.
+//!
+//! * **Invariant:** the word is always expressed in the configuration of its own epoch, and
+//!   slot `e & 1` holds that configuration while the word carries epoch `e` (the slot is next
+//!   written for `e + 2`, which needs the word to reach `e + 1` first).
+//! * Every operation computes from one word and the configuration of *its* epoch and commits
+//!   with a CAS on the whole word; a failed CAS retries from the word it returned (with
+//!   `crossbeam_utils::Backoff`), reading the configuration again only if the epoch moved.
+//!   So stored permits and `next_free` always change together, and no reservation is
+//!   computed half under an old rate: `set_rate` is linearizable with `reserve`, `acquire`
+//!   and `try_acquire`.
+//! * **No ABA within an epoch:** `next_free` never decreases, and while it stays put the
+//!   fraction only decreases (storing idle time needs `now > next_free` and moves it), so a
+//!   word never recurs and a CAS cannot succeed on a recycled one. Across epochs, see below.
+//! * A denied `try_acquire` (Guava's `canAcquire`: `next_free - timeout <= now`, the
+//!   subtraction form, here a saturating subtraction) and everything under a `+inf` rate
+//!   write nothing: they linearize at the load. A denial needs only `next_free`, so it does
+//!   not even read the configuration. Under `+inf` every cost is zero, so a reservation only
+//!   waits for the debt owed from before the switch (`next_free - now`), and the resync it
+//!   would write (`next_free = now`, stored full) is unobservable: both `try_acquire` and the
+//!   next `set_rate` treat a past `next_free` like `now`.
+//! * **Epoch width.** 24 bits leave 40 for the fraction. A stale CAS could succeed only if the
+//!   word were bit-for-bit equal again: the epoch advanced by an exact multiple of 2^24
+//!   (16,777,216 `set_rate` calls) with `next_free` and the fraction at the loaded values
+//!   (which `set_rate` calls during a debt do leave as they were), all between one thread's
+//!   load and its CAS, a window of tens of nanoseconds unless that thread is preempted.
+//!   `set_rate` calls are serialized by a mutex and each writes a slot and CASes the word
+//!   (well over 100 ns), so that takes seconds of nothing but `set_rate` while the other
+//!   thread sleeps mid-loop; rates are changed by control loops, a few times a second. The
+//!   same holds for a slot read validated against a 24-bit epoch.
+//!
+//! **Orderings.** As in the token bucket: the word is loaded with `Acquire`, pairing with the
+//! `Release` of the reconfiguring CAS, so the slot written before it is visible to whoever sees
+//! the new epoch; hot-path CASes are `AcqRel` and, being read-modify-writes, extend that
+//! release sequence. A failed slot read only means the loaded word was stale: reload it.
+//!
+//! # Arithmetic
+//! Guava's, in nanoseconds (`stable_interval = 1e9 / rate`, warm-up in ns) with `f64` for
+//! permits and intervals, and no division on the hot path (the configuration carries the two
+//! reciprocals it needs). Guava truncates each cost to whole microseconds; here each cost is
+//! rounded to the **nearest nanosecond**, so that a value that floating point lands a hair
+//! below a whole number (200 ms computed as 199.9999999999 ms) is not cut to the nanosecond
+//! below. The warm-up cost is Guava's integral, `stable * take + slope * t * (above - t / 2)`
+//! for the `t` permits above the threshold, which is its trapezoid plus its flat part summed
+//! algebraically and rounded once. Conversions saturate (NaN, which only `0 * inf` for a zero
+//! part could produce, is 0 as in Java's `(long)` cast).
+//!
+//! # Deviations from Guava
+//! * **D8** nanosecond resolution: waits agree with Guava's to within a microsecond per
+//!   operation (Guava truncates every cost to whole µs and reads time in µs, so at more than
+//!   10^6 permits per second Guava stops limiting; turnstile does not). A warm-up shorter than
+//!   a microsecond works (guava#6475).
+//! * **D9** a zero warm-up is rejected ([`ConfigError::ZeroWarmup`]); no NaN is ever stored:
+//!   under `+inf` the stored permits are `+inf` (Guava stores NaN after `setRate(+inf)` when
+//!   none were stored), the slope is 0 where Guava's is NaN, and a zero `max_burst_seconds`
+//!   at `+inf` gives `max_permits = 0` (Guava: NaN). Rates so large that `max_permits` would
+//!   overflow cap it at `f64::MAX`.
+//! * **D10** [`SmoothBurstyBuilder::initial_stored_permits`] (default 0, as Guava).
+//! * **D11** typed errors: [`ConfigError::RateNotPositive`] for a rate that is zero, negative
+//!   or NaN (`+inf` is allowed: no waits), [`ConfigError::ZeroWarmup`],
+//!   [`ConfigError::InvalidColdFactor`] (below 1, infinite or NaN),
+//!   [`ConfigError::InvalidBurstSeconds`] (negative, infinite or NaN),
+//!   [`ConfigError::InvalidStoredPermits`] (negative or NaN); and zero permits on
+//!   `acquire`, `reserve_n` and `try_acquire` give [`WaitError::ZeroPermits`] with nothing
+//!   reserved. Nothing panics. (`Limiter::check_n_at(now, 0)` takes nothing and succeeds iff
+//!   there is no debt.)
+//! * [`SmoothBursty::rate`] returns the rate as set; Guava recomputes `1e6 / stable_interval`,
+//!   which can differ in the last bit and is 0 for subnormal rates.
+//! * The async [`SmoothBursty::acquire_async`] does not give permits back when dropped: Guava
+//!   has no cancel, and under pay later the request's cost has already been charged to the
+//!   *next* caller.
+
+use std::fmt;
+use std::time::Duration;
+
+use crossbeam_utils::{Backoff, CachePadded};
+
+use crate::clock::{Clock, Nanos, QuantaClock};
+use crate::config_slots::ConfigSlots;
+use crate::error::{ConfigError, WaitError};
+use crate::limiter::{Denied, Limiter};
+use crate::sync::{AtomicU128, Mutex, Ordering};
+
+const EPOCH_BITS: u32 = 24;
+const EPOCH_MASK: u32 = (1 << EPOCH_BITS) - 1;
+const FRAC_BITS: u32 = 40;
+const FRAC_MASK: u64 = (1 << FRAC_BITS) - 1;
+/// A full store: `stored == max_permits`.
+const FRAC_ONE: u64 = 1 << (FRAC_BITS - 1);
+const FRAC_SCALE: f64 = FRAC_ONE as f64;
+const NANOS_PER_SEC: f64 = 1e9;
+
+/// The derived constants of a smooth limiter's current rate, in nanoseconds (Guava's fields,
+/// which are in microseconds). For [`SmoothBursty`], stored permits cost nothing and
+/// `threshold_permits`, `slope_ns` and `cold_interval_ns` are 0.
+///
+/// ```
+/// use std::time::Duration;
+/// use turnstile::{ManualClock, SmoothWarmingUp};
+/// let l = SmoothWarmingUp::builder(2.0, Duration::from_secs(4))
+///     .clock(ManualClock::default())
+///     .build()
+///     .unwrap();
+/// let p = l.params();
+/// assert_eq!((p.threshold_permits, p.max_permits), (4.0, 8.0));
+/// assert_eq!(p.slope_ns, 250_000_000.0); // Guava's 250000.0 µs
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SmoothParams {
+    /// Permits per second (`+inf` for no limit).
+    pub rate: f64,
+    /// `1e9 / rate` (0 under `+inf`).
+    pub stable_interval_ns: f64,
+    /// `stable_interval_ns * cold_factor` (warming up only).
+    pub cold_interval_ns: f64,
+    /// The most permits that can be stored.
+    pub max_permits: f64,
+    /// Stored permits above this cost more than the stable interval (warming up only).
+    pub threshold_permits: f64,
+    /// How much the cost of a stored permit grows per permit above the threshold, in ns per
+    /// permit (warming up only).
+    pub slope_ns: f64,
+    /// Idle time that stores one permit.
+    pub cool_down_interval_ns: f64,
+}
+
+// ---- configuration -----------------------------------------------------------------------
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Kind {
+    Bursty { max_burst_seconds: f64 },
+    WarmingUp { warmup_ns: f64, cold_factor: f64 },
+}
+
+/// Words of a [`Config`] in its slot: rate, stable, max, cool-down, threshold, slope, and the
+/// two factors the hot path multiplies by (fraction units per idle nanosecond and per permit),
+/// so that a reservation does no division.
+const CONFIG_WORDS: usize = 8;
+
+/// One rate's derived constants, as read from its slot. Never NaN.
+#[derive(Clone, Copy, Debug)]
+struct Config {
+    epoch: u32,
+    rate: f64,
+    stable_ns: f64,
+    max_permits: f64,
+    cool_down_ns: f64,
+    threshold: f64,
+    slope: f64,
+    /// Fraction units stored per idle nanosecond: `2^39 / (cool_down_ns * max_permits)`, i.e.
+    /// `2^39 / (max_burst_seconds * 1e9)` (bursty) or `2^39 / warmup_ns` (warming up),
+    /// whatever the rate. Guava's `min(max, stored + idle / cool_down)` is
+    /// `min(full, frac + idle * accrual)`.
+    accrual: f64,
+    /// Fraction units per permit: `2^39 / max_permits`.
+    units_per_permit: f64,
+    warming: bool,
+    /// `+inf` rate: every cost is zero.
+    inf: bool,
+    /// `max_permits / 2^39`: the permits one fraction unit stands for.
+    scale: f64,
+}
+
+impl Config {
+    /// Guava's `doSetRate(pps, stableIntervalMicros)` for `kind`, without the stored permits.
+    fn new(kind: Kind, rate: f64, epoch: u32) -> Config {
+        let inf = rate == f64::INFINITY;
+        // A positive rate gives a positive interval; a subnormal one gives +inf, as in Guava.
+        let stable = if inf { 0.0 } else { NANOS_PER_SEC / rate };
+        let (max, cool, threshold, slope) = match kind {
+            Kind::Bursty { max_burst_seconds } => {
+                let max = if max_burst_seconds == 0.0 {
+                    0.0 // Guava: 0 * inf = NaN under +inf
+                } else if inf {
+                    f64::INFINITY
+                } else {
+                    (max_burst_seconds * rate).min(f64::MAX)
+                };
+                (max, stable, 0.0, 0.0)
+            }
+            Kind::WarmingUp { .. } if inf => (f64::INFINITY, 0.0, f64::INFINITY, 0.0),
+            Kind::WarmingUp {
+                warmup_ns,
+                cold_factor,
+            } => {
+                let cold = stable * cold_factor;
+                let threshold = (0.5 * warmup_ns / stable).min(f64::MAX);
+                let max = (threshold + 2.0 * warmup_ns / (stable + cold)).min(f64::MAX);
+                let slope = (cold - stable) / (max - threshold);
+                // NaN or inf only where no stored permit lies above the threshold (a subnormal
+                // rate: max 0; or max == threshold after capping): the slope is never used.
+                let slope = if slope.is_finite() { slope } else { 0.0 };
+                // max may be 0 (subnormal rate): +inf, and idling stores nothing.
+                (max, warmup_ns / max, threshold, slope)
+            }
+        };
+        // inf for a zero max (then every fraction stands for 0 permits), 0 for an infinite
+        // one (only under +inf, where nothing is charged).
+        let units_per_permit = FRAC_SCALE / max;
+        // 0 * inf (an infinite cool-down with a zero max) stores nothing.
+        let accrual = (1.0 / cool) * units_per_permit;
+        let accrual = if accrual.is_nan() { 0.0 } else { accrual };
+        Config::from_parts(
+            epoch,
+            [
+                rate,
+                stable,
+                max,
+                cool,
+                threshold,
+                slope,
+                accrual,
+                units_per_permit,
+            ],
+            matches!(kind, Kind::WarmingUp { .. }),
+        )
+    }
+
+    #[inline]
+    fn from_parts(epoch: u32, f: [f64; CONFIG_WORDS], warming: bool) -> Config {
+        let [rate, stable_ns, max_permits, cool_down_ns, threshold, slope, accrual, units] = f;
+        Config {
+            epoch,
+            rate,
+            stable_ns,
+            max_permits,
+            cool_down_ns,
+            threshold,
+            slope,
+            accrual,
+            units_per_permit: units,
+            warming,
+            inf: stable_ns == 0.0,
+            scale: max_permits / FRAC_SCALE,
+        }
+    }
+
+    fn to_words(self) -> [u64; CONFIG_WORDS] {
+        [
+            self.rate,
+            self.stable_ns,
+            self.max_permits,
+            self.cool_down_ns,
+            self.threshold,
+            self.slope,
+            self.accrual,
+            self.units_per_permit,
+        ]
+        .map(f64::to_bits)
+    }
+
+    #[inline]
+    fn from_words(epoch: u32, w: [u64; CONFIG_WORDS], warming: bool) -> Config {
+        Config::from_parts(epoch, w.map(f64::from_bits), warming)
+    }
+
+    /// The stored permits a fraction stands for.
+    #[inline]
+    fn stored(&self, frac: u64) -> f64 {
+        if frac == 0 {
+            0.0 // not 0 * inf
+        } else if frac >= FRAC_ONE {
+            self.max_permits
+        } else {
+            // frac < 2^39: a signed conversion is exact and one instruction.
+            frac as i64 as f64 * self.scale
+        }
+    }
+
+    /// The fraction for `stored` permits (construction only).
+    fn frac_of(&self, stored: f64) -> u64 {
+        if stored.is_nan() || stored <= 0.0 {
+            0
+        } else if stored >= self.max_permits {
+            FRAC_ONE
+        } else {
+            round_u64(stored * self.units_per_permit).min(FRAC_ONE)
+        }
+    }
+
+    /// Guava's `resync(now)`, without mutation: `(next_free, frac)` at `now`.
+    #[inline]
+    fn resync(&self, word: u128, now: u64) -> (u64, u64) {
+        let (next, frac) = (next_free(word), frac(word));
+        if now > next {
+            let accrued = round_u64(u64_to_f64(now - next) * self.accrual);
+            (now, frac.saturating_add(accrued).min(FRAC_ONE))
+        } else {
+            (next, frac)
+        }
+    }
+
+    /// Guava's `storedPermitsToWaitTime(stored, take)` in ns: 0 for bursty; for warming up,
+    /// the trapezoid over the `t = min(stored - threshold, take)` permits above the threshold,
+    /// `t * (permitsToTime(above) + permitsToTime(above - t)) / 2` with `permitsToTime(p) =
+    /// stable + p * slope`, plus `stable * (take - t)` for the flat part below it. Summed
+    /// algebraically, that is `stable * take + slope * t * (above - t / 2)`: the same integral
+    /// with a shorter dependency chain, rounded once (Guava truncates each part to whole µs).
+    #[inline]
+    fn stored_cost(&self, stored: f64, take: f64) -> u64 {
+        if !self.warming {
+            return 0;
+        }
+        let above = stored - self.threshold;
+        let t = above.min(take).max(0.0);
+        round_u64(self.stable_ns * take + self.slope * t * (above - 0.5 * t))
+    }
+
+    /// Guava's `reserveEarliestAvailable(n, now)` on `word`, for a finite rate: returns the
+    /// time the request may act (the resynced `next_free`) and the new word. The comparison
+    /// `min(n, stored)` is made in fraction units, so that a bursty request served from
+    /// storage is integer arithmetic only.
+    #[inline]
+    fn reserve(&self, word: u128, now: u64, n: u32) -> (u64, u128) {
+        let need = round_u64(f64::from(n) * self.units_per_permit);
+        let (next, frac) = self.resync(word, now);
+        let (wait, left) = if frac >= need {
+            // All n from storage (free when bursty).
+            let cost = if self.warming {
+                self.stored_cost(self.stored(frac), f64::from(n))
+            } else {
+                0
+            };
+            (cost, frac - need)
+        } else {
+            // All the stored permits, and n - stored fresh ones.
+            let stored = self.stored(frac);
+            let fresh = f64::from(n) - stored;
+            let cost = self.stored_cost(stored, stored);
+            (cost.saturating_add(round_u64(fresh * self.stable_ns)), 0)
+        };
+        (next, pack(next.saturating_add(wait), left, self.epoch))
+    }
+
+    fn params(&self, kind: Kind) -> SmoothParams {
+        let cold = match kind {
+            Kind::WarmingUp { cold_factor, .. } => self.stable_ns * cold_factor,
+            Kind::Bursty { .. } => 0.0,
+        };
+        SmoothParams {
+            rate: self.rate,
+            stable_interval_ns: self.stable_ns,
+            cold_interval_ns: cold,
+            max_permits: self.max_permits,
+            threshold_permits: self.threshold,
+            slope_ns: self.slope,
+            cool_down_interval_ns: self.cool_down_ns,
+        }
+    }
+}
+
+/// `u as f64`, in one signed conversion below 2^63 (the unsigned one is a longer sequence).
+#[inline]
+fn u64_to_f64(u: u64) -> f64 {
+    match i64::try_from(u) {
+        Ok(i) => i as f64,
+        Err(_) => u as f64,
+    }
+}
+
+/// `x` (nanoseconds or fraction units) rounded to the nearest, saturating; NaN (only ever
+/// `0 * inf`) is 0.
+#[inline]
+fn round_u64(x: f64) -> u64 {
+    let x = x + 0.5;
+    if x < 9.0e18 {
+        // The common case, in one signed conversion (NaN and negatives give 0 below).
+        (x as i64).max(0) as u64
+    } else {
+        x as u64
+    }
+}
+
+#[inline]
+fn pack(next_free: u64, frac: u64, epoch: u32) -> u128 {
+    (u128::from(next_free) << 64) | (u128::from(frac) << EPOCH_BITS) | u128::from(epoch)
+}
+
+#[inline]
+fn next_free(word: u128) -> u64 {
+    (word >> 64) as u64
+}
+
+#[inline]
+fn frac(word: u128) -> u64 {
+    ((word as u64) >> EPOCH_BITS) & FRAC_MASK
+}
+
+#[inline]
+fn epoch(word: u128) -> u32 {
+    (word as u32) & EPOCH_MASK
+}
+
+fn duration_ns(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+fn check_rate(rate: f64) -> Result<f64, ConfigError> {
+    if rate > 0.0 {
+        Ok(rate) // includes +inf; excludes NaN, zeros and negatives
+    } else {
+        Err(ConfigError::RateNotPositive(rate))
+    }
+}
+
+/// The blocking wait: until `now + d` on the limiter's clock, with
+/// [`crate::clock::sleep_until`] (a thread sleep, then a short bounded spin).
+fn sleep<C: Clock>(clock: &C, now: Nanos, d: Duration) {
+    if !d.is_zero() {
+        crate::clock::sleep_until(clock, now + d);
+    }
+}
+
+// ---- the shared core ----------------------------------------------------------------------
+
+struct Core<C> {
+    state: CachePadded<AtomicU128>,
+    configs: ConfigSlots<CONFIG_WORDS>,
+    /// Serializes `set_rate` only; the hot path never takes it.
+    reconfig: Mutex<()>,
+    kind: Kind,
+    clock: C,
+}
+
+/// What a take decided.
+enum Take {
+    /// Reserved: wait this many ns before acting.
+    Granted(u64),
+    /// `try_acquire` denied with nothing changed; `next_free` was this.
+    Denied(u64),
+}
+
+impl<C: Clock> Core<C> {
+    /// A limiter whose first rate is set at `now` (Guava's constructor then `setRate`: the
+    /// resync at creation puts `next_free` at `now`) with `initial` stored permits, capped.
+    fn new(kind: Kind, rate: f64, initial: f64, clock: C) -> Core<C> {
+        let now = clock.now().as_u64();
+        let cfg = Config::new(kind, rate, 0);
+        let frac = if cfg.inf {
+            FRAC_ONE
+        } else {
+            cfg.frac_of(initial)
+        };
+        Core {
+            state: CachePadded::new(AtomicU128::new(pack(now, frac, 0))),
+            configs: ConfigSlots::new(cfg.to_words()),
+            reconfig: Mutex::new(()),
+            kind,
+            clock,
+        }
+    }
+
+    #[inline]
+    fn warming(&self) -> bool {
+        matches!(self.kind, Kind::WarmingUp { .. })
+    }
+
+    /// Epoch `e`'s configuration, or `None` if its slot has been rewritten since (the word
+    /// that named `e` is stale).
+    #[inline]
+    fn config(&self, e: u32) -> Option<Config> {
+        let words = self.configs.read(e)?;
+        Some(Config::from_words(e, words, self.warming()))
+    }
+
+    /// Loads the state word and the configuration of its epoch.
+    #[inline]
+    fn load(&self) -> (u128, Config) {
+        loop {
+            let word = self.state.load(Ordering::Acquire);
+            if let Some(cfg) = self.config(epoch(word)) {
+                return (word, cfg);
+            }
+            // The slot was rewritten for epoch + 2: our word is stale, reload it.
+        }
+    }
+
+    /// The one CAS loop behind reserve, acquire, try_acquire and check. With a `timeout`,
+    /// Guava's `canAcquire` runs first on each word, and a denial writes nothing. It needs only
+    /// `next_free`, so the configuration is read only once a charge is to be computed (and
+    /// again only if a failed CAS returns a word of another epoch).
+    #[inline]
+    fn take(&self, now: u64, n: u32, timeout: Option<u64>) -> Take {
+        let backoff = Backoff::new();
+        let mut word = self.state.load(Ordering::Acquire);
+        let mut cfg: Option<Config> = None;
+        loop {
+            let next = next_free(word);
+            if let Some(t) = timeout {
+                if next.saturating_sub(t) > now {
+                    return Take::Denied(next);
+                }
+            }
+            if n == 0 {
+                // Nothing to charge: the answer stands on the load alone.
+                return Take::Granted(next.saturating_sub(now));
+            }
+            let c = match cfg {
+                Some(c) if c.epoch == epoch(word) => c,
+                _ => match self.config(epoch(word)) {
+                    Some(c) => *cfg.insert(c),
+                    None => {
+                        // Stale word (its slot was rewritten for epoch + 2): reload it.
+                        word = self.state.load(Ordering::Acquire);
+                        continue;
+                    }
+                },
+            };
+            if c.inf {
+                // Every cost is zero: nothing to write (see the module docs).
+                return Take::Granted(next.saturating_sub(now));
+            }
+            let (act, new) = c.reserve(word, now, n);
+            match self
+                .state
+                .compare_exchange_weak(word, new, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return Take::Granted(act.saturating_sub(now)),
+                Err(current) => {
+                    backoff.spin();
+                    word = current;
+                }
+            }
+        }
+    }
+
+    fn reserve(&self, now: Nanos, n: u32) -> Result<Duration, WaitError> {
+        if n == 0 {
+            return Err(WaitError::ZeroPermits);
+        }
+        // Only a timeout can deny; there is none here.
+        let (Take::Granted(ns) | Take::Denied(ns)) = self.take(now.as_u64(), n, None);
+        Ok(Duration::from_nanos(ns))
+    }
+
+    fn try_acquire(
+        &self,
+        now: Nanos,
+        n: u32,
+        timeout: Duration,
+    ) -> Result<Option<Duration>, WaitError> {
+        if n == 0 {
+            return Err(WaitError::ZeroPermits);
+        }
+        Ok(
+            match self.take(now.as_u64(), n, Some(duration_ns(timeout))) {
+                Take::Granted(ns) => Some(Duration::from_nanos(ns)),
+                Take::Denied(_) => None,
+            },
+        )
+    }
+
+    fn check(&self, now: Nanos, n: u32) -> Result<(), Denied> {
+        match self.take(now.as_u64(), n, Some(0)) {
+            Take::Granted(_) => Ok(()),
+            Take::Denied(next) => Err(Denied::new(now, Some(Nanos::new(next)))),
+        }
+    }
+
+    fn stored_permits_at(&self, now: Nanos) -> f64 {
+        let (word, cfg) = self.load();
+        if cfg.inf {
+            cfg.max_permits
+        } else {
+            cfg.stored(cfg.resync(word, now.as_u64()).1)
+        }
+    }
+
+    /// Guava's `doSetRate(pps, now)`: resync at the old rate, rescale the stored permits,
+    /// keep `next_free`; one CAS installs the new epoch.
+    fn set_rate(&self, now: Nanos, rate: f64) -> Result<(), ConfigError> {
+        let rate = check_rate(rate)?;
+        let now = now.as_u64();
+        // Off the hot path: only one writer ever touches the spare slot.
+        let _writer = self.reconfig.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            let (word, cur) = self.load();
+            let next_cfg = Config::new(self.kind, rate, (cur.epoch + 1) & EPOCH_MASK);
+            let (next, frac) = if cur.inf {
+                (next_free(word).max(now), frac(word))
+            } else {
+                cur.resync(word, now)
+            };
+            let bursty = !self.warming();
+            let frac = if next_cfg.inf {
+                FRAC_ONE // D9: +inf stored, never NaN
+            } else if cur.max_permits == f64::INFINITY {
+                if bursty {
+                    FRAC_ONE
+                } else {
+                    0
+                }
+            } else if cur.max_permits == 0.0 {
+                if bursty {
+                    0
+                } else {
+                    FRAC_ONE
+                }
+            } else {
+                frac // stored * new_max / old_max: the same fraction
+            };
+            self.configs.write(next_cfg.epoch, next_cfg.to_words());
+            let new = pack(next, frac, next_cfg.epoch);
+            if self
+                .state
+                .compare_exchange_weak(word, new, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                return Ok(());
+            }
+        }
+    }
+
+    fn fmt(&self, name: &str, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (word, cfg) = self.load();
+        f.debug_struct(name)
+            .field("rate", &cfg.rate)
+            .field("max_permits", &cfg.max_permits)
+            .field("next_free", &Nanos::new(next_free(word)))
+            .field("stored_permits", &cfg.stored(frac(word)))
+            .field("epoch", &cfg.epoch)
+            .finish()
+    }
+}
+
+// ---- the public types ----------------------------------------------------------------------
+
+/// Guava's `SmoothBursty`, lock-free: `rate` permits per second, paying later, with up to
+/// `max_burst_seconds * rate` permits stored while idle and spent at no cost. It starts with
+/// no stored permits (as Guava; deviation D10 makes that configurable).
+///
+/// ```
+/// use std::time::Duration;
+/// use turnstile::{ManualClock, Nanos, SmoothBursty};
+///
+/// let l = SmoothBursty::builder(1.0).clock(ManualClock::default()).build().unwrap();
+/// let t = Nanos::ZERO;
+/// assert_eq!(l.reserve_n_at(t, 8).unwrap(), Duration::ZERO); // pay later: no wait...
+/// assert_eq!(l.reserve_n_at(t, 1).unwrap(), Duration::from_secs(8)); // ...the next one pays
+/// assert_eq!(l.try_acquire_at(t, 1, Duration::from_secs(1)).unwrap(), None); // 9 s of debt
+/// ```
+pub struct SmoothBursty<C: Clock = QuantaClock> {
+    core: Core<C>,
+}
+
+/// Guava's `SmoothWarmingUp`, lock-free: `rate` permits per second after a warm-up. It starts
+/// cold (all `max_permits` stored); stored permits above `threshold_permits` cost up to
+/// `cold_factor` stable intervals each, so a cold limiter ramps up to its rate over the
+/// warm-up period, and idling for the warm-up period makes it cold again.
+///
+/// ```
+/// use std::time::Duration;
+/// use turnstile::{ManualClock, Nanos, SmoothWarmingUp};
+///
+/// let l = SmoothWarmingUp::builder(2.0, Duration::from_secs(4))
+///     .clock(ManualClock::default())
+///     .build()
+///     .unwrap();
+/// let mut now = Nanos::ZERO;
+/// let mut waits = Vec::new();
+/// for _ in 0..8 {
+///     let w = l.reserve_n_at(now, 1).unwrap();
+///     now = now + w;
+///     waits.push(w.as_millis());
+/// }
+/// assert_eq!(waits, [0, 1375, 1125, 875, 625, 500, 500, 500]);
+/// ```
+pub struct SmoothWarmingUp<C: Clock = QuantaClock> {
+    core: Core<C>,
+}
+
+impl SmoothBursty<QuantaClock> {
+    /// Guava's `RateLimiter.create(rate)`: a 1-second burst, on the shared quanta clock.
+    ///
+    /// # Errors
+    /// [`ConfigError::RateNotPositive`] unless `rate > 0` (`+inf` allowed).
+    pub fn new(rate: f64) -> Result<Self, ConfigError> {
+        Self::builder(rate).build()
+    }
+
+    /// A builder for `rate` permits per second (defaults: a 1-second burst, no stored
+    /// permits, the quanta clock).
+    pub fn builder(rate: f64) -> SmoothBurstyBuilder<QuantaClock> {
+        SmoothBurstyBuilder {
+            rate,
+            max_burst_seconds: 1.0,
+            initial_stored_permits: 0.0,
+            clock: QuantaClock::new(),
+        }
+    }
+}
+
+impl SmoothWarmingUp<QuantaClock> {
+    /// Guava's `RateLimiter.create(rate, warmup)`: cold factor 3, on the shared quanta clock.
+    ///
+    /// # Errors
+    /// [`ConfigError::RateNotPositive`], [`ConfigError::ZeroWarmup`].
+    pub fn new(rate: f64, warmup: Duration) -> Result<Self, ConfigError> {
+        Self::builder(rate, warmup).build()
+    }
+
+    /// A builder for `rate` permits per second reached after `warmup` (defaults: cold factor
+    /// 3, the quanta clock).
+    pub fn builder(rate: f64, warmup: Duration) -> SmoothWarmingUpBuilder<QuantaClock> {
+        SmoothWarmingUpBuilder {
+            rate,
+            warmup,
+            cold_factor: 3.0,
+            clock: QuantaClock::new(),
+        }
+    }
+}
+
+/// Builds a [`SmoothBursty`]; see [`SmoothBursty::builder`].
+#[derive(Debug, Clone)]
+#[must_use = "a builder does nothing until build() is called"]
+pub struct SmoothBurstyBuilder<C: Clock = QuantaClock> {
+    rate: f64,
+    max_burst_seconds: f64,
+    initial_stored_permits: f64,
+    clock: C,
+}
+
+impl<C: Clock> SmoothBurstyBuilder<C> {
+    /// How many seconds of permits can be stored while idle (Guava's `maxBurstSeconds`,
+    /// default 1.0): `max_permits = max_burst_seconds * rate`.
+    pub fn max_burst_seconds(mut self, seconds: f64) -> Self {
+        self.max_burst_seconds = seconds;
+        self
+    }
+
+    /// Permits stored at creation, capped at `max_permits` (deviation D10; Guava: 0).
+    pub fn initial_stored_permits(mut self, permits: f64) -> Self {
+        self.initial_stored_permits = permits;
+        self
+    }
+
+    /// The clock to read time from.
+    pub fn clock<C2: Clock>(self, clock: C2) -> SmoothBurstyBuilder<C2> {
+        SmoothBurstyBuilder {
+            rate: self.rate,
+            max_burst_seconds: self.max_burst_seconds,
+            initial_stored_permits: self.initial_stored_permits,
+            clock,
+        }
+    }
+
+    /// The limiter; its rate takes effect at the clock's current time.
+    ///
+    /// # Errors
+    /// [`ConfigError::RateNotPositive`], [`ConfigError::InvalidBurstSeconds`] (negative,
+    /// infinite or NaN), [`ConfigError::InvalidStoredPermits`] (negative or NaN).
+    ///
+    /// ```
+    /// use turnstile::{ConfigError, SmoothBursty};
+    /// let e = SmoothBursty::builder(0.0).build().unwrap_err();
+    /// assert_eq!(e, ConfigError::RateNotPositive(0.0));
+    /// assert!(SmoothBursty::builder(f64::INFINITY).build().is_ok());
+    /// ```
+    pub fn build(self) -> Result<SmoothBursty<C>, ConfigError> {
+        let rate = check_rate(self.rate)?;
+        let b = self.max_burst_seconds;
+        if !(b >= 0.0 && b.is_finite()) {
+            return Err(ConfigError::InvalidBurstSeconds(b));
+        }
+        let p = self.initial_stored_permits;
+        if p.is_nan() || p < 0.0 {
+            return Err(ConfigError::InvalidStoredPermits(p));
+        }
+        let kind = Kind::Bursty {
+            max_burst_seconds: b,
+        };
+        Ok(SmoothBursty {
+            core: Core::new(kind, rate, p, self.clock),
+        })
+    }
+}
+
+/// Builds a [`SmoothWarmingUp`]; see [`SmoothWarmingUp::builder`].
+#[derive(Debug, Clone)]
+#[must_use = "a builder does nothing until build() is called"]
+pub struct SmoothWarmingUpBuilder<C: Clock = QuantaClock> {
+    rate: f64,
+    warmup: Duration,
+    cold_factor: f64,
+    clock: C,
+}
+
+impl<C: Clock> SmoothWarmingUpBuilder<C> {
+    /// The cold interval as a multiple of the stable one (default 3.0, at least 1).
+    pub fn cold_factor(mut self, cold_factor: f64) -> Self {
+        self.cold_factor = cold_factor;
+        self
+    }
+
+    /// The clock to read time from.
+    pub fn clock<C2: Clock>(self, clock: C2) -> SmoothWarmingUpBuilder<C2> {
+        SmoothWarmingUpBuilder {
+            rate: self.rate,
+            warmup: self.warmup,
+            cold_factor: self.cold_factor,
+            clock,
+        }
+    }
+
+    /// The limiter, cold; its rate takes effect at the clock's current time.
+    ///
+    /// # Errors
+    /// [`ConfigError::RateNotPositive`], [`ConfigError::ZeroWarmup`] (deviation D9),
+    /// [`ConfigError::InvalidColdFactor`] (below 1, infinite or NaN).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::{ConfigError, SmoothWarmingUp};
+    /// assert_eq!(
+    ///     SmoothWarmingUp::builder(1.0, Duration::ZERO).build().unwrap_err(),
+    ///     ConfigError::ZeroWarmup(Duration::ZERO)
+    /// );
+    /// let e = SmoothWarmingUp::builder(1.0, Duration::from_secs(1)).cold_factor(0.5).build();
+    /// assert_eq!(e.unwrap_err(), ConfigError::InvalidColdFactor(0.5));
+    /// ```
+    pub fn build(self) -> Result<SmoothWarmingUp<C>, ConfigError> {
+        let rate = check_rate(self.rate)?;
+        if self.warmup.is_zero() {
+            return Err(ConfigError::ZeroWarmup(self.warmup));
+        }
+        let cf = self.cold_factor;
+        if !(cf >= 1.0 && cf.is_finite()) {
+            return Err(ConfigError::InvalidColdFactor(cf));
+        }
+        let kind = Kind::WarmingUp {
+            warmup_ns: duration_ns(self.warmup) as f64,
+            cold_factor: cf,
+        };
+        // Cold: all max_permits stored (Guava: old max 0 -> maxPermits).
+        Ok(SmoothWarmingUp {
+            core: Core::new(kind, rate, f64::INFINITY, self.clock),
+        })
+    }
+}
+
+/// The API both smooth limiters share.
+macro_rules! smooth_api {
+    ($ty:ident) => {
+        impl<C: Clock> $ty<C> {
+            /// The limiter's clock.
+            pub fn clock(&self) -> &C {
+                &self.core.clock
+            }
+
+            /// The rate in permits per second, as last set (`+inf` for no limit).
+            pub fn rate(&self) -> f64 {
+                self.core.load().1.rate
+            }
+
+            /// The derived constants of the current rate.
+            pub fn params(&self) -> SmoothParams {
+                self.core.load().1.params(self.core.kind)
+            }
+
+            /// The permits stored now; see the `_at` form.
+            pub fn stored_permits(&self) -> f64 {
+                self.stored_permits_at(self.core.clock.now())
+            }
+
+            /// The permits that would be stored at `now` (Guava's `storedPermits` after a
+            /// resync), with no change. `+inf` under a `+inf` rate.
+            pub fn stored_permits_at(&self, now: Nanos) -> f64 {
+                self.core.stored_permits_at(now)
+            }
+
+            /// Changes the rate now; see the `_at` form.
+            ///
+            /// # Errors
+            /// [`ConfigError::RateNotPositive`]; the limiter is unchanged.
+            pub fn set_rate(&self, rate: f64) -> Result<(), ConfigError> {
+                self.core.set_rate(self.core.clock.now(), rate)
+            }
+
+            /// Changes the rate at `now` (Guava's `setRate`): the stored permits are brought
+            /// up to `now` at the old rate and rescaled to the new maximum, and `next_free` is
+            /// kept, so the debt already owed is repaid at the old rate. Linearizable with
+            /// concurrent reservations.
+            ///
+            /// # Errors
+            /// [`ConfigError::RateNotPositive`] unless `rate > 0` (`+inf` allowed); the
+            /// limiter is unchanged.
+            pub fn set_rate_at(&self, now: Nanos, rate: f64) -> Result<(), ConfigError> {
+                self.core.set_rate(now, rate)
+            }
+
+            /// Reserves `n` permits now; see the `_at` form.
+            ///
+            /// # Errors
+            /// [`WaitError::ZeroPermits`] if `n` is 0.
+            pub fn reserve_n(&self, n: u32) -> Result<Duration, WaitError> {
+                self.core.reserve(self.core.clock.now(), n)
+            }
+
+            /// Reserves `n` permits at `now` and returns how long to wait before acting
+            /// (Guava's `reserve`, pay later: the wait is the debt left by earlier requests,
+            /// and this request's cost moves `next_free` for the next one). Always succeeds.
+            ///
+            /// # Errors
+            /// [`WaitError::ZeroPermits`] if `n` is 0; nothing is reserved.
+            pub fn reserve_n_at(&self, now: Nanos, n: u32) -> Result<Duration, WaitError> {
+                self.core.reserve(now, n)
+            }
+
+            /// Reserves `n` permits and sleeps the thread until they may be used (Guava's
+            /// `acquire`). Returns the time slept (as computed, not measured).
+            ///
+            /// # Errors
+            /// [`WaitError::ZeroPermits`] if `n` is 0; nothing is reserved.
+            pub fn acquire(&self, n: u32) -> Result<Duration, WaitError> {
+                let now = self.core.clock.now();
+                let wait = self.core.reserve(now, n)?;
+                sleep(&self.core.clock, now, wait);
+                Ok(wait)
+            }
+
+            /// [`Self::acquire`] sleeping on tokio's timer. Dropping the future does not give
+            /// the permits back (Guava has no cancel; see the module docs).
+            ///
+            /// # Errors
+            /// [`WaitError::ZeroPermits`] if `n` is 0; nothing is reserved.
+            #[cfg(feature = "tokio")]
+            pub async fn acquire_async(&self, n: u32) -> Result<Duration, WaitError> {
+                let wait = self.core.reserve(self.core.clock.now(), n)?;
+                if !wait.is_zero() {
+                    tokio::time::sleep(wait).await;
+                }
+                Ok(wait)
+            }
+
+            /// Acquires `n` permits if that means waiting at most `timeout`, sleeping the
+            /// thread for the wait (Guava's `tryAcquire(n, timeout)`). `false` means nothing
+            /// changed.
+            ///
+            /// # Errors
+            /// [`WaitError::ZeroPermits`] if `n` is 0; nothing is reserved.
+            pub fn try_acquire(&self, n: u32, timeout: Duration) -> Result<bool, WaitError> {
+                let now = self.core.clock.now();
+                match self.core.try_acquire(now, n, timeout)? {
+                    Some(wait) => {
+                        sleep(&self.core.clock, now, wait);
+                        Ok(true)
+                    }
+                    None => Ok(false),
+                }
+            }
+
+            /// The non-sleeping core of [`Self::try_acquire`] at `now`: if the debt left by
+            /// earlier requests ends within `timeout` (Guava's `canAcquire`,
+            /// `next_free - timeout <= now`; the size of this request does not matter), the
+            /// permits are reserved and the wait is returned; otherwise `None` and nothing
+            /// changes (nothing is even written).
+            ///
+            /// # Errors
+            /// [`WaitError::ZeroPermits`] if `n` is 0; nothing is reserved.
+            pub fn try_acquire_at(
+                &self,
+                now: Nanos,
+                n: u32,
+                timeout: Duration,
+            ) -> Result<Option<Duration>, WaitError> {
+                self.core.try_acquire(now, n, timeout)
+            }
+        }
+
+        /// A non-blocking acquire that succeeds only if it need not wait (Guava's
+        /// `tryAcquire(n)` with a zero timeout). A denial's `retry_at` is the current
+        /// `next_free`. `n == 0` takes nothing and succeeds iff there is no debt.
+        impl<C: Clock> Limiter for $ty<C> {
+            #[inline]
+            fn check_n_at(&self, now: Nanos, n: u32) -> Result<(), Denied> {
+                self.core.check(now, n)
+            }
+
+            #[inline]
+            fn now(&self) -> Nanos {
+                self.core.clock.now()
+            }
+        }
+
+        impl<C: Clock> fmt::Debug for $ty<C> {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                self.core.fmt(stringify!($ty), f)
+            }
+        }
+    };
+}
+
+smooth_api!(SmoothBursty);
+smooth_api!(SmoothWarmingUp);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn packing_round_trips() {
+        let w = pack(u64::MAX, FRAC_ONE, EPOCH_MASK);
+        assert_eq!(next_free(w), u64::MAX);
+        assert_eq!(frac(w), FRAC_ONE);
+        assert_eq!(epoch(w), EPOCH_MASK);
+        let w = pack(12345, 777, 3);
+        assert_eq!((next_free(w), frac(w), epoch(w)), (12345, 777, 3));
+    }
+
+    #[test]
+    fn fractions_round_trip_to_within_half_a_unit() {
+        let cfg = Config::new(
+            Kind::Bursty {
+                max_burst_seconds: 1.0,
+            },
+            3.0,
+            0,
+        );
+        assert_eq!(cfg.stored(cfg.frac_of(3.0)), 3.0);
+        assert_eq!(cfg.stored(cfg.frac_of(1.5)), 1.5);
+        assert_eq!(cfg.stored(cfg.frac_of(0.0)), 0.0);
+        for x in [0.1, 1.0, 2.0, 2.999_999] {
+            let back = cfg.stored(cfg.frac_of(x));
+            assert!((x - back).abs() <= 3.0 / FRAC_SCALE, "{x} -> {back}");
+        }
+        // Idle time in fraction units does not depend on the rate: half a 1 s burst.
+        let (_, f) = cfg.resync(pack(0, 0, 0), 500_000_000);
+        assert_eq!(f, FRAC_ONE / 2);
+    }
+
+    #[test]
+    fn no_config_field_is_nan() {
+        let kinds = [
+            Kind::Bursty {
+                max_burst_seconds: 0.0,
+            },
+            Kind::Bursty {
+                max_burst_seconds: 1.0,
+            },
+            Kind::WarmingUp {
+                warmup_ns: 1.0,
+                cold_factor: 1.0,
+            },
+            Kind::WarmingUp {
+                warmup_ns: 1e19,
+                cold_factor: 1e300,
+            },
+        ];
+        for kind in kinds {
+            for rate in [
+                f64::MIN_POSITIVE / 8.0,
+                1e-300,
+                1.0,
+                1e300,
+                f64::MAX,
+                f64::INFINITY,
+            ] {
+                let c = Config::new(kind, rate, 0);
+                for x in [
+                    c.rate,
+                    c.stable_ns,
+                    c.max_permits,
+                    c.cool_down_ns,
+                    c.threshold,
+                    c.slope,
+                    c.scale,
+                    c.accrual,
+                    c.units_per_permit,
+                ] {
+                    assert!(!x.is_nan(), "{kind:?} {rate}: {c:?}");
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,139 @@
+//! loom models of the smooth limiters' CAS protocols: every interleaving of two operations on
+//! one limiter ends in the state of one of the two sequential orders, never a mix.
+//! Run: RUSTFLAGS="--cfg loom" cargo test -p loom-tests --release --test smooth
+#![cfg(loom)]
+
+use std::time::Duration;
+
+use loom::thread;
+use turnstile::{Limiter, ManualClock, Nanos, SmoothBursty, SmoothWarmingUp};
+
+const SEC: u64 = 1_000_000_000;
+
+/// loom threads must be 'static: leak one small limiter per explored execution. Created at
+/// time 0, so `next_free` starts at 0.
+fn bursty(rate: f64) -> &'static SmoothBursty<ManualClock> {
+    Box::leak(Box::new(
+        SmoothBursty::builder(rate)
+            .clock(ManualClock::default())
+            .build()
+            .unwrap(),
+    ))
+}
+
+fn t(ns: u64) -> Nanos {
+    Nanos::new(ns)
+}
+
+/// The limiter's `next_free`, read without changing anything: a denied zero-permit check
+/// reports it (or passes if it is not after `now`).
+fn next_free<L: Limiter>(l: &L, now: Nanos) -> Nanos {
+    match l.check_n_at(now, 0) {
+        Ok(()) => now,
+        Err(d) => d.retry_at().unwrap(),
+    }
+}
+
+#[test]
+fn acquire_vs_acquire_queues_both() {
+    loom::model(|| {
+        let l = bursty(1.0);
+        let a = thread::spawn(move || l.reserve_n_at(t(0), 1).unwrap());
+        let b = l.reserve_n_at(t(0), 1).unwrap();
+        let a = a.join().unwrap();
+        // Pay later: the first waits for nothing, the second for the first's second.
+        let mut waits = [a, b];
+        waits.sort();
+        assert_eq!(waits, [Duration::ZERO, Duration::from_secs(1)]);
+        assert_eq!(next_free(l, t(0)), t(2 * SEC));
+    });
+}
+
+#[test]
+fn warming_acquire_vs_acquire_charges_the_trapezoid_once_each() {
+    loom::model(|| {
+        // 2 permits/s, 4 s warm-up, cold factor 3: from cold, the first permit costs 1.375 s
+        // and the second 1.125 s, whichever thread gets which.
+        let l: &'static SmoothWarmingUp<ManualClock> = Box::leak(Box::new(
+            SmoothWarmingUp::builder(2.0, Duration::from_secs(4))
+                .clock(ManualClock::default())
+                .build()
+                .unwrap(),
+        ));
+        let a = thread::spawn(move || l.reserve_n_at(t(0), 1).unwrap());
+        let b = l.reserve_n_at(t(0), 1).unwrap();
+        let a = a.join().unwrap();
+        let mut waits = [a, b];
+        waits.sort();
+        assert_eq!(waits, [Duration::ZERO, Duration::from_millis(1375)]);
+        assert_eq!(next_free(l, t(0)), t(2500 * SEC / 1000));
+        assert_eq!(l.stored_permits_at(t(0)), 6.0);
+    });
+}
+
+#[test]
+fn try_acquire_vs_acquire_is_linearizable() {
+    loom::model(|| {
+        let l = bursty(1.0);
+        let a = thread::spawn(move || l.try_acquire_at(t(0), 1, Duration::ZERO).unwrap());
+        let b = l.reserve_n_at(t(0), 1).unwrap();
+        let a = a.join().unwrap();
+        let next = next_free(l, t(0));
+        // try first: granted at once, then the reserve waits 1 s and owes until 2 s.
+        // reserve first: no wait, owes until 1 s; the try sees the debt and changes nothing.
+        assert!(
+            (a == Some(Duration::ZERO) && b == Duration::from_secs(1) && next == t(2 * SEC))
+                || (a.is_none() && b == Duration::ZERO && next == t(SEC)),
+            "try {a:?}, reserve {b:?}, next_free {next:?}"
+        );
+    });
+}
+
+#[test]
+fn set_rate_vs_acquire_is_linearizable() {
+    loom::model(|| {
+        // 1/s with a 1-second burst, empty at 0. A reservation at 0 and set_rate(2) at 0.5 s.
+        let l = bursty(1.0);
+        let a = thread::spawn(move || l.set_rate_at(t(SEC / 2), 2.0).unwrap());
+        let wait = l.reserve_n_at(t(0), 1).unwrap();
+        a.join().unwrap();
+        let next = next_free(l, t(0));
+        let stored = l.stored_permits_at(t(0));
+        // reserve first: no wait, owes 1 s at 1/s; set_rate at 0.5 s is inside the debt.
+        // set_rate first: resync stores 0.5 permit at 1/s, rescaled to 1 of 2; the reserve
+        // waits 0.5 s for next_free and spends the stored permit for free.
+        // A mix (the reservation computed under 1/s and committed on the new word) would
+        // wait 0.5 s and owe until 1 s.
+        assert!(
+            (wait == Duration::ZERO && next == t(SEC) && stored == 0.0)
+                || (wait == Duration::from_millis(500) && next == t(SEC / 2) && stored == 0.0),
+            "wait {wait:?}, next_free {next:?}, stored {stored}"
+        );
+        assert_eq!(l.rate(), 2.0);
+    });
+}
+
+#[test]
+fn set_rate_vs_try_acquire_is_linearizable() {
+    loom::model(|| {
+        // One reservation owes until 1 s; set_rate(4) at 2 s resyncs (stores 1 permit, full)
+        // and rescales to 4 stored. A try at 0.5 s with a 0.5 s timeout sees the debt either way.
+        let l = bursty(1.0);
+        l.reserve_n_at(t(0), 1).unwrap();
+        let a = thread::spawn(move || l.set_rate_at(t(2 * SEC), 4.0).unwrap());
+        let got = l
+            .try_acquire_at(t(SEC / 2), 2, Duration::from_millis(500))
+            .unwrap();
+        a.join().unwrap();
+        let next = next_free(l, t(0));
+        // try first: waits 0.5 s, owes 2 fresh permits at 1/s until 3 s; set_rate at 2 s is
+        // inside the debt, stores nothing: next 3 s.
+        // set_rate first: next_free moves to 2 s; the try at 0.5 s sees 2 s - 0.5 s > 0.5 s
+        // and is denied with nothing changed: next 2 s, 4 permits stored.
+        assert!(
+            (got == Some(Duration::from_millis(500)) && next == t(3 * SEC))
+                || (got.is_none() && next == t(2 * SEC) && l.stored_permits_at(t(2 * SEC)) == 4.0),
+            "try {got:?}, next_free {next:?}"
+        );
+    });
+}

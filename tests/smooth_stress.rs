@@ -1,0 +1,337 @@
+//! Many threads acquiring non-blockingly from one `SmoothBursty` / `SmoothWarmingUp`. Every
+//! grant is recorded with the time it may act at (the `next_free` it was granted at), and two
+//! bounds are checked:
+//! * **any span**: the permits acting in any window `[a, b]` of grants never exceed
+//!   `max_permits + rate × (b - a) + largest n` (for `SmoothWarmingUp`, `rate × (b - a) +
+//!   largest n`: its stored permits cost at least a stable interval each);
+//! * **from creation**: all permits granted never exceed `initial stored + rate × span +
+//!   largest n`, the span running from creation to the latest time used.
+//!
+//! Why they hold for Guava's model: `next_free - stored × stable_interval` grows by exactly
+//! `n × stable_interval` per grant and never shrinks on a resync (the cap only adds), and a
+//! request waits only for the previous debt, so the last request's own permits may lie beyond
+//! the window (the "largest n"). Costs are rounded to the nearest nanosecond, so each grant may
+//! be under-charged by up to 1 ns (two rounded parts): the bounds add `rate × 1 ns` per grant.
+//! A lost update (two threads granted from the same state) shows as an over-grant. Run with
+//! the real clock, with a manual clock moved by another thread, and with concurrent
+//! `set_rate` (bounds at the higher rate).
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Barrier;
+use std::time::Duration;
+
+use turnstile::{
+    Clock, Limiter, ManualClock, Nanos, QuantaClock, SmoothBursty, SmoothWarmingUp, WaitError,
+};
+
+const MAX_N: u32 = 4;
+
+/// The operations the workers use, on either limiter type.
+trait Smooth: Limiter {
+    fn reserve(&self, now: Nanos, n: u32) -> Result<Duration, WaitError>;
+    fn try_acq(&self, now: Nanos, n: u32, t: Duration) -> Result<Option<Duration>, WaitError>;
+    fn set(&self, rate: f64);
+    fn max_permits(&self) -> f64;
+}
+
+impl<C: Clock> Smooth for SmoothBursty<C> {
+    fn reserve(&self, now: Nanos, n: u32) -> Result<Duration, WaitError> {
+        self.reserve_n_at(now, n)
+    }
+    fn try_acq(&self, now: Nanos, n: u32, t: Duration) -> Result<Option<Duration>, WaitError> {
+        self.try_acquire_at(now, n, t)
+    }
+    fn set(&self, rate: f64) {
+        self.set_rate(rate).unwrap()
+    }
+    fn max_permits(&self) -> f64 {
+        self.params().max_permits
+    }
+}
+
+impl<C: Clock> Smooth for SmoothWarmingUp<C> {
+    fn reserve(&self, now: Nanos, n: u32) -> Result<Duration, WaitError> {
+        self.reserve_n_at(now, n)
+    }
+    fn try_acq(&self, now: Nanos, n: u32, t: Duration) -> Result<Option<Duration>, WaitError> {
+        self.try_acquire_at(now, n, t)
+    }
+    fn set(&self, rate: f64) {
+        self.set_rate(rate).unwrap()
+    }
+    fn max_permits(&self) -> f64 {
+        self.params().max_permits
+    }
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Mix {
+    /// `check_n_at` and `try_acquire_at` with a 200 µs timeout: denials write nothing.
+    NonBlocking,
+    /// Pay-later `reserve_n_at` only: every request is granted and queues behind the debt.
+    Reserve,
+    /// All three.
+    All,
+}
+
+struct Totals {
+    granted: u64,
+    /// Every grant: (time it may act, permits), in no particular order.
+    log: Vec<(u64, u32)>,
+    grants: u64,
+    /// The latest time any operation used, or any grant may act at: the span's end.
+    latest: Nanos,
+    ops: u64,
+}
+
+/// Runs `threads` workers for `run_for` of real time on `l`, while `side` (if any) runs in a
+/// loop on another thread (moving a manual clock, or changing the rate).
+fn hammer(
+    l: &dyn Smooth,
+    threads: usize,
+    run_for: Duration,
+    mix: Mix,
+    side: Option<&(dyn Fn(u64) + Sync)>,
+) -> Totals {
+    let stop = AtomicBool::new(false);
+    let (granted, grants, latest, ops) = (
+        AtomicU64::new(0),
+        AtomicU64::new(0),
+        AtomicU64::new(0),
+        AtomicU64::new(0),
+    );
+    let log = std::sync::Mutex::new(Vec::new());
+    let start = Barrier::new(threads + 1);
+    std::thread::scope(|s| {
+        for id in 0..threads {
+            let (stop, granted, grants, latest, ops, start, log) =
+                (&stop, &granted, &grants, &latest, &ops, &start, &log);
+            s.spawn(move || {
+                let mut x = 0x9E37_79B9_7F4A_7C15u64 ^ (id as u64 + 1);
+                let (mut mine, mut my_grants, mut n_ops, mut my_latest) = (0u64, 0u64, 0u64, 0u64);
+                let mut my_log = Vec::with_capacity(1 << 20);
+                start.wait();
+                while !stop.load(Ordering::Relaxed) {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    let n = 1 + (x % u64::from(MAX_N)) as u32;
+                    let now = l.now();
+                    let choice = match mix {
+                        Mix::NonBlocking => (x >> 8) % 2,
+                        Mix::Reserve => 2,
+                        Mix::All => (x >> 8) % 3,
+                    };
+                    let act = match choice {
+                        0 => l.check_n_at(now, n).ok().map(|()| now),
+                        1 => l
+                            .try_acq(now, n, Duration::from_micros(200))
+                            .unwrap()
+                            .map(|w| now + w),
+                        _ => Some(now + l.reserve(now, n).unwrap()),
+                    };
+                    if let Some(act) = act {
+                        mine += u64::from(n);
+                        my_grants += 1;
+                        my_latest = my_latest.max(act.as_u64());
+                        my_log.push((act.as_u64(), n));
+                    }
+                    my_latest = my_latest.max(now.as_u64());
+                    n_ops += 1;
+                }
+                granted.fetch_add(mine, Ordering::Relaxed);
+                grants.fetch_add(my_grants, Ordering::Relaxed);
+                ops.fetch_add(n_ops, Ordering::Relaxed);
+                latest.fetch_max(my_latest, Ordering::Relaxed);
+                log.lock().unwrap().extend(my_log);
+            });
+        }
+        if let Some(f) = side {
+            let (stop, start) = (&stop, &start);
+            s.spawn(move || {
+                start.wait();
+                let mut i = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    f(i);
+                    i += 1;
+                }
+            });
+        } else {
+            start.wait();
+        }
+        std::thread::sleep(run_for);
+        stop.store(true, Ordering::Relaxed);
+    });
+    Totals {
+        granted: granted.into_inner(),
+        log: log.into_inner().unwrap(),
+        grants: grants.into_inner(),
+        latest: Nanos::new(latest.into_inner()),
+        ops: ops.into_inner(),
+    }
+}
+
+/// Checks both bounds (module docs): `stored` is what may be stored at any time (bursty:
+/// `max_permits`), `initial` what was stored at creation `t0`.
+/// `last` is what the last request may hold beyond the window: `MAX_N`, or more if it was
+/// charged at a lower rate than `rate`.
+fn check_bounds(
+    what: &str,
+    got: &mut Totals,
+    (rate, stored, initial, last): (f64, f64, f64, f64),
+    t0: Nanos,
+) {
+    assert!(got.granted > 0, "{what}: nothing granted");
+    let rounding = rate * 1e-9 * got.grants as f64;
+    let span = (got.latest - t0).as_secs_f64();
+    let budget = initial + rate * span + last + rounding;
+    assert!(
+        got.granted as f64 <= budget,
+        "{what}: granted {} > budget {budget} ({} grants in {} ops)",
+        got.granted,
+        got.grants,
+        got.ops
+    );
+    // Any window [a_i, a_j] of grants sorted by act time: the largest excess of
+    // sum(n) - rate * (a_j - a_i), by one scan keeping the best window start.
+    got.log.sort_unstable();
+    let per_ns = rate * 1e-9;
+    let (mut before, mut best_start, mut worst) = (0.0f64, f64::INFINITY, f64::NEG_INFINITY);
+    for &(act, n) in &got.log {
+        let a = act as f64 * per_ns;
+        // A window may start here: it excludes everything granted before.
+        best_start = best_start.min(before - a);
+        before += f64::from(n);
+        worst = worst.max(before - a - best_start);
+    }
+    let allowed = stored + last + rounding;
+    assert!(
+        worst <= allowed,
+        "{what}: a window held {worst} permits more than rate × its length (allowed {allowed})"
+    );
+    eprintln!(
+        "{what}: granted {} of {budget:.0}; window excess {worst:.1} of {allowed:.1}; \
+         {} grants in {} ops",
+        got.granted, got.grants, got.ops
+    );
+}
+
+// A rate whose stable interval is a whole number of nanoseconds (5 µs), so that the
+// rounding allowance is the only slack.
+const RATE: f64 = 200_000.0;
+const N: f64 = MAX_N as f64;
+
+#[test]
+fn real_clock_never_grants_more_than_the_budget() {
+    for threads in [2, 8] {
+        for mix in [Mix::NonBlocking, Mix::Reserve] {
+            let clock = QuantaClock::new();
+            let t0 = clock.now();
+            let l = SmoothBursty::builder(RATE).clock(clock).build().unwrap();
+            let mut got = hammer(&l, threads, Duration::from_millis(300), mix, None);
+            let what = format!("bursty {threads}t");
+            check_bounds(&what, &mut got, (RATE, l.max_permits(), 0.0, N), t0);
+            if mix == Mix::NonBlocking {
+                // It limits; it does not merely refuse: most of the refill is handed out.
+                let refill = RATE * (got.latest - t0).as_secs_f64();
+                assert!(
+                    got.granted as f64 >= 0.8 * refill,
+                    "granted {} of {refill} in {} ops",
+                    got.granted,
+                    got.ops
+                );
+            }
+
+            let clock = QuantaClock::new();
+            let t0 = clock.now();
+            let l = SmoothWarmingUp::builder(RATE, Duration::from_millis(20))
+                .clock(clock)
+                .build()
+                .unwrap();
+            let mut got = hammer(&l, threads, Duration::from_millis(300), mix, None);
+            // Every permit of a warming-up limiter costs at least a stable interval: its
+            // stored permits add nothing to either bound.
+            let what = format!("warming {threads}t");
+            check_bounds(&what, &mut got, (RATE, 0.0, 0.0, N), t0);
+        }
+    }
+}
+
+#[test]
+fn manual_clock_moved_by_another_thread_never_grants_more_than_the_budget() {
+    let rate = 1_000_000.0;
+    let clock = ManualClock::new(Nanos::new(1_000_000_000));
+    let t0 = clock.now();
+    let l = SmoothBursty::builder(rate)
+        .max_burst_seconds(0.001)
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    let mover = clock.clone();
+    let mut got = hammer(
+        &l,
+        4,
+        Duration::from_millis(400),
+        Mix::All,
+        Some(&move |_| mover.advance(Duration::from_nanos(100))),
+    );
+    check_bounds(
+        "manual bursty",
+        &mut got,
+        (rate, l.max_permits(), 0.0, N),
+        t0,
+    );
+
+    let clock = ManualClock::new(Nanos::new(1_000_000_000));
+    let t0 = clock.now();
+    let l = SmoothWarmingUp::builder(rate, Duration::from_millis(1))
+        .cold_factor(5.0)
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    let mover = clock.clone();
+    let mut got = hammer(
+        &l,
+        4,
+        Duration::from_millis(400),
+        Mix::NonBlocking,
+        Some(&move |_| mover.advance(Duration::from_nanos(100))),
+    );
+    check_bounds("manual warming", &mut got, (rate, 0.0, 0.0, N), t0);
+}
+
+#[test]
+fn concurrent_set_rate_never_grants_more_than_the_largest_budget() {
+    let (lo, hi) = (50_000.0, 200_000.0);
+    let clock = QuantaClock::new();
+    let t0 = clock.now();
+    let l = SmoothBursty::builder(hi).clock(clock).build().unwrap();
+    let max_hi = l.max_permits();
+    let lr = &l;
+    let mut got = hammer(
+        &l,
+        4,
+        Duration::from_millis(400),
+        Mix::NonBlocking,
+        Some(&move |i| lr.set(if i % 2 == 0 { lo } else { hi })),
+    );
+    // The last request may have been charged at the lower rate: hi / lo times its permits.
+    let bounds = (hi, max_hi, 0.0, N * hi / lo);
+    check_bounds("set_rate bursty", &mut got, bounds, t0);
+
+    let clock = QuantaClock::new();
+    let t0 = clock.now();
+    let l = SmoothWarmingUp::builder(hi, Duration::from_millis(5))
+        .clock(clock)
+        .build()
+        .unwrap();
+    let lr = &l;
+    let mut got = hammer(
+        &l,
+        4,
+        Duration::from_millis(400),
+        Mix::All,
+        Some(&move |i| lr.set(if i % 2 == 0 { lo } else { hi })),
+    );
+    check_bounds("set_rate warming", &mut got, (hi, 0.0, 0.0, N), t0);
+}
