@@ -30,61 +30,14 @@
 //!
 //! Summarize with `scripts/bench-ratios` after a run.
 
-use std::num::NonZeroU32;
-use std::sync::Barrier;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use criterion::{black_box, criterion_group, criterion_main, BenchmarkGroup, Criterion};
+mod harness;
+
+use criterion::{black_box, criterion_group, criterion_main, Criterion};
 use governor::{Quota, RateLimiter};
+use harness::{cell, nz, THREADS};
 use turnstile::{reference, Clock, LeakyBucket};
-
-const THREADS: [usize; 2] = [1, 2];
-
-/// Runs `op` `iters` times on each of `threads` threads started together; returns the slowest
-/// thread's elapsed time (see the module docs for the definition).
-fn contended<F: Fn() + Sync>(threads: usize, iters: u64, op: &F) -> Duration {
-    let run = || {
-        let start = Instant::now();
-        for _ in 0..iters {
-            op();
-        }
-        start.elapsed()
-    };
-    if threads == 1 {
-        return run();
-    }
-    let barrier = Barrier::new(threads);
-    std::thread::scope(|s| {
-        let handles: Vec<_> = (0..threads)
-            .map(|_| {
-                s.spawn(|| {
-                    barrier.wait();
-                    run()
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().expect("bench thread panicked"))
-            .max()
-            .unwrap_or_default()
-    })
-}
-
-fn cell<F: Fn() + Sync>(
-    g: &mut BenchmarkGroup<'_, criterion::measurement::WallTime>,
-    id: &str,
-    threads: usize,
-    op: F,
-) {
-    g.bench_function(id, |b| {
-        b.iter_custom(|iters| contended(threads, iters, &op))
-    });
-}
-
-fn nz(n: u32) -> NonZeroU32 {
-    NonZeroU32::new(n).expect("nonzero")
-}
 
 // ---- limiters in the state each workload needs ------------------------------------------
 
