@@ -93,6 +93,7 @@
 //!   touches no state.
 
 use std::fmt;
+use std::marker::PhantomData;
 use std::time::Duration;
 
 use crossbeam_utils::{Backoff, CachePadded};
@@ -629,12 +630,22 @@ impl<C: Clock> fmt::Debug for LeakyBucket<C> {
 /// ```
 #[derive(Clone, Debug)]
 #[must_use = "a builder does nothing until `build` is called"]
-pub struct Builder<C: Clock = QuantaClock> {
-    rate: u32,
-    per: Duration,
-    slack: u32,
-    clock: C,
+pub struct Builder<C: Clock = QuantaClock, K = LockFree> {
+    pub(crate) rate: u32,
+    pub(crate) per: Duration,
+    pub(crate) slack: u32,
+    pub(crate) clock: C,
+    kind: PhantomData<fn() -> K>,
 }
+
+/// The [`Builder`] kind that builds the lock-free [`LeakyBucket`].
+#[derive(Debug, Clone, Copy)]
+pub enum LockFree {}
+
+/// The [`Builder`] kind that builds the mutex twin [`crate::reference::LeakyBucket`]: one
+/// builder type serves both, so their options cannot drift apart.
+#[derive(Debug, Clone, Copy)]
+pub enum Twin {}
 
 impl Builder<QuantaClock> {
     /// `rate` permits per second, slack 10, the quanta clock (upstream's defaults); the same
@@ -645,16 +656,24 @@ impl Builder<QuantaClock> {
     /// assert_eq!(Builder::new(5).build().unwrap().rate(), 5);
     /// ```
     pub fn new(rate: u32) -> Builder {
+        Builder::with_defaults(rate)
+    }
+}
+
+impl<K> Builder<QuantaClock, K> {
+    /// Go's `buildConfig` defaults for either kind.
+    pub(crate) fn with_defaults(rate: u32) -> Self {
         Builder {
             rate,
             per: DEFAULT_PER,
             slack: DEFAULT_SLACK,
             clock: QuantaClock::new(),
+            kind: PhantomData,
         }
     }
 }
 
-impl<C: Clock> Builder<C> {
+impl<C: Clock, K> Builder<C, K> {
     /// Counts the rate per `per` instead of per second (upstream's `Per`). Zero is rejected
     /// by [`Builder::build`] with [`ConfigError::ZeroPeriod`].
     ///
@@ -700,15 +719,24 @@ impl<C: Clock> Builder<C> {
     /// let lb = LeakyBucket::builder(2).clock(ManualClock::new(Nanos::new(3))).build().unwrap();
     /// assert_eq!(lb.clock().now(), Nanos::new(3));
     /// ```
-    pub fn clock<D: Clock>(self, clock: D) -> Builder<D> {
+    pub fn clock<D: Clock>(self, clock: D) -> Builder<D, K> {
         Builder {
             rate: self.rate,
             per: self.per,
             slack: self.slack,
             clock,
+            kind: PhantomData,
         }
     }
 
+    /// The settings' checks, shared with [`crate::reference::LeakyBucket`]'s builder.
+    /// Rate 0 and `per` 0 are errors (deviation D6), for either kind.
+    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
+        validate(self.rate, self.per)
+    }
+}
+
+impl<C: Clock> Builder<C, LockFree> {
     /// The bucket, or the first setting that cannot be used: a rate of 0
     /// ([`ConfigError::ZeroRate`]) or a `per` of 0 ([`ConfigError::ZeroPeriod`]), deviation
     /// D6.
@@ -720,11 +748,6 @@ impl<C: Clock> Builder<C> {
     /// ```
     pub fn build(self) -> Result<LeakyBucket<C>, ConfigError> {
         LeakyBucket::from_builder(self)
-    }
-
-    /// The settings' checks, shared with [`crate::reference::LeakyBucket`]'s builder.
-    fn validate(&self) -> Result<(), ConfigError> {
-        validate(self.rate, self.per)
     }
 }
 

@@ -30,7 +30,7 @@ use std::time::Duration;
 
 use crate::clock::{Clock, Nanos, QuantaClock};
 use crate::error::ConfigError;
-use crate::leaky_bucket::{validate, DEFAULT_PER, DEFAULT_SLACK};
+use crate::leaky_bucket::Twin;
 use crate::limiter::{Denied, Limiter};
 
 /// Go's limiter fields (everything but the padding and the clock).
@@ -116,7 +116,7 @@ impl LeakyBucket<QuantaClock> {
     /// assert_eq!(LeakyBucket::new(3).unwrap().per_request(), Duration::from_nanos(333_333_333));
     /// ```
     pub fn new(rate: u32) -> Result<LeakyBucket, ConfigError> {
-        Builder::new(rate).build()
+        Builder::with_defaults(rate).build()
     }
 
     /// A builder with Go's options (`per`, `slack`, `without_slack`, `clock`), applied in
@@ -129,7 +129,7 @@ impl LeakyBucket<QuantaClock> {
     /// assert_eq!(lb.per_request(), Duration::from_nanos(8_571_428_571));
     /// ```
     pub fn builder(rate: u32) -> Builder {
-        Builder::new(rate)
+        Builder::with_defaults(rate)
     }
 
     /// Go's `NewUnlimited()`: every take returns `now` at once.
@@ -170,7 +170,7 @@ impl<C: Clock> LeakyBucket<C> {
 
     /// Go's `newAtomicInt64Based(rate, opts...)` after `buildConfig`.
     fn from_builder(b: Builder<C>) -> Result<LeakyBucket<C>, ConfigError> {
-        validate(b.rate, b.per)?;
+        b.validate()?;
         // perRequest := config.per / time.Duration(rate)
         let per_request = i128::try_from(b.per.as_nanos() / u128::from(b.rate))
             .expect("a Duration in nanoseconds fits an i128");
@@ -422,7 +422,9 @@ impl<C: Clock> fmt::Debug for LeakyBucket<C> {
     }
 }
 
-/// Builds a [`LeakyBucket`] twin; the same options as [`crate::leaky_bucket::Builder`].
+/// Builds a [`LeakyBucket`] twin: [`crate::leaky_bucket::Builder`] of the [`Twin`] kind, so
+/// the twin takes exactly the lock-free bucket's options (Go's `Per`, `WithSlack`,
+/// `WithoutSlack`, `WithClock`, applied in order).
 ///
 /// ```
 /// use std::time::Duration;
@@ -430,84 +432,9 @@ impl<C: Clock> fmt::Debug for LeakyBucket<C> {
 /// let lb = LeakyBucket::builder(100).per(Duration::from_secs(60)).slack(1).build().unwrap();
 /// assert_eq!((lb.slack(), lb.per_request()), (1, Duration::from_millis(600)));
 /// ```
-#[derive(Clone, Debug)]
-#[must_use = "a builder does nothing until `build` is called"]
-pub struct Builder<C: Clock = QuantaClock> {
-    rate: u32,
-    per: Duration,
-    slack: u32,
-    clock: C,
-}
-
-impl Builder<QuantaClock> {
-    /// Go's `buildConfig` defaults: per one second, slack 10, the quanta clock.
-    ///
-    /// ```
-    /// use turnstile::reference::leaky_bucket::Builder;
-    /// assert_eq!(Builder::new(5).build().unwrap().slack(), 10);
-    /// ```
-    pub fn new(rate: u32) -> Builder {
-        Builder {
-            rate,
-            per: DEFAULT_PER,
-            slack: DEFAULT_SLACK,
-            clock: QuantaClock::new(),
-        }
-    }
-}
+pub type Builder<C = QuantaClock> = crate::leaky_bucket::Builder<C, Twin>;
 
 impl<C: Clock> Builder<C> {
-    /// Go's `Per(per)`.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use turnstile::reference::LeakyBucket;
-    /// let lb = LeakyBucket::builder(2).per(Duration::from_millis(10)).build().unwrap();
-    /// assert_eq!(lb.per_request(), Duration::from_millis(5));
-    /// ```
-    pub fn per(mut self, per: Duration) -> Self {
-        self.per = per;
-        self
-    }
-
-    /// Go's `WithSlack(slack)`.
-    ///
-    /// ```
-    /// use turnstile::reference::LeakyBucket;
-    /// assert_eq!(LeakyBucket::builder(2).slack(4).build().unwrap().slack(), 4);
-    /// ```
-    pub fn slack(mut self, slack: u32) -> Self {
-        self.slack = slack;
-        self
-    }
-
-    /// Go's `WithoutSlack` (`slackOption(0)`).
-    ///
-    /// ```
-    /// use turnstile::reference::LeakyBucket;
-    /// assert_eq!(LeakyBucket::builder(2).without_slack().build().unwrap().slack(), 0);
-    /// ```
-    pub fn without_slack(self) -> Self {
-        self.slack(0)
-    }
-
-    /// Go's `WithClock(clock)`.
-    ///
-    /// ```
-    /// use turnstile::reference::LeakyBucket;
-    /// use turnstile::{Clock, ManualClock, Nanos};
-    /// let lb = LeakyBucket::builder(2).clock(ManualClock::new(Nanos::new(3))).build().unwrap();
-    /// assert_eq!(lb.clock().now(), Nanos::new(3));
-    /// ```
-    pub fn clock<D: Clock>(self, clock: D) -> Builder<D> {
-        Builder {
-            rate: self.rate,
-            per: self.per,
-            slack: self.slack,
-            clock,
-        }
-    }
-
     /// The twin; rate 0 and `per` 0 are errors (deviation D6).
     ///
     /// ```
