@@ -638,14 +638,7 @@ pub struct Builder<C: Clock = QuantaClock, K = LockFree> {
     kind: PhantomData<fn() -> K>,
 }
 
-/// The [`Builder`] kind that builds the lock-free [`LeakyBucket`].
-#[derive(Debug, Clone, Copy)]
-pub enum LockFree {}
-
-/// The [`Builder`] kind that builds the mutex twin [`crate::reference::LeakyBucket`]: one
-/// builder type serves both, so their options cannot drift apart.
-#[derive(Debug, Clone, Copy)]
-pub enum Twin {}
+pub use crate::limiter::{LockFree, Twin};
 
 impl Builder<QuantaClock> {
     /// `rate` permits per second, slack 10, the quanta clock (upstream's defaults); the same

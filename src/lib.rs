@@ -53,7 +53,7 @@ pub use clock::{Clock, CoarseClock, ManualClock, Nanos, QuantaClock};
 pub use error::{ConfigError, WaitError};
 pub use leaky_bucket::LeakyBucket;
 pub use limit::Limit;
-pub use limiter::{Denied, Limiter};
+pub use limiter::{Denied, Limiter, LockFree, Twin};
 pub use smooth::{SmoothBursty, SmoothWarmingUp};
 pub use sometimes::Sometimes;
 pub use token_bucket::{Peek, Reservation, TokenBucket};

@@ -87,3 +87,12 @@ pub trait Limiter: Send + Sync {
         self.check_n(1)
     }
 }
+
+/// Builder kind: the builder makes the lock-free limiter. Each limiter's builder is generic
+/// over its kind, so a lock-free limiter and its mutex twin take exactly the same options.
+#[derive(Debug, Clone, Copy)]
+pub enum LockFree {}
+
+/// Builder kind: the builder makes the mutex twin (see [`crate::reference`]).
+#[derive(Debug, Clone, Copy)]
+pub enum Twin {}

@@ -124,6 +124,7 @@
 //!   *next* caller.
 
 use std::fmt;
+use std::marker::PhantomData;
 use std::time::Duration;
 
 use crossbeam_utils::{Backoff, CachePadded};
@@ -131,7 +132,7 @@ use crossbeam_utils::{Backoff, CachePadded};
 use crate::clock::{Clock, Nanos, QuantaClock};
 use crate::config_slots::ConfigSlots;
 use crate::error::{ConfigError, WaitError};
-use crate::limiter::{Denied, Limiter};
+use crate::limiter::{Denied, Limiter, LockFree};
 use crate::sync::{AtomicU128, Mutex, Ordering};
 
 const EPOCH_BITS: u32 = 24;
@@ -734,12 +735,7 @@ impl SmoothBursty<QuantaClock> {
     /// A builder for `rate` permits per second (defaults: a 1-second burst, no stored
     /// permits, the quanta clock).
     pub fn builder(rate: f64) -> SmoothBurstyBuilder<QuantaClock> {
-        SmoothBurstyBuilder {
-            rate,
-            max_burst_seconds: 1.0,
-            initial_stored_permits: 0.0,
-            clock: QuantaClock::new(),
-        }
+        SmoothBurstyBuilder::with_defaults(rate)
     }
 }
 
@@ -755,26 +751,35 @@ impl SmoothWarmingUp<QuantaClock> {
     /// A builder for `rate` permits per second reached after `warmup` (defaults: cold factor
     /// 3, the quanta clock).
     pub fn builder(rate: f64, warmup: Duration) -> SmoothWarmingUpBuilder<QuantaClock> {
-        SmoothWarmingUpBuilder {
-            rate,
-            warmup,
-            cold_factor: 3.0,
-            clock: QuantaClock::new(),
-        }
+        SmoothWarmingUpBuilder::with_defaults(rate, warmup)
     }
 }
 
 /// Builds a [`SmoothBursty`]; see [`SmoothBursty::builder`].
 #[derive(Debug, Clone)]
 #[must_use = "a builder does nothing until build() is called"]
-pub struct SmoothBurstyBuilder<C: Clock = QuantaClock> {
+pub struct SmoothBurstyBuilder<C: Clock = QuantaClock, K = LockFree> {
     rate: f64,
     max_burst_seconds: f64,
     initial_stored_permits: f64,
     clock: C,
+    kind: PhantomData<fn() -> K>,
 }
 
-impl<C: Clock> SmoothBurstyBuilder<C> {
+impl<K> SmoothBurstyBuilder<QuantaClock, K> {
+    /// Guava's defaults (a 1-second burst, starting empty), for either kind.
+    pub(crate) fn with_defaults(rate: f64) -> Self {
+        SmoothBurstyBuilder {
+            rate,
+            max_burst_seconds: 1.0,
+            initial_stored_permits: 0.0,
+            clock: QuantaClock::new(),
+            kind: PhantomData,
+        }
+    }
+}
+
+impl<C: Clock, K> SmoothBurstyBuilder<C, K> {
     /// How many seconds of permits can be stored while idle (Guava's `maxBurstSeconds`,
     /// default 1.0): `max_permits = max_burst_seconds * rate`.
     pub fn max_burst_seconds(mut self, seconds: f64) -> Self {
@@ -789,15 +794,33 @@ impl<C: Clock> SmoothBurstyBuilder<C> {
     }
 
     /// The clock to read time from.
-    pub fn clock<C2: Clock>(self, clock: C2) -> SmoothBurstyBuilder<C2> {
+    pub fn clock<C2: Clock>(self, clock: C2) -> SmoothBurstyBuilder<C2, K> {
         SmoothBurstyBuilder {
             rate: self.rate,
             max_burst_seconds: self.max_burst_seconds,
             initial_stored_permits: self.initial_stored_permits,
             clock,
+            kind: PhantomData,
         }
     }
 
+    /// The validated options, for either kind: `(rate, max_burst_seconds,
+    /// initial_stored_permits, clock)`.
+    pub(crate) fn validated(self) -> Result<(f64, f64, f64, C), ConfigError> {
+        let rate = check_rate(self.rate)?;
+        let b = self.max_burst_seconds;
+        if !(b >= 0.0 && b.is_finite()) {
+            return Err(ConfigError::InvalidBurstSeconds(b));
+        }
+        let p = self.initial_stored_permits;
+        if p.is_nan() || p < 0.0 {
+            return Err(ConfigError::InvalidStoredPermits(p));
+        }
+        Ok((rate, b, p, self.clock))
+    }
+}
+
+impl<C: Clock> SmoothBurstyBuilder<C, LockFree> {
     /// The limiter; its rate takes effect at the clock's current time.
     ///
     /// # Errors
@@ -811,20 +834,12 @@ impl<C: Clock> SmoothBurstyBuilder<C> {
     /// assert!(SmoothBursty::builder(f64::INFINITY).build().is_ok());
     /// ```
     pub fn build(self) -> Result<SmoothBursty<C>, ConfigError> {
-        let rate = check_rate(self.rate)?;
-        let b = self.max_burst_seconds;
-        if !(b >= 0.0 && b.is_finite()) {
-            return Err(ConfigError::InvalidBurstSeconds(b));
-        }
-        let p = self.initial_stored_permits;
-        if p.is_nan() || p < 0.0 {
-            return Err(ConfigError::InvalidStoredPermits(p));
-        }
+        let (rate, b, p, clock) = self.validated()?;
         let kind = Kind::Bursty {
             max_burst_seconds: b,
         };
         Ok(SmoothBursty {
-            core: Core::new(kind, rate, p, self.clock),
+            core: Core::new(kind, rate, p, clock),
         })
     }
 }
@@ -832,14 +847,28 @@ impl<C: Clock> SmoothBurstyBuilder<C> {
 /// Builds a [`SmoothWarmingUp`]; see [`SmoothWarmingUp::builder`].
 #[derive(Debug, Clone)]
 #[must_use = "a builder does nothing until build() is called"]
-pub struct SmoothWarmingUpBuilder<C: Clock = QuantaClock> {
+pub struct SmoothWarmingUpBuilder<C: Clock = QuantaClock, K = LockFree> {
     rate: f64,
     warmup: Duration,
     cold_factor: f64,
     clock: C,
+    kind: PhantomData<fn() -> K>,
 }
 
-impl<C: Clock> SmoothWarmingUpBuilder<C> {
+impl<K> SmoothWarmingUpBuilder<QuantaClock, K> {
+    /// Guava's defaults (cold factor 3), for either kind.
+    pub(crate) fn with_defaults(rate: f64, warmup: Duration) -> Self {
+        SmoothWarmingUpBuilder {
+            rate,
+            warmup,
+            cold_factor: 3.0,
+            clock: QuantaClock::new(),
+            kind: PhantomData,
+        }
+    }
+}
+
+impl<C: Clock, K> SmoothWarmingUpBuilder<C, K> {
     /// The cold interval as a multiple of the stable one (default 3.0, at least 1).
     pub fn cold_factor(mut self, cold_factor: f64) -> Self {
         self.cold_factor = cold_factor;
@@ -847,15 +876,31 @@ impl<C: Clock> SmoothWarmingUpBuilder<C> {
     }
 
     /// The clock to read time from.
-    pub fn clock<C2: Clock>(self, clock: C2) -> SmoothWarmingUpBuilder<C2> {
+    pub fn clock<C2: Clock>(self, clock: C2) -> SmoothWarmingUpBuilder<C2, K> {
         SmoothWarmingUpBuilder {
             rate: self.rate,
             warmup: self.warmup,
             cold_factor: self.cold_factor,
             clock,
+            kind: PhantomData,
         }
     }
 
+    /// The validated options, for either kind: `(rate, warmup, cold_factor, clock)`.
+    pub(crate) fn validated(self) -> Result<(f64, Duration, f64, C), ConfigError> {
+        let rate = check_rate(self.rate)?;
+        if self.warmup.is_zero() {
+            return Err(ConfigError::ZeroWarmup(self.warmup));
+        }
+        let cf = self.cold_factor;
+        if !(cf >= 1.0 && cf.is_finite()) {
+            return Err(ConfigError::InvalidColdFactor(cf));
+        }
+        Ok((rate, self.warmup, cf, self.clock))
+    }
+}
+
+impl<C: Clock> SmoothWarmingUpBuilder<C, LockFree> {
     /// The limiter, cold; its rate takes effect at the clock's current time.
     ///
     /// # Errors
@@ -873,21 +918,14 @@ impl<C: Clock> SmoothWarmingUpBuilder<C> {
     /// assert_eq!(e.unwrap_err(), ConfigError::InvalidColdFactor(0.5));
     /// ```
     pub fn build(self) -> Result<SmoothWarmingUp<C>, ConfigError> {
-        let rate = check_rate(self.rate)?;
-        if self.warmup.is_zero() {
-            return Err(ConfigError::ZeroWarmup(self.warmup));
-        }
-        let cf = self.cold_factor;
-        if !(cf >= 1.0 && cf.is_finite()) {
-            return Err(ConfigError::InvalidColdFactor(cf));
-        }
+        let (rate, warmup, cf, clock) = self.validated()?;
         let kind = Kind::WarmingUp {
-            warmup_ns: duration_ns(self.warmup) as f64,
+            warmup_ns: duration_ns(warmup) as f64,
             cold_factor: cf,
         };
         // Cold: all max_permits stored (Guava: old max 0 -> maxPermits).
         Ok(SmoothWarmingUp {
-            core: Core::new(kind, rate, f64::INFINITY, self.clock),
+            core: Core::new(kind, rate, f64::INFINITY, clock),
         })
     }
 }

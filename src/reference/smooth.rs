@@ -32,7 +32,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use crate::clock::{Clock, Nanos, QuantaClock};
-use crate::limiter::{Denied, Limiter};
+use crate::limiter::{Denied, Limiter, Twin as TwinKind};
 use crate::smooth::SmoothParams;
 use crate::{ConfigError, WaitError};
 
@@ -394,12 +394,7 @@ impl SmoothBursty<QuantaClock> {
 
     /// A builder, as [`crate::SmoothBursty::builder`].
     pub fn builder(rate: f64) -> SmoothBurstyBuilder<QuantaClock> {
-        SmoothBurstyBuilder {
-            rate,
-            max_burst_seconds: 1.0,
-            initial_stored_permits: 0.0,
-            clock: QuantaClock::new(),
-        }
+        SmoothBurstyBuilder::with_defaults(rate)
     }
 }
 
@@ -414,69 +409,28 @@ impl SmoothWarmingUp<QuantaClock> {
 
     /// A builder, as [`crate::SmoothWarmingUp::builder`].
     pub fn builder(rate: f64, warmup: Duration) -> SmoothWarmingUpBuilder<QuantaClock> {
-        SmoothWarmingUpBuilder {
-            rate,
-            warmup,
-            cold_factor: 3.0,
-            clock: QuantaClock::new(),
-        }
+        SmoothWarmingUpBuilder::with_defaults(rate, warmup)
     }
 }
 
-/// Builds a twin [`SmoothBursty`]; the options of [`crate::smooth::SmoothBurstyBuilder`].
-#[derive(Debug, Clone)]
-#[must_use = "a builder does nothing until build() is called"]
-pub struct SmoothBurstyBuilder<C: Clock = QuantaClock> {
-    rate: f64,
-    max_burst_seconds: f64,
-    initial_stored_permits: f64,
-    clock: C,
-}
+/// Builds a twin [`SmoothBursty`]: [`crate::smooth::SmoothBurstyBuilder`] of the twin kind,
+/// so the twin takes exactly the lock-free limiter's options and validation.
+pub type SmoothBurstyBuilder<C = QuantaClock> = crate::smooth::SmoothBurstyBuilder<C, TwinKind>;
 
 impl<C: Clock> SmoothBurstyBuilder<C> {
-    /// Guava's `maxBurstSeconds` (default 1.0).
-    pub fn max_burst_seconds(mut self, seconds: f64) -> Self {
-        self.max_burst_seconds = seconds;
-        self
-    }
-
-    /// Permits stored at creation, capped at `maxPermits` (deviation D10).
-    pub fn initial_stored_permits(mut self, permits: f64) -> Self {
-        self.initial_stored_permits = permits;
-        self
-    }
-
-    /// The clock to read time from.
-    pub fn clock<C2: Clock>(self, clock: C2) -> SmoothBurstyBuilder<C2> {
-        SmoothBurstyBuilder {
-            rate: self.rate,
-            max_burst_seconds: self.max_burst_seconds,
-            initial_stored_permits: self.initial_stored_permits,
-            clock,
-        }
-    }
-
     /// The twin, validated as the lock-free limiter is.
     ///
     /// # Errors
     /// [`ConfigError::RateNotPositive`], [`ConfigError::InvalidBurstSeconds`],
     /// [`ConfigError::InvalidStoredPermits`].
     pub fn build(self) -> Result<SmoothBursty<C>, ConfigError> {
-        let rate = check_rate(self.rate)?;
-        let b = self.max_burst_seconds;
-        if !(b >= 0.0 && b.is_finite()) {
-            return Err(ConfigError::InvalidBurstSeconds(b));
-        }
-        let p = self.initial_stored_permits;
-        if p.is_nan() || p < 0.0 {
-            return Err(ConfigError::InvalidStoredPermits(p));
-        }
+        let (rate, b, p, clock) = self.validated()?;
         let twin = Twin::new(
             Flavor::Bursty {
                 max_burst_seconds: b,
             },
             rate,
-            self.clock,
+            clock,
         );
         if p > 0.0 {
             let mut inner = twin.lock();
@@ -486,33 +440,12 @@ impl<C: Clock> SmoothBurstyBuilder<C> {
     }
 }
 
-/// Builds a twin [`SmoothWarmingUp`]; the options of [`crate::smooth::SmoothWarmingUpBuilder`].
-#[derive(Debug, Clone)]
-#[must_use = "a builder does nothing until build() is called"]
-pub struct SmoothWarmingUpBuilder<C: Clock = QuantaClock> {
-    rate: f64,
-    warmup: Duration,
-    cold_factor: f64,
-    clock: C,
-}
+/// Builds a twin [`SmoothWarmingUp`]: [`crate::smooth::SmoothWarmingUpBuilder`] of the twin
+/// kind, so the twin takes exactly the lock-free limiter's options and validation.
+pub type SmoothWarmingUpBuilder<C = QuantaClock> =
+    crate::smooth::SmoothWarmingUpBuilder<C, TwinKind>;
 
 impl<C: Clock> SmoothWarmingUpBuilder<C> {
-    /// The cold factor (default 3.0).
-    pub fn cold_factor(mut self, cold_factor: f64) -> Self {
-        self.cold_factor = cold_factor;
-        self
-    }
-
-    /// The clock to read time from.
-    pub fn clock<C2: Clock>(self, clock: C2) -> SmoothWarmingUpBuilder<C2> {
-        SmoothWarmingUpBuilder {
-            rate: self.rate,
-            warmup: self.warmup,
-            cold_factor: self.cold_factor,
-            clock,
-        }
-    }
-
     /// The twin, validated as the lock-free limiter is. The warm-up is truncated to whole
     /// microseconds, as upstream (so one under 1 µs gives upstream's NaN arithmetic).
     ///
@@ -520,22 +453,15 @@ impl<C: Clock> SmoothWarmingUpBuilder<C> {
     /// [`ConfigError::RateNotPositive`], [`ConfigError::ZeroWarmup`],
     /// [`ConfigError::InvalidColdFactor`].
     pub fn build(self) -> Result<SmoothWarmingUp<C>, ConfigError> {
-        let rate = check_rate(self.rate)?;
-        if self.warmup.is_zero() {
-            return Err(ConfigError::ZeroWarmup(self.warmup));
-        }
-        let cf = self.cold_factor;
-        if !(cf >= 1.0 && cf.is_finite()) {
-            return Err(ConfigError::InvalidColdFactor(cf));
-        }
+        let (rate, warmup, cf, clock) = self.validated()?;
         let flavor = Flavor::WarmingUp {
-            warmup_period_micros: to_micros(self.warmup),
+            warmup_period_micros: to_micros(warmup),
             slope: 0.0,
             threshold_permits: 0.0,
             cold_factor: cf,
         };
         Ok(SmoothWarmingUp {
-            twin: Twin::new(flavor, rate, self.clock),
+            twin: Twin::new(flavor, rate, clock),
         })
     }
 }
