@@ -191,16 +191,9 @@ fn try_take_deny(c: &mut Criterion) {
     }
 }
 
-fn config() -> Criterion {
-    Criterion::default()
-        .warm_up_time(Duration::from_secs(1))
-        .measurement_time(Duration::from_millis(2500))
-        .sample_size(30)
-}
-
 criterion_group! {
     name = benches;
-    config = config();
+    config = harness::config();
     targets = take_at, take_at_no_clock, try_take_ok, try_take_deny
 }
 criterion_main!(benches);

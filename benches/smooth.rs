@@ -153,16 +153,9 @@ workloads!(
     |rate| reference::SmoothWarmingUp::new(rate, WARMUP).expect("valid rate")
 );
 
-fn config() -> Criterion {
-    Criterion::default()
-        .warm_up_time(Duration::from_secs(1))
-        .measurement_time(Duration::from_millis(2500))
-        .sample_size(30)
-}
-
 criterion_group! {
     name = benches;
-    config = config();
+    config = harness::config();
     targets = bursty, warming
 }
 criterion_main!(benches);

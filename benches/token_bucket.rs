@@ -29,8 +29,6 @@
 //!
 //! Summarize with `scripts/bench-ratios` after a run.
 
-use std::time::Duration;
-
 mod harness;
 
 use criterion::{black_box, criterion_group, criterion_main, Criterion};
@@ -153,16 +151,9 @@ fn reserve_cancel(c: &mut Criterion) {
     }
 }
 
-fn config() -> Criterion {
-    Criterion::default()
-        .warm_up_time(Duration::from_secs(1))
-        .measurement_time(Duration::from_millis(2500))
-        .sample_size(30)
-}
-
 criterion_group! {
     name = benches;
-    config = config();
+    config = harness::config();
     targets = allow_ok, allow_deny, reserve_cancel
 }
 criterion_main!(benches);

@@ -176,6 +176,37 @@ fn run<L: Limiter>(l: &L, threads: usize, dur: Duration) -> Stats {
 
 // ---- output -----------------------------------------------------------------------------------
 
+/// The table of a phase that checks budgets.
+fn budget_table() -> Table {
+    Table::new(&[
+        "limiter",
+        "ops/s",
+        "ns/op/thread",
+        "granted",
+        "budget",
+        "granted/budget",
+        "denied",
+        "verdict",
+    ])
+}
+
+/// One limiter's row; returns whether it stayed within `budget` (plus one request: D2).
+fn budget_row(t: &mut Table, name: &str, s: &Stats, threads: usize, budget: f64) -> bool {
+    let ops = s.granted + s.denied;
+    let ok = (s.granted as f64) <= budget + 1.0;
+    t.row(vec![
+        name.to_string(),
+        mops(ops, s.wall),
+        ns_per_op(ops, threads, s.wall),
+        grouped(s.granted),
+        grouped(budget.floor() as u64),
+        format!("{:.6}", s.granted as f64 / budget),
+        format!("{:.2}%", 100.0 * s.denied as f64 / ops.max(1) as f64),
+        if ok { "ok" } else { "OVER" }.to_string(),
+    ]);
+    ok
+}
+
 struct Table {
     head: Vec<String>,
     rows: Vec<Vec<String>>,
@@ -360,16 +391,7 @@ fn main() -> ExitCode {
     );
     let mut over = false;
     let mut twin_over = false;
-    let mut t = Table::new(&[
-        "limiter",
-        "ops/s",
-        "ns/op/thread",
-        "granted",
-        "budget",
-        "granted/budget",
-        "denied",
-        "verdict",
-    ]);
+    let mut t = budget_table();
     let gov = Governor::new(args.limit, args.burst);
     let contenders: [(&str, f64, Stats); 3] = [
         (
@@ -389,26 +411,15 @@ fn main() -> ExitCode {
         ("governor", gov.effective_limit, run(&gov, threads, dur)),
     ];
     for (name, eff_limit, s) in &contenders {
-        let ops = s.granted + s.denied;
         let budget = f64::from(args.burst) + eff_limit * s.elapsed.as_secs_f64();
         // One request of slack: D2's "plus one request".
-        let ok = (s.granted as f64) <= budget + 1.0;
+        let ok = budget_row(&mut t, name, s, threads, budget);
         if !ok && *name == "turnstile" {
             over = true;
         }
         if !ok && *name == "mutex_twin" {
             twin_over = true;
         }
-        t.row(vec![
-            name.to_string(),
-            mops(ops, s.wall),
-            ns_per_op(ops, threads, s.wall),
-            grouped(s.granted),
-            grouped(budget.floor() as u64),
-            format!("{:.6}", s.granted as f64 / budget),
-            format!("{:.2}%", 100.0 * s.denied as f64 / ops.max(1) as f64),
-            if ok { "ok" } else { "OVER" }.to_string(),
-        ]);
     }
     t.print();
     if twin_over {
@@ -555,31 +566,11 @@ fn phase3(args: &Args, threads: usize, dur: Duration) -> bool {
         );
         rows
     };
-    let mut t = Table::new(&[
-        "limiter",
-        "ops/s",
-        "ns/op/thread",
-        "granted",
-        "budget",
-        "granted/budget",
-        "denied",
-        "verdict",
-    ]);
+    let mut t = budget_table();
     let mut over = false;
     for (name, ours, s, budget) in &rows {
-        let ops = s.granted + s.denied;
-        let ok = (s.granted as f64) <= budget + 1.0;
+        let ok = budget_row(&mut t, name, s, threads, *budget);
         over |= *ours && !ok;
-        t.row(vec![
-            name.to_string(),
-            mops(ops, s.wall),
-            ns_per_op(ops, threads, s.wall),
-            grouped(s.granted),
-            grouped(budget.floor() as u64),
-            format!("{:.6}", s.granted as f64 / budget),
-            format!("{:.2}%", 100.0 * s.denied as f64 / ops.max(1) as f64),
-            if ok { "ok" } else { "OVER" }.to_string(),
-        ]);
     }
     t.print();
     over

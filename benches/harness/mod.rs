@@ -13,7 +13,7 @@ use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
 use criterion::measurement::WallTime;
-use criterion::BenchmarkGroup;
+use criterion::{BenchmarkGroup, Criterion};
 
 /// The thread counts of every group (`<workload>/<threads>t`).
 pub const THREADS: [usize; 2] = [1, 2];
@@ -59,4 +59,12 @@ pub fn cell<F: Fn() + Sync>(g: &mut BenchmarkGroup<'_, WallTime>, id: &str, thre
 /// A nonzero `u32` for governor's quotas.
 pub fn nz(n: u32) -> NonZeroU32 {
     NonZeroU32::new(n).expect("nonzero")
+}
+
+/// Every bench's criterion settings: short enough for a 2-core machine, long enough to settle.
+pub fn config() -> Criterion {
+    Criterion::default()
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_millis(2500))
+        .sample_size(30)
 }
