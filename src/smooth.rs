@@ -133,7 +133,7 @@ use crate::clock::{Clock, Nanos, QuantaClock};
 use crate::config_slots::ConfigSlots;
 use crate::error::{ConfigError, WaitError};
 use crate::limiter::{Denied, Limiter, LockFree};
-use crate::sync::{AtomicU128, Mutex, Ordering};
+use crate::sync::{AtomicU128, Mutex, Ordering}; // Mutex: reconfiguration only, never the hot path
 
 const EPOCH_BITS: u32 = 24;
 const EPOCH_MASK: u32 = (1 << EPOCH_BITS) - 1;
@@ -471,7 +471,7 @@ struct Core<C> {
     state: CachePadded<AtomicU128>,
     configs: ConfigSlots<CONFIG_WORDS>,
     /// Serializes `set_rate` only; the hot path never takes it.
-    reconfig: Mutex<()>,
+    reconfig: Mutex<()>, // off the hot path: serializes reconfigurations only
     kind: Kind,
     clock: C,
 }

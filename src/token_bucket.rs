@@ -82,7 +82,7 @@ use crate::config_slots::ConfigSlots;
 use crate::error::WaitError;
 use crate::limit::Limit;
 use crate::limiter::{Denied, Limiter};
-use crate::sync::{AtomicU128, Mutex, Ordering};
+use crate::sync::{AtomicU128, Mutex, Ordering}; // Mutex: reconfiguration only, never the hot path
 
 /// A lock-free token bucket: `limit` tokens per second, at most `burst` at once, with the API
 /// and semantics of Go's `rate.Limiter` (deviations in the [module docs](self)).
@@ -109,7 +109,7 @@ pub struct TokenBucket<C: Clock = QuantaClock> {
     state: CachePadded<AtomicU128>,
     configs: ConfigSlots<CONFIG_WORDS>,
     /// Serializes `set_limit`/`set_burst` only; `allow`, `reserve` and `cancel` never take it.
-    reconfig: Mutex<()>,
+    reconfig: Mutex<()>, // off the hot path: serializes reconfigurations only
     clock: C,
 }
 
@@ -142,7 +142,7 @@ impl<C: Clock> TokenBucket<C> {
         TokenBucket {
             state: CachePadded::new(AtomicU128::new(pack(body, 0))),
             configs: ConfigSlots::new(cfg.to_words()),
-            reconfig: Mutex::new(()),
+            reconfig: Mutex::new(()), // see the field: reconfiguration only
             clock,
         }
     }
