@@ -498,7 +498,7 @@ impl<C: Clock> Core<C> {
         Core {
             state: CachePadded::new(AtomicU128::new(pack(now, frac, 0))),
             configs: ConfigSlots::new(cfg.to_words()),
-            reconfig: Mutex::new(()),
+            reconfig: Mutex::new(()), // reconfiguration only
             kind,
             clock,
         }

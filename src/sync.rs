@@ -12,22 +12,22 @@ pub(crate) use core::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 #[cfg(not(loom))]
 pub(crate) use portable_atomic::AtomicU128;
 #[cfg(not(loom))]
-pub(crate) use std::sync::Mutex;
+pub(crate) use std::sync::Mutex; // for reconfiguration only, never the hot path
 
 #[cfg(loom)]
 pub(crate) use loom::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 #[cfg(loom)]
-pub(crate) use loom::sync::Mutex;
+pub(crate) use loom::sync::Mutex; // loom's, for the same reconfiguration-only uses
 
 /// loom stand-in for `portable_atomic::AtomicU128` with the subset of its API we use.
 #[cfg(loom)]
 #[derive(Debug)]
-pub(crate) struct AtomicU128(loom::sync::Mutex<u128>);
+pub(crate) struct AtomicU128(loom::sync::Mutex<u128>); // loom models only
 
 #[cfg(loom)]
 impl AtomicU128 {
     pub(crate) fn new(v: u128) -> Self {
-        Self(loom::sync::Mutex::new(v))
+        Self(loom::sync::Mutex::new(v)) // loom models only
     }
     pub(crate) fn load(&self, _: Ordering) -> u128 {
         *self.0.lock().unwrap()
