@@ -11,11 +11,12 @@
 //! (turnstile refuses, the twin saturates) are out of this test's range and covered by
 //! `leaky_bucket_bad_input.rs`.
 
-use std::collections::BTreeMap;
+mod common;
+
 use std::time::Duration;
 
 use proptest::prelude::*;
-use proptest::test_runner::{Config, TestCaseError, TestRunner};
+use proptest::test_runner::TestCaseError;
 use turnstile::{reference, LeakyBucket, Limiter, ManualClock, Nanos};
 
 #[derive(Clone, Debug)]
@@ -149,33 +150,13 @@ fn run(s: &Setup, ops: &[(Step, Op)]) -> Result<Stop, TestCaseError> {
     Ok(Stop::Completed)
 }
 
-fn cases() -> u32 {
-    std::env::var("TURNSTILE_DIFF_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(3000)
-}
-
 fn check(backwards: bool) {
-    let mut runner = TestRunner::new(Config {
-        cases: cases(),
-        failure_persistence: None,
-        ..Config::default()
-    });
-    let stats = std::cell::RefCell::new(BTreeMap::<Stop, u32>::new());
     let strategy = (
         setup(),
         prop::collection::vec((step(backwards), op()), 1..100),
     );
-    runner
-        .run(&strategy, |(s, ops)| {
-            let stop = run(&s, &ops)?;
-            *stats.borrow_mut().entry(stop).or_default() += 1;
-            Ok(())
-        })
-        .unwrap();
-    let stats = stats.into_inner();
-    eprintln!("differential outcomes (backwards steps: {backwards}): {stats:?}");
+    let label = format!("differential (backwards steps: {backwards})");
+    let stats = common::tally(&label, strategy, |(s, ops)| run(&s, &ops));
     let total: u32 = stats.values().sum();
     let completed = stats.get(&Stop::Completed).copied().unwrap_or(0);
     // Only the sequences that start at (or return to) 0 can meet the sentinel: ~10% start there.

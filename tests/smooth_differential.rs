@@ -14,11 +14,12 @@
 //! Decisions that differ while both limiters' `next_free` sit within that tolerance of the
 //! boundary are a tie, not a bug ("Borderline").
 
-use std::collections::BTreeMap;
+mod common;
+
 use std::time::Duration;
 
 use proptest::prelude::*;
-use proptest::test_runner::{Config, TestCaseError, TestRunner};
+use proptest::test_runner::TestCaseError;
 use turnstile::{reference, Limiter, ManualClock, Nanos, SmoothBursty, SmoothWarmingUp};
 
 #[derive(Clone, Copy, Debug)]
@@ -379,31 +380,15 @@ fn run(
 
 #[test]
 fn lock_free_smooth_limiters_agree_with_their_guava_twins() {
-    let cases = std::env::var("TURNSTILE_DIFF_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(3000);
-    let mut runner = TestRunner::new(Config {
-        cases,
-        failure_persistence: None,
-        ..Config::default()
-    });
-    let stats = std::cell::RefCell::new(BTreeMap::<Stop, u32>::new());
     let strategy = (
         kind(),
         rate(),
         0u64..1_000_000_000,
         prop::collection::vec((step(), op()), 1..80),
     );
-    runner
-        .run(&strategy, |(k, r, start, ops)| {
-            let stop = run(k, r, start, &ops)?;
-            *stats.borrow_mut().entry(stop).or_default() += 1;
-            Ok(())
-        })
-        .unwrap();
-    let stats = stats.into_inner();
-    eprintln!("differential outcomes: {stats:?}");
+    let stats = common::tally("differential", strategy, |(k, r, start, ops)| {
+        run(k, r, start, &ops)
+    });
     let total: u32 = stats.values().sum();
     let completed = stats.get(&Stop::Completed).copied().unwrap_or(0);
     let borderline = stats.get(&Stop::Borderline).copied().unwrap_or(0);

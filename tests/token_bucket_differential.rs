@@ -5,11 +5,12 @@
 //! decision sat exactly on a float boundary, the sequence stops there and the reason is
 //! counted; the test then checks that most sequences ran to the end.
 
-use std::collections::BTreeMap;
+mod common;
+
 use std::time::Duration;
 
 use proptest::prelude::*;
-use proptest::test_runner::{Config, TestCaseError, TestRunner};
+use proptest::test_runner::TestCaseError;
 use turnstile::{reference, Limit, ManualClock, Nanos, TokenBucket};
 
 #[derive(Clone, Debug)]
@@ -293,31 +294,15 @@ fn run(
 
 #[test]
 fn lock_free_bucket_agrees_with_its_mutex_twin() {
-    let cases = std::env::var("TURNSTILE_DIFF_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(3000);
-    let mut runner = TestRunner::new(Config {
-        cases,
-        failure_persistence: None,
-        ..Config::default()
-    });
-    let stats = std::cell::RefCell::new(BTreeMap::<Stop, u32>::new());
     let strategy = (
         limit(),
         burst(),
         0u64..1_000_000_000_000,
         prop::collection::vec((step(), op()), 1..80),
     );
-    runner
-        .run(&strategy, |(l, b, start, ops)| {
-            let stop = run(l, b, start, &ops)?;
-            *stats.borrow_mut().entry(stop).or_default() += 1;
-            Ok(())
-        })
-        .unwrap();
-    let stats = stats.into_inner();
-    eprintln!("differential outcomes: {stats:?}");
+    let stats = common::tally("differential", strategy, |(l, b, start, ops)| {
+        run(l, b, start, &ops)
+    });
     let total: u32 = stats.values().sum();
     let completed = stats.get(&Stop::Completed).copied().unwrap_or(0);
     let borderline = stats.get(&Stop::Borderline).copied().unwrap_or(0);
