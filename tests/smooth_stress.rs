@@ -34,35 +34,26 @@ trait Smooth: Limiter {
     fn max_permits(&self) -> f64;
 }
 
-impl<C: Clock> Smooth for SmoothBursty<C> {
-    fn reserve(&self, now: Nanos, n: u32) -> Result<Duration, WaitError> {
-        self.reserve_n_at(now, n)
-    }
-    fn try_acq(&self, now: Nanos, n: u32, t: Duration) -> Result<Option<Duration>, WaitError> {
-        self.try_acquire_at(now, n, t)
-    }
-    fn set(&self, rate: f64) {
-        self.set_rate(rate).unwrap()
-    }
-    fn max_permits(&self) -> f64 {
-        self.params().max_permits
-    }
+/// Both limiters have the same inherent API; one impl serves them.
+macro_rules! impl_smooth {
+    ($($ty:ident),*) => {$(
+        impl<C: Clock> Smooth for $ty<C> {
+            fn reserve(&self, now: Nanos, n: u32) -> Result<Duration, WaitError> {
+                self.reserve_n_at(now, n)
+            }
+            fn try_acq(&self, now: Nanos, n: u32, t: Duration) -> Result<Option<Duration>, WaitError> {
+                self.try_acquire_at(now, n, t)
+            }
+            fn set(&self, rate: f64) {
+                self.set_rate(rate).unwrap()
+            }
+            fn max_permits(&self) -> f64 {
+                self.params().max_permits
+            }
+        }
+    )*};
 }
-
-impl<C: Clock> Smooth for SmoothWarmingUp<C> {
-    fn reserve(&self, now: Nanos, n: u32) -> Result<Duration, WaitError> {
-        self.reserve_n_at(now, n)
-    }
-    fn try_acq(&self, now: Nanos, n: u32, t: Duration) -> Result<Option<Duration>, WaitError> {
-        self.try_acquire_at(now, n, t)
-    }
-    fn set(&self, rate: f64) {
-        self.set_rate(rate).unwrap()
-    }
-    fn max_permits(&self) -> f64 {
-        self.params().max_permits
-    }
-}
+impl_smooth!(SmoothBursty, SmoothWarmingUp);
 
 #[derive(Clone, Copy, PartialEq)]
 enum Mix {
