@@ -17,8 +17,9 @@ pub enum ConfigError {
     /// A leaky bucket's rate was zero (uber-go/ratelimit divides by it; deviation D6).
     #[error("rate is 0; a leaky bucket needs at least one permit per period")]
     ZeroRate,
-    /// A leaky bucket's period (`per`) was zero (deviation D6).
-    #[error("period (per) is 0; it must be positive")]
+    /// A period was zero: a leaky bucket's `per` (deviation D6) or a window's length
+    /// (deviation D14).
+    #[error("period is 0; it must be positive")]
     ZeroPeriod,
     /// A smooth limiter's rate was zero, negative or NaN (Guava's "rate must be positive";
     /// deviation D11). `+inf` is a valid rate: no waits.
@@ -36,6 +37,19 @@ pub enum ConfigError {
     /// A `SmoothBursty`'s `initial_stored_permits` was negative or NaN.
     #[error("initial stored permits {0} is invalid; it must be a number >= 0")]
     InvalidStoredPermits(f64),
+    /// A window limiter's quota was zero (go-zero accepts it and refuses everything;
+    /// deviation D14).
+    #[error("quota is 0; a window limiter needs a quota of at least 1")]
+    ZeroQuota,
+    /// A window's alignment offset from UTC was a day or more either way (deviation D14).
+    #[error("UTC offset {0} s is out of range; it must be less than a day (86400 s) either way")]
+    InvalidUtcOffset(i64),
+    /// A leaky meter's capacity was zero: it could never hold a unit of water.
+    #[error("capacity is 0; a leaky meter needs a capacity of at least 1")]
+    ZeroCapacity,
+    /// A keyed limiter's `max_keys` was zero: no key could ever be admitted.
+    #[error("max_keys is 0; a keyed limiter needs room for at least one key")]
+    ZeroMaxKeys,
 }
 
 /// Why a wait did not (or will not) end with the requested tokens.

@@ -88,6 +88,31 @@ pub trait Limiter: Send + Sync {
     }
 }
 
+/// A limiter that can tell when it has nothing left to remember, so that a keyed map may drop
+/// it and build a fresh one the next time its key is seen (see [`crate::Keyed`]).
+///
+/// `is_idle_at(now)` is true only when a freshly built limiter, put in this one's place at
+/// `now`, would refuse everything this one would refuse from `now` on: dropping an idle limiter
+/// never lets more through. For most limiters the two are then indistinguishable; where a
+/// limiter banks credit while idle (a leaky bucket's slack, a `SmoothBursty`'s stored
+/// permits), the fresh one is stricter, and its docs say so.
+///
+/// ```
+/// use turnstile::{Idle, Limit, Limiter, TokenBucket};
+/// use turnstile::clock::{ManualClock, Nanos};
+///
+/// let tb = TokenBucket::with_clock(Limit::per_second(10.0).unwrap(), 1, ManualClock::default());
+/// assert!(tb.is_idle_at(Nanos::ZERO)); // full, as new
+/// tb.check_n_at(Nanos::ZERO, 1).unwrap();
+/// assert!(!tb.is_idle_at(Nanos::ZERO));
+/// assert!(tb.is_idle_at(Nanos::new(100_000_000))); // refilled
+/// ```
+pub trait Idle {
+    /// True if replacing this limiter by a fresh one at `now` could not let more requests
+    /// through.
+    fn is_idle_at(&self, now: Nanos) -> bool;
+}
+
 /// Builder kind: the builder makes the lock-free limiter. Each limiter's builder is generic
 /// over its kind, so a lock-free limiter and its mutex twin take exactly the same options.
 #[derive(Debug, Clone, Copy)]

@@ -1,0 +1,228 @@
+//! The mutex twin of [`crate::FixedWindow`]: go-zero's `PeriodLimit` Lua script, line for
+//! line, on an in-memory "Redis key" under one [`std::sync::Mutex`]. The tests' oracle and the
+//! benchmarks' baseline.
+//!
+//! ```text
+//! local current = redis.call("INCRBY", KEYS[1], 1)      -- every call, over quota too
+//! if current == 1 then redis.call("expire", KEYS[1], window) end
+//! if current < limit then return 1 elseif current == limit then return 2 else return 0 end
+//! ```
+//!
+//! The key is `Some((counter, expires_at))` and disappears (becomes `None`) once the clock
+//! reaches `expires_at`, as a Redis key does at its TTL. `window` is the period, or with
+//! alignment go-zero's `calcExpireSeconds`: `period - ((unix + offset) % period)`, here in
+//! nanoseconds.
+//!
+//! Taken from turnstile because the API forces them: D14 (quota and period must be positive,
+//! explicit UTC offset), and [`FixedWindow::take_n_at`] for `n != 1` (all or nothing; go-zero
+//! has no such call).
+
+use std::fmt;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use crate::clock::{Clock, Nanos, QuantaClock};
+use crate::error::ConfigError;
+use crate::limiter::{Denied, Limiter, Twin};
+use crate::window::{is_over, Outcome, WindowSpec, WindowStatus};
+
+/// The in-memory key: go-zero's counter and its expiry time.
+#[derive(Debug, Clone, Copy)]
+struct Key {
+    counter: u64,
+    expires_at: u64,
+}
+
+/// go-zero's `PeriodLimit` for one key, under a mutex. Same API as [`crate::FixedWindow`].
+///
+/// ```
+/// use std::time::Duration;
+/// use turnstile::{Nanos, Outcome};
+/// use turnstile::reference::FixedWindow;
+///
+/// let w = FixedWindow::builder(5, Duration::from_secs(100)).build().unwrap();
+/// let replies: Vec<_> = (0..7).map(|_| w.take_at(Nanos::ZERO)).collect();
+/// assert_eq!(replies[3], Outcome::Allowed);
+/// assert_eq!(replies[4], Outcome::HitQuota);
+/// assert_eq!(replies[5], Outcome::OverQuota);
+/// ```
+pub struct FixedWindow<C: Clock = QuantaClock> {
+    key: Mutex<Option<Key>>,
+    spec: WindowSpec,
+    clock: C,
+}
+
+/// Builds a [`FixedWindow`] twin: [`crate::window::Builder`] of the [`Twin`] kind, so the
+/// options and their validation are the lock-free limiter's.
+pub type Builder<C = QuantaClock> = crate::window::Builder<C, Twin>;
+
+impl FixedWindow<QuantaClock> {
+    /// The twin of [`crate::FixedWindow::new`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::reference::FixedWindow;
+    /// assert!(FixedWindow::new(1, Duration::from_secs(1)).is_ok());
+    /// ```
+    pub fn new(quota: u32, period: Duration) -> Result<FixedWindow, ConfigError> {
+        Builder::with_defaults(quota, period).build()
+    }
+
+    /// The twin of [`crate::FixedWindow::builder`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::reference::FixedWindow;
+    /// assert!(FixedWindow::builder(1, Duration::from_secs(1)).align_utc().build().is_ok());
+    /// ```
+    pub fn builder(quota: u32, period: Duration) -> Builder {
+        Builder::with_defaults(quota, period)
+    }
+}
+
+impl<C: Clock> FixedWindow<C> {
+    pub(crate) fn from_spec(spec: WindowSpec, clock: C) -> FixedWindow<C> {
+        FixedWindow {
+            key: Mutex::new(None),
+            spec,
+            clock,
+        }
+    }
+
+    /// The limiter's clock.
+    pub fn clock(&self) -> &C {
+        &self.clock
+    }
+
+    /// Requests permitted per window.
+    pub fn quota(&self) -> u32 {
+        self.spec.quota
+    }
+
+    /// The window length.
+    pub fn period(&self) -> Duration {
+        Duration::from_nanos(self.spec.period)
+    }
+
+    /// One request now.
+    pub fn take(&self) -> Outcome {
+        self.take_at(self.clock.now())
+    }
+
+    /// One request at `now`: the script, literally.
+    pub fn take_at(&self, now: Nanos) -> Outcome {
+        let now = now.as_u64();
+        let mut key = self.live_key(now);
+        // INCRBY key 1
+        let current = key.map_or(0, |k| k.counter).saturating_add(1);
+        let expires_at = match *key {
+            // if current == 1 then EXPIRE key window
+            None => self.expire_seconds(now),
+            Some(k) => k.expires_at,
+        };
+        *key = Some(Key {
+            counter: current,
+            expires_at,
+        });
+        Outcome::of(current, self.spec.quota)
+    }
+
+    /// `n` requests now.
+    pub fn take_n(&self, n: u32) -> Outcome {
+        self.take_n_at(self.clock.now(), n)
+    }
+
+    /// `n` requests at `now`: one is [`FixedWindow::take_at`]; otherwise all or nothing (read
+    /// the counter, `INCRBY n` only if it stays within the quota), 0 is `Allowed`.
+    pub fn take_n_at(&self, now: Nanos, n: u32) -> Outcome {
+        if n == 1 {
+            return self.take_at(now);
+        }
+        if n == 0 {
+            return Outcome::Allowed;
+        }
+        let now = now.as_u64();
+        let mut key = self.live_key(now);
+        let current = key.map_or(0, |k| k.counter) + u64::from(n);
+        if current > u64::from(self.spec.quota) {
+            return Outcome::OverQuota;
+        }
+        let expires_at = key.map_or_else(|| self.expire_seconds(now), |k| k.expires_at);
+        *key = Some(Key {
+            counter: current,
+            expires_at,
+        });
+        Outcome::of(current, self.spec.quota)
+    }
+
+    /// The quota, what remains now and when it resets.
+    pub fn status(&self) -> WindowStatus {
+        self.status_at(self.clock.now())
+    }
+
+    /// The quota, what remains at `now` (`quota - min(counter, quota)`) and when the key
+    /// expires (or would, if created at `now`).
+    pub fn status_at(&self, now: Nanos) -> WindowStatus {
+        let now = now.as_u64();
+        let key = *self.live_key(now);
+        let (counter, expires_at) =
+            key.map_or((0, self.expire_seconds(now)), |k| (k.counter, k.expires_at));
+        WindowStatus {
+            quota: self.spec.quota,
+            remaining: (u64::from(self.spec.quota) - counter.min(u64::from(self.spec.quota)))
+                as u32,
+            resets_at: Nanos::new(expires_at),
+        }
+    }
+
+    /// The key, after Redis has expired it if its TTL has passed at `now`.
+    fn live_key(&self, now: u64) -> MutexGuard<'_, Option<Key>> {
+        let mut key = self.key.lock().unwrap_or_else(PoisonError::into_inner);
+        if matches!(*key, Some(k) if is_over(k.expires_at, now)) {
+            *key = None;
+        }
+        key
+    }
+
+    /// The key's expiry time for a counter created at `now`: `now + period`, or aligned
+    /// `now + (period - ((unix + offset) % period))` (go-zero's `calcExpireSeconds`).
+    fn expire_seconds(&self, now: u64) -> u64 {
+        match self.spec.shift {
+            None => now.saturating_add(self.spec.period),
+            Some(shift) => {
+                let unix = i128::from(now) + shift;
+                let period = i128::from(self.spec.period);
+                let expire = period - unix.rem_euclid(period);
+                now.saturating_add(expire as u64)
+            }
+        }
+    }
+}
+
+impl<C: Clock> Limiter for FixedWindow<C> {
+    fn check_n_at(&self, now: Nanos, n: u32) -> Result<(), Denied> {
+        if n > self.spec.quota {
+            return Err(Denied::new(now, None));
+        }
+        if self.take_n_at(now, n).is_permitted() {
+            return Ok(());
+        }
+        let expires_at = self.live_key(now.as_u64()).map(|k| k.expires_at);
+        Err(Denied::new(now, expires_at.map(Nanos::new)))
+    }
+
+    fn now(&self) -> Nanos {
+        self.clock.now()
+    }
+}
+
+impl<C: Clock> fmt::Debug for FixedWindow<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let key = *self.key.lock().unwrap_or_else(PoisonError::into_inner);
+        f.debug_struct("reference::FixedWindow")
+            .field("quota", &self.spec.quota)
+            .field("period", &self.period())
+            .field("key", &key)
+            .finish()
+    }
+}

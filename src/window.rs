@@ -1,0 +1,717 @@
+//! A lock-free fixed-window counter with the semantics of go-zero's `PeriodLimit`: a quota of
+//! requests per period, per limiter.
+//!
+//! # Semantics (go-zero `core/limit/periodlimit.go` and its Lua script)
+//! * Every request of a window counts. The quota-th is [`Outcome::HitQuota`] and **is still
+//!   permitted**; the ones before it are [`Outcome::Allowed`], the ones after it
+//!   [`Outcome::OverQuota`] (refused). With a quota of 1 the first request is `HitQuota`
+//!   (go-zero#1581).
+//! * By default a window starts at the first request after the previous window ended and
+//!   lasts one period (go-zero sets the key's TTL on the first hit). With
+//!   [`Builder::align`] windows end on period boundaries of UTC shifted by an explicit
+//!   offset, as go-zero's `Align()` does with the process's time zone: a daily quota at
+//!   offset +8 h resets at local midnight in UTC+8.
+//! * [`FixedWindow::status_at`] gives the quota, what remains and when the window resets:
+//!   what the `RateLimit-*` response headers carry.
+//!
+//! # The protocol
+//! **The state word** (`state`, one `AtomicU128`, cache-padded):
+//! ```text
+//!  127                               64 63                                0
+//! +-----------------------------------+-----------------------------------+
+//! | end: u64 ns, when the window ends | count: u64, granted in the window |
+//! +-----------------------------------+-----------------------------------+
+//! ```
+//! A fresh limiter holds `(0, 0)`: a window that ended at time 0, so the first request at any
+//! time opens a new one. An `end` that saturated at `u64::MAX` (a period reaching past the end
+//! of representable time) never ends.
+//!
+//! **A take of `n` at `now`** loads the word. If `now >= end` the window is over: the take
+//! installs `(end', n)` with `end'` the end of the window `now` opens (`now + period`, or the
+//! next boundary when aligned). Otherwise it installs `(end, count + n)`. Either is one
+//! `compare_exchange_weak` on the whole word; a failed CAS retries from the word it returned
+//! (with a [`Backoff`]). A take that would go over the quota, and a take of zero, write
+//! nothing: they are decided from the load alone.
+//!
+//! **Invariant.** `count <= quota` always, and every grant is counted in exactly one window:
+//! the CAS that grants it moves either `count` (same `end`) or `end` (a new window, `count =
+//! n`) from the very word it read, so no grant can be lost or counted twice, and a window's
+//! `count` only ever grows until `end` moves on. Windows never overlap: a new `end'` is set
+//! only when `now >= end`, and `end' > now`.
+//!
+//! **Stale clock readings.** A take whose `now` lies before the current window's start (a
+//! thread that read the clock, then lost a race to a thread that opened a newer window) is
+//! counted in the current window: an earlier time never opens a new window and so never frees
+//! quota (the window analogue of the token bucket's D2).
+//!
+//! **Orderings.** Every access is `Relaxed`: the configuration is immutable and reaches other
+//! threads with the limiter; what the protocol needs is single-location coherence, which
+//! every ordering gives (a CAS succeeds only against the latest value in the word's
+//! modification order, so the committed words form one sequential history).
+//!
+//! # Deviations from go-zero
+//! * **D14** a quota of 0 ([`ConfigError::ZeroQuota`]) and a period of 0
+//!   ([`ConfigError::ZeroPeriod`]) are errors (go-zero refuses everything, or divides by zero
+//!   when aligned); the alignment offset is an explicit parameter, UTC by default
+//!   ([`Builder::align`]); an offset of a day or more is [`ConfigError::InvalidUtcOffset`].
+//! * go-zero counts over-quota requests too (`INCRBY` on every call). Here an over-quota take
+//!   writes nothing. The two are indistinguishable: once the count reaches the quota, every
+//!   later take of the window is `OverQuota` either way, and the remaining quota is 0 either
+//!   way. [`reference::FixedWindow`](crate::reference::FixedWindow) keeps the literal
+//!   `INCRBY`, and the differential test checks that they agree.
+//! * Periods are any [`Duration`] at nanosecond resolution, not whole seconds.
+//! * [`FixedWindow::take_n`] (all or nothing, counted as `n` requests) is an extension; go-zero
+//!   only takes one at a time.
+
+use std::fmt;
+use std::marker::PhantomData;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crossbeam_utils::{Backoff, CachePadded};
+
+use crate::clock::{Clock, Nanos, QuantaClock};
+use crate::error::ConfigError;
+use crate::limiter::{Denied, Idle, Limiter, LockFree, Twin};
+use crate::sync::{AtomicU128, Ordering};
+
+/// What a window limiter said to a request (go-zero's `PeriodLimit` codes).
+///
+/// `HitQuota` is the quota-th request of the window and **is still permitted**; only
+/// `OverQuota` is a refusal.
+///
+/// ```
+/// use turnstile::Outcome;
+/// assert!(Outcome::HitQuota.is_permitted());
+/// assert!(!Outcome::OverQuota.is_permitted());
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Outcome {
+    /// Permitted, with quota left in the window.
+    Allowed,
+    /// Permitted, and it used the window's last unit of quota.
+    HitQuota,
+    /// Refused: the window's quota is spent.
+    OverQuota,
+}
+
+impl Outcome {
+    /// True for `Allowed` and `HitQuota`.
+    ///
+    /// ```
+    /// use turnstile::Outcome;
+    /// assert!(Outcome::Allowed.is_permitted());
+    /// ```
+    pub fn is_permitted(self) -> bool {
+        !matches!(self, Outcome::OverQuota)
+    }
+
+    /// go-zero's script reply turned into an outcome: `current` is the count including this
+    /// request.
+    pub(crate) fn of(current: u64, quota: u32) -> Outcome {
+        match current.cmp(&u64::from(quota)) {
+            std::cmp::Ordering::Less => Outcome::Allowed,
+            std::cmp::Ordering::Equal => Outcome::HitQuota,
+            std::cmp::Ordering::Greater => Outcome::OverQuota,
+        }
+    }
+}
+
+/// A window limiter's quota as a client should see it: what the `RateLimit-Limit`,
+/// `RateLimit-Remaining` and `RateLimit-Reset` response headers carry.
+///
+/// ```
+/// use std::time::Duration;
+/// use turnstile::{FixedWindow, ManualClock, Nanos};
+///
+/// let w = FixedWindow::builder(10, Duration::from_secs(60))
+///     .clock(ManualClock::default())
+///     .build()
+///     .unwrap();
+/// w.take_n_at(Nanos::ZERO, 3);
+/// let s = w.status_at(Nanos::new(15_000_000_000));
+/// assert_eq!((s.quota, s.remaining), (10, 7));
+/// assert_eq!(s.resets_after(Nanos::new(15_000_000_000)), Duration::from_secs(45));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WindowStatus {
+    /// The quota per window.
+    pub quota: u32,
+    /// What is left of it now.
+    pub remaining: u32,
+    /// When the whole quota is available again if nothing more is taken.
+    pub resets_at: Nanos,
+}
+
+impl WindowStatus {
+    /// How long after `now` the quota resets (zero if it already has).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::{Nanos, WindowStatus};
+    /// let s = WindowStatus { quota: 5, remaining: 0, resets_at: Nanos::new(2_000) };
+    /// assert_eq!(s.resets_after(Nanos::new(500)), Duration::from_nanos(1_500));
+    /// ```
+    pub fn resets_after(&self, now: Nanos) -> Duration {
+        self.resets_at.saturating_duration_since(now)
+    }
+}
+
+/// A lock-free fixed-window counter: `quota` requests per `period`, with go-zero
+/// `PeriodLimit`'s outcomes (see the [module docs](self)).
+///
+/// ```
+/// use std::time::Duration;
+/// use turnstile::{FixedWindow, ManualClock, Nanos, Outcome};
+///
+/// let w = FixedWindow::builder(2, Duration::from_secs(1))
+///     .clock(ManualClock::default())
+///     .build()
+///     .unwrap();
+/// let t = Nanos::new(500_000_000);
+/// assert_eq!(w.take_at(t), Outcome::Allowed);
+/// assert_eq!(w.take_at(t), Outcome::HitQuota);  // the 2nd of 2: still permitted
+/// assert_eq!(w.take_at(t), Outcome::OverQuota);
+/// // The window opened at the first hit and lasts one period.
+/// assert_eq!(w.take_at(Nanos::new(1_499_999_999)), Outcome::OverQuota);
+/// assert_eq!(w.take_at(Nanos::new(1_500_000_000)), Outcome::Allowed);
+/// ```
+pub struct FixedWindow<C: Clock = QuantaClock> {
+    /// `end << 64 | count`; see the module docs.
+    state: CachePadded<AtomicU128>,
+    spec: WindowSpec,
+    clock: C,
+}
+
+/// The immutable configuration, shared with the twin.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct WindowSpec {
+    pub(crate) quota: u32,
+    /// The period in ns, saturated at `u64::MAX`.
+    pub(crate) period: u64,
+    /// For aligned windows, `(unix time of the clock's origin + UTC offset)` in ns: a clock
+    /// reading `t` is at `t + shift` on the shifted UTC time line whose period boundaries
+    /// end the windows.
+    pub(crate) shift: Option<i128>,
+    pub(crate) utc_offset_secs: i64,
+}
+
+impl WindowSpec {
+    /// When the window that a first hit at `now` opens ends: go-zero's key TTL. Without
+    /// alignment one period later; aligned, at the next boundary (go-zero's
+    /// `calcExpireSeconds`, in `[1 ns, period]`). Saturates at [`Nanos::MAX`].
+    pub(crate) fn window_end(&self, now: u64) -> u64 {
+        match self.shift {
+            None => now.saturating_add(self.period),
+            Some(shift) => {
+                let period = i128::from(self.period);
+                let into = (i128::from(now) + shift).rem_euclid(period);
+                // period - into is in [1, period], which fits a u64.
+                now.saturating_add((period - into) as u64)
+            }
+        }
+    }
+}
+
+impl FixedWindow<QuantaClock> {
+    /// `quota` requests per `period`, windows starting at the first request, on the shared
+    /// quanta clock. A zero quota or period is an error (deviation D14).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::{ConfigError, FixedWindow};
+    ///
+    /// let w = FixedWindow::new(100, Duration::from_secs(60)).unwrap();
+    /// assert!(w.take().is_permitted());
+    /// assert_eq!(FixedWindow::new(0, Duration::from_secs(1)).unwrap_err(), ConfigError::ZeroQuota);
+    /// ```
+    pub fn new(quota: u32, period: Duration) -> Result<FixedWindow, ConfigError> {
+        Builder::new(quota, period).build()
+    }
+
+    /// A builder, with options [`Builder::align`], [`Builder::align_utc`],
+    /// [`Builder::unix_origin`] and [`Builder::clock`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::FixedWindow;
+    ///
+    /// // 1000 requests per calendar day in UTC+8.
+    /// let w = FixedWindow::builder(1000, Duration::from_secs(86_400))
+    ///     .align(8 * 3600)
+    ///     .build()
+    ///     .unwrap();
+    /// assert_eq!(w.utc_offset_secs(), Some(8 * 3600));
+    /// ```
+    pub fn builder(quota: u32, period: Duration) -> Builder {
+        Builder::new(quota, period)
+    }
+}
+
+impl<C: Clock> FixedWindow<C> {
+    fn from_spec(spec: WindowSpec, clock: C) -> FixedWindow<C> {
+        FixedWindow {
+            state: CachePadded::new(AtomicU128::new(pack(0, 0))),
+            spec,
+            clock,
+        }
+    }
+
+    /// The limiter's clock.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::{Clock, FixedWindow, ManualClock, Nanos};
+    /// let w = FixedWindow::builder(1, Duration::from_secs(1))
+    ///     .clock(ManualClock::new(Nanos::new(4)))
+    ///     .build()
+    ///     .unwrap();
+    /// assert_eq!(w.clock().now(), Nanos::new(4));
+    /// ```
+    pub fn clock(&self) -> &C {
+        &self.clock
+    }
+
+    /// Requests permitted per window.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::FixedWindow;
+    /// assert_eq!(FixedWindow::new(7, Duration::from_secs(1)).unwrap().quota(), 7);
+    /// ```
+    pub fn quota(&self) -> u32 {
+        self.spec.quota
+    }
+
+    /// The window length.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::FixedWindow;
+    /// let w = FixedWindow::new(7, Duration::from_secs(3)).unwrap();
+    /// assert_eq!(w.period(), Duration::from_secs(3));
+    /// ```
+    pub fn period(&self) -> Duration {
+        Duration::from_nanos(self.spec.period)
+    }
+
+    /// The UTC offset windows are aligned to, or `None` if windows start at the first hit.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::FixedWindow;
+    /// let w = FixedWindow::builder(7, Duration::from_secs(60)).align_utc().build().unwrap();
+    /// assert_eq!(w.utc_offset_secs(), Some(0));
+    /// ```
+    pub fn utc_offset_secs(&self) -> Option<i64> {
+        self.spec.shift.map(|_| self.spec.utc_offset_secs)
+    }
+
+    /// One request now (go-zero's `Take`).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::{FixedWindow, Outcome};
+    /// let w = FixedWindow::new(1, Duration::from_secs(60)).unwrap();
+    /// assert_eq!(w.take(), Outcome::HitQuota); // quota 1: the first is the quota-th
+    /// assert_eq!(w.take(), Outcome::OverQuota);
+    /// ```
+    pub fn take(&self) -> Outcome {
+        self.take_n_at(self.clock.now(), 1)
+    }
+
+    /// One request at `now`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::{FixedWindow, Nanos, Outcome};
+    /// let w = FixedWindow::new(5, Duration::from_secs(1)).unwrap();
+    /// let outcomes: Vec<_> = (0..7).map(|_| w.take_at(Nanos::ZERO)).collect();
+    /// assert_eq!(outcomes.iter().filter(|o| **o == Outcome::Allowed).count(), 4);
+    /// assert_eq!(outcomes[4], Outcome::HitQuota);
+    /// assert_eq!(outcomes[5..], [Outcome::OverQuota, Outcome::OverQuota]);
+    /// ```
+    pub fn take_at(&self, now: Nanos) -> Outcome {
+        self.take_n_at(now, 1)
+    }
+
+    /// `n` requests now, all or nothing.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::{FixedWindow, Outcome};
+    /// let w = FixedWindow::new(5, Duration::from_secs(60)).unwrap();
+    /// assert_eq!(w.take_n(5), Outcome::HitQuota);
+    /// ```
+    pub fn take_n(&self, n: u32) -> Outcome {
+        self.take_n_at(self.clock.now(), n)
+    }
+
+    /// `n` requests at `now`, counted as `n` of the window's quota, all or nothing: the
+    /// outcome is go-zero's for the last of them, and an `OverQuota` take counts none of
+    /// them. A take of 0 is `Allowed` and changes nothing. A take of more than the quota is
+    /// always `OverQuota`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::{FixedWindow, Nanos, Outcome};
+    /// let w = FixedWindow::new(5, Duration::from_secs(1)).unwrap();
+    /// assert_eq!(w.take_n_at(Nanos::ZERO, 3), Outcome::Allowed);
+    /// assert_eq!(w.take_n_at(Nanos::ZERO, 3), Outcome::OverQuota); // 6 > 5: nothing taken
+    /// assert_eq!(w.take_n_at(Nanos::ZERO, 2), Outcome::HitQuota);
+    /// ```
+    pub fn take_n_at(&self, now: Nanos, n: u32) -> Outcome {
+        match self.take_raw(now.as_u64(), n) {
+            Ok(outcome) => outcome,
+            Err(_) => Outcome::OverQuota,
+        }
+    }
+
+    /// The quota, what remains of it and when it resets, now.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::FixedWindow;
+    /// let w = FixedWindow::new(5, Duration::from_secs(60)).unwrap();
+    /// w.take();
+    /// assert_eq!(w.status().remaining, 4);
+    /// ```
+    pub fn status(&self) -> WindowStatus {
+        self.status_at(self.clock.now())
+    }
+
+    /// The quota, what remains of it at `now` and when the current window ends. With no
+    /// window open at `now`, the whole quota remains and `resets_at` is the end of the
+    /// window a request at `now` would open.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::{FixedWindow, Nanos};
+    /// let w = FixedWindow::new(5, Duration::from_secs(1)).unwrap();
+    /// let idle = w.status_at(Nanos::new(7));
+    /// assert_eq!((idle.remaining, idle.resets_at), (5, Nanos::new(1_000_000_007)));
+    /// w.take_n_at(Nanos::new(10), 2);
+    /// let s = w.status_at(Nanos::new(20));
+    /// assert_eq!((s.remaining, s.resets_at), (3, Nanos::new(1_000_000_010)));
+    /// ```
+    pub fn status_at(&self, now: Nanos) -> WindowStatus {
+        let (end, count) = unpack(self.state.load(Ordering::Relaxed));
+        let now = now.as_u64();
+        let (count, end) = if is_over(end, now) {
+            (0, self.spec.window_end(now))
+        } else {
+            (count, end)
+        };
+        WindowStatus {
+            quota: self.spec.quota,
+            remaining: self.spec.quota - count as u32,
+            resets_at: Nanos::new(end),
+        }
+    }
+
+    /// The CAS loop: the outcome, or the end of the window a denied take must wait for
+    /// (`None`: never, `n > quota`).
+    #[inline]
+    fn take_raw(&self, now: u64, n: u32) -> Result<Outcome, Option<u64>> {
+        let quota = self.spec.quota;
+        if n == 0 {
+            return Ok(Outcome::Allowed);
+        }
+        if n > quota {
+            return Err(None);
+        }
+        let backoff = Backoff::new();
+        let mut word = self.state.load(Ordering::Relaxed);
+        loop {
+            let (end, count) = unpack(word);
+            let (new, current) = if is_over(end, now) {
+                (pack(self.spec.window_end(now), u64::from(n)), u64::from(n))
+            } else {
+                let current = count + u64::from(n);
+                if current > u64::from(quota) {
+                    return Err(Some(end));
+                }
+                (pack(end, current), current)
+            };
+            match self
+                .state
+                .compare_exchange_weak(word, new, Ordering::Relaxed, Ordering::Relaxed)
+            {
+                Ok(_) => return Ok(Outcome::of(current, quota)),
+                Err(actual) => {
+                    word = actual;
+                    backoff.spin();
+                }
+            }
+        }
+    }
+}
+
+impl<C: Clock> Limiter for FixedWindow<C> {
+    /// Takes `n` requests if they fit in the window (`Allowed` or `HitQuota`). A denial's
+    /// retry time is the end of the current window; there is none if `n > quota`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::{FixedWindow, Limiter, Nanos};
+    /// let w = FixedWindow::new(2, Duration::from_secs(1)).unwrap();
+    /// assert!(w.check_n_at(Nanos::new(100), 2).is_ok());
+    /// let denied = w.check_n_at(Nanos::new(400_000_100), 1).unwrap_err();
+    /// assert_eq!(denied.retry_after(), Some(Duration::from_millis(600)));
+    /// assert_eq!(w.check_n_at(Nanos::new(100), 3).unwrap_err().retry_at(), None);
+    /// ```
+    fn check_n_at(&self, now: Nanos, n: u32) -> Result<(), Denied> {
+        match self.take_raw(now.as_u64(), n) {
+            Ok(_) => Ok(()),
+            Err(end) => Err(Denied::new(now, end.map(Nanos::new))),
+        }
+    }
+
+    fn now(&self) -> Nanos {
+        self.clock.now()
+    }
+}
+
+impl<C: Clock> Idle for FixedWindow<C> {
+    /// Idle once no window is open at `now`: a fresh limiter is then identical.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::{FixedWindow, Idle, Nanos};
+    /// let w = FixedWindow::new(2, Duration::from_secs(1)).unwrap();
+    /// w.take_at(Nanos::ZERO);
+    /// assert!(!w.is_idle_at(Nanos::new(999_999_999)));
+    /// assert!(w.is_idle_at(Nanos::new(1_000_000_000)));
+    /// ```
+    fn is_idle_at(&self, now: Nanos) -> bool {
+        let (end, _) = unpack(self.state.load(Ordering::Relaxed));
+        is_over(end, now.as_u64())
+    }
+}
+
+impl<C: Clock> fmt::Debug for FixedWindow<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (end, count) = unpack(self.state.load(Ordering::Relaxed));
+        f.debug_struct("FixedWindow")
+            .field("quota", &self.spec.quota)
+            .field("period", &self.period())
+            .field("utc_offset_secs", &self.utc_offset_secs())
+            .field("window_end", &Nanos::new(end))
+            .field("count", &count)
+            .finish()
+    }
+}
+
+/// Options for a [`FixedWindow`] (kind [`LockFree`]) or its mutex twin
+/// [`reference::FixedWindow`](crate::reference::FixedWindow) (kind [`Twin`]): both take the
+/// same options and validate them the same way.
+///
+/// ```
+/// use std::time::Duration;
+/// use turnstile::{ConfigError, FixedWindow};
+///
+/// let err = FixedWindow::builder(5, Duration::from_secs(60)).align(86_400).build();
+/// assert_eq!(err.unwrap_err(), ConfigError::InvalidUtcOffset(86_400));
+/// ```
+#[derive(Clone, Debug)]
+#[must_use = "a builder does nothing until `build` is called"]
+pub struct Builder<C: Clock = QuantaClock, K = LockFree> {
+    quota: u32,
+    period: Duration,
+    align: Option<i64>,
+    unix_origin: Option<Duration>,
+    clock: C,
+    kind: PhantomData<fn() -> K>,
+}
+
+impl Builder<QuantaClock> {
+    /// `quota` requests per `period`, windows from the first hit, the quanta clock; the same
+    /// as [`FixedWindow::builder`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::window::Builder;
+    /// assert_eq!(Builder::new(3, Duration::from_secs(1)).build().unwrap().quota(), 3);
+    /// ```
+    pub fn new(quota: u32, period: Duration) -> Builder {
+        Builder::with_defaults(quota, period)
+    }
+}
+
+impl<K> Builder<QuantaClock, K> {
+    pub(crate) fn with_defaults(quota: u32, period: Duration) -> Self {
+        Builder {
+            quota,
+            period,
+            align: None,
+            unix_origin: None,
+            clock: QuantaClock::new(),
+            kind: PhantomData,
+        }
+    }
+}
+
+impl<C: Clock, K> Builder<C, K> {
+    /// Ends windows on period boundaries of UTC shifted by `utc_offset_secs` (go-zero's
+    /// `Align()`, with the offset explicit instead of the process's time zone; deviation D14).
+    /// A window opened at time `t` ends at the next `b > t` with `(b + offset) % period == 0`
+    /// in Unix time. The offset must be less than a day either way.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::{FixedWindow, ManualClock, Nanos};
+    ///
+    /// // Daily windows in UTC+8; the clock's origin is 2024-01-01 20:00 in UTC+8.
+    /// let w = FixedWindow::builder(10, Duration::from_secs(86_400))
+    ///     .align(8 * 3600)
+    ///     .unix_origin(Duration::from_secs(1_704_110_400))
+    ///     .clock(ManualClock::default())
+    ///     .build()
+    ///     .unwrap();
+    /// w.take_at(Nanos::ZERO);
+    /// // The window ends at local midnight: 4 hours later.
+    /// assert_eq!(w.status_at(Nanos::ZERO).resets_after(Nanos::ZERO), Duration::from_secs(14_400));
+    /// ```
+    pub fn align(mut self, utc_offset_secs: i64) -> Self {
+        self.align = Some(utc_offset_secs);
+        self
+    }
+
+    /// Aligned windows in UTC: `align(0)`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::FixedWindow;
+    /// let w = FixedWindow::builder(1, Duration::from_secs(60)).align_utc().build().unwrap();
+    /// assert_eq!(w.utc_offset_secs(), Some(0));
+    /// ```
+    pub fn align_utc(self) -> Self {
+        self.align(0)
+    }
+
+    /// The Unix time at which the limiter's clock reads [`Nanos::ZERO`]; only aligned
+    /// windows use it. By default it is taken from the system clock when the limiter is
+    /// built (`SystemTime::now()` minus the clock's reading); set it with a
+    /// [`ManualClock`](crate::ManualClock) for reproducible windows.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::{FixedWindow, ManualClock, Nanos};
+    /// let w = FixedWindow::builder(1, Duration::from_secs(60))
+    ///     .align_utc()
+    ///     .unix_origin(Duration::from_secs(90)) // 1.5 minutes past a boundary
+    ///     .clock(ManualClock::default())
+    ///     .build()
+    ///     .unwrap();
+    /// assert_eq!(w.status_at(Nanos::ZERO).resets_at, Nanos::new(30_000_000_000));
+    /// ```
+    pub fn unix_origin(mut self, unix_time_at_zero: Duration) -> Self {
+        self.unix_origin = Some(unix_time_at_zero);
+        self
+    }
+
+    /// Reads time from `clock`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::{Clock, FixedWindow, ManualClock, Nanos};
+    /// let w = FixedWindow::builder(1, Duration::from_secs(1))
+    ///     .clock(ManualClock::new(Nanos::new(3)))
+    ///     .build()
+    ///     .unwrap();
+    /// assert_eq!(w.clock().now(), Nanos::new(3));
+    /// ```
+    pub fn clock<D: Clock>(self, clock: D) -> Builder<D, K> {
+        Builder {
+            quota: self.quota,
+            period: self.period,
+            align: self.align,
+            unix_origin: self.unix_origin,
+            clock,
+            kind: PhantomData,
+        }
+    }
+
+    /// The validated configuration and the clock, for either kind (deviation D14).
+    pub(crate) fn into_spec(self) -> Result<(WindowSpec, C), ConfigError> {
+        if self.quota == 0 {
+            return Err(ConfigError::ZeroQuota);
+        }
+        if self.period.is_zero() {
+            return Err(ConfigError::ZeroPeriod);
+        }
+        let period = u64::try_from(self.period.as_nanos()).unwrap_or(u64::MAX);
+        let shift = match self.align {
+            None => None,
+            Some(offset) if offset.unsigned_abs() >= 86_400 => {
+                return Err(ConfigError::InvalidUtcOffset(offset))
+            }
+            Some(offset) => {
+                let origin = match self.unix_origin {
+                    Some(origin) => origin.as_nanos(),
+                    None => SystemTime::now()
+                        .duration_since(UNIX_EPOCH)
+                        .unwrap_or_default()
+                        .as_nanos()
+                        .saturating_sub(u128::from(self.clock.now().as_u64())),
+                };
+                // Durations are below 2^64 s < 2^94 ns: i128 holds it with room to spare.
+                Some(origin as i128 + i128::from(offset) * 1_000_000_000)
+            }
+        };
+        let spec = WindowSpec {
+            quota: self.quota,
+            period,
+            shift,
+            utc_offset_secs: self.align.unwrap_or(0),
+        };
+        Ok((spec, self.clock))
+    }
+}
+
+impl<C: Clock> Builder<C, LockFree> {
+    /// The limiter, or the first setting that cannot be used: [`ConfigError::ZeroQuota`],
+    /// [`ConfigError::ZeroPeriod`] or [`ConfigError::InvalidUtcOffset`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::{ConfigError, FixedWindow};
+    /// assert_eq!(
+    ///     FixedWindow::builder(1, Duration::ZERO).build().unwrap_err(),
+    ///     ConfigError::ZeroPeriod
+    /// );
+    /// ```
+    pub fn build(self) -> Result<FixedWindow<C>, ConfigError> {
+        let (spec, clock) = self.into_spec()?;
+        Ok(FixedWindow::from_spec(spec, clock))
+    }
+}
+
+impl<C: Clock> Builder<C, Twin> {
+    /// The mutex twin, with the same validation as the lock-free limiter.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::reference::FixedWindow;
+    /// let w = FixedWindow::builder(3, Duration::from_secs(1)).build().unwrap();
+    /// assert_eq!(w.quota(), 3);
+    /// ```
+    pub fn build(self) -> Result<crate::reference::FixedWindow<C>, ConfigError> {
+        let (spec, clock) = self.into_spec()?;
+        Ok(crate::reference::FixedWindow::from_spec(spec, clock))
+    }
+}
+
+/// Whether the window ending at `end` is over at `now`. A window whose end saturated at
+/// [`Nanos::MAX`] (a period reaching past the end of representable time) never ends.
+#[inline]
+pub(crate) fn is_over(end: u64, now: u64) -> bool {
+    now >= end && end != u64::MAX
+}
+
+fn pack(end: u64, count: u64) -> u128 {
+    (u128::from(end) << 64) | u128::from(count)
+}
+
+fn unpack(word: u128) -> (u64, u64) {
+    ((word >> 64) as u64, word as u64)
+}
