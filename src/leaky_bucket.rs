@@ -100,7 +100,7 @@ use crossbeam_utils::{Backoff, CachePadded};
 
 use crate::clock::{Clock, Nanos, QuantaClock};
 use crate::error::ConfigError;
-use crate::limiter::{Denied, Limiter};
+use crate::limiter::{Denied, Idle, Limiter};
 use crate::sync::{AtomicU64, Ordering};
 
 /// `next` before the first permit: [`Nanos::MAX`], never a grantable time.
@@ -588,6 +588,40 @@ impl<C: Clock> Limiter for LeakyBucket<C> {
 
     fn now(&self) -> Nanos {
         self.clock.now()
+    }
+}
+
+/// Idle when the next take at `now` or later would find the slack credit full: no permit
+/// was ever taken (the state is `UNSET`, **identical** to a fresh bucket), or
+/// `now - next > maxSlack + perRequest`, so that a take at any time from `now` on runs
+/// upstream's cap branch (`next = now - maxSlack`): the bucket remembers nothing but the
+/// full credit of `slack` permits. A fresh bucket has none (its first take sets
+/// `next = now`), so it is **stricter**: it grants one permit at once where this one grants
+/// `slack + 1`, and every later permit time is the same or later (upstream's step is
+/// monotone in `next`). An unlimited bucket is always idle (it keeps no state). One load of
+/// the state word; nothing is written.
+///
+/// ```
+/// use std::time::Duration;
+/// use turnstile::{Idle, LeakyBucket, ManualClock, Nanos};
+///
+/// let lb = LeakyBucket::builder(10).slack(2).clock(ManualClock::default()).build().unwrap();
+/// let t0 = Nanos::new(1_000_000_000);
+/// assert!(lb.is_idle_at(t0));                              // no permit yet
+/// assert!(lb.try_take_at(t0));
+/// // Idle once more than (slack + 1) * 100 ms = 300 ms have passed since `next`.
+/// assert!(!lb.is_idle_at(t0 + Duration::from_millis(300)));
+/// assert!(lb.is_idle_at(t0 + Duration::from_millis(300) + Duration::from_nanos(1)));
+/// ```
+impl<C: Clock> Idle for LeakyBucket<C> {
+    fn is_idle_at(&self, now: Nanos) -> bool {
+        if self.unlimited {
+            return true;
+        }
+        let prev = self.state.load(Ordering::Relaxed);
+        let now = now.as_u64();
+        // The condition of `Pace::next`'s cap branch.
+        prev == UNSET || (now > prev && now - prev > self.pace.cap)
     }
 }
 

@@ -132,7 +132,7 @@ use crossbeam_utils::{Backoff, CachePadded};
 use crate::clock::{Clock, Nanos, QuantaClock};
 use crate::config_slots::ConfigSlots;
 use crate::error::{ConfigError, WaitError};
-use crate::limiter::{Denied, Limiter, LockFree};
+use crate::limiter::{Denied, Idle, Limiter, LockFree};
 use crate::sync::{AtomicU128, Mutex, Ordering}; // Mutex: reconfiguration only, never the hot path
 
 const EPOCH_BITS: u32 = 24;
@@ -695,6 +695,9 @@ impl<C: Clock> Core<C> {
 /// ```
 pub struct SmoothBursty<C: Clock = QuantaClock> {
     core: Core<C>,
+    /// The builder's `initial_stored_permits` (uncapped): what a fresh limiter of the same
+    /// configuration would start with, for [`Idle`].
+    initial_stored: f64,
 }
 
 /// Guava's `SmoothWarmingUp`, lock-free: `rate` permits per second after a warm-up. It starts
@@ -840,6 +843,7 @@ impl<C: Clock> SmoothBurstyBuilder<C, LockFree> {
         };
         Ok(SmoothBursty {
             core: Core::new(kind, rate, p, clock),
+            initial_stored: p,
         })
     }
 }
@@ -1084,6 +1088,88 @@ macro_rules! smooth_api {
 
 smooth_api!(SmoothBursty);
 smooth_api!(SmoothWarmingUp);
+
+impl<C: Clock> Core<C> {
+    /// From one load of the state word: `None` if a debt is owed at `now` (`next_free > now`);
+    /// otherwise the configuration and the stored permits at `now` (`+inf` under a `+inf`
+    /// rate), the two things a fresh limiter's state is compared with.
+    fn idle_view(&self, now: Nanos) -> Option<(Config, f64)> {
+        let (word, cfg) = self.load();
+        let now = now.as_u64();
+        if next_free(word) > now {
+            return None;
+        }
+        let stored = if cfg.inf {
+            cfg.max_permits
+        } else {
+            cfg.stored(cfg.resync(word, now).1)
+        };
+        Some((cfg, stored))
+    }
+}
+
+/// Idle when no debt is owed at `now` (`next_free <= now`) and the permits stored at `now`
+/// are at least the [`SmoothBurstyBuilder::initial_stored_permits`] a fresh limiter of the
+/// same configuration (its **current** rate, and the builder's initial permits capped at the
+/// current maximum, both in the store's fixed-point units) starts with. A fresh limiter is
+/// then **stricter or identical**: its `next_free` is `now` too, its store holds no more, and
+/// stored permits are free here, so from `now` on it never grants sooner. With Guava's
+/// default of no initial permits that is simply "no debt": the credit banked while idle is
+/// forgotten by the fresh limiter. A keyed map rebuilds from its factory, so a per-key
+/// `set_rate` does not survive eviction. One load of the state word; nothing is written.
+///
+/// ```
+/// use std::time::Duration;
+/// use turnstile::{Idle, ManualClock, Nanos, SmoothBursty};
+///
+/// let l = SmoothBursty::builder(2.0).clock(ManualClock::default()).build().unwrap();
+/// assert!(l.is_idle_at(Nanos::ZERO));
+/// assert_eq!(l.reserve_n_at(Nanos::ZERO, 2).unwrap(), Duration::ZERO); // 1 s of debt
+/// assert!(!l.is_idle_at(Nanos::new(999_999_999)));
+/// assert!(l.is_idle_at(Nanos::new(1_000_000_000)));
+/// ```
+impl<C: Clock> Idle for SmoothBursty<C> {
+    fn is_idle_at(&self, now: Nanos) -> bool {
+        let Some((cfg, stored)) = self.core.idle_view(now) else {
+            return false;
+        };
+        // A fresh limiter's store, through the same rounding (and `0` for a zero maximum,
+        // where every fraction stands for no permits).
+        cfg.inf || stored >= cfg.stored(cfg.frac_of(self.initial_stored))
+    }
+}
+
+/// Idle when no debt is owed at `now` (`next_free <= now`) and the store is full at `now`
+/// (all `max_permits` stored: cold, after idling for the warm-up period). A fresh limiter
+/// starts exactly so (full and cold, `next_free = now`), so the two are **identical** from
+/// `now` on. (Dropping a warm limiter with no debt would also let nothing more through, as
+/// stored permits only make requests dearer here, but it would make an active key cold
+/// again; this condition forgets nothing.) A keyed map rebuilds from its factory, so a
+/// per-key `set_rate` does not survive eviction. One load of the state word; nothing is
+/// written.
+///
+/// ```
+/// use std::time::Duration;
+/// use turnstile::{Idle, ManualClock, Nanos, SmoothWarmingUp};
+///
+/// let l = SmoothWarmingUp::builder(2.0, Duration::from_secs(4))
+///     .clock(ManualClock::default())
+///     .build()
+///     .unwrap();
+/// assert!(l.is_idle_at(Nanos::ZERO));                      // new: cold
+/// l.reserve_n_at(Nanos::ZERO, 1).unwrap();                 // 1.375 s of debt, 7 stored
+/// assert!(!l.is_idle_at(Nanos::new(1_000_000_000)));      // debt
+/// assert!(!l.is_idle_at(Nanos::new(1_500_000_000)));      // 7.25 stored: warmer than new
+/// assert!(l.is_idle_at(Nanos::new(2_000_000_000)));       // 8 stored: cold again
+/// ```
+impl<C: Clock> Idle for SmoothWarmingUp<C> {
+    fn is_idle_at(&self, now: Nanos) -> bool {
+        let Some((cfg, stored)) = self.core.idle_view(now) else {
+            return false;
+        };
+        cfg.inf || stored >= cfg.max_permits
+    }
+}
 
 #[cfg(test)]
 mod tests {

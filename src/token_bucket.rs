@@ -81,7 +81,7 @@ use crate::clock::{Clock, Nanos, QuantaClock};
 use crate::config_slots::ConfigSlots;
 use crate::error::WaitError;
 use crate::limit::Limit;
-use crate::limiter::{Denied, Limiter};
+use crate::limiter::{Denied, Idle, Limiter};
 use crate::sync::{AtomicU128, Mutex, Ordering}; // Mutex: reconfiguration only, never the hot path
 
 /// A lock-free token bucket: `limit` tokens per second, at most `burst` at once, with the API
@@ -610,6 +610,40 @@ impl<C: Clock> Limiter for TokenBucket<C> {
     }
 }
 
+/// Idle exactly when the bucket is full at `now`: its tokens at `now` equal its burst, which
+/// is what a fresh bucket holds, so the two are **identical** from `now` on (a full bucket
+/// has no outstanding reservation holding tokens, and a cancel can never fill it past full).
+///
+/// * Finite limit: full means `tat <= now - tau`, compared in ticks (exact, no float).
+/// * Zero limit: the stored tokens equal the burst (it never refills, so a bucket that ever
+///   granted a token is never idle again: a fresh one would have its burst back).
+/// * Infinite limit: every request is granted either way; the bucket is idle when its tokens
+///   at `now` equal the burst, as a fresh infinite bucket's always do. After a switch to
+///   `Limit::INF` at time `s` that is every `now > s` (rate.go's `advance` fills the bucket
+///   once any time has passed); at `now <= s` the stored tokens must equal the burst, so the
+///   tokens a later `set_limit` back to a finite limit would keep are a fresh bucket's.
+///
+/// The comparison is with a fresh bucket of the **current** configuration: a bucket whose
+/// limit or burst was changed with [`TokenBucket::set_limit`] or [`TokenBucket::set_burst`]
+/// is idle when full of its current burst. A keyed map rebuilds an evicted bucket from its
+/// factory, so a per-key `set_limit`/`set_burst` does not survive eviction.
+/// One load of the state word; nothing is written.
+///
+/// ```
+/// use turnstile::{Idle, Limit, ManualClock, Nanos, TokenBucket};
+/// let tb = TokenBucket::with_clock(Limit::per_second(10.0).unwrap(), 2, ManualClock::default());
+/// assert!(tb.is_idle_at(Nanos::ZERO));                  // new: full
+/// assert!(tb.allow_at(Nanos::ZERO));
+/// assert!(!tb.is_idle_at(Nanos::new(99_999_999)));      // one token short of full
+/// assert!(tb.is_idle_at(Nanos::new(100_000_000)));      // refilled
+/// ```
+impl<C: Clock> Idle for TokenBucket<C> {
+    fn is_idle_at(&self, now: Nanos) -> bool {
+        let (word, cfg) = self.load();
+        cfg.is_full(body(word), now)
+    }
+}
+
 impl<C: Clock> fmt::Debug for TokenBucket<C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let (word, cfg) = self.load();
@@ -939,6 +973,16 @@ impl Config {
             // elapsed * MaxFloat64 overflows to +Inf when time has passed since `last`.
             Mode::Inf if now > self.since => burst,
             Mode::Inf => body_tokens(body).min(burst),
+        }
+    }
+
+    /// Whether the bucket holds its whole burst at `now` (see [`Idle`] for `TokenBucket`).
+    /// Finite limits compare ticks, so "full" is exact rather than a float that rounded up.
+    #[inline]
+    fn is_full(&self, body: i128, now: Nanos) -> bool {
+        match self.mode {
+            Mode::Finite => Ticks::from_nanos(now).saturating_sub(Ticks(body)) >= self.tau,
+            Mode::Zero | Mode::Inf => self.tokens(body, now) >= f64::from(self.burst),
         }
     }
 

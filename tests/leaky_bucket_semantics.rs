@@ -473,3 +473,49 @@ fn debug_shows_the_configuration() {
         "LeakyBucket(unlimited)"
     );
 }
+
+/// `Idle`: idle before the first permit (identical to a fresh bucket) and once the slack
+/// credit is full, `now - next > maxSlack + perRequest` (a fresh bucket is then stricter);
+/// an unlimited bucket always.
+#[test]
+fn idle_before_the_first_permit_and_once_the_slack_is_full() {
+    use turnstile::Idle;
+    let build = || {
+        LeakyBucket::builder(10)
+            .slack(2)
+            .clock(ManualClock::default())
+            .build()
+            .unwrap()
+    };
+    let lb = build();
+    assert!(lb.is_idle_at(at(0)));
+    assert!(lb.is_idle_at(at(T0)));
+    assert_eq!(lb.take_at(at(T0)), at(T0)); // next = T0
+    assert!(!lb.is_idle_at(at(T0)));
+    // (slack + 1) * 100 ms = 300 ms: at exactly 300 ms the default branch still runs.
+    assert!(!lb.is_idle_at(at(T0 + 300 * MS)));
+    assert!(lb.is_idle_at(at(T0 + 300 * MS + 1)));
+    assert!(!lb.is_idle_at(at(T0 - SEC))); // before `next`
+
+    // Idle at t: a fresh bucket grants no more than this one, from t on.
+    let t = T0 + 300 * MS + 1;
+    let fresh = build();
+    let (mut ours, mut theirs) = (0, 0);
+    for i in 0..100u64 {
+        let now = at(t + (i * 7919) % 13 * 20 * MS * (i / 10));
+        ours += u32::from(lb.check_n_at(now, 1 + (i % 2) as u32).is_ok());
+        theirs += u32::from(fresh.check_n_at(now, 1 + (i % 2) as u32).is_ok());
+    }
+    assert!(theirs <= ours, "fresh {theirs} > idle {ours}");
+    // Strictly stricter: the idle bucket has banked slack, the fresh one has none.
+    let lb = build();
+    lb.take_at(at(T0));
+    let fresh = build();
+    assert!(lb.check_n_at(at(t), 3).is_ok());
+    assert!(fresh.check_n_at(at(t), 3).is_err());
+    // Unlimited: always idle.
+    let u = LeakyBucket::unlimited();
+    assert!(u.is_idle_at(at(0)));
+    assert!(u.try_take());
+    assert!(u.is_idle_at(at(0)));
+}

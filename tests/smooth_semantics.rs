@@ -770,3 +770,92 @@ async fn async_acquire_waits_on_tokios_timer() {
     assert_eq!(t.acquire_async(3).await, Ok(Duration::ZERO));
     assert_eq!(t.acquire_async(1).await, Ok(Duration::from_millis(1500)));
 }
+
+/// `Idle` for `SmoothBursty`: no debt at `now`, and at least the initial stored permits (a
+/// fresh limiter is then stricter or identical).
+#[test]
+fn smooth_bursty_idle_without_debt_and_with_its_initial_store() {
+    use turnstile::Idle;
+    let l = SmoothBursty::builder(2.0)
+        .clock(ManualClock::default())
+        .build()
+        .unwrap();
+    assert!(l.is_idle_at(Nanos::ZERO));
+    assert_eq!(l.reserve_n_at(Nanos::ZERO, 2).unwrap(), Duration::ZERO);
+    assert!(!l.is_idle_at(Nanos::new(SEC - 1))); // debt until 1 s
+    assert!(l.is_idle_at(Nanos::new(SEC)));
+    // With initial stored permits (3, capped at max 2): idle only with the store back at 2.
+    let build = || {
+        SmoothBursty::builder(2.0)
+            .initial_stored_permits(3.0)
+            .clock(ManualClock::default())
+            .build()
+            .unwrap()
+    };
+    let l = build();
+    assert!(l.is_idle_at(Nanos::ZERO));
+    assert_eq!(l.reserve_n_at(Nanos::ZERO, 1).unwrap(), Duration::ZERO); // from storage
+    assert!(!l.is_idle_at(Nanos::ZERO)); // no debt, but 1 < 2 stored
+    assert!(!l.is_idle_at(Nanos::new(499 * MS)));
+    assert!(l.is_idle_at(Nanos::new(500 * MS)));
+    // Idle at t: a fresh limiter built at t decides every later request the same way.
+    let t = Nanos::new(500 * MS);
+    let fresh = SmoothBursty::builder(2.0)
+        .initial_stored_permits(3.0)
+        .clock(ManualClock::new(t))
+        .build()
+        .unwrap();
+    let mut now = t.as_u64();
+    for i in 0..100u64 {
+        now += (i * 7919) % 11 * 90 * MS;
+        let n = 1 + (i % 3) as u32;
+        assert_eq!(
+            l.check_n_at(Nanos::new(now), n),
+            fresh.check_n_at(Nanos::new(now), n),
+            "op {i}"
+        );
+    }
+    // Under +inf only the debt counts.
+    let l = SmoothBursty::builder(f64::INFINITY)
+        .clock(ManualClock::default())
+        .build()
+        .unwrap();
+    assert!(l.is_idle_at(Nanos::ZERO));
+    l.reserve_n_at(Nanos::ZERO, 5).unwrap();
+    assert!(l.is_idle_at(Nanos::ZERO));
+}
+
+/// `Idle` for `SmoothWarmingUp`: no debt at `now` and the store full (cold), identical to a
+/// fresh limiter; a warm limiter is not idle.
+#[test]
+fn smooth_warming_up_idle_only_when_cold_again() {
+    use turnstile::Idle;
+    let build = |t: u64| {
+        SmoothWarmingUp::builder(2.0, Duration::from_secs(4))
+            .clock(ManualClock::new(Nanos::new(t)))
+            .build()
+            .unwrap()
+    };
+    let l = build(0);
+    assert!(l.is_idle_at(Nanos::ZERO));
+    assert_eq!(l.reserve_n_at(Nanos::ZERO, 1).unwrap(), Duration::ZERO);
+    // The first permit cost 1.375 s (debt); then 7 of 8 permits are stored, refilling one
+    // per 500 ms: full at 1.875 s.
+    assert!(!l.is_idle_at(Nanos::new(1_375 * MS - 1)));
+    assert!(!l.is_idle_at(Nanos::new(1_375 * MS))); // no debt, but warm
+    assert!(!l.is_idle_at(Nanos::new(1_874 * MS)));
+    assert!(l.is_idle_at(Nanos::new(1_875 * MS)));
+    // Idle at t: a fresh limiter built at t waits exactly as long for every request.
+    let t = 2 * SEC;
+    let fresh = build(t);
+    let mut now = t;
+    for i in 0..60u64 {
+        let n = 1 + (i % 3) as u32;
+        let (a, b) = (
+            l.reserve_n_at(Nanos::new(now), n).unwrap(),
+            fresh.reserve_n_at(Nanos::new(now), n).unwrap(),
+        );
+        assert_eq!(a, b, "op {i}");
+        now += a.as_nanos() as u64 + (i * 7919) % 7 * 300 * MS;
+    }
+}

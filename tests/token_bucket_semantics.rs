@@ -433,3 +433,58 @@ fn tiny_limits_keep_their_initial_burst() {
     assert!(l.allow_n_at(at(SEC), 5));
     assert!(!l.reserve_at(at(SEC)).ok());
 }
+
+/// `Idle`: idle exactly when full at `now` (a fresh bucket is then identical), for finite,
+/// zero and infinite limits, with reservations outstanding, and after reconfiguration (the
+/// comparison is with a fresh bucket of the current configuration).
+#[test]
+fn idle_exactly_when_full() {
+    use turnstile::Idle;
+    let l = tb(10.0, 2);
+    assert!(l.is_idle_at(at(0)));
+    assert!(l.allow_at(at(0)));
+    assert!(!l.is_idle_at(at(0)));
+    assert!(!l.is_idle_at(at(100 * MS - 1)));
+    assert!(l.is_idle_at(at(100 * MS)));
+    // An outstanding reservation (negative tokens) keeps it busy until refilled past it.
+    let r = l.reserve_n_at(at(SEC), 2);
+    let r2 = l.reserve_n_at(at(SEC), 1);
+    assert!(r.ok() && r2.ok());
+    assert!(!l.is_idle_at(at(SEC + 299 * MS)));
+    assert!(l.is_idle_at(at(SEC + 300 * MS)));
+    // Checked idle at `now`, a fresh bucket decides every later request the same way.
+    let fresh = tb(10.0, 2);
+    let mut t = SEC + 300 * MS;
+    for i in 0..200u64 {
+        t += (i * 37) % 90 * MS;
+        let n = (i % 3) as u32;
+        assert_eq!(l.allow_n_at(at(t), n), fresh.allow_n_at(at(t), n), "op {i}");
+    }
+    // A larger burst: idle only when full of the new burst.
+    let l = tb(10.0, 2);
+    l.set_burst_at(at(0), 4);
+    assert_eq!(l.tokens_at(at(0)), 2.0);
+    assert!(!l.is_idle_at(at(0)));
+    assert!(l.is_idle_at(at(200 * MS)));
+    // A new limit refills at the new rate.
+    assert!(l.allow_n_at(at(SEC), 4));
+    l.set_limit_at(at(SEC), Limit::per_second(1.0).unwrap());
+    assert!(!l.is_idle_at(at(SEC + 3 * SEC + 999 * MS)));
+    assert!(l.is_idle_at(at(5 * SEC)));
+    // A zero limit never refills: idle until the first token is taken, never after.
+    let z = TokenBucket::with_clock(Limit::ZERO, 2, ManualClock::default());
+    assert!(z.is_idle_at(at(u64::MAX / 2)));
+    assert!(z.allow_at(at(0)));
+    assert!(!z.is_idle_at(at(u64::MAX / 2)));
+    // Infinite: full once any time has passed since the switch; at the switch, only if the
+    // stored tokens were full.
+    let i = tb(1.0, 2);
+    assert!(i.allow_n_at(at(0), 2));
+    i.set_limit_at(at(SEC), Limit::INF);
+    assert!(!i.is_idle_at(at(SEC)));
+    assert!(i.is_idle_at(at(SEC + 1)));
+    let i = TokenBucket::with_clock(Limit::INF, 3, ManualClock::default());
+    assert!(i.is_idle_at(at(0)));
+    assert!(i.allow_n_at(at(0), 100));
+    assert!(i.is_idle_at(at(0)));
+}

@@ -1,0 +1,146 @@
+//! turnstile's `Keyed<u64, TokenBucket>` vs governor's keyed limiter (`DefaultKeyedRateLimiter`,
+//! dashmap + GCRA), side by side, at 1 and 2 threads. No mutex-twin cell: the twins are
+//! per-algorithm baselines, and a keyed twin would measure a mutex around a map rather than
+//! anything governor or turnstile does.
+//!
+//! Groups (`<workload>/<threads>t`), ids `turnstile` and `governor`:
+//! * `keyed_hot`: every thread checks the same key (one hot client), always allowed (turnstile
+//!   1e10/s with a burst of `u32::MAX`, governor 1e9/s, its finest, with the same burst), so
+//!   every check is a lookup plus a committed CAS. This is where a map that locks on lookup
+//!   serializes the threads.
+//! * `keyed_hot_deny`: every thread checks the same key, always denied (one abusive client):
+//!   1 per hour with a burst of 1, spent before measuring. turnstile decides from loads alone;
+//!   governor's lookup takes the dashmap shard's read lock.
+//! * `keyed_random`: 100 000 keys inserted before measuring; each check picks one at random
+//!   (xorshift, per thread). Memory-bound: each check misses the cache for the map bucket and
+//!   the limiter.
+//!
+//! Per-operation figures as in every turnstile bench (`benches/harness`): the slowest thread's
+//! time per operation, clock read included. Summarize with `scripts/bench-ratios`. Bytes per
+//! key are measured by `tests/keyed_memory.rs`.
+
+use std::cell::Cell;
+use std::time::Duration;
+
+mod harness;
+
+use criterion::{black_box, criterion_group, criterion_main, Criterion};
+use governor::{Quota, RateLimiter};
+use harness::{cell, nz, THREADS};
+use turnstile::{Keyed, Limit, TokenBucket};
+
+const KEYS: u64 = 100_000;
+
+fn turnstile_keyed() -> Keyed<u64, TokenBucket> {
+    let limit = Limit::per_second(1e10).expect("valid limit");
+    Keyed::builder(move |_: &u64| TokenBucket::new(limit, u32::MAX))
+        .sweep_every(Duration::MAX)
+        .build()
+        .expect("valid keyed limiter")
+}
+
+fn governor_keyed() -> governor::DefaultKeyedRateLimiter<u64> {
+    RateLimiter::keyed(Quota::per_second(nz(1_000_000_000)).allow_burst(nz(u32::MAX)))
+}
+
+thread_local! {
+    static RNG: Cell<u64> = const { Cell::new(0) };
+}
+
+/// A random key in `0..KEYS` from this thread's xorshift state.
+fn random_key() -> u64 {
+    RNG.with(|r| {
+        let mut x = r.get();
+        if x == 0 {
+            // Seed per thread from the address of its own state.
+            x = (r as *const Cell<u64> as u64) | 1;
+        }
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        r.set(x);
+        x % KEYS
+    })
+}
+
+fn keyed_hot(c: &mut Criterion) {
+    for threads in THREADS {
+        let mut g = c.benchmark_group(format!("keyed_hot/{threads}t"));
+
+        let k = turnstile_keyed();
+        cell(&mut g, "turnstile", threads, || {
+            let _ = black_box(black_box(&k).check(&7));
+        });
+        assert!(k.check(&7).is_ok(), "keyed_hot ran dry");
+
+        let gov = governor_keyed();
+        cell(&mut g, "governor", threads, || {
+            let _ = black_box(black_box(&gov).check_key(&7));
+        });
+        assert!(gov.check_key(&7).is_ok(), "keyed_hot governor ran dry");
+
+        g.finish();
+    }
+}
+
+fn keyed_hot_deny(c: &mut Criterion) {
+    for threads in THREADS {
+        let mut g = c.benchmark_group(format!("keyed_hot_deny/{threads}t"));
+
+        let limit = Limit::per_second(1.0 / 3600.0).expect("valid limit");
+        let k: Keyed<u64, TokenBucket> = Keyed::builder(move |_: &u64| TokenBucket::new(limit, 1))
+            .sweep_every(Duration::MAX)
+            .build()
+            .expect("valid keyed limiter");
+        assert!(k.check(&7).is_ok());
+        cell(&mut g, "turnstile", threads, || {
+            let _ = black_box(black_box(&k).check(&7));
+        });
+        assert!(k.check(&7).is_err(), "keyed_hot_deny let one through");
+
+        let gov = RateLimiter::keyed(Quota::per_hour(nz(1)).allow_burst(nz(1)));
+        assert!(gov.check_key(&7u64).is_ok());
+        cell(&mut g, "governor", threads, || {
+            let _ = black_box(black_box(&gov).check_key(&7));
+        });
+        assert!(
+            gov.check_key(&7).is_err(),
+            "keyed_hot_deny governor let one through"
+        );
+
+        g.finish();
+    }
+}
+
+fn keyed_random(c: &mut Criterion) {
+    for threads in THREADS {
+        let mut g = c.benchmark_group(format!("keyed_random/{threads}t"));
+
+        let k = turnstile_keyed();
+        for key in 0..KEYS {
+            assert!(k.check(&key).is_ok());
+        }
+        cell(&mut g, "turnstile", threads, || {
+            let _ = black_box(black_box(&k).check(&random_key()));
+        });
+        assert_eq!(k.len() as u64, KEYS);
+
+        let gov = governor_keyed();
+        for key in 0..KEYS {
+            assert!(gov.check_key(&key).is_ok());
+        }
+        cell(&mut g, "governor", threads, || {
+            let _ = black_box(black_box(&gov).check_key(&random_key()));
+        });
+        assert_eq!(gov.len() as u64, KEYS);
+
+        g.finish();
+    }
+}
+
+criterion_group! {
+    name = benches;
+    config = harness::config();
+    targets = keyed_hot, keyed_hot_deny, keyed_random
+}
+criterion_main!(benches);

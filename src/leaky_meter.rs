@@ -1,0 +1,296 @@
+//! The "water-level" leaky bucket, as a meter: a bucket of `capacity` units of water that
+//! leaks at `leak` units per second; a request adds `n` units if they fit, else it is refused
+//! (the leaky bucket of go-zero's rate-limiting article). Literally:
+//!
+//! ```text
+//! water = max(0, water - (now - last) * leak); last = now
+//! if water + n <= capacity { water += n; allow } else { refuse }
+//! ```
+//!
+//! # Why there is no new protocol here
+//! A leaky bucket used as a meter is exactly GCRA, i.e. a token bucket with
+//! `burst = capacity` and `limit = leak`, seen from the other side:
+//! `water = capacity - tokens`. Water leaking away is tokens refilling, an empty bucket is a
+//! full one, and "`n` more units fit" is "`n` tokens are there". So [`LeakyMeter`] wraps a
+//! [`TokenBucket`] and delegates every operation to it: one CAS protocol for both, the one
+//! already model-checked under loom (`loom-tests/tests/token_bucket.rs`) and documented in
+//! the [`token_bucket`](crate::token_bucket) module. A meter only takes water in (it has no
+//! reservations), so its level always lies in `[0, capacity]`.
+//!
+//! # Semantics and deviations from the literal algorithm
+//! * The meter starts empty of water.
+//! * Time is kept in ticks of 2^-32 ns, not floats: the level is exact up to the leak
+//!   interval's rounding (~10 significant digits), and a request that fills the bucket to the
+//!   brim exactly fits.
+//! * **D2** holds, as in the token bucket: an earlier time never drains water. Asked at a
+//!   time `t` earlier than the last addition, the meter counts all the water added so far,
+//!   leaked only up to `t` (more than at the later time, never less), and `last` does not move
+//!   back. So over any history, in any order of times, the meter admits at most
+//!   `capacity + leak * (latest time - earliest time)` units plus one request.
+//! * [`Limit::ZERO`] never leaks: once `capacity` units are in, nothing more ever fits.
+//!   [`Limit::INF`] never fills: every request of at most `capacity` units fits.
+//! * A request of more than `capacity` units never fits, whatever the leak (also under
+//!   [`Limit::INF`]), and its denial has no retry time.
+//! * Inherited from the token bucket: a leak so slow that draining the whole capacity would
+//!   take longer than ~292 years never drains (it acts as [`Limit::ZERO`]), and under a
+//!   finite positive leak a request whose water would have to leak past the end of
+//!   representable time (2^63 ns, ~292 years after the clock's origin; so any request at
+//!   [`Nanos::MAX`]) is refused, with no retry time.
+
+use std::fmt;
+
+use crate::clock::{Clock, Nanos, QuantaClock};
+use crate::error::ConfigError;
+use crate::limit::Limit;
+use crate::limiter::{Denied, Idle, Limiter};
+use crate::token_bucket::TokenBucket;
+
+/// A lock-free water-level leaky bucket: `capacity` units of water leaking at `leak` units
+/// per second; [`LeakyMeter::allow`] adds a unit if it fits. It starts empty.
+///
+/// It is a [`TokenBucket`] with `burst = capacity` and `limit = leak` underneath (water =
+/// `capacity - tokens`), to which every call is delegated: one CAS protocol, the one already
+/// model-checked under loom. See the [module docs](self) for the semantics.
+///
+/// ```
+/// use std::time::Duration;
+/// use turnstile::{LeakyMeter, Limit, ManualClock, Nanos};
+///
+/// let clock = ManualClock::new(Nanos::ZERO);
+/// let meter = LeakyMeter::with_clock(3, Limit::per_second(1.0).unwrap(), clock.clone()).unwrap();
+/// assert!(meter.allow_n(3));              // fills the bucket to the brim
+/// assert!(!meter.allow());                // overflows: refused
+/// clock.advance(Duration::from_secs(1));  // one unit leaks away
+/// assert_eq!(meter.level(), 2.0);
+/// assert!(meter.allow());
+/// ```
+pub struct LeakyMeter<C: Clock = QuantaClock> {
+    bucket: TokenBucket<C>,
+    capacity: u32,
+}
+
+impl LeakyMeter<QuantaClock> {
+    /// An empty bucket of `capacity` units leaking at `leak` units per second, on the shared
+    /// quanta clock.
+    ///
+    /// # Errors
+    /// [`ConfigError::ZeroCapacity`] if `capacity` is 0 (no unit could ever fit).
+    ///
+    /// ```
+    /// use turnstile::{ConfigError, LeakyMeter, Limit};
+    ///
+    /// let meter = LeakyMeter::new(10, Limit::per_second(5.0).unwrap()).unwrap();
+    /// assert!(meter.allow());
+    /// assert_eq!(LeakyMeter::new(0, Limit::INF).unwrap_err(), ConfigError::ZeroCapacity);
+    /// ```
+    pub fn new(capacity: u32, leak: Limit) -> Result<LeakyMeter, ConfigError> {
+        LeakyMeter::with_clock(capacity, leak, QuantaClock::new())
+    }
+}
+
+impl<C: Clock> LeakyMeter<C> {
+    /// An empty bucket of `capacity` units leaking at `leak` units per second, on `clock`.
+    ///
+    /// # Errors
+    /// [`ConfigError::ZeroCapacity`] if `capacity` is 0.
+    ///
+    /// ```
+    /// use turnstile::{LeakyMeter, Limit, ManualClock, Nanos};
+    ///
+    /// let meter = LeakyMeter::with_clock(2, Limit::ZERO, ManualClock::default()).unwrap();
+    /// assert!(meter.allow_at(Nanos::ZERO));
+    /// assert!(meter.allow_at(Nanos::ZERO));
+    /// assert!(!meter.allow_at(Nanos::new(u64::MAX / 2))); // a zero leak never drains
+    /// ```
+    pub fn with_clock(capacity: u32, leak: Limit, clock: C) -> Result<LeakyMeter<C>, ConfigError> {
+        if capacity == 0 {
+            return Err(ConfigError::ZeroCapacity);
+        }
+        Ok(LeakyMeter {
+            // Full of tokens: empty of water.
+            bucket: TokenBucket::with_clock(leak, capacity, clock),
+            capacity,
+        })
+    }
+
+    /// The units of water the bucket holds.
+    ///
+    /// ```
+    /// use turnstile::{LeakyMeter, Limit};
+    /// assert_eq!(LeakyMeter::new(7, Limit::INF).unwrap().capacity(), 7);
+    /// ```
+    pub fn capacity(&self) -> u32 {
+        self.capacity
+    }
+
+    /// The units of water that leak away per second.
+    ///
+    /// ```
+    /// use turnstile::{LeakyMeter, Limit};
+    /// let leak = Limit::per_second(2.5).unwrap();
+    /// assert_eq!(LeakyMeter::new(1, leak).unwrap().leak_rate(), leak);
+    /// ```
+    pub fn leak_rate(&self) -> Limit {
+        self.bucket.limit()
+    }
+
+    /// The meter's clock.
+    ///
+    /// ```
+    /// use turnstile::{Clock, LeakyMeter, Limit, ManualClock, Nanos};
+    /// let meter = LeakyMeter::with_clock(1, Limit::INF, ManualClock::new(Nanos::new(4))).unwrap();
+    /// assert_eq!(meter.clock().now(), Nanos::new(4));
+    /// ```
+    pub fn clock(&self) -> &C {
+        self.bucket.clock()
+    }
+
+    /// Adds one unit of water now if it fits; see [`LeakyMeter::allow_n_at`].
+    ///
+    /// ```
+    /// use turnstile::{LeakyMeter, Limit};
+    /// let meter = LeakyMeter::new(1, Limit::per_second(0.001).unwrap()).unwrap();
+    /// assert!(meter.allow());
+    /// assert!(!meter.allow()); // full for the next 1000 s
+    /// ```
+    pub fn allow(&self) -> bool {
+        self.allow_n_at(self.bucket.clock().now(), 1)
+    }
+
+    /// Adds one unit of water at `now` if it fits; see [`LeakyMeter::allow_n_at`].
+    ///
+    /// ```
+    /// use turnstile::{LeakyMeter, Limit, ManualClock, Nanos};
+    /// let meter = LeakyMeter::with_clock(1, Limit::per_second(10.0).unwrap(), ManualClock::default()).unwrap();
+    /// assert!(meter.allow_at(Nanos::ZERO));
+    /// assert!(!meter.allow_at(Nanos::new(99_999_999)));
+    /// assert!(meter.allow_at(Nanos::new(100_000_000)));
+    /// ```
+    pub fn allow_at(&self, now: Nanos) -> bool {
+        self.allow_n_at(now, 1)
+    }
+
+    /// Adds `n` units of water now if they all fit; see [`LeakyMeter::allow_n_at`].
+    ///
+    /// ```
+    /// use turnstile::{LeakyMeter, Limit};
+    /// let meter = LeakyMeter::new(5, Limit::per_second(1.0).unwrap()).unwrap();
+    /// assert!(meter.allow_n(5));
+    /// assert!(!meter.allow_n(1));
+    /// ```
+    pub fn allow_n(&self, n: u32) -> bool {
+        self.allow_n_at(self.bucket.clock().now(), n)
+    }
+
+    /// Adds `n` units of water at `now` if `level_at(now) + n <= capacity`; otherwise adds
+    /// nothing (all or nothing, and a refusal writes nothing). More than `capacity` units
+    /// never fit. `n = 0` adds nothing and fits, unless `now` is so much earlier than the last
+    /// addition that the water counted at `now` (D2, see the [module docs](self)) exceeds the
+    /// capacity.
+    ///
+    /// ```
+    /// use turnstile::{LeakyMeter, Limit, ManualClock, Nanos};
+    /// let meter = LeakyMeter::with_clock(4, Limit::per_second(2.0).unwrap(), ManualClock::default()).unwrap();
+    /// assert!(meter.allow_n_at(Nanos::ZERO, 3));
+    /// assert!(!meter.allow_n_at(Nanos::ZERO, 2));                // 3 + 2 > 4: nothing added
+    /// assert_eq!(meter.level_at(Nanos::ZERO), 3.0);
+    /// assert!(meter.allow_n_at(Nanos::new(500_000_000), 2));     // one unit leaked in 0.5 s
+    /// assert!(!meter.allow_n_at(Nanos::new(500_000_000), 5));    // never fits
+    /// ```
+    pub fn allow_n_at(&self, now: Nanos, n: u32) -> bool {
+        n <= self.capacity && self.bucket.allow_n_at(now, n)
+    }
+
+    /// The water in the bucket now; see [`LeakyMeter::level_at`].
+    ///
+    /// ```
+    /// use turnstile::{LeakyMeter, Limit};
+    /// let meter = LeakyMeter::new(3, Limit::ZERO).unwrap();
+    /// assert_eq!(meter.level(), 0.0);
+    /// assert!(meter.allow_n(2));
+    /// assert_eq!(meter.level(), 2.0);
+    /// ```
+    pub fn level(&self) -> f64 {
+        self.level_at(self.bucket.clock().now())
+    }
+
+    /// The water in the bucket at `now`, in `[0, capacity]`: what is left of the units added
+    /// after leaking at the leak rate (the bucket's tokens, from the other side). Nothing
+    /// changes. At a time earlier than the last addition it counts all the water added so far
+    /// (D2), capped at `capacity`.
+    ///
+    /// ```
+    /// use turnstile::{LeakyMeter, Limit, ManualClock, Nanos};
+    /// let meter = LeakyMeter::with_clock(10, Limit::per_second(4.0).unwrap(), ManualClock::default()).unwrap();
+    /// assert!(meter.allow_n_at(Nanos::ZERO, 10));
+    /// assert_eq!(meter.level_at(Nanos::new(250_000_000)), 9.0);
+    /// assert_eq!(meter.level_at(Nanos::new(1_125_000_000)), 5.5);
+    /// assert_eq!(meter.level_at(Nanos::new(10_000_000_000)), 0.0);
+    /// ```
+    pub fn level_at(&self, now: Nanos) -> f64 {
+        let capacity = f64::from(self.capacity);
+        (capacity - self.bucket.tokens_at(now)).clamp(0.0, capacity)
+    }
+}
+
+/// Adds `n` units of water at `now` if they fit ([`LeakyMeter::allow_n_at`]). A denial's
+/// retry time is the earliest time enough water has leaked for the same request to fit if
+/// nothing else is added meanwhile; there is none (`None`) if `n > capacity` or the leak is
+/// [`Limit::ZERO`] and the water never goes down.
+///
+/// ```
+/// use std::time::Duration;
+/// use turnstile::{LeakyMeter, Limit, Limiter, ManualClock, Nanos};
+///
+/// let meter = LeakyMeter::with_clock(2, Limit::per_second(4.0).unwrap(), ManualClock::default()).unwrap();
+/// assert!(meter.check_n_at(Nanos::ZERO, 2).is_ok());
+/// let denied = meter.check_n_at(Nanos::ZERO, 1).unwrap_err();
+/// assert_eq!(denied.retry_after(), Some(Duration::from_millis(250)));
+/// assert_eq!(meter.check_n_at(Nanos::ZERO, 3).unwrap_err().retry_at(), None);
+/// ```
+impl<C: Clock> Limiter for LeakyMeter<C> {
+    fn check_n_at(&self, now: Nanos, n: u32) -> Result<(), Denied> {
+        if n > self.capacity {
+            return Err(Denied::new(now, None));
+        }
+        self.bucket.check_n_at(now, n)
+    }
+
+    fn now(&self) -> Nanos {
+        self.bucket.clock().now()
+    }
+}
+
+/// Idle exactly when the bucket is empty of water at `now` (the token bucket underneath is
+/// full; see its [`Idle`] impl): a fresh meter is then **identical** from `now` on.
+///
+/// ```
+/// use turnstile::{Idle, LeakyMeter, Limit, ManualClock, Nanos};
+/// let meter = LeakyMeter::with_clock(2, Limit::per_second(1.0).unwrap(), ManualClock::default()).unwrap();
+/// assert!(meter.is_idle_at(Nanos::ZERO));
+/// assert!(meter.allow_at(Nanos::ZERO));
+/// assert!(!meter.is_idle_at(Nanos::new(999_999_999)));
+/// assert!(meter.is_idle_at(Nanos::new(1_000_000_000)));   // drained
+/// ```
+impl<C: Clock> Idle for LeakyMeter<C> {
+    fn is_idle_at(&self, now: Nanos) -> bool {
+        self.bucket.is_idle_at(now)
+    }
+}
+
+/// Shows the capacity, the leak rate and the token bucket underneath; it reads no clock.
+///
+/// ```
+/// use turnstile::{LeakyMeter, Limit};
+/// let meter = LeakyMeter::new(3, Limit::per_second(1.0).unwrap()).unwrap();
+/// assert!(format!("{meter:?}").starts_with("LeakyMeter { capacity: 3, leak: Limit(1/s)"));
+/// ```
+impl<C: Clock> fmt::Debug for LeakyMeter<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LeakyMeter")
+            .field("capacity", &self.capacity)
+            .field("leak", &self.leak_rate())
+            .field("bucket", &self.bucket)
+            .finish()
+    }
+}

@@ -1,0 +1,263 @@
+//! `Keyed`: per-key configuration, independence of keys, denials with retry times, automatic
+//! eviction of idle keys, the `max_keys` bound and its policies, and a multi-thread race of
+//! checks against sweeps that must never let a key grant more than its budget.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use turnstile::keyed::WhenFull;
+use turnstile::{
+    ConfigError, FixedWindow, Idle, Keyed, Limit, Limiter, ManualClock, Nanos, TokenBucket,
+};
+
+const SEC: u64 = 1_000_000_000;
+
+fn t(secs: f64) -> Nanos {
+    Nanos::new((secs * SEC as f64).round() as u64)
+}
+
+fn windows(
+    clock: &ManualClock,
+) -> turnstile::keyed::KeyedBuilder<u32, FixedWindow<ManualClock>, ManualClock> {
+    let c = clock.clone();
+    Keyed::builder(move |key: &u32| {
+        // Per-key configuration: key 0 is the VIP with 10 per second, everyone else 2.
+        let quota = if *key == 0 { 10 } else { 2 };
+        FixedWindow::builder(quota, Duration::from_secs(1))
+            .clock(c.clone())
+            .build()
+            .unwrap()
+    })
+    .clock(clock.clone())
+}
+
+#[test]
+fn keys_are_independent_and_configured_per_key() {
+    let clock = ManualClock::default();
+    let k = windows(&clock).build().unwrap();
+    for _ in 0..10 {
+        assert!(k.check_at_now(&0));
+    }
+    assert!(!k.check_at_now(&0));
+    assert!(k.check_at_now(&1));
+    assert!(k.check_at_now(&1));
+    assert!(!k.check_at_now(&1));
+    assert!(k.check_at_now(&2), "key 2 has its own window");
+    assert_eq!(k.len(), 3);
+    assert!(k.contains(&1) && !k.contains(&3));
+}
+
+trait Now {
+    fn check_at_now(&self, key: &u32) -> bool;
+}
+impl Now for Keyed<u32, FixedWindow<ManualClock>, ManualClock> {
+    fn check_at_now(&self, key: &u32) -> bool {
+        self.check(key).is_ok()
+    }
+}
+
+#[test]
+fn denials_report_the_keys_retry_time() {
+    let clock = ManualClock::default();
+    let k = windows(&clock).build().unwrap();
+    assert!(k.check_n_at(&5, t(0.25), 2).is_ok());
+    let d = k.check_n_at(&5, t(0.5), 1).unwrap_err();
+    assert_eq!(d.retry_at(), Some(t(1.25)));
+    assert_eq!(d.retry_after(), Some(Duration::from_millis(750)));
+    assert_eq!(k.check_n_at(&5, t(0.5), 3).unwrap_err().retry_at(), None);
+    // A token bucket per key: the retry time is when its tokens are back.
+    let tb = Keyed::builder(|_: &&str| {
+        TokenBucket::with_clock(Limit::per_second(4.0).unwrap(), 1, ManualClock::default())
+    })
+    .clock(ManualClock::default())
+    .build()
+    .unwrap();
+    assert!(tb.check_n_at(&"a", t(1.0), 1).is_ok());
+    assert_eq!(
+        tb.check_n_at(&"a", t(1.0), 1).unwrap_err().retry_at(),
+        Some(t(1.25))
+    );
+}
+
+#[test]
+fn idle_keys_are_evicted_automatically() {
+    let clock = ManualClock::default();
+    let k = windows(&clock)
+        .sweep_every(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    for key in 0..100 {
+        assert!(k.check_n_at(&key, t(1.0), 1).is_ok());
+    }
+    assert_eq!(k.len(), 100);
+    // Before the sweep interval nothing is swept, even though the windows are over.
+    assert!(k.check_n_at(&1000, t(4.9), 1).is_ok());
+    assert_eq!(k.len(), 101);
+    // The first check after 5 s sweeps: every key but the one just used (window open) goes.
+    assert!(k.check_n_at(&1000, t(5.5), 1).is_ok());
+    assert_eq!(k.len(), 1);
+    assert!(k.contains(&1000) && !k.contains(&1));
+    // An evicted key comes back fresh, with its configuration.
+    for _ in 0..10 {
+        assert!(k.check_n_at(&0, t(5.6), 1).is_ok());
+    }
+    assert!(k.check_n_at(&0, t(5.6), 1).is_err());
+}
+
+#[test]
+fn a_busy_key_is_not_evicted() {
+    let clock = ManualClock::default();
+    let k = windows(&clock).build().unwrap();
+    assert!(k.check_n_at(&1, t(0.0), 2).is_ok());
+    assert_eq!(k.evict_idle_at(t(0.5)), 0);
+    // Had it been evicted, a fresh window would grant again.
+    assert!(k.check_n_at(&1, t(0.6), 1).is_err());
+    assert_eq!(k.evict_idle_at(t(1.0)), 1);
+    assert!(k.is_empty());
+}
+
+#[test]
+fn full_map_denies_new_keys_after_trying_a_sweep() {
+    let clock = ManualClock::default();
+    let k = windows(&clock)
+        .max_keys(3)
+        .sweep_every(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    for key in 1..=3 {
+        assert!(k.check_n_at(&key, t(0.0), 1).is_ok());
+    }
+    // Full, and every key is busy: refused, with a retry time, and nobody is evicted.
+    let d = k.check_n_at(&4, t(0.5), 1).unwrap_err();
+    assert!(d.retry_at().is_some());
+    assert_eq!(k.len(), 3);
+    // Existing keys still work.
+    assert!(k.check_n_at(&1, t(0.5), 1).is_ok());
+    // After the windows end, a new key's early sweep (a tenth of sweep_every after the last
+    // sweep) makes room.
+    assert!(k.check_n_at(&4, t(1.5), 1).is_ok());
+    assert!(k.contains(&4));
+    assert!(k.len() <= 3);
+}
+
+#[test]
+fn full_map_can_fail_open() {
+    let clock = ManualClock::default();
+    let k = windows(&clock)
+        .max_keys(1)
+        .when_full(WhenFull::Allow)
+        .build()
+        .unwrap();
+    assert!(k.check_n_at(&1, t(0.0), 2).is_ok());
+    for _ in 0..5 {
+        assert!(k.check_n_at(&2, t(0.1), 1).is_ok(), "untracked");
+    }
+    assert_eq!(k.len(), 1);
+    assert!(!k.contains(&2));
+}
+
+#[test]
+fn with_runs_the_limiters_own_api() {
+    let clock = ManualClock::new(t(3.0));
+    let k = windows(&clock).build().unwrap();
+    assert_eq!(k.with(&9, |w| w.take()), Some(turnstile::Outcome::Allowed));
+    assert_eq!(k.with(&9, |w| w.take()), Some(turnstile::Outcome::HitQuota));
+    let s = k.with(&9, |w| w.status()).unwrap();
+    assert_eq!((s.remaining, s.resets_at), (0, t(4.0)));
+}
+
+#[test]
+fn zero_max_keys_is_a_typed_error() {
+    let clock = ManualClock::default();
+    assert_eq!(
+        windows(&clock).max_keys(0).build().unwrap_err(),
+        ConfigError::ZeroMaxKeys
+    );
+}
+
+/// A limiter that grants up to `cap` permits ever and is idle while it has granted none: the
+/// simplest limiter for which losing a grant to an eviction is visible (the key's next
+/// limiter would grant `cap` again).
+struct Capped {
+    granted: AtomicU64,
+    cap: u64,
+}
+
+impl Limiter for Capped {
+    fn check_n_at(&self, now: Nanos, n: u32) -> Result<(), turnstile::Denied> {
+        let n = u64::from(n);
+        self.granted
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |g| {
+                (g + n <= self.cap).then_some(g + n)
+            })
+            .map(|_| ())
+            .map_err(|_| turnstile::Denied::new(now, None))
+    }
+    fn now(&self) -> Nanos {
+        Nanos::ZERO
+    }
+}
+
+impl Idle for Capped {
+    fn is_idle_at(&self, _: Nanos) -> bool {
+        self.granted.load(Ordering::Relaxed) == 0
+    }
+}
+
+#[test]
+fn checks_racing_sweeps_never_exceed_a_keys_budget() {
+    const KEYS: u32 = 64;
+    const CAP: u64 = 3;
+    const WORKERS: u32 = 3;
+    let mut evictions = 0;
+    for round in 0..200 {
+        let k = Keyed::builder(|_: &u32| Capped {
+            granted: AtomicU64::new(0),
+            cap: CAP,
+        })
+        .sweep_every(Duration::MAX)
+        .clock(ManualClock::default())
+        .build()
+        .unwrap();
+        // Insert every key first (idle), so the sweeper has something to race.
+        for key in 0..KEYS {
+            assert!(k.with(&key, |_| ()).is_some());
+        }
+        let done = AtomicU64::new(0);
+        let start = std::sync::Barrier::new(WORKERS as usize + 1);
+        let granted: Vec<AtomicU64> = (0..KEYS).map(|_| AtomicU64::new(0)).collect();
+        let (k, done, start, granted) = (&k, &done, &start, &granted);
+        evictions += std::thread::scope(|s| {
+            for id in 0..WORKERS {
+                s.spawn(move || {
+                    start.wait();
+                    for i in 0..(KEYS * 5) {
+                        let key = (i * 7 + id * 13 + round) % KEYS;
+                        if k.check_n_at(&key, Nanos::ZERO, 1).is_ok() {
+                            granted[key as usize].fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                    done.fetch_add(1, Ordering::Relaxed);
+                });
+            }
+            let sweeper = s.spawn(move || {
+                start.wait();
+                let mut n = 0;
+                while done.load(Ordering::Relaxed) < u64::from(WORKERS) {
+                    n += k.evict_idle_at(Nanos::ZERO);
+                }
+                n
+            });
+            sweeper.join().unwrap()
+        });
+        for (key, g) in granted.iter().enumerate() {
+            let g = g.load(Ordering::Relaxed);
+            assert!(g <= CAP, "round {round} key {key}: {g} grants > {CAP}");
+        }
+        // Every key was asked far more than CAP times; whatever was evicted came back.
+        let total: u64 = granted.iter().map(|g| g.load(Ordering::Relaxed)).sum();
+        assert_eq!(total, u64::from(KEYS) * CAP, "round {round}");
+    }
+    eprintln!("idle keys evicted while checks ran: {evictions}");
+    assert!(evictions > 0, "the sweeper never raced the checks");
+}

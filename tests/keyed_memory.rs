@@ -1,0 +1,112 @@
+//! Memory: one million distinct keys, then idle; after eviction the memory comes back. Prints
+//! the bytes per key while held. Its own test binary, because it counts every allocation of
+//! the process with a global allocator.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicIsize, Ordering};
+use std::time::Duration;
+
+use turnstile::{FixedWindow, Keyed, Limit, ManualClock, Nanos, TokenBucket};
+
+/// Bytes currently allocated by the process.
+struct Counting;
+
+static LIVE: AtomicIsize = AtomicIsize::new(0);
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
+        System.alloc(layout)
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
+        System.dealloc(ptr, layout)
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        LIVE.fetch_add(
+            new_size as isize - layout.size() as isize,
+            Ordering::Relaxed,
+        );
+        System.realloc(ptr, layout, new_size)
+    }
+}
+
+#[global_allocator]
+static ALLOC: Counting = Counting;
+
+fn live() -> isize {
+    LIVE.load(Ordering::Relaxed)
+}
+
+const KEYS: u64 = 1_000_000;
+const SEC: u64 = 1_000_000_000;
+
+/// Fills a keyed map with a million keys at time 0, evicts at `idle_at`, and returns (bytes
+/// per key while full, bytes left above the empty map's after eviction).
+fn million<L: turnstile::Limiter + turnstile::Idle + 'static>(
+    k: Keyed<u64, L, ManualClock>,
+    idle_at: Nanos,
+) -> (f64, isize) {
+    let base = live();
+    for key in 0..KEYS {
+        assert!(k.check_n_at(&key, Nanos::ZERO, 1).is_ok());
+    }
+    assert_eq!(k.len() as u64, KEYS);
+    let full = live() - base;
+    assert_eq!(k.evict_idle_at(Nanos::ZERO), 0, "nothing is idle yet");
+    assert_eq!(k.evict_idle_at(idle_at) as u64, KEYS);
+    assert!(k.is_empty());
+    // Removed entries are freed once no thread can still hold them: a few more operations
+    // let the epoch advance.
+    for i in 0..10_000u64 {
+        let _ = k.check_n_at(&(KEYS + (i % 2)), idle_at, 1);
+        if i % 1000 == 0 {
+            std::thread::yield_now();
+        }
+    }
+    let left = live() - base;
+    drop(k);
+    (full as f64 / KEYS as f64, left)
+}
+
+#[test]
+fn one_million_keys_then_idle_gives_memory_back() {
+    let window = Keyed::builder(|_: &u64| {
+        FixedWindow::builder(10, Duration::from_secs(1))
+            .clock(ManualClock::default())
+            .build()
+            .unwrap()
+    })
+    .sweep_every(Duration::MAX)
+    .clock(ManualClock::default())
+    .build()
+    .unwrap();
+    let (per_key, left) = million(window, Nanos::new(SEC));
+    eprintln!(
+        "FixedWindow: {per_key:.0} bytes per key held ({} bytes the limiter itself); \
+         {left} bytes left after evicting all",
+        std::mem::size_of::<FixedWindow<ManualClock>>()
+    );
+    assert!(
+        left < 4 << 20,
+        "{left} bytes left after evicting a million keys"
+    );
+
+    let bucket = Keyed::builder(|_: &u64| {
+        TokenBucket::with_clock(Limit::per_second(10.0).unwrap(), 5, ManualClock::default())
+    })
+    .sweep_every(Duration::MAX)
+    .clock(ManualClock::default())
+    .build()
+    .unwrap();
+    let (per_key, left) = million(bucket, Nanos::new(SEC));
+    eprintln!(
+        "TokenBucket: {per_key:.0} bytes per key held ({} bytes the limiter itself); \
+         {left} bytes left after evicting all",
+        std::mem::size_of::<TokenBucket<ManualClock>>()
+    );
+    assert!(
+        left < 4 << 20,
+        "{left} bytes left after evicting a million keys"
+    );
+}
