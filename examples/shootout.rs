@@ -32,12 +32,19 @@ use governor::clock::{Clock as _, QuantaClock as GovClock, QuantaInstant, Refere
 use governor::state::{InMemoryState, NotKeyed};
 use governor::{Quota, RateLimiter};
 use turnstile::{
-    reference, Denied, LeakyBucket, Limit, Limiter, Nanos, SmoothBursty, SmoothWarmingUp,
-    TokenBucket,
+    reference, Denied, FixedWindow, Keyed, LeakyBucket, LeakyMeter, Limit, Limiter, Nanos,
+    SlidingWindow, SmoothBursty, SmoothWarmingUp, TokenBucket,
 };
 
 /// Checks between two looks at the stop flag.
 const BATCH: u32 = 256;
+
+/// The window length of phase 3's window limiters.
+const WINDOW: Duration = Duration::from_millis(10);
+
+fn limit_of(rate: f64) -> Limit {
+    Limit::per_second(rate).expect("validated rate")
+}
 
 // ---- governor behind the turnstile trait ----------------------------------------------------
 
@@ -293,14 +300,14 @@ struct Args {
 }
 
 const USAGE: &str = "usage: shootout [--seconds N] [--threads T] [--limit R] [--burst B]
-  --seconds N   seconds per limiter and phase (default 2)
+  --seconds N   seconds per limiter and phase (default 1.5)
   --threads T   threads (default: one per core)
   --limit R     phase 1 limit, events per second (default 1000000)
   --burst B     phase 1 burst (default 1000)";
 
 fn parse_args() -> Result<Args, String> {
     let mut args = Args {
-        seconds: 2.0,
+        seconds: 1.5,
         threads: None,
         limit: 1_000_000.0,
         burst: 1000,
@@ -475,6 +482,7 @@ fn main() -> ExitCode {
     t.print();
 
     over |= phase3(&args, threads, dur);
+    over |= phase4(threads, dur);
 
     if over {
         eprintln!("\nshootout: a turnstile limiter granted more than its budget");
@@ -498,6 +506,12 @@ fn phase3(args: &Args, threads: usize, dur: Duration) -> bool {
         "  leaky bucket: slack {slack} -> slack + 1 + elapsed / interval; smooth: max stored \
          permits + rate x elapsed + 1 (bursty 1 s of burst, warming-up {warmup:?} warm-up)"
     );
+    println!(
+        "  windows: quota {} per {WINDOW:?} -> quota x (elapsed / period + 1) fixed, + 2 \
+         sliding; leaky meter: capacity {} -> capacity + rate x elapsed + 1",
+        (whole_rate / 100).max(1),
+        slack.max(1)
+    );
     let interval_ns = (1_000_000_000u64 / u64::from(whole_rate)).max(1) as f64;
     let leaky_budget =
         |s: &Stats| f64::from(slack) + 1.0 + s.elapsed.as_nanos() as f64 / interval_ns;
@@ -506,6 +520,15 @@ fn phase3(args: &Args, threads: usize, dur: Duration) -> bool {
     let warm_max = warm.params().max_permits;
     let warm_budget = |s: &Stats| warm_max + rate * s.elapsed.as_secs_f64() + 1.0;
 
+    // Windows of 10 ms holding the same rate; a first-hit fixed window opens at most
+    // elapsed / period + 1 windows, and at most elapsed / period + 2 aligned sliding windows
+    // overlap the run, each granting at most the quota.
+    let quota = (whole_rate / 100).max(1);
+    let windows = |s: &Stats| (s.elapsed.as_nanos() / WINDOW.as_nanos()) as f64;
+    let fixed_budget = |s: &Stats| f64::from(quota) * (windows(s) + 1.0);
+    let sliding_budget = |s: &Stats| f64::from(quota) * (windows(s) + 2.0);
+    // The meter: capacity + leak x elapsed (+1, D2), like a token bucket.
+    let meter_budget = |s: &Stats| f64::from(slack.max(1)) + rate * s.elapsed.as_secs_f64() + 1.0;
     let leaky_cfg = || LeakyBucket::builder(whole_rate).slack(slack);
     let rows: Vec<(&str, bool, Stats, f64)> = {
         let mut rows = Vec::new();
@@ -564,6 +587,56 @@ fn phase3(args: &Args, threads: usize, dur: Duration) -> bool {
             ),
             &warm_budget,
         );
+        add(
+            "fixed_window",
+            true,
+            run(
+                &FixedWindow::new(quota, WINDOW).expect("valid"),
+                threads,
+                dur,
+            ),
+            &fixed_budget,
+        );
+        add(
+            "  mutex_twin",
+            false,
+            run(
+                &reference::FixedWindow::new(quota, WINDOW).expect("valid"),
+                threads,
+                dur,
+            ),
+            &fixed_budget,
+        );
+        add(
+            "sliding_window",
+            true,
+            run(
+                &SlidingWindow::new(quota, WINDOW).expect("valid"),
+                threads,
+                dur,
+            ),
+            &sliding_budget,
+        );
+        add(
+            "  mutex_twin",
+            false,
+            run(
+                &reference::SlidingWindow::new(quota, WINDOW).expect("valid"),
+                threads,
+                dur,
+            ),
+            &sliding_budget,
+        );
+        add(
+            "leaky_meter",
+            true,
+            run(
+                &LeakyMeter::new(slack.max(1), limit_of(rate)).expect("valid"),
+                threads,
+                dur,
+            ),
+            &meter_budget,
+        );
         rows
     };
     let mut t = budget_table();
@@ -574,4 +647,154 @@ fn phase3(args: &Args, threads: usize, dur: Duration) -> bool {
     }
     t.print();
     over
+}
+
+/// Phase 4: per-key limiters, turnstile's `Keyed` against governor's keyed limiter (dashmap),
+/// each key a token bucket. First `KEYS` clients picked at random by every thread, each with a
+/// small budget; then one hot client with the phase-1 rate. Every key's grants are counted and
+/// checked against its own budget. Returns whether turnstile went over.
+fn phase4(threads: usize, dur: Duration) -> bool {
+    const KEYS: u64 = 10_000;
+    const KEY_RATE: u32 = 100;
+    const KEY_BURST: u32 = 10;
+    const HOT_RATE: u32 = 1_000_000;
+    const HOT_BURST: u32 = 1000;
+    println!(
+        "\nphase 4: keyed limiters: {} clients at {KEY_RATE}/s (burst {KEY_BURST}) picked at \
+         random, then 1 hot client at {}/s (burst {HOT_BURST}); budget per key = burst + rate x \
+         elapsed",
+        grouped(KEYS),
+        grouped(u64::from(HOT_RATE))
+    );
+    let mut t = Table::new(&[
+        "limiter",
+        "ops/s",
+        "ns/op/thread",
+        "granted",
+        "worst key granted/budget",
+        "keys held",
+        "verdict",
+    ]);
+    let mut over = false;
+    for (label, keys, rate, burst) in [
+        ("random keys", KEYS, KEY_RATE, KEY_BURST),
+        ("hot key", 1, HOT_RATE, HOT_BURST),
+    ] {
+        let limit = limit_of(f64::from(rate));
+        let ours = Keyed::new(move |_: &u64| TokenBucket::new(limit, burst));
+        let s = run_keyed(threads, dur, keys, |k| ours.check(&k).is_ok());
+        over |= !keyed_row(
+            &mut t,
+            &format!("turnstile, {label}"),
+            &s,
+            threads,
+            rate,
+            burst,
+            ours.len(),
+        );
+        let gov = RateLimiter::keyed(
+            Quota::per_second(NonZeroU32::new(rate).expect("nonzero"))
+                .allow_burst(NonZeroU32::new(burst).expect("nonzero")),
+        );
+        let s = run_keyed(threads, dur, keys, |k| gov.check_key(&k).is_ok());
+        keyed_row(
+            &mut t,
+            &format!("governor, {label}"),
+            &s,
+            threads,
+            rate,
+            burst,
+            gov.len(),
+        );
+    }
+    t.print();
+    over
+}
+
+struct KeyedStats {
+    /// Grants per key.
+    granted: Vec<u64>,
+    ops: u64,
+    /// Wall time from before the first check to after the last: covers every check.
+    wall: Duration,
+}
+
+/// Hammers `check(key)` with `threads` threads, each picking keys in `0..keys` at random.
+fn run_keyed(
+    threads: usize,
+    dur: Duration,
+    keys: u64,
+    check: impl Fn(u64) -> bool + Sync,
+) -> KeyedStats {
+    let stop = AtomicBool::new(false);
+    let barrier = Barrier::new(threads + 1);
+    let granted: Vec<std::sync::atomic::AtomicU64> = (0..keys)
+        .map(|_| std::sync::atomic::AtomicU64::new(0))
+        .collect();
+    let (w0, ops) = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|id| {
+                let (stop, barrier, granted, check) = (&stop, &barrier, &granted, &check);
+                s.spawn(move || {
+                    let mut rng = 0x9E37_79B9_7F4A_7C15u64 ^ (id as u64 + 1);
+                    let mut ops = 0u64;
+                    barrier.wait();
+                    while !stop.load(Ordering::Relaxed) {
+                        for _ in 0..BATCH {
+                            rng ^= rng << 13;
+                            rng ^= rng >> 7;
+                            rng ^= rng << 17;
+                            let key = rng % keys;
+                            if check(key) {
+                                granted[key as usize].fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                        ops += u64::from(BATCH);
+                    }
+                    ops
+                })
+            })
+            .collect();
+        let w0 = Instant::now();
+        barrier.wait();
+        std::thread::sleep(dur);
+        stop.store(true, Ordering::Relaxed);
+        let ops: u64 = handles
+            .into_iter()
+            .map(|h| h.join().expect("shootout thread panicked"))
+            .sum();
+        (w0, ops)
+    });
+    KeyedStats {
+        granted: granted.into_iter().map(|g| g.into_inner()).collect(),
+        ops,
+        wall: w0.elapsed(),
+    }
+}
+
+/// One keyed row; returns whether every key stayed within its budget (plus one request: D2).
+fn keyed_row(
+    t: &mut Table,
+    name: &str,
+    s: &KeyedStats,
+    threads: usize,
+    rate: u32,
+    burst: u32,
+    held: usize,
+) -> bool {
+    // Wall time bounds every limiter clock's elapsed time here, up to calibration error:
+    // one request of slack covers both.
+    let budget = f64::from(burst) + f64::from(rate) * s.wall.as_secs_f64() + 1.0;
+    let worst = s.granted.iter().copied().max().unwrap_or(0);
+    let ok = (worst as f64) <= budget;
+    t.row(vec![
+        name.to_string(),
+        mops(s.ops, s.wall),
+        ns_per_op(s.ops, threads, s.wall),
+        grouped(s.granted.iter().sum()),
+        format!("{:.4}", worst as f64 / budget),
+        grouped(held as u64),
+        if ok { "ok" } else { "OVER" }.to_string(),
+    ]);
+    ok
 }

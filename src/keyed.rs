@@ -726,7 +726,8 @@ mod map {
 
         /// Removes `key` if it still maps to the slot `id`.
         pub(super) fn remove_same(&self, key: &K, id: *const Slot<L>) {
-            self.0.remove_if(key, |current| std::ptr::eq(&**current, id));
+            self.0
+                .remove_if(key, |current| std::ptr::eq(&**current, id));
         }
 
         pub(super) fn retain(&self, mut keep: impl FnMut(&Slot<L>) -> bool) {

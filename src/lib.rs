@@ -11,6 +11,10 @@
 //! | [`Sometimes`] | Go `rate.Sometimes` | [`sometimes`] |
 //! | [`LeakyBucket`] | uber-go `ratelimit` | [`leaky_bucket`] |
 //! | [`SmoothBursty`], [`SmoothWarmingUp`] | Guava `RateLimiter` | [`smooth`] |
+//! | [`FixedWindow`] | go-zero `PeriodLimit` | [`window`] |
+//! | [`SlidingWindow`] | the sliding-window counter | [`sliding_window`] |
+//! | [`LeakyMeter`] | the water-level leaky bucket (a meter) | [`leaky_meter`] |
+//! | [`Keyed`] | any of the above, per key (per IP, user, API key) | [`keyed`] |
 //!
 //! Every limiter has a mutex-based twin in [`reference`](mod@reference) that follows the upstream code
 //! literally; the tests compare the two on random operation sequences, and the benchmarks
@@ -40,20 +44,30 @@
 pub mod clock;
 mod config_slots;
 mod error;
+#[cfg(feature = "keyed")]
+pub mod keyed;
 pub mod leaky_bucket;
+pub mod leaky_meter;
 mod limit;
 mod limiter;
 pub mod reference;
+pub mod sliding_window;
 pub mod smooth;
 pub mod sometimes;
 mod sync;
 pub mod token_bucket;
+pub mod window;
 
 pub use clock::{Clock, CoarseClock, ManualClock, Nanos, QuantaClock};
 pub use error::{ConfigError, WaitError};
+#[cfg(feature = "keyed")]
+pub use keyed::Keyed;
 pub use leaky_bucket::LeakyBucket;
+pub use leaky_meter::LeakyMeter;
 pub use limit::Limit;
-pub use limiter::{Denied, Limiter, LockFree, Twin};
+pub use limiter::{Denied, Idle, Limiter, LockFree, Twin};
+pub use sliding_window::SlidingWindow;
 pub use smooth::{SmoothBursty, SmoothWarmingUp};
 pub use sometimes::Sometimes;
 pub use token_bucket::{Peek, Reservation, TokenBucket};
+pub use window::{FixedWindow, Outcome, WindowStatus};

@@ -3,9 +3,13 @@
 //! they are correct and slow on purpose.
 
 pub mod leaky_bucket;
+pub mod sliding_window;
 pub mod smooth;
 pub mod token_bucket;
+pub mod window;
 
 pub use leaky_bucket::LeakyBucket;
+pub use sliding_window::SlidingWindow;
 pub use smooth::{SmoothBursty, SmoothWarmingUp};
 pub use token_bucket::TokenBucket;
+pub use window::FixedWindow;

@@ -1,0 +1,781 @@
+//! A lock-free sliding-window counter: at most `quota` requests per `period`, where the
+//! previous window's count is weighted by how much of it the sliding window still overlaps
+//! (the approximation Cloudflare described, kept instead of a log of every request).
+//!
+//! # The rule
+//!
+//! Time is cut into aligned windows `[kP, (k+1)P)` on the limiter's clock (`P` the period in
+//! nanoseconds, `k = now / P`). The limiter remembers the counts granted in the current window
+//! and the one before it, `(k, prev, curr)`. A check of `n` at `now`, in window `j` at offset
+//! `e = now - jP`, first rolls the state forward:
+//!
+//! ```text
+//! j == k      -> (prev, curr)           unchanged
+//! j == k + 1  -> (curr, 0)              the current window became the previous one
+//! j >  k + 1  -> (0, 0)                 both are long gone
+//! ```
+//!
+//! and grants iff the weighted count stays within the quota,
+//!
+//! ```text
+//! prev * (P - e) / P + curr + n <= quota,   computed exactly as
+//! prev * (P - e) + (curr + n) * P <= quota * P     in u128 integers
+//! ```
+//!
+//! then adds `n` to `curr`. There is no floating point anywhere, so the lock-free limiter and
+//! its mutex twin ([`crate::reference::SlidingWindow`]) agree to the request. A check of `n = 0`
+//! is always granted and writes nothing; `n > quota` is never granted.
+//!
+//! **An earlier time never frees capacity.** A `now` before the start of the state's window
+//! (a racing thread's clock read that lost the race to a thread already in a later window) is
+//! judged as at the start of the state's window (`e = 0`), where the previous window weighs the
+//! most: it is counted in the later window, never rolled back into an earlier one.
+//!
+//! **Denials** write nothing and carry the exact retry time: the smallest `t >= now` at which
+//! the same check would pass if nothing else is taken. It is inside the current window if
+//! `curr + n <= quota` and the previous window's weight decays enough before the window ends;
+//! else in the next window (where `prev' = curr`, `curr' = 0`), as soon as `curr`'s weight
+//! decays enough; else at the start of the window after (both counts 0). It is `None` if
+//! `n > quota`, or if that time is past the end of representable time.
+//!
+//! # The exact guarantee
+//!
+//! People ask for "never more than `quota` in any period" (governor issue #219 is the usual
+//! thread). This limiter promises less, and exactly this (`Q` = quota; times are the times
+//! grants were judged at, see the clamp above):
+//!
+//! 1. **Each aligned window holds at most `Q` grants** (`curr <= Q` after every grant).
+//! 2. **At every grant**, `prev * (P - e) / P + curr <= Q`.
+//! 3. **Any span of length `P` holds at most `Q + prev * f` grants, `< 2Q`**, where `f` is the
+//!    fraction of the later window the span covers. Derivation: a span `[s, s + P)` that is
+//!    not aligned starts at offset `e` of some window `j - 1` and ends at offset `e` of window
+//!    `j`. It holds the grants of window `j - 1` at offsets `>= e` (at most `prev`, all of
+//!    them) and those of window `j` at offsets `< e`. The last of those, at offset `e_g < e`,
+//!    passed rule 2: `curr <= Q - prev * (P - e_g) / P <= Q - prev * (P - e) / P`. Sum:
+//!    `prev + Q - prev * (P - e) / P = Q + prev * e / P`, and `e < P`, `prev <= Q`, so at most
+//!    `2Q - 1`. The worst case is real: all of window `j - 1`'s grants at its very end, then
+//!    a window `j` that the rule lets fill almost to `Q` as `prev`'s weight decays.
+//! 4. **Exactly `<= Q` in every span of length `P`** only if the previous window's grants were
+//!    spread evenly over it: then about `prev * (P - e) / P` of them fall in the span, which is
+//!    the weight rule 2 charged.
+//!
+//! Use the sliding window for what it is good at: a quota per period that a client can read
+//! back ([`SlidingWindow::status`], the `RateLimit-*` headers), with no cliff at window
+//! boundaries (a fixed window allows `2Q` back to back across every boundary; this one does
+//! only for adversarial timing) and 16 bytes of state. When the bound must hold **strictly in
+//! every span**, use a rate-based limiter instead: a [`crate::TokenBucket`] (GCRA, as in
+//! governor) with burst `b` and rate `r` admits at most about `b + r * d` in any span `d`, so
+//! `b + r * P <= Q` gives a strict bound of `Q` per span `P` (at the price of a smaller burst);
+//! a [`crate::LeakyBucket`] without slack at `Q` per `P` spaces grants `P / Q` apart.
+//!
+//! # The protocol
+//!
+//! **The state word** (`state`, one `AtomicU128`, cache-padded):
+//! ```text
+//!  127                       64 63            32 31             0
+//! +---------------------------+----------------+----------------+
+//! | k: window index (now / P) | prev: u32      | curr: u32      |
+//! +---------------------------+----------------+----------------+
+//!   initial: k = 0, prev = 0, curr = 0 (a fresh limiter at any time rolls to (j, 0, 0))
+//! ```
+//! `k` fits: `k <= now <= u64::MAX`. A period longer than `2^64` ns (~584 years) is used as
+//! `2^64` ns: either way no clock reading leaves window 0, so nothing changes.
+//!
+//! **Invariant.** `prev <= Q` and `curr <= Q`, and the committed states form one sequence in
+//! which `k` never decreases and, for one `k`, `curr` only grows: every committed state is the
+//! roll of the state it replaced to `max(k, now / P)`, plus the grant. So the grants counted in
+//! `curr` for window `k` are exactly the grants committed while the word held `k`, and each
+//! was checked against the `prev` and `curr` it was added to.
+//!
+//! **The CAS loop.** A check loads the word, rolls it to its own `now`, decides, and on a
+//! grant commits `(j, prev', curr' + n)` with one `compare_exchange_weak`; a failed CAS
+//! retries from the value it returned (with a [`Backoff`]), keeping its `now`. A grant
+//! linearizes at its CAS, judged at its `now` clamped up to the start of the window it read. A
+//! denial (decided from one load, or from the value a failed CAS returned), a zero-permit
+//! check and every read ([`SlidingWindow::status_at`], [`Idle::is_idle_at`], `Debug`) write
+//! nothing and linearize at that load. Rolling is never written on its own: the rolled state
+//! is equivalent to the stored one at every time from its window on.
+//!
+//! **Orderings.** Every access is `Relaxed`, as in [`crate::leaky_bucket`]: the word
+//! publishes no other memory (the quota and period are immutable and reach other threads with
+//! the limiter itself). What the protocol needs is single-location coherence, which every
+//! ordering provides: a CAS succeeds only against the latest value in the word's modification
+//! order, so the committed states form the sequence the invariant speaks of and no grant is
+//! lost or counted twice; a stale load only makes the CAS fail (the retry starts from the
+//! current value) or yields a denial, which is the answer the limiter gave at that point of
+//! the modification order; and a load returns at least the value of any write that
+//! happens-before it, so a caller that synchronized with a grant sees that grant.
+
+use std::fmt;
+use std::marker::PhantomData;
+use std::time::Duration;
+
+use crossbeam_utils::{Backoff, CachePadded};
+
+use crate::clock::{Clock, Nanos, QuantaClock};
+use crate::error::ConfigError;
+use crate::limiter::{Denied, Idle, Limiter};
+use crate::sync::{AtomicU128, Ordering};
+use crate::window::WindowStatus;
+
+pub use crate::limiter::{LockFree, Twin};
+
+/// The largest period used in the arithmetic: `2^64` ns. No `Nanos` reaches the end of a
+/// window that long, so a longer period behaves the same.
+const MAX_PERIOD_NS: u128 = 1 << 64;
+
+/// The three fields of the state word.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Counts {
+    /// The window index `k` the counts belong to.
+    k: u64,
+    /// Grants counted in window `k - 1`.
+    prev: u32,
+    /// Grants counted in window `k`.
+    curr: u32,
+}
+
+impl Counts {
+    #[inline]
+    fn pack(self) -> u128 {
+        (u128::from(self.k) << 64) | (u128::from(self.prev) << 32) | u128::from(self.curr)
+    }
+
+    #[inline]
+    fn unpack(word: u128) -> Counts {
+        Counts {
+            k: (word >> 64) as u64,
+            prev: (word >> 32) as u32,
+            curr: word as u32,
+        }
+    }
+}
+
+/// The state as a check at some `now` sees it: rolled into `now`'s window (or clamped to the
+/// state's own window), with the offset `e` into it.
+#[derive(Clone, Copy, Debug)]
+struct View {
+    /// The window the check is judged in.
+    j: u64,
+    /// Offset into window `j`, `< P`; 0 when `now` was before the window (the clamp).
+    e: u128,
+    prev: u32,
+    curr: u32,
+}
+
+/// The immutable arithmetic of one limiter (all in nanoseconds, u128: every product below is
+/// at most `2^33 * 2^64`, far from overflow).
+#[derive(Clone, Copy, Debug)]
+struct Rule {
+    quota: u32,
+    /// `P`, in `1..=2^64`.
+    p: u128,
+}
+
+impl Rule {
+    fn new(quota: u32, period: Duration) -> Rule {
+        Rule {
+            quota,
+            p: period.as_nanos().clamp(1, MAX_PERIOD_NS),
+        }
+    }
+
+    /// `s` rolled to the window of `now`, or clamped to `s`'s window if `now` is earlier.
+    #[inline]
+    fn view(&self, s: Counts, now: Nanos) -> View {
+        let now = now.as_u64();
+        // In u64 (the hot path; a u128 division is a library call): P = 2^64 is the only
+        // period that does not fit, and then every time is in window 0.
+        let j = match u64::try_from(self.p) {
+            Ok(p) => now / p,
+            Err(_) => 0,
+        };
+        if j < s.k {
+            return View {
+                j: s.k,
+                e: 0,
+                prev: s.prev,
+                curr: s.curr,
+            };
+        }
+        // < P, since j = floor(now / P).
+        let e = u128::from(now) - u128::from(j) * self.p;
+        let (prev, curr) = match j - s.k {
+            0 => (s.prev, s.curr),
+            1 => (s.curr, 0),
+            _ => (0, 0),
+        };
+        View { j, e, prev, curr }
+    }
+
+    /// The weighted count times `P`: `prev * (P - e) + curr * P`.
+    #[inline]
+    fn load(&self, v: &View) -> u128 {
+        u128::from(v.prev) * (self.p - v.e) + u128::from(v.curr) * self.p
+    }
+
+    /// Whether `n` more fit at `v`.
+    #[inline]
+    fn fits(&self, v: &View, n: u32) -> bool {
+        self.load(v) + u128::from(n) * self.p <= u128::from(self.quota) * self.p
+    }
+
+    /// How many more fit at `v`: the largest `n` with `fits(v, n)`.
+    fn remaining(&self, v: &View) -> u32 {
+        let budget = u128::from(self.quota) * self.p;
+        // <= quota, so it fits a u32.
+        (budget.saturating_sub(self.load(v)) / self.p) as u32
+    }
+
+    /// The smallest offset `e` in `[0, P)` at which `n` fit into a window whose counts are
+    /// `(prev, curr)`, if any. The condition `prev * (P - e) <= quota * P - (curr + n) * P`
+    /// only gets easier as `e` grows.
+    fn first_fit(&self, prev: u32, curr: u32, n: u32) -> Option<u128> {
+        let budget = u128::from(self.quota) * self.p;
+        let fixed = (u128::from(curr) + u128::from(n)) * self.p;
+        let rest = budget.checked_sub(fixed)?;
+        if prev == 0 {
+            return Some(0);
+        }
+        // prev * (P - e) <= rest  <=>  P - e <= rest / prev (floor).
+        let room = rest / u128::from(prev);
+        if room == 0 {
+            None
+        } else {
+            Some(self.p.saturating_sub(room))
+        }
+    }
+
+    /// The smallest time `>= now` at which a check of `n`, denied at `v`, would pass if
+    /// nothing else is taken; `None` if `n > quota` or past the end of time.
+    fn retry_at(&self, v: &View, n: u32) -> Option<Nanos> {
+        if n > self.quota {
+            return None;
+        }
+        let start = u128::from(v.j) * self.p;
+        let t = if let Some(e) = self.first_fit(v.prev, v.curr, n) {
+            // Denied at v.e and the condition is monotone in e: e > v.e.
+            start + e
+        } else if let Some(e) = self.first_fit(v.curr, 0, n) {
+            start + self.p + e
+        } else {
+            // Both counts 0 and n <= quota: the start of the window after the next.
+            start + 2 * self.p
+        };
+        u64::try_from(t).ok().map(Nanos::new)
+    }
+
+    /// When the weighted count at `v` reaches 0 if nothing more is taken: `now` if it is 0
+    /// already, the end of window `j` if only `prev` weighs, else the end of window `j + 1`
+    /// (`curr` weighs on until then). Saturates at [`Nanos::MAX`].
+    fn resets_at(&self, v: &View, now: Nanos) -> Nanos {
+        let windows = if v.curr > 0 {
+            2
+        } else if v.prev > 0 {
+            1
+        } else {
+            return now;
+        };
+        let t = (u128::from(v.j) + windows) * self.p;
+        Nanos::new(u64::try_from(t).unwrap_or(u64::MAX))
+    }
+
+    fn status(&self, v: &View, now: Nanos) -> WindowStatus {
+        WindowStatus {
+            quota: self.quota,
+            remaining: self.remaining(v),
+            resets_at: self.resets_at(v, now),
+        }
+    }
+}
+
+/// A lock-free sliding-window counter: at most `quota` per `period`, the previous window's
+/// count weighted by how much of it the sliding window overlaps. What that guarantees, exactly
+/// (at most `quota` per aligned window; under `2 * quota` in any span of one period), is in
+/// the [module docs](self).
+///
+/// ```
+/// use std::time::Duration;
+/// use turnstile::{ManualClock, Nanos, SlidingWindow};
+///
+/// let sw = SlidingWindow::builder(5, Duration::from_secs(1))
+///     .clock(ManualClock::default())
+///     .build()
+///     .unwrap();
+/// let t0 = Nanos::new(1_000_000_000);               // the start of window 1
+/// for _ in 0..5 {
+///     assert!(sw.allow_at(t0));
+/// }
+/// assert!(!sw.allow_at(t0));                        // the window's quota is spent
+///
+/// // Half-way through window 2 the 5 of window 1 weigh 2.5: 2 more fit (4.5), 3 do not.
+/// let t1 = t0 + Duration::from_millis(1_500);
+/// assert!(!sw.allow_n_at(t1, 3));
+/// assert!(sw.allow_n_at(t1, 2));
+/// assert!(!sw.allow_at(t1));
+/// ```
+pub struct SlidingWindow<C: Clock = QuantaClock> {
+    /// `(k, prev, curr)` packed; see the module docs.
+    state: CachePadded<AtomicU128>,
+    rule: Rule,
+    period: Duration,
+    clock: C,
+}
+
+impl SlidingWindow<QuantaClock> {
+    /// `quota` per `period` on the shared quanta clock. A quota of 0 is
+    /// [`ConfigError::ZeroQuota`], a period of 0 [`ConfigError::ZeroPeriod`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::{ConfigError, SlidingWindow};
+    ///
+    /// let sw = SlidingWindow::new(100, Duration::from_secs(60)).unwrap();
+    /// assert_eq!(sw.quota(), 100);
+    /// assert_eq!(SlidingWindow::new(0, Duration::from_secs(1)).unwrap_err(), ConfigError::ZeroQuota);
+    /// assert_eq!(SlidingWindow::new(1, Duration::ZERO).unwrap_err(), ConfigError::ZeroPeriod);
+    /// ```
+    pub fn new(quota: u32, period: Duration) -> Result<SlidingWindow, ConfigError> {
+        Builder::new(quota, period).build()
+    }
+
+    /// A builder for `quota` per `period`, with the option `clock`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::{Clock, ManualClock, Nanos, SlidingWindow};
+    ///
+    /// let sw = SlidingWindow::builder(3, Duration::from_millis(10))
+    ///     .clock(ManualClock::new(Nanos::new(7)))
+    ///     .build()
+    ///     .unwrap();
+    /// assert_eq!(sw.clock().now(), Nanos::new(7));
+    /// ```
+    pub fn builder(quota: u32, period: Duration) -> Builder {
+        Builder::new(quota, period)
+    }
+}
+
+impl<C: Clock> SlidingWindow<C> {
+    fn from_builder(b: Builder<C>) -> Result<SlidingWindow<C>, ConfigError> {
+        b.validate()?;
+        Ok(SlidingWindow {
+            state: CachePadded::new(AtomicU128::new(
+                Counts {
+                    k: 0,
+                    prev: 0,
+                    curr: 0,
+                }
+                .pack(),
+            )),
+            rule: Rule::new(b.quota, b.period),
+            period: b.period,
+            clock: b.clock,
+        })
+    }
+
+    /// The limiter's clock.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::{Clock, ManualClock, Nanos, SlidingWindow};
+    ///
+    /// let clock = ManualClock::new(Nanos::new(9));
+    /// let sw = SlidingWindow::builder(1, Duration::from_secs(1)).clock(clock).build().unwrap();
+    /// assert_eq!(sw.clock().now(), Nanos::new(9));
+    /// ```
+    pub fn clock(&self) -> &C {
+        &self.clock
+    }
+
+    /// The most grants per aligned window.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::SlidingWindow;
+    /// assert_eq!(SlidingWindow::new(42, Duration::from_secs(1)).unwrap().quota(), 42);
+    /// ```
+    pub fn quota(&self) -> u32 {
+        self.rule.quota
+    }
+
+    /// The window length, as configured.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::SlidingWindow;
+    /// let sw = SlidingWindow::new(1, Duration::from_millis(250)).unwrap();
+    /// assert_eq!(sw.period(), Duration::from_millis(250));
+    /// ```
+    pub fn period(&self) -> Duration {
+        self.period
+    }
+
+    /// One request now; see [`SlidingWindow::allow_n_at`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::SlidingWindow;
+    ///
+    /// let sw = SlidingWindow::new(2, Duration::from_secs(3600)).unwrap();
+    /// assert!(sw.allow());
+    /// assert!(sw.allow());
+    /// assert!(!sw.allow());
+    /// ```
+    pub fn allow(&self) -> bool {
+        self.allow_n_at(self.clock.now(), 1)
+    }
+
+    /// One request at `now`; see [`SlidingWindow::allow_n_at`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::{ManualClock, Nanos, SlidingWindow};
+    ///
+    /// let sw = SlidingWindow::builder(1, Duration::from_secs(1))
+    ///     .clock(ManualClock::default())
+    ///     .build()
+    ///     .unwrap();
+    /// assert!(sw.allow_at(Nanos::new(0)));
+    /// assert!(!sw.allow_at(Nanos::new(999_999_999)));
+    /// assert!(!sw.allow_at(Nanos::new(1_000_000_000))); // window 0's grant weighs fully
+    /// assert!(sw.allow_at(Nanos::new(2_000_000_000)));  // and is forgotten a window later
+    /// ```
+    pub fn allow_at(&self, now: Nanos) -> bool {
+        self.allow_n_at(now, 1)
+    }
+
+    /// `n` requests now; see [`SlidingWindow::allow_n_at`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::SlidingWindow;
+    ///
+    /// let sw = SlidingWindow::new(10, Duration::from_secs(3600)).unwrap();
+    /// assert!(sw.allow_n(7));
+    /// assert!(!sw.allow_n(4));
+    /// assert!(sw.allow_n(3));
+    /// ```
+    pub fn allow_n(&self, n: u32) -> bool {
+        self.allow_n_at(self.clock.now(), n)
+    }
+
+    /// Grants `n` requests at `now` iff `prev * (P - e) / P + curr + n <= quota` (see the
+    /// [module docs](self)), all or nothing; a denial changes nothing. `n = 0` is always
+    /// granted; `n > quota` never is. A `now` before the start of the window the limiter is
+    /// in is judged as at that start.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::{ManualClock, Nanos, SlidingWindow};
+    ///
+    /// let sw = SlidingWindow::builder(4, Duration::from_secs(1))
+    ///     .clock(ManualClock::default())
+    ///     .build()
+    ///     .unwrap();
+    /// let ms = |m: u64| Nanos::new(m * 1_000_000);
+    /// assert!(sw.allow_n_at(ms(900), 4));
+    /// // At 1.25 s window 0's 4 weigh 3: one more fits.
+    /// assert!(!sw.allow_n_at(ms(1250), 2));
+    /// assert!(sw.allow_n_at(ms(1250), 1));
+    /// // A stale reading from window 0 is judged at 1.0 s, where the 4 weigh fully.
+    /// assert!(!sw.allow_at(ms(500)));
+    /// assert!(sw.allow_n_at(ms(500), 0));
+    /// assert!(!sw.allow_n_at(ms(9000), 5));
+    /// ```
+    pub fn allow_n_at(&self, now: Nanos, n: u32) -> bool {
+        self.check(now, n).is_ok()
+    }
+
+    /// The quota as a client should see it now; see [`SlidingWindow::status_at`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::SlidingWindow;
+    ///
+    /// let sw = SlidingWindow::new(10, Duration::from_secs(3600)).unwrap();
+    /// assert!(sw.allow_n(3));
+    /// assert_eq!(sw.status().remaining, 7);
+    /// ```
+    pub fn status(&self) -> WindowStatus {
+        self.status_at(self.clock.now())
+    }
+
+    /// The quota as a client should see it at `now` (the `RateLimit-*` headers):
+    /// `remaining` is the most [`SlidingWindow::allow_n_at`] would grant at `now`, and
+    /// `resets_at` is when the weighted count reaches 0 if nothing more is taken (`now` if it
+    /// is 0 already; [`Nanos::MAX`] if that is past the end of time). Writes nothing.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::{ManualClock, Nanos, SlidingWindow, WindowStatus};
+    ///
+    /// let sw = SlidingWindow::builder(5, Duration::from_secs(1))
+    ///     .clock(ManualClock::default())
+    ///     .build()
+    ///     .unwrap();
+    /// let ms = |m: u64| Nanos::new(m * 1_000_000);
+    /// assert!(sw.allow_n_at(ms(200), 5));
+    /// // At 1.5 s the 5 weigh 2.5: 2 remain; the weight is gone at 2.0 s.
+    /// assert_eq!(
+    ///     sw.status_at(ms(1500)),
+    ///     WindowStatus { quota: 5, remaining: 2, resets_at: ms(2000) }
+    /// );
+    /// assert!(sw.allow_at(ms(1500)));
+    /// // Now window 1 has a grant of its own, which weighs until the end of window 2.
+    /// assert_eq!(sw.status_at(ms(1500)).resets_at, ms(3000));
+    /// ```
+    pub fn status_at(&self, now: Nanos) -> WindowStatus {
+        let v = self.view(now);
+        self.rule.status(&v, now)
+    }
+
+    /// The state rolled to `now`, from one load.
+    fn view(&self, now: Nanos) -> View {
+        self.rule
+            .view(Counts::unpack(self.state.load(Ordering::Relaxed)), now)
+    }
+
+    /// The CAS loop of the module docs; on a denial, the view it was decided on (from which
+    /// [`Limiter::check_n_at`] computes the retry time, and which `allow_n_at` drops).
+    #[inline]
+    fn check(&self, now: Nanos, n: u32) -> Result<(), View> {
+        if n == 0 {
+            return Ok(());
+        }
+        let backoff = Backoff::new();
+        let mut word = self.state.load(Ordering::Relaxed);
+        loop {
+            let v = self.rule.view(Counts::unpack(word), now);
+            if !self.rule.fits(&v, n) {
+                return Err(v);
+            }
+            // fits: curr + n <= quota, so the sum is a u32.
+            let next = Counts {
+                k: v.j,
+                prev: v.prev,
+                curr: v.curr + n,
+            }
+            .pack();
+            match self
+                .state
+                .compare_exchange_weak(word, next, Ordering::Relaxed, Ordering::Relaxed)
+            {
+                Ok(_) => return Ok(()),
+                Err(current) => {
+                    backoff.spin();
+                    word = current;
+                }
+            }
+        }
+    }
+}
+
+impl<C: Clock> Limiter for SlidingWindow<C> {
+    /// [`SlidingWindow::allow_n_at`], with the denial's exact retry time: the earliest time
+    /// the same check would pass if nothing else is taken (`None` if `n > quota`).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::{Limiter, ManualClock, Nanos, SlidingWindow};
+    ///
+    /// let sw = SlidingWindow::builder(5, Duration::from_secs(1))
+    ///     .clock(ManualClock::default())
+    ///     .build()
+    ///     .unwrap();
+    /// let ms = |m: u64| Nanos::new(m * 1_000_000);
+    /// assert!(sw.check_n_at(ms(0), 5).is_ok());
+    /// // Full until the end of window 0; at 1.2 s the 5 weigh 4, and 1 more fits.
+    /// let denied = sw.check_n_at(ms(500), 1).unwrap_err();
+    /// assert_eq!(denied.retry_at(), Some(ms(1200)));
+    /// assert_eq!(sw.check_n_at(ms(500), 6).unwrap_err().retry_at(), None);
+    /// ```
+    fn check_n_at(&self, now: Nanos, n: u32) -> Result<(), Denied> {
+        self.check(now, n)
+            .map_err(|v| Denied::new(now, self.rule.retry_at(&v, n)))
+    }
+
+    fn now(&self) -> Nanos {
+        self.clock.now()
+    }
+}
+
+impl<C: Clock> Idle for SlidingWindow<C> {
+    /// True when the weighted count at `now` is 0: both counts have rolled out, and a fresh
+    /// limiter decides every check from `now` on exactly as this one would. (A `now` before
+    /// the stored window is never idle: a stored window always holds a grant.)
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::{Idle, ManualClock, Nanos, SlidingWindow};
+    ///
+    /// let sw = SlidingWindow::builder(5, Duration::from_secs(1))
+    ///     .clock(ManualClock::default())
+    ///     .build()
+    ///     .unwrap();
+    /// assert!(sw.is_idle_at(Nanos::ZERO));
+    /// assert!(sw.allow_at(Nanos::new(100)));
+    /// assert!(!sw.is_idle_at(Nanos::new(1_999_999_999))); // still weighs in window 1
+    /// assert!(sw.is_idle_at(Nanos::new(2_000_000_000)));
+    /// ```
+    fn is_idle_at(&self, now: Nanos) -> bool {
+        self.rule.load(&self.view(now)) == 0
+    }
+}
+
+impl<C: Clock> fmt::Debug for SlidingWindow<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = Counts::unpack(self.state.load(Ordering::Relaxed));
+        f.debug_struct("SlidingWindow")
+            .field("quota", &self.rule.quota)
+            .field("period", &self.period)
+            .field("window", &s.k)
+            .field("prev", &s.prev)
+            .field("curr", &s.curr)
+            .finish()
+    }
+}
+
+/// Builds a [`SlidingWindow`] (kind [`LockFree`]) or its mutex twin
+/// [`crate::reference::SlidingWindow`] (kind [`Twin`]): the same options and the same
+/// validation for both.
+///
+/// ```
+/// use std::time::Duration;
+/// use turnstile::{sliding_window::Builder, ConfigError, ManualClock};
+///
+/// let sw = Builder::new(10, Duration::from_secs(1)).clock(ManualClock::default()).build().unwrap();
+/// assert_eq!(sw.quota(), 10);
+/// assert_eq!(
+///     Builder::new(0, Duration::ZERO).build().unwrap_err(),
+///     ConfigError::ZeroQuota // the quota is checked first
+/// );
+/// ```
+#[derive(Clone, Debug)]
+#[must_use = "a builder does nothing until `build` is called"]
+pub struct Builder<C: Clock = QuantaClock, K = LockFree> {
+    pub(crate) quota: u32,
+    pub(crate) period: Duration,
+    pub(crate) clock: C,
+    kind: PhantomData<fn() -> K>,
+}
+
+impl Builder<QuantaClock> {
+    /// `quota` per `period` on the quanta clock; the same as [`SlidingWindow::builder`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::sliding_window::Builder;
+    /// assert_eq!(Builder::new(5, Duration::from_secs(1)).build().unwrap().quota(), 5);
+    /// ```
+    pub fn new(quota: u32, period: Duration) -> Builder {
+        Builder::with_defaults(quota, period)
+    }
+}
+
+impl<K> Builder<QuantaClock, K> {
+    /// The defaults for either kind.
+    pub(crate) fn with_defaults(quota: u32, period: Duration) -> Self {
+        Builder {
+            quota,
+            period,
+            clock: QuantaClock::new(),
+            kind: PhantomData,
+        }
+    }
+}
+
+impl<C: Clock, K> Builder<C, K> {
+    /// Reads time from `clock`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::{Clock, ManualClock, Nanos, SlidingWindow};
+    /// let sw = SlidingWindow::builder(2, Duration::from_secs(1))
+    ///     .clock(ManualClock::new(Nanos::new(3)))
+    ///     .build()
+    ///     .unwrap();
+    /// assert_eq!(sw.clock().now(), Nanos::new(3));
+    /// ```
+    pub fn clock<D: Clock>(self, clock: D) -> Builder<D, K> {
+        Builder {
+            quota: self.quota,
+            period: self.period,
+            clock,
+            kind: PhantomData,
+        }
+    }
+
+    /// The settings' checks, shared with the twin's builder: quota 0, then period 0.
+    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
+        if self.quota == 0 {
+            return Err(ConfigError::ZeroQuota);
+        }
+        if self.period.is_zero() {
+            return Err(ConfigError::ZeroPeriod);
+        }
+        Ok(())
+    }
+}
+
+impl<C: Clock> Builder<C, LockFree> {
+    /// The limiter, or the first setting that cannot be used: a quota of 0
+    /// ([`ConfigError::ZeroQuota`]) or a period of 0 ([`ConfigError::ZeroPeriod`]).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::{ConfigError, SlidingWindow};
+    /// assert!(SlidingWindow::builder(1, Duration::from_nanos(1)).build().is_ok());
+    /// assert_eq!(
+    ///     SlidingWindow::builder(1, Duration::ZERO).build().unwrap_err(),
+    ///     ConfigError::ZeroPeriod
+    /// );
+    /// ```
+    pub fn build(self) -> Result<SlidingWindow<C>, ConfigError> {
+        SlidingWindow::from_builder(self)
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn packing_round_trips_at_the_extremes() {
+        for c in [
+            Counts {
+                k: 0,
+                prev: 0,
+                curr: 0,
+            },
+            Counts {
+                k: u64::MAX,
+                prev: u32::MAX,
+                curr: u32::MAX,
+            },
+            Counts {
+                k: 1,
+                prev: 2,
+                curr: 3,
+            },
+        ] {
+            assert_eq!(Counts::unpack(c.pack()), c);
+        }
+    }
+
+    #[test]
+    fn huge_periods_behave_as_two_to_the_64() {
+        let r = Rule::new(u32::MAX, Duration::MAX);
+        assert_eq!(r.p, MAX_PERIOD_NS);
+        let s = Counts {
+            k: 0,
+            prev: u32::MAX,
+            curr: u32::MAX,
+        };
+        let v = r.view(s, Nanos::MAX);
+        assert_eq!((v.j, v.prev, v.curr), (0, u32::MAX, u32::MAX));
+        assert!(!r.fits(&v, u32::MAX));
+        assert_eq!(r.retry_at(&v, 1), None);
+        assert_eq!(r.resets_at(&v, Nanos::MAX), Nanos::MAX);
+    }
+}
