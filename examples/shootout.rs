@@ -16,9 +16,11 @@
 //! Contenders: turnstile's lock-free [`TokenBucket`], its mutex twin
 //! [`turnstile::reference::TokenBucket`] (a literal port of Go's rate.go), and governor's direct
 //! limiter (a dev-dependency only) behind a small adapter. Phase 3 runs every other algorithm
-//! (uber's leaky bucket, Guava's SmoothBursty and SmoothWarmingUp) against its own mutex twin at
-//! the phase-1 rate, each checked against its own budget. With the defaults the whole run takes
-//! about 12 × 2 s.
+//! (uber's leaky bucket, Guava's SmoothBursty and SmoothWarmingUp, go-zero's fixed window, the
+//! sliding window, the water-level meter) against its own mutex twin at the phase-1 rate, each
+//! checked against its own budget. Phase 4 runs `Keyed` (a token bucket per key) against
+//! governor's keyed limiter, on 10 000 clients picked at random and on one hot client, and
+//! checks every key's budget. With the defaults the whole run takes about 21 × 1.5 s.
 //!
 //! Exit status: 1 if any turnstile limiter grants more than its budget (plus one request).
 
