@@ -15,6 +15,11 @@
 //!   (xorshift, per thread). Memory-bound: each check misses the cache for the map bucket and
 //!   the limiter.
 //!
+//! * `keyed_random_compact`: the same, with a `Compact` `FixedWindow` per key for turnstile
+//!   (64 bytes, one cache line, no padding: the layout meant for many keys) against the same
+//!   governor cell. Different algorithms (governor has no fixed window): it shows what the
+//!   keyed map costs with turnstile's smallest limiter.
+//!
 //! Per-operation figures as in every turnstile bench (`benches/harness`): the slowest thread's
 //! time per operation, clock read included. Summarize with `scripts/bench-ratios`. Bytes per
 //! key are measured by `tests/keyed_memory.rs`.
@@ -27,7 +32,7 @@ mod harness;
 use criterion::{black_box, criterion_group, criterion_main, Criterion};
 use governor::{Quota, RateLimiter};
 use harness::{cell, nz, THREADS};
-use turnstile::{Keyed, Limit, TokenBucket};
+use turnstile::{FixedWindow, Idle, Keyed, Limit, Limiter, TokenBucket};
 
 const KEYS: u64 = 100_000;
 
@@ -113,10 +118,32 @@ fn keyed_hot_deny(c: &mut Criterion) {
 }
 
 fn keyed_random(c: &mut Criterion) {
-    for threads in THREADS {
-        let mut g = c.benchmark_group(format!("keyed_random/{threads}t"));
+    random_cells(c, "keyed_random", turnstile_keyed);
+}
 
-        let k = turnstile_keyed();
+fn keyed_random_compact(c: &mut Criterion) {
+    random_cells(c, "keyed_random_compact", || {
+        Keyed::builder(|_: &u64| {
+            FixedWindow::builder(u32::MAX, Duration::from_secs(1))
+                .build_compact()
+                .expect("valid window")
+        })
+        .sweep_every(Duration::MAX)
+        .build()
+        .expect("valid keyed limiter")
+    });
+}
+
+/// `<name>/<threads>t`: random keys on turnstile's keyed map from `make` and on governor's.
+fn random_cells<L: Limiter + Idle + 'static>(
+    c: &mut Criterion,
+    name: &str,
+    make: impl Fn() -> Keyed<u64, L>,
+) {
+    for threads in THREADS {
+        let mut g = c.benchmark_group(format!("{name}/{threads}t"));
+
+        let k = make();
         for key in 0..KEYS {
             assert!(k.check(&key).is_ok());
         }
@@ -141,6 +168,6 @@ fn keyed_random(c: &mut Criterion) {
 criterion_group! {
     name = benches;
     config = harness::config();
-    targets = keyed_hot, keyed_hot_deny, keyed_random
+    targets = keyed_hot, keyed_hot_deny, keyed_random, keyed_random_compact
 }
 criterion_main!(benches);

@@ -18,6 +18,15 @@
 //! | `scc::HashMap` | 28 | 84 | 110 / 123 | shrinks by itself |
 //! | `RwLock<HashMap>` | 20 | 66 | 99 / 117 | 258 MiB until `shrink_to_fit` |
 //!
+//! # Memory
+//! Each key costs its map entry (~60 bytes) plus its limiter. Limiters are cache-padded by
+//! default, for one limiter hammered by every thread; for many keys build them in the
+//! [`Compact`](crate::Compact) layout where they offer it
+//! ([`FixedWindow`](crate::FixedWindow) and [`SlidingWindow`](crate::SlidingWindow):
+//! `.build_compact()`): 158 bytes per key with a compact fixed window against 574 padded,
+//! measured over a million keys by `tests/keyed_memory.rs`. Random keys then touch one
+//! limiter cache line per check instead of three or four.
+//!
 //! # Eviction without losing a permit
 //! A key whose limiter is idle ([`Idle`]: a fresh limiter would refuse at least as much) is
 //! removed by a sweep, so memory follows the set of *active* keys. The danger is a sweep that

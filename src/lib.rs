@@ -65,7 +65,7 @@ pub use keyed::Keyed;
 pub use leaky_bucket::LeakyBucket;
 pub use leaky_meter::LeakyMeter;
 pub use limit::Limit;
-pub use limiter::{Denied, Idle, Limiter, LockFree, Twin};
+pub use limiter::{Compact, Denied, Idle, Layout, Limiter, LockFree, Padded, Twin};
 pub use sliding_window::SlidingWindow;
 pub use smooth::{SmoothBursty, SmoothWarmingUp};
 pub use sometimes::Sometimes;

@@ -110,11 +110,11 @@ use std::fmt;
 use std::marker::PhantomData;
 use std::time::Duration;
 
-use crossbeam_utils::{Backoff, CachePadded};
+use crossbeam_utils::Backoff;
 
 use crate::clock::{Clock, Nanos, QuantaClock};
 use crate::error::ConfigError;
-use crate::limiter::{Denied, Idle, Limiter};
+use crate::limiter::{Compact, Denied, Idle, Layout, Limiter, Padded};
 use crate::sync::{AtomicU128, Ordering};
 use crate::window::WindowStatus;
 
@@ -314,9 +314,10 @@ impl Rule {
 /// assert!(sw.allow_n_at(t1, 2));
 /// assert!(!sw.allow_at(t1));
 /// ```
-pub struct SlidingWindow<C: Clock = QuantaClock> {
+pub struct SlidingWindow<C: Clock = QuantaClock, P: Layout = Padded> {
     /// `(k, prev, curr)` packed; see the module docs.
-    state: CachePadded<AtomicU128>,
+    /// Cache-padded unless `P` is [`Compact`].
+    state: P::Cell<AtomicU128>,
     rule: Rule,
     period: Duration,
     clock: C,
@@ -356,11 +357,11 @@ impl SlidingWindow<QuantaClock> {
     }
 }
 
-impl<C: Clock> SlidingWindow<C> {
-    fn from_builder(b: Builder<C>) -> Result<SlidingWindow<C>, ConfigError> {
+impl<C: Clock, P: Layout> SlidingWindow<C, P> {
+    fn from_builder(b: Builder<C>) -> Result<SlidingWindow<C, P>, ConfigError> {
         b.validate()?;
         Ok(SlidingWindow {
-            state: CachePadded::new(AtomicU128::new(
+            state: P::cell(AtomicU128::new(
                 Counts {
                     k: 0,
                     prev: 0,
@@ -571,7 +572,7 @@ impl<C: Clock> SlidingWindow<C> {
     }
 }
 
-impl<C: Clock> Limiter for SlidingWindow<C> {
+impl<C: Clock, P: Layout> Limiter for SlidingWindow<C, P> {
     /// [`SlidingWindow::allow_n_at`], with the denial's exact retry time: the earliest time
     /// the same check would pass if nothing else is taken (`None` if `n > quota`).
     ///
@@ -600,7 +601,7 @@ impl<C: Clock> Limiter for SlidingWindow<C> {
     }
 }
 
-impl<C: Clock> Idle for SlidingWindow<C> {
+impl<C: Clock, P: Layout> Idle for SlidingWindow<C, P> {
     /// True when the weighted count at `now` is 0: both counts have rolled out, and a fresh
     /// limiter decides every check from `now` on exactly as this one would. (A `now` before
     /// the stored window is never idle: a stored window always holds a grant.)
@@ -623,7 +624,7 @@ impl<C: Clock> Idle for SlidingWindow<C> {
     }
 }
 
-impl<C: Clock> fmt::Debug for SlidingWindow<C> {
+impl<C: Clock, P: Layout> fmt::Debug for SlidingWindow<C, P> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let s = Counts::unpack(self.state.load(Ordering::Relaxed));
         f.debug_struct("SlidingWindow")
@@ -732,6 +733,21 @@ impl<C: Clock> Builder<C, LockFree> {
     /// );
     /// ```
     pub fn build(self) -> Result<SlidingWindow<C>, ConfigError> {
+        SlidingWindow::from_builder(self)
+    }
+
+    /// The limiter in the [`Compact`] layout (its state word unpadded, next to its
+    /// configuration), for the many per-key limiters of a [`Keyed`](crate::Keyed) map.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::{Keyed, SlidingWindow};
+    /// let per_user = Keyed::new(|_: &String| {
+    ///     SlidingWindow::builder(100, Duration::from_secs(60)).build_compact().unwrap()
+    /// });
+    /// assert!(per_user.check(&"alice".to_string()).is_ok());
+    /// ```
+    pub fn build_compact(self) -> Result<SlidingWindow<C, Compact>, ConfigError> {
         SlidingWindow::from_builder(self)
     }
 }

@@ -67,11 +67,11 @@ use std::fmt;
 use std::marker::PhantomData;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crossbeam_utils::{Backoff, CachePadded};
+use crossbeam_utils::Backoff;
 
 use crate::clock::{Clock, Nanos, QuantaClock};
 use crate::error::ConfigError;
-use crate::limiter::{Denied, Idle, Limiter, LockFree, Twin};
+use crate::limiter::{Compact, Denied, Idle, Layout, Limiter, LockFree, Padded, Twin};
 use crate::sync::{AtomicU128, Ordering};
 
 /// What a window limiter said to a request (go-zero's `PeriodLimit` codes).
@@ -175,9 +175,9 @@ impl WindowStatus {
 /// assert_eq!(w.take_at(Nanos::new(1_499_999_999)), Outcome::OverQuota);
 /// assert_eq!(w.take_at(Nanos::new(1_500_000_000)), Outcome::Allowed);
 /// ```
-pub struct FixedWindow<C: Clock = QuantaClock> {
-    /// `end << 64 | count`; see the module docs.
-    state: CachePadded<AtomicU128>,
+pub struct FixedWindow<C: Clock = QuantaClock, P: Layout = Padded> {
+    /// `end << 64 | count`; see the module docs. Cache-padded unless `P` is [`Compact`].
+    state: P::Cell<AtomicU128>,
     spec: WindowSpec,
     clock: C,
 }
@@ -188,11 +188,14 @@ pub(crate) struct WindowSpec {
     pub(crate) quota: u32,
     /// The period in ns, saturated at `u64::MAX`.
     pub(crate) period: u64,
-    /// For aligned windows, `(unix time of the clock's origin + UTC offset)` in ns: a clock
-    /// reading `t` is at `t + shift` on the shifted UTC time line whose period boundaries
-    /// end the windows.
-    pub(crate) shift: Option<i128>,
-    pub(crate) utc_offset_secs: i64,
+    /// For aligned windows, `(unix time of the clock's origin + UTC offset)` in ns, modulo the
+    /// period: a clock reading `t` is at `t + shift` (mod period) on the shifted UTC time line
+    /// whose period boundaries end the windows. Kept reduced so the spec stays small (a
+    /// [`Compact`] window is 64 bytes).
+    pub(crate) shift: u64,
+    pub(crate) aligned: bool,
+    /// Less than a day either way (checked by the builder).
+    pub(crate) utc_offset_secs: i32,
 }
 
 impl WindowSpec {
@@ -200,15 +203,12 @@ impl WindowSpec {
     /// alignment one period later; aligned, at the next boundary (go-zero's
     /// `calcExpireSeconds`, in `[1 ns, period]`). Saturates at [`Nanos::MAX`].
     pub(crate) fn window_end(&self, now: u64) -> u64 {
-        match self.shift {
-            None => now.saturating_add(self.period),
-            Some(shift) => {
-                let period = i128::from(self.period);
-                let into = (i128::from(now) + shift).rem_euclid(period);
-                // period - into is in [1, period], which fits a u64.
-                now.saturating_add((period - into) as u64)
-            }
+        if !self.aligned {
+            return now.saturating_add(self.period);
         }
+        let into = (u128::from(now) + u128::from(self.shift)) % u128::from(self.period);
+        // period - into is in [1, period], which fits a u64.
+        now.saturating_add(self.period - into as u64)
     }
 }
 
@@ -247,10 +247,10 @@ impl FixedWindow<QuantaClock> {
     }
 }
 
-impl<C: Clock> FixedWindow<C> {
-    fn from_spec(spec: WindowSpec, clock: C) -> FixedWindow<C> {
+impl<C: Clock, P: Layout> FixedWindow<C, P> {
+    fn from_spec(spec: WindowSpec, clock: C) -> FixedWindow<C, P> {
         FixedWindow {
-            state: CachePadded::new(AtomicU128::new(pack(0, 0))),
+            state: P::cell(AtomicU128::new(pack(0, 0))),
             spec,
             clock,
         }
@@ -303,7 +303,9 @@ impl<C: Clock> FixedWindow<C> {
     /// assert_eq!(w.utc_offset_secs(), Some(0));
     /// ```
     pub fn utc_offset_secs(&self) -> Option<i64> {
-        self.spec.shift.map(|_| self.spec.utc_offset_secs)
+        self.spec
+            .aligned
+            .then_some(i64::from(self.spec.utc_offset_secs))
     }
 
     /// One request now (go-zero's `Take`).
@@ -446,7 +448,7 @@ impl<C: Clock> FixedWindow<C> {
     }
 }
 
-impl<C: Clock> Limiter for FixedWindow<C> {
+impl<C: Clock, P: Layout> Limiter for FixedWindow<C, P> {
     /// Takes `n` requests if they fit in the window (`Allowed` or `HitQuota`). A denial's
     /// retry time is the end of the current window; there is none if `n > quota`.
     ///
@@ -471,7 +473,7 @@ impl<C: Clock> Limiter for FixedWindow<C> {
     }
 }
 
-impl<C: Clock> Idle for FixedWindow<C> {
+impl<C: Clock, P: Layout> Idle for FixedWindow<C, P> {
     /// Idle once no window is open at `now`: a fresh limiter is then identical.
     ///
     /// ```
@@ -488,7 +490,7 @@ impl<C: Clock> Idle for FixedWindow<C> {
     }
 }
 
-impl<C: Clock> fmt::Debug for FixedWindow<C> {
+impl<C: Clock, P: Layout> fmt::Debug for FixedWindow<C, P> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let (end, count) = unpack(self.state.load(Ordering::Relaxed));
         f.debug_struct("FixedWindow")
@@ -655,14 +657,17 @@ impl<C: Clock, K> Builder<C, K> {
                         .saturating_sub(u128::from(self.clock.now().as_u64())),
                 };
                 // Durations are below 2^64 s < 2^94 ns: i128 holds it with room to spare.
-                Some(origin as i128 + i128::from(offset) * 1_000_000_000)
+                let shift = origin as i128 + i128::from(offset) * 1_000_000_000;
+                Some(shift.rem_euclid(i128::from(period)) as u64)
             }
         };
         let spec = WindowSpec {
             quota: self.quota,
             period,
-            shift,
-            utc_offset_secs: self.align.unwrap_or(0),
+            shift: shift.unwrap_or(0),
+            aligned: shift.is_some(),
+            // |offset| < 86 400 here.
+            utc_offset_secs: self.align.unwrap_or(0) as i32,
         };
         Ok((spec, self.clock))
     }
@@ -681,6 +686,23 @@ impl<C: Clock> Builder<C, LockFree> {
     /// );
     /// ```
     pub fn build(self) -> Result<FixedWindow<C>, ConfigError> {
+        let (spec, clock) = self.into_spec()?;
+        Ok(FixedWindow::from_spec(spec, clock))
+    }
+
+    /// The limiter in the [`Compact`] layout: its state word unpadded, next to its
+    /// configuration, for the many per-key limiters of a [`Keyed`](crate::Keyed) map (a
+    /// fraction of the bytes per key, and one cache line per check).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::{FixedWindow, Keyed};
+    /// let per_ip = Keyed::new(|_: &u32| {
+    ///     FixedWindow::builder(100, Duration::from_secs(60)).build_compact().unwrap()
+    /// });
+    /// assert!(per_ip.check(&1).is_ok());
+    /// ```
+    pub fn build_compact(self) -> Result<FixedWindow<C, Compact>, ConfigError> {
         let (spec, clock) = self.into_spec()?;
         Ok(FixedWindow::from_spec(spec, clock))
     }

@@ -69,44 +69,50 @@ fn million<L: turnstile::Limiter + turnstile::Idle + 'static>(
     (full as f64 / KEYS as f64, left)
 }
 
+/// Runs `million` on per-key limiters from `factory`, prints the figures and checks that the
+/// memory came back.
+fn held_then_freed<L: turnstile::Limiter + turnstile::Idle + 'static>(
+    name: &str,
+    factory: impl Fn(&u64) -> L + Send + Sync + 'static,
+) {
+    let k = Keyed::builder(factory)
+        .sweep_every(Duration::MAX)
+        .clock(ManualClock::default())
+        .build()
+        .unwrap();
+    let (per_key, left) = million(k, Nanos::new(2 * SEC));
+    eprintln!(
+        "{name}: {per_key:.0} bytes per key held ({} bytes the limiter itself); \
+         {left} bytes left after evicting all",
+        std::mem::size_of::<L>()
+    );
+    assert!(
+        left < 4 << 20,
+        "{left} bytes left after evicting a million keys"
+    );
+}
+
 #[test]
 fn one_million_keys_then_idle_gives_memory_back() {
-    let window = Keyed::builder(|_: &u64| {
+    held_then_freed("FixedWindow", |_| {
         FixedWindow::builder(10, Duration::from_secs(1))
             .clock(ManualClock::default())
             .build()
             .unwrap()
-    })
-    .sweep_every(Duration::MAX)
-    .clock(ManualClock::default())
-    .build()
-    .unwrap();
-    let (per_key, left) = million(window, Nanos::new(SEC));
-    eprintln!(
-        "FixedWindow: {per_key:.0} bytes per key held ({} bytes the limiter itself); \
-         {left} bytes left after evicting all",
-        std::mem::size_of::<FixedWindow<ManualClock>>()
-    );
-    assert!(
-        left < 4 << 20,
-        "{left} bytes left after evicting a million keys"
-    );
-
-    let bucket = Keyed::builder(|_: &u64| {
+    });
+    held_then_freed("FixedWindow (Compact)", |_| {
+        FixedWindow::builder(10, Duration::from_secs(1))
+            .clock(ManualClock::default())
+            .build_compact()
+            .unwrap()
+    });
+    held_then_freed("SlidingWindow (Compact)", |_| {
+        turnstile::SlidingWindow::builder(10, Duration::from_secs(1))
+            .clock(ManualClock::default())
+            .build_compact()
+            .unwrap()
+    });
+    held_then_freed("TokenBucket", |_| {
         TokenBucket::with_clock(Limit::per_second(10.0).unwrap(), 5, ManualClock::default())
-    })
-    .sweep_every(Duration::MAX)
-    .clock(ManualClock::default())
-    .build()
-    .unwrap();
-    let (per_key, left) = million(bucket, Nanos::new(SEC));
-    eprintln!(
-        "TokenBucket: {per_key:.0} bytes per key held ({} bytes the limiter itself); \
-         {left} bytes left after evicting all",
-        std::mem::size_of::<TokenBucket<ManualClock>>()
-    );
-    assert!(
-        left < 4 << 20,
-        "{left} bytes left after evicting a million keys"
-    );
+    });
 }

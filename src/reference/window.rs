@@ -187,15 +187,15 @@ impl<C: Clock> FixedWindow<C> {
     /// The key's expiry time for a counter created at `now`: `now + period`, or aligned
     /// `now + (period - ((unix + offset) % period))` (go-zero's `calcExpireSeconds`).
     fn expire_seconds(&self, now: u64) -> u64 {
-        match self.spec.shift {
-            None => now.saturating_add(self.spec.period),
-            Some(shift) => {
-                let unix = i128::from(now) + shift;
-                let period = i128::from(self.spec.period);
-                let expire = period - unix.rem_euclid(period);
-                now.saturating_add(expire as u64)
-            }
+        if !self.spec.aligned {
+            return now.saturating_add(self.spec.period);
         }
+        // `shift` is (unix time of the clock's origin + offset) mod period, so `unix` is the
+        // shifted Unix time mod period plus a multiple of it: the same remainder.
+        let unix = i128::from(now) + i128::from(self.spec.shift);
+        let period = i128::from(self.spec.period);
+        let expire = period - unix.rem_euclid(period);
+        now.saturating_add(expire as u64)
     }
 }
 
