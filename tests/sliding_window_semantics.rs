@@ -326,3 +326,25 @@ fn the_worst_span_of_one_period_holds_two_quotas_minus_one() {
     // Not even the window's last nanosecond has room: 10 * 1 + 9 * 1000 > 9 * 1000.
     assert_eq!(l.status_at(at(start + 2 * p - 1)).remaining, 0);
 }
+
+#[test]
+fn the_compact_layout_is_the_same_limiter_unpadded() {
+    let build = || turnstile::SlidingWindow::builder(5, Duration::from_secs(1));
+    let padded = build().clock(ManualClock::new(at(T0))).build().unwrap();
+    let compact = build()
+        .clock(ManualClock::new(at(T0)))
+        .build_compact()
+        .unwrap();
+    assert!(std::mem::size_of_val(&compact) <= 80);
+    for i in 0..400u64 {
+        let now = at(T0 + i * 37 * MS);
+        let n = (i % 4) as u32;
+        assert_eq!(
+            padded.check_n_at(now, n),
+            compact.check_n_at(now, n),
+            "call {i}"
+        );
+        assert_eq!(padded.status_at(now), compact.status_at(now));
+        assert_eq!(padded.is_idle_at(now), compact.is_idle_at(now));
+    }
+}

@@ -369,3 +369,27 @@ fn extremes_saturate_instead_of_overflowing() {
     assert_eq!(w.take_at(t(1.0)), Outcome::HitQuota);
     assert_eq!(w.take_at(Nanos::MAX), Outcome::OverQuota);
 }
+
+#[test]
+fn the_compact_layout_is_the_same_limiter_in_64_bytes() {
+    let padded = FixedWindow::builder(5, Duration::from_secs(100))
+        .clock(ManualClock::default())
+        .build()
+        .unwrap();
+    let compact = FixedWindow::builder(5, Duration::from_secs(100))
+        .clock(ManualClock::default())
+        .build_compact()
+        .unwrap();
+    assert_eq!(std::mem::size_of_val(&compact), 64);
+    for i in 0..300u32 {
+        let now = t(f64::from(i) * 0.7);
+        let n = i % 3;
+        assert_eq!(
+            padded.take_n_at(now, n),
+            compact.take_n_at(now, n),
+            "call {i}"
+        );
+        assert_eq!(padded.status_at(now), compact.status_at(now));
+        assert_eq!(padded.is_idle_at(now), compact.is_idle_at(now));
+    }
+}
