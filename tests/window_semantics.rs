@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use turnstile::{reference, ConfigError, FixedWindow, Idle, Limiter, ManualClock, Nanos, Outcome};
+use turnstile::{reference, FixedWindow, Idle, Limiter, ManualClock, Nanos, Outcome};
 
 const SEC: u64 = 1_000_000_000;
 
@@ -296,78 +296,6 @@ fn plain_forms_read_the_limiters_clock() {
     clock.advance(Duration::from_secs(7));
     assert!(w.check().is_ok());
     assert_eq!(w.status().remaining, 1);
-}
-
-#[test]
-fn bad_configurations_are_typed_errors() {
-    let day = Duration::from_secs(86_400);
-    assert_eq!(
-        FixedWindow::new(0, day).unwrap_err(),
-        ConfigError::ZeroQuota
-    );
-    assert_eq!(
-        FixedWindow::new(1, Duration::ZERO).unwrap_err(),
-        ConfigError::ZeroPeriod
-    );
-    for offset in [86_400, -86_400, i64::MAX, i64::MIN] {
-        assert_eq!(
-            FixedWindow::builder(1, day)
-                .align(offset)
-                .build()
-                .unwrap_err(),
-            ConfigError::InvalidUtcOffset(offset)
-        );
-        assert_eq!(
-            reference::FixedWindow::builder(1, day)
-                .align(offset)
-                .build()
-                .unwrap_err(),
-            ConfigError::InvalidUtcOffset(offset)
-        );
-    }
-    assert_eq!(
-        FixedWindow::builder(1, Duration::ZERO)
-            .align(0)
-            .build()
-            .unwrap_err(),
-        ConfigError::ZeroPeriod,
-        "go-zero divides by zero here"
-    );
-    assert!(FixedWindow::builder(1, day).align(86_399).build().is_ok());
-    assert!(FixedWindow::builder(1, day).align(-86_399).build().is_ok());
-}
-
-#[test]
-fn extremes_saturate_instead_of_overflowing() {
-    for period in [
-        Duration::MAX,
-        Duration::from_nanos(1),
-        Duration::from_secs(u64::MAX),
-    ] {
-        for align in [
-            None,
-            Some((0i64, Duration::MAX)),
-            Some((-86_399, Duration::ZERO)),
-        ] {
-            for w in W::both(u32::MAX, period, align) {
-                for now in [Nanos::ZERO, Nanos::new(1), Nanos::MAX] {
-                    w.take_n_at(now, u32::MAX);
-                    w.take_n_at(now, 1);
-                    w.take_n_at(now, 0);
-                    let _ = w.check_n_at(now, u32::MAX);
-                    let s = w.status_at(now);
-                    assert!(s.remaining <= s.quota);
-                }
-            }
-        }
-    }
-    // A window that would end past the end of time never ends: OverQuota stays.
-    let w = FixedWindow::builder(1, Duration::MAX)
-        .clock(ManualClock::default())
-        .build()
-        .unwrap();
-    assert_eq!(w.take_at(t(1.0)), Outcome::HitQuota);
-    assert_eq!(w.take_at(Nanos::MAX), Outcome::OverQuota);
 }
 
 #[test]
