@@ -261,3 +261,30 @@ fn checks_racing_sweeps_never_exceed_a_keys_budget() {
     eprintln!("idle keys evicted while checks ran: {evictions}");
     assert!(evictions > 0, "the sweeper never raced the checks");
 }
+
+#[test]
+fn a_background_sweeper_evicts_idle_keys_and_ends_with_the_map() {
+    let clock = ManualClock::default();
+    let k = std::sync::Arc::new(
+        windows(&clock)
+            .sweep_every(Duration::from_millis(2))
+            .build()
+            .unwrap(),
+    );
+    let sweeper = k.spawn_sweeper();
+    for key in 0..50 {
+        assert!(k.check_n_at(&key, t(0.0), 1).is_ok());
+    }
+    // Windows end at 1 s on the manual clock; the sweeper (on real time) sees it next round.
+    clock.set(t(1.0));
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !k.is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the sweeper never swept"
+        );
+        std::thread::yield_now();
+    }
+    drop(k);
+    sweeper.join().unwrap();
+}

@@ -53,8 +53,12 @@ fn million<L: turnstile::Limiter + turnstile::Idle + 'static>(
     }
     assert_eq!(k.len() as u64, KEYS);
     let full = live() - base;
+    let sweep = std::time::Instant::now();
     assert_eq!(k.evict_idle_at(Nanos::ZERO), 0, "nothing is idle yet");
+    eprintln!("  a sweep of {KEYS} busy keys took {:?}", sweep.elapsed());
+    let sweep = std::time::Instant::now();
     assert_eq!(k.evict_idle_at(idle_at) as u64, KEYS);
+    eprintln!("  a sweep evicting {KEYS} keys took {:?}", sweep.elapsed());
     assert!(k.is_empty());
     // Removed entries are freed once no thread can still hold them: a few more operations
     // let the epoch advance.
