@@ -2,6 +2,8 @@
 //! `per` 0, `Duration::MAX`, `u32::MAX` rates and slacks, `n` up to `u32::MAX`, and times at
 //! the ends of `Nanos`. The test profile keeps debug assertions (and so overflow checks) on.
 
+mod common;
+
 use std::time::Duration;
 
 use turnstile::{reference, Clock, ConfigError, LeakyBucket, Limiter, ManualClock, Nanos};
@@ -43,22 +45,6 @@ const PERS: [Duration; 6] = [
 const SLACKS: [u32; 4] = [0, 1, 10, u32::MAX];
 const NS: [u32; 5] = [0, 1, 2, 11, u32::MAX];
 
-fn times() -> Vec<Nanos> {
-    [
-        0,
-        1,
-        1_000_000_000,
-        u64::MAX / 2,
-        u64::MAX - 1_000_000_000,
-        u64::MAX - 2,
-        u64::MAX - 1,
-        u64::MAX,
-    ]
-    .into_iter()
-    .map(Nanos::new)
-    .collect()
-}
-
 /// Every operation at every extreme time, in increasing and then decreasing order, on both
 /// buckets. Nothing may panic; turnstile's permits are never before the time asked and never
 /// at the end of time unless refused.
@@ -79,8 +65,8 @@ fn every_operation_at_every_extreme_is_safe() {
                     .clock(ManualClock::new(Nanos::MAX))
                     .build()
                     .unwrap();
-                let mut ts = times();
-                ts.extend(times().into_iter().rev());
+                let mut ts = common::extreme_times();
+                ts.extend(common::extreme_times().into_iter().rev());
                 for now in ts {
                     let p = ours.take_at(now);
                     assert!(

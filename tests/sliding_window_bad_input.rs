@@ -3,6 +3,8 @@
 //! times at the ends of `Nanos`. The test profile keeps debug assertions (and so overflow
 //! checks) on, in the library too.
 
+mod common;
+
 use std::time::Duration;
 
 use turnstile::{reference, ConfigError, Idle, Limiter, ManualClock, Nanos, SlidingWindow};
@@ -47,22 +49,6 @@ fn periods() -> Vec<Duration> {
     ]
 }
 
-fn times() -> Vec<Nanos> {
-    [
-        0,
-        1,
-        1_000_000_000,
-        u64::MAX / 2,
-        u64::MAX - 1_000_000_000,
-        u64::MAX - 2,
-        u64::MAX - 1,
-        u64::MAX,
-    ]
-    .into_iter()
-    .map(Nanos::new)
-    .collect()
-}
-
 /// Every operation at every extreme time, in increasing and then decreasing order, with every
 /// extreme `n`, on both limiters. Nothing may panic, the two must agree, and the answers must
 /// be sane: retry times after the check, `remaining <= quota`, `resets_at >= now`.
@@ -79,8 +65,8 @@ fn every_operation_at_every_extreme_is_safe_and_both_agree() {
                 .build()
                 .unwrap();
             let what = format!("{quota}/{period:?}");
-            let mut ts = times();
-            ts.extend(times().into_iter().rev());
+            let mut ts = common::extreme_times();
+            ts.extend(common::extreme_times().into_iter().rev());
             for now in ts {
                 for n in [
                     0,
