@@ -7,25 +7,32 @@
 use std::time::Duration;
 
 use loom::thread;
-use turnstile::{FixedWindow, Keyed, ManualClock, Nanos};
+use turnstile::{FixedWindow, Idle, Keyed, LeakyBucket, Limiter, ManualClock, Nanos};
 
 type K = Keyed<u8, FixedWindow<ManualClock>, ManualClock>;
 
-/// A keyed map of 3-per-10-ns windows, swept only by hand; leaked because loom threads must
-/// be 'static.
-fn keyed() -> &'static K {
+/// A keyed map of limiters from `factory`, swept only by hand; leaked because loom threads
+/// must be 'static.
+fn leaked<L: Limiter + Idle + 'static>(
+    factory: impl Fn(&u8) -> L + Send + Sync + 'static,
+) -> &'static Keyed<u8, L, ManualClock> {
     Box::leak(Box::new(
-        Keyed::builder(|_: &u8| {
-            FixedWindow::builder(3, Duration::from_nanos(10))
-                .clock(ManualClock::default())
-                .build()
-                .unwrap()
-        })
-        .sweep_every(Duration::MAX)
-        .clock(ManualClock::default())
-        .build()
-        .unwrap(),
+        Keyed::builder(factory)
+            .sweep_every(Duration::MAX)
+            .clock(ManualClock::default())
+            .build()
+            .unwrap(),
     ))
+}
+
+/// A keyed map of 3-per-10-ns windows.
+fn keyed() -> &'static K {
+    leaked(|_| {
+        FixedWindow::builder(3, Duration::from_nanos(10))
+            .clock(ManualClock::default())
+            .build()
+            .unwrap()
+    })
 }
 
 const T: Nanos = Nanos::new(5);
@@ -87,22 +94,15 @@ fn check_vs_evict_at_the_last_unit_grants_exactly_once() {
 /// exist for.
 #[test]
 fn check_vs_evict_on_a_relaxed_limiter_keeps_the_grant() {
-    use turnstile::LeakyBucket;
     loom::model(|| {
-        let k: &'static Keyed<u8, LeakyBucket<ManualClock>, ManualClock> = Box::leak(Box::new(
-            Keyed::builder(|_: &u8| {
-                LeakyBucket::builder(1)
-                    .per(Duration::from_nanos(10))
-                    .without_slack()
-                    .clock(ManualClock::default())
-                    .build()
-                    .unwrap()
-            })
-            .sweep_every(Duration::MAX)
-            .clock(ManualClock::default())
-            .build()
-            .unwrap(),
-        ));
+        let k = leaked(|_| {
+            LeakyBucket::builder(1)
+                .per(Duration::from_nanos(10))
+                .without_slack()
+                .clock(ManualClock::default())
+                .build()
+                .unwrap()
+        });
         // Key 1 exists and has never issued a permit: idle.
         assert!(k.with(&1, |_| ()).is_some());
         let a = thread::spawn(move || k.check_n_at(&1, T, 1).is_ok());
