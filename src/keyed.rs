@@ -64,6 +64,7 @@
 //! ([`WhenFull::Allow`], for those who would rather fail open). Existing keys are never
 //! evicted to make room: that would hand their owners a fresh quota.
 
+use std::borrow::Borrow;
 use std::fmt;
 use std::hash::Hash;
 use std::time::Duration;
@@ -108,11 +109,11 @@ pub enum WhenFull {
 /// assert!(per_ip.check(&client).is_ok());
 /// assert_eq!(per_ip.len(), 1);
 ///
-/// // Any limiter works, and denials say when to retry.
+/// // Any limiter works, and denials say when to retry. Keys are looked up by any borrowed
+/// // form (`&str` for `String` keys): a check allocates only when it inserts a new key.
 /// let per_user = Keyed::new(|_: &String| TokenBucket::new(Limit::per_second(1.0).unwrap(), 1));
-/// let alice = "alice".to_string();
-/// assert!(per_user.check(&alice).is_ok());
-/// let denied = per_user.check(&alice).unwrap_err();
+/// assert!(per_user.check("alice").is_ok());
+/// let denied = per_user.check("alice").unwrap_err();
 /// assert!(denied.retry_after().unwrap() <= Duration::from_secs(1));
 /// ```
 pub struct Keyed<K, L, C: Clock = QuantaClock>
@@ -329,7 +330,11 @@ where
     /// assert!(k.check(&"alice").is_err());
     /// assert!(k.check(&"bob").is_ok());
     /// ```
-    pub fn check(&self, key: &K) -> Result<(), Denied> {
+    pub fn check<Q>(&self, key: &Q) -> Result<(), Denied>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
         self.check_n_at(key, self.clock.now(), 1)
     }
 
@@ -341,7 +346,11 @@ where
     /// let k = Keyed::new(|_: &u8| FixedWindow::new(3, Duration::from_secs(60)).unwrap());
     /// assert!(k.check_n(&1, 3).is_ok());
     /// ```
-    pub fn check_n(&self, key: &K, n: u32) -> Result<(), Denied> {
+    pub fn check_n<Q>(&self, key: &Q, n: u32) -> Result<(), Denied>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
         self.check_n_at(key, self.clock.now(), n)
     }
 
@@ -360,7 +369,11 @@ where
     /// let d = k.check_n_at(&1, Nanos::new(250_000_000), 1).unwrap_err();
     /// assert_eq!(d.retry_after(), Some(Duration::from_millis(750)));
     /// ```
-    pub fn check_n_at(&self, key: &K, now: Nanos, n: u32) -> Result<(), Denied> {
+    pub fn check_n_at<Q>(&self, key: &Q, now: Nanos, n: u32) -> Result<(), Denied>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
         self.maybe_sweep(now, false);
         match self.with_at(key, now, |l| l.check_n_at(now, n), |r| r.is_ok()) {
             Some(r) => r,
@@ -384,7 +397,11 @@ where
     /// assert_eq!(k.with(&1, |w| w.take()), Some(Outcome::Allowed));
     /// assert_eq!(k.with(&1, |w| w.status().remaining), Some(1));
     /// ```
-    pub fn with<R>(&self, key: &K, f: impl Fn(&L) -> R) -> Option<R> {
+    pub fn with<Q, R>(&self, key: &Q, f: impl Fn(&L) -> R) -> Option<R>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
         let now = self.clock.now();
         self.maybe_sweep(now, false);
         self.with_at(key, now, f, |_| true)
@@ -400,7 +417,11 @@ where
     /// let _ = k.check(&1);
     /// assert!(k.contains(&1));
     /// ```
-    pub fn contains(&self, key: &K) -> bool {
+    pub fn contains<Q>(&self, key: &Q) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
         let guard = map::Guard::new();
         self.map.get(key, &guard).is_some()
     }
@@ -493,13 +514,17 @@ where
 
     /// The retry loop: finds or builds the key's entry and runs `f` on it under the eviction
     /// protocol. `None`: the key is new and the map is full.
-    fn with_at<R>(
+    fn with_at<Q, R>(
         &self,
-        key: &K,
+        key: &Q,
         now: Nanos,
         f: impl Fn(&L) -> R,
         wrote: impl Fn(&R) -> bool,
-    ) -> Option<R> {
+    ) -> Option<R>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
         let backoff = Backoff::new();
         loop {
             {
@@ -522,15 +547,20 @@ where
 
     /// Builds and inserts `key`'s limiter; false if the map is full (after an early sweep).
     /// Returns true also when another thread inserted the key first.
-    fn insert(&self, key: &K, now: Nanos) -> bool {
+    fn insert<Q>(&self, key: &Q, now: Nanos) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
         if !self.reserve() {
             self.maybe_sweep(now, true);
             if !self.reserve() {
                 return false;
             }
         }
-        let slot = map::new_slot(Slot::new((self.factory)(key)));
-        if !self.map.insert(key.clone(), slot) {
+        let key = key.to_owned();
+        let slot = map::new_slot(Slot::new((self.factory)(&key)));
+        if !self.map.insert(key, slot) {
             // Lost the race to another thread's insert of the same key.
             self.len.fetch_sub(1, Ordering::Relaxed);
         }
@@ -752,6 +782,7 @@ impl<K, L, C: Clock> fmt::Debug for KeyedBuilder<K, L, C> {
 /// protocol above is what the loom models check; the map's own atomicity is scc's.
 #[cfg(not(loom))]
 mod map {
+    use std::borrow::Borrow;
     use std::hash::Hash;
     use std::sync::Arc;
 
@@ -771,7 +802,11 @@ mod map {
         }
 
         #[inline]
-        pub(super) fn get<'g>(&self, key: &K, guard: &'g Guard) -> Option<&'g Slot<L>> {
+        pub(super) fn get<'g, Q>(&self, key: &Q, guard: &'g Guard) -> Option<&'g Slot<L>>
+        where
+            K: Borrow<Q>,
+            Q: Hash + Eq + ?Sized,
+        {
             self.0.peek(key, guard).map(|slot| &**slot)
         }
 
@@ -781,7 +816,11 @@ mod map {
         }
 
         /// Removes `key` if it still maps to the slot `id`.
-        pub(super) fn remove_same(&self, key: &K, id: *const Slot<L>) {
+        pub(super) fn remove_same<Q>(&self, key: &Q, id: *const Slot<L>)
+        where
+            K: Borrow<Q>,
+            Q: Hash + Eq + ?Sized,
+        {
             self.0
                 .remove_if(key, |current| std::ptr::eq(&**current, id));
         }
@@ -794,6 +833,7 @@ mod map {
 
 #[cfg(loom)]
 mod map {
+    use std::borrow::Borrow;
     use std::collections::HashMap;
     use std::hash::Hash;
     use std::sync::Arc;
@@ -820,7 +860,11 @@ mod map {
             Map(loom::sync::Mutex::new(HashMap::new())) // loom models only
         }
 
-        pub(super) fn get(&self, key: &K, _: &Guard) -> Option<Arc<Slot<L>>> {
+        pub(super) fn get<Q>(&self, key: &Q, _: &Guard) -> Option<Arc<Slot<L>>>
+        where
+            K: Borrow<Q>,
+            Q: Hash + Eq + ?Sized,
+        {
             self.0.lock().unwrap().get(key).cloned()
         }
 
@@ -833,7 +877,11 @@ mod map {
             true
         }
 
-        pub(super) fn remove_same(&self, key: &K, id: *const Slot<L>) {
+        pub(super) fn remove_same<Q>(&self, key: &Q, id: *const Slot<L>)
+        where
+            K: Borrow<Q>,
+            Q: Hash + Eq + ?Sized,
+        {
             let mut m = self.0.lock().unwrap();
             if m.get(key).is_some_and(|s| std::ptr::eq(&**s, id)) {
                 m.remove(key);

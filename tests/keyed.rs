@@ -288,3 +288,26 @@ fn a_background_sweeper_evicts_idle_keys_and_ends_with_the_map() {
     drop(k);
     sweeper.join().unwrap();
 }
+
+#[test]
+fn string_keys_are_looked_up_by_str() {
+    let k = Keyed::builder(|user: &String| {
+        let quota = if user == "admin" { 3 } else { 1 };
+        FixedWindow::builder(quota, Duration::from_secs(60))
+            .clock(ManualClock::default())
+            .build()
+            .unwrap()
+    })
+    .clock(ManualClock::default())
+    .build()
+    .unwrap();
+    assert!(k.check("bob").is_ok());
+    assert!(k.check("bob").is_err());
+    assert!(k.check_n("admin", 3).is_ok());
+    assert!(k.contains("admin") && k.contains(&"bob".to_string()));
+    assert_eq!(
+        k.with("admin", |w| w.status_at(Nanos::ZERO).remaining),
+        Some(0)
+    );
+    assert_eq!(k.len(), 2);
+}
