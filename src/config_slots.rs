@@ -18,8 +18,7 @@
 //!   reads therefore saw no word of a later write (the standard seqlock argument, as in
 //!   crossbeam's `AtomicCell`).
 
-use crossbeam_utils::CachePadded;
-
+use crate::limiter::{Layout, Padded};
 use crate::sync::{fence, AtomicU64, Ordering};
 
 const WRITING: u64 = u64::MAX;
@@ -31,12 +30,12 @@ struct Slot<const N: usize> {
 }
 
 /// Two configuration slots of `N` words each, on their own cache line(s) so that writes to the
-/// hot state word do not evict them.
-pub(crate) struct ConfigSlots<const N: usize> {
-    slots: CachePadded<[Slot<N>; 2]>,
+/// hot state word do not evict them (unless `P` is `Compact`: then they sit next to it).
+pub(crate) struct ConfigSlots<const N: usize, P: Layout = Padded> {
+    slots: P::Cell<[Slot<N>; 2]>,
 }
 
-impl<const N: usize> ConfigSlots<N> {
+impl<const N: usize, P: Layout> ConfigSlots<N, P> {
     /// Slots holding `first` as epoch 0.
     pub(crate) fn new(first: [u64; N]) -> Self {
         let slot = || Slot {
@@ -44,7 +43,7 @@ impl<const N: usize> ConfigSlots<N> {
             words: std::array::from_fn(|_| AtomicU64::new(0)),
         };
         let slots = ConfigSlots {
-            slots: CachePadded::new([slot(), slot()]),
+            slots: P::cell([slot(), slot()]),
         };
         slots.write(0, first);
         slots

@@ -131,9 +131,9 @@ pub enum Twin {}
 /// One limiter shared by every thread wants [`Padded`]: the word that every check CASes must
 /// not share a line with unrelated data. A [`Keyed`](crate::Keyed) map holds thousands or
 /// millions of small limiters, each touched now and then: there padding multiplies the bytes
-/// per key and the cache lines each check misses on, so the window limiters also come in a
-/// [`Compact`] layout (`FixedWindow::builder(..).build_compact()`), the crate convention's one
-/// exception.
+/// per key, so the token bucket and the window limiters also come in a [`Compact`] layout
+/// (`TokenBucket::compact`, `FixedWindow::builder(..).build_compact()`,
+/// `SlidingWindow::builder(..).build_compact()`): the crate convention's one exception.
 ///
 /// ```
 /// use std::time::Duration;

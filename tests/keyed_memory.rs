@@ -119,4 +119,7 @@ fn one_million_keys_then_idle_gives_memory_back() {
     held_then_freed("TokenBucket", |_| {
         TokenBucket::with_clock(Limit::per_second(10.0).unwrap(), 5, ManualClock::default())
     });
+    held_then_freed("TokenBucket (Compact)", |_| {
+        TokenBucket::compact_with_clock(Limit::per_second(10.0).unwrap(), 5, ManualClock::default())
+    });
 }

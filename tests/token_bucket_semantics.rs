@@ -488,3 +488,42 @@ fn idle_exactly_when_full() {
     assert!(i.allow_n_at(at(0), 100));
     assert!(i.is_idle_at(at(0)));
 }
+
+#[test]
+fn the_compact_layout_is_the_same_bucket_unpadded() {
+    use turnstile::{Compact, ManualClock, Nanos, TokenBucket};
+    let limit = Limit::per_second(7.0).unwrap();
+    let padded = TokenBucket::with_clock(limit, 4, ManualClock::default());
+    let compact: TokenBucket<_, Compact> =
+        TokenBucket::compact_with_clock(limit, 4, ManualClock::default());
+    assert!(std::mem::size_of_val(&compact) < std::mem::size_of_val(&padded) / 2);
+    for i in 0..300u64 {
+        let now = Nanos::new(i * 61_000_000);
+        let n = (i % 5) as u32;
+        match i % 7 {
+            0 => {
+                let (a, b) = (padded.reserve_n_at(now, n), compact.reserve_n_at(now, n));
+                assert_eq!(
+                    (a.ok(), a.time_to_act()),
+                    (b.ok(), b.time_to_act()),
+                    "op {i}"
+                );
+                if i % 2 == 0 {
+                    a.cancel_at(now);
+                    b.cancel_at(now);
+                }
+            }
+            1 => {
+                let l = Limit::per_second((i % 13) as f64).unwrap();
+                padded.set_limit_at(now, l);
+                compact.set_limit_at(now, l);
+            }
+            _ => assert_eq!(
+                padded.allow_n_at(now, n),
+                compact.allow_n_at(now, n),
+                "op {i}"
+            ),
+        }
+        assert_eq!(padded.tokens_at(now), compact.tokens_at(now), "op {i}");
+    }
+}
