@@ -652,7 +652,7 @@ fn phase3(args: &Args, threads: usize, dur: Duration) -> bool {
 }
 
 /// Phase 4: per-key limiters, turnstile's `Keyed` against governor's keyed limiter (dashmap),
-/// each key a token bucket. First `KEYS` clients picked at random by every thread, each with a
+/// each key a token bucket (turnstile's in the `Compact` layout meant for keyed maps). First `KEYS` clients picked at random by every thread, each with a
 /// small budget; then one hot client with the phase-1 rate. Every key's grants are counted and
 /// checked against its own budget. Returns whether turnstile went over.
 fn phase4(threads: usize, dur: Duration) -> bool {
@@ -683,7 +683,7 @@ fn phase4(threads: usize, dur: Duration) -> bool {
         ("hot key", 1, HOT_RATE, HOT_BURST),
     ] {
         let limit = limit_of(f64::from(rate));
-        let ours = Keyed::new(move |_: &u64| TokenBucket::new(limit, burst));
+        let ours = Keyed::new(move |_: &u64| TokenBucket::compact(limit, burst));
         let s = run_keyed(threads, dur, keys, |k| ours.check(&k).is_ok());
         over |= !keyed_row(
             &mut t,
