@@ -79,12 +79,12 @@
 //!   never limits); slack is a `u32`, so negative slack cannot be expressed.
 //! * **D7** besides the blocking [`LeakyBucket::take`]: [`LeakyBucket::take_at`] returns the
 //!   permit time without sleeping, [`LeakyBucket::try_take`] takes a permit only if no wait is
-//!   needed (and writes nothing otherwise), [`LeakyBucket::take_async`] (feature `tokio`)
+//!   needed (and writes nothing otherwise), `LeakyBucket::take_async` (feature `tokio`)
 //!   sleeps on tokio's timer, and the [`Limiter`] check takes `n` permits at once.
 //! * The "no permit yet" sentinel is [`Nanos::MAX`], not 0 (see above), and the end of
 //!   representable time is refused instead of overflowing. A `per / rate` above `u64::MAX`
 //!   nanoseconds (only reachable with a `per` longer than ~584 years) acts as `u64::MAX`.
-//! * Dropping a [`LeakyBucket::take_async`] future after its first poll does not give the
+//! * Dropping a `LeakyBucket::take_async` future after its first poll does not give the
 //!   permit back. The crate convention is that dropping an async wait cancels its reservation;
 //!   here the state is a single `next` that later takes build on, so a permit cannot be
 //!   returned without moving theirs, and upstream's `Take` has no cancel either.

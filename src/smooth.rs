@@ -119,7 +119,7 @@
 //!   there is no debt.)
 //! * [`SmoothBursty::rate`] returns the rate as set; Guava recomputes `1e6 / stable_interval`,
 //!   which can differ in the last bit and is 0 for subnormal rates.
-//! * The async [`SmoothBursty::acquire_async`] does not give permits back when dropped: Guava
+//! * The async `SmoothBursty::acquire_async` does not give permits back when dropped: Guava
 //!   has no cancel, and under pay later the request's cost has already been charged to the
 //!   *next* caller.
 
