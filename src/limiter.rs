@@ -92,7 +92,7 @@ pub trait Limiter: Send + Sync {
 }
 
 /// A limiter that can tell when it has nothing left to remember, so that a keyed map may drop
-/// it and build a fresh one the next time its key is seen (see [`crate::Keyed`]).
+/// it and build a fresh one the next time its key is seen (see `Keyed`, feature `keyed`).
 ///
 /// `is_idle_at(now)` is true only when a freshly built limiter, put in this one's place at
 /// `now`, would refuse everything this one would refuse from `now` on: dropping an idle limiter
@@ -129,7 +129,7 @@ pub enum Twin {}
 /// default) or packed next to its configuration ([`Compact`]).
 ///
 /// One limiter shared by every thread wants [`Padded`]: the word that every check CASes must
-/// not share a line with unrelated data. A [`Keyed`](crate::Keyed) map holds thousands or
+/// not share a line with unrelated data. A `Keyed` map holds thousands or
 /// millions of small limiters, each touched now and then: there padding multiplies the bytes
 /// per key, so the token bucket and the window limiters also come in a [`Compact`] layout
 /// (`TokenBucket::compact`, `FixedWindow::builder(..).build_compact()`,

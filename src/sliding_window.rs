@@ -740,12 +740,14 @@ impl<C: Clock> Builder<C, LockFree> {
     /// configuration), for the many per-key limiters of a [`Keyed`](crate::Keyed) map.
     ///
     /// ```
+    /// # #[cfg(feature = "keyed")] {
     /// use std::time::Duration;
     /// use turnstile::{Keyed, SlidingWindow};
     /// let per_user = Keyed::new(|_: &String| {
     ///     SlidingWindow::builder(100, Duration::from_secs(60)).build_compact().unwrap()
     /// });
-    /// assert!(per_user.check(&"alice".to_string()).is_ok());
+    /// assert!(per_user.check("alice").is_ok());
+    /// # }
     /// ```
     pub fn build_compact(self) -> Result<SlidingWindow<C, Compact>, ConfigError> {
         SlidingWindow::from_builder(self)

@@ -147,10 +147,12 @@ impl TokenBucket<QuantaClock, Compact> {
     /// the bytes per key). Same behaviour.
     ///
     /// ```
+    /// # #[cfg(feature = "keyed")] {
     /// use turnstile::{Keyed, Limit, TokenBucket};
     /// let limit = Limit::per_second(10.0).unwrap();
     /// let per_ip = Keyed::new(move |_: &u32| TokenBucket::compact(limit, 5));
     /// assert!(per_ip.check_n(&1, 5).is_ok());
+    /// # }
     /// ```
     pub fn compact(limit: Limit, burst: u32) -> Self {
         Self::in_layout(limit, burst, QuantaClock::new())

@@ -695,12 +695,14 @@ impl<C: Clock> Builder<C, LockFree> {
     /// fraction of the bytes per key, and one cache line per check).
     ///
     /// ```
+    /// # #[cfg(feature = "keyed")] {
     /// use std::time::Duration;
     /// use turnstile::{FixedWindow, Keyed};
     /// let per_ip = Keyed::new(|_: &u32| {
     ///     FixedWindow::builder(100, Duration::from_secs(60)).build_compact().unwrap()
     /// });
     /// assert!(per_ip.check(&1).is_ok());
+    /// # }
     /// ```
     pub fn build_compact(self) -> Result<FixedWindow<C, Compact>, ConfigError> {
         let (spec, clock) = self.into_spec()?;

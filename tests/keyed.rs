@@ -1,6 +1,7 @@
 //! `Keyed`: per-key configuration, independence of keys, denials with retry times, automatic
 //! eviction of idle keys, the `max_keys` bound and its policies, and a multi-thread race of
 //! checks against sweeps that must never let a key grant more than its budget.
+#![cfg(feature = "keyed")]
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;

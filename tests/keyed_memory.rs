@@ -1,6 +1,7 @@
 //! Memory: one million distinct keys, then idle; after eviction the memory comes back. Prints
 //! the bytes per key while held. Its own test binary, because it counts every allocation of
 //! the process with a global allocator.
+#![cfg(feature = "keyed")]
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicIsize, Ordering};
