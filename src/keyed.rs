@@ -486,6 +486,10 @@ where
     /// Evicts every key whose limiter is idle at `now` ([`Idle::is_idle_at`]); returns how many
     /// went.
     ///
+    /// `now` must not run ahead of the times later checks use: a limiter idle at a future
+    /// `now` may still be busy at the real present, and evicting it hands its key a fresh
+    /// limiter. The plain [`Keyed::evict_idle`] and the automatic sweeps use the map's clock.
+    ///
     /// ```
     /// use std::time::Duration;
     /// use turnstile::{FixedWindow, Keyed, ManualClock, Nanos};
