@@ -56,7 +56,9 @@
 //! 10 s) has passed since the last one, or when the user calls [`Keyed::evict_idle`]. That
 //! request pays for the sweep (35–130 ms for a million keys here, depending on the limiter);
 //! [`Keyed::spawn_sweeper`] moves sweeps to a thread of their own, which latency-sensitive
-//! servers with many keys should use. With
+//! servers with many keys should use. Sweeps judge idleness [`SWEEP_LAG`] (100 ms) behind
+//! their clock reading, so a thread whose own reading is that stale never finds a fresh
+//! limiter where the evicted one would still have been busy at its time. With
 //! [`KeyedBuilder::max_keys`], a new key that finds the map full triggers an early sweep (at
 //! most one per tenth of `sweep_every`); if that frees no room, the request is refused with a
 //! retry time of the next such sweep ([`WhenFull::Deny`], the default: memory stays bounded and
@@ -256,6 +258,13 @@ where
         }
     }
 }
+
+/// How far behind its clock reading a sweep judges idleness. A limiter idle at some time
+/// stays idle later, so a sweep that evicts what was idle `SWEEP_LAG` ago is safe for every
+/// check whose clock reading is at most that stale (a thread that read the clock, then lost
+/// the CPU before its check): it never meets a fresh limiter where the evicted one would have
+/// been busy at its time.
+pub const SWEEP_LAG: Duration = Duration::from_millis(100);
 
 /// How often idle keys are swept by default.
 pub const DEFAULT_SWEEP_EVERY: Duration = Duration::from_secs(10);
@@ -465,12 +474,13 @@ where
                 let Some(k) = weak.upgrade() else { return };
                 let now = k.clock.now();
                 k.last_sweep.store(now.as_u64(), Ordering::Relaxed);
-                k.evict_idle_at(now);
+                k.evict_idle_at(now.saturating_sub(SWEEP_LAG));
             }
         })
     }
 
-    /// Evicts every idle key now; returns how many went.
+    /// Evicts every key that was idle [`SWEEP_LAG`] ago (so stale clock readings of other
+    /// threads are safe); returns how many went.
     ///
     /// ```
     /// use std::time::Duration;
@@ -480,7 +490,7 @@ where
     /// assert_eq!(k.evict_idle(), 0); // its window is open
     /// ```
     pub fn evict_idle(&self) -> usize {
-        self.evict_idle_at(self.clock.now())
+        self.evict_idle_at(self.clock.now().saturating_sub(SWEEP_LAG))
     }
 
     /// Evicts every key whose limiter is idle at `now` ([`Idle::is_idle_at`]); returns how many
@@ -627,7 +637,7 @@ where
             .compare_exchange(last, now.as_u64(), Ordering::Relaxed, Ordering::Relaxed)
             .is_ok()
         {
-            self.evict_idle_at(now);
+            self.evict_idle_at(now.saturating_sub(SWEEP_LAG));
         }
     }
 }

@@ -276,8 +276,9 @@ fn a_background_sweeper_evicts_idle_keys_and_ends_with_the_map() {
     for key in 0..50 {
         assert!(k.check_n_at(&key, t(0.0), 1).is_ok());
     }
-    // Windows end at 1 s on the manual clock; the sweeper (on real time) sees it next round.
-    clock.set(t(1.0));
+    // Windows end at 1 s on the manual clock; the sweeper (on real time) sees it next round,
+    // judging idleness SWEEP_LAG (0.1 s) behind the clock.
+    clock.set(t(1.2));
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     while !k.is_empty() {
         assert!(
@@ -311,4 +312,23 @@ fn string_keys_are_looked_up_by_str() {
         Some(0)
     );
     assert_eq!(k.len(), 2);
+}
+
+#[test]
+fn sweeps_lag_behind_the_clock_so_stale_readings_meet_the_old_limiter() {
+    let clock = ManualClock::default();
+    let k = windows(&clock)
+        .sweep_every(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    assert!(k.check_n_at(&1, t(0.0), 2).is_ok()); // key 1's window [0, 1 s) is full
+                                                  // Another thread's check at 1.05 s runs the due sweep; key 1 is idle at 1.05 s, but not
+                                                  // SWEEP_LAG earlier, so it stays.
+    assert!(k.check_n_at(&2, t(1.05), 1).is_ok());
+    assert!(k.contains(&1));
+    // A thread that read 0.97 s before the sweep still meets key 1's full window; had the
+    // sweep evicted it, a fresh window would grant at 0.97 s: 3 grants in one window.
+    assert!(k.check_n_at(&1, t(0.97), 1).is_err());
+    // Once it was idle SWEEP_LAG ago, it goes.
+    assert_eq!(k.evict_idle_at(t(1.0)), 1);
 }
