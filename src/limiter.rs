@@ -100,6 +100,10 @@ pub trait Limiter: Send + Sync {
 /// limiter banks credit while idle (a leaky bucket's slack, a `SmoothBursty`'s stored
 /// permits), the fresh one is stricter, and its docs say so.
 ///
+/// Idleness must persist: a limiter idle at `t` and not used since is idle at every later
+/// time (every turnstile limiter's is). Keyed sweeps rely on it when they judge idleness a
+/// little behind the clock (`keyed::SWEEP_LAG`).
+///
 /// ```
 /// use turnstile::{Idle, Limit, Limiter, TokenBucket};
 /// use turnstile::clock::{ManualClock, Nanos};
