@@ -572,12 +572,20 @@ where
                 return false;
             }
         }
+        // Gives the room back unless the key goes in: if it was inserted first by another
+        // thread, or if the factory (user code) panics.
+        struct Room<'a>(&'a AtomicU64, bool);
+        impl Drop for Room<'_> {
+            fn drop(&mut self) {
+                if !self.1 {
+                    self.0.fetch_sub(1, Ordering::Relaxed);
+                }
+            }
+        }
+        let mut room = Room(&self.len, false);
         let key = key.to_owned();
         let slot = map::new_slot(Slot::new((self.factory)(&key)));
-        if !self.map.insert(key, slot) {
-            // Lost the race to another thread's insert of the same key.
-            self.len.fetch_sub(1, Ordering::Relaxed);
-        }
+        room.1 = self.map.insert(key, slot);
         true
     }
 

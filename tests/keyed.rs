@@ -332,3 +332,25 @@ fn sweeps_lag_behind_the_clock_so_stale_readings_meet_the_old_limiter() {
     // Once it was idle SWEEP_LAG ago, it goes.
     assert_eq!(k.evict_idle_at(t(1.0)), 1);
 }
+
+#[test]
+fn a_panicking_factory_leaves_no_phantom_key() {
+    let k = Keyed::builder(|key: &u32| {
+        assert!(*key != 13, "no limiter for 13");
+        FixedWindow::builder(1, Duration::from_secs(1))
+            .clock(ManualClock::default())
+            .build()
+            .unwrap()
+    })
+    .max_keys(1)
+    .clock(ManualClock::default())
+    .build()
+    .unwrap();
+    let k = std::panic::AssertUnwindSafe(k);
+    assert!(std::panic::catch_unwind(|| k.check_n_at(&13, Nanos::ZERO, 1)).is_err());
+    assert_eq!(k.len(), 0);
+    assert!(
+        k.check_n_at(&1, Nanos::ZERO, 1).is_ok(),
+        "its room was given back"
+    );
+}
