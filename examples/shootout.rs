@@ -138,40 +138,60 @@ struct Stats {
     wall: Duration,
 }
 
-/// Hammers `l` with `threads` threads calling `check()` for about `dur`.
-fn run<L: Limiter>(l: &L, threads: usize, dur: Duration) -> Stats {
+/// Runs `work(id, stop)` on `threads` threads released together, after `before()` has run;
+/// sleeps `dur`, raises `stop` and joins them. Returns `before()`'s value, the wall-clock time
+/// of the release and each thread's result.
+fn hammer<B, T: Send>(
+    threads: usize,
+    dur: Duration,
+    before: impl FnOnce() -> B,
+    work: impl Fn(usize, &AtomicBool) -> T + Sync,
+) -> (B, Instant, Vec<T>) {
     let stop = AtomicBool::new(false);
     let barrier = Barrier::new(threads + 1);
-    let (t0, w0, per_thread) = std::thread::scope(|s| {
+    std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
-            .map(|_| {
-                s.spawn(|| {
-                    let (mut granted, mut denied) = (0u64, 0u64);
+            .map(|id| {
+                let (stop, barrier, work) = (&stop, &barrier, &work);
+                s.spawn(move || {
                     barrier.wait();
-                    while !stop.load(Ordering::Relaxed) {
-                        for _ in 0..BATCH {
-                            match l.check() {
-                                Ok(()) => granted += 1,
-                                Err(_) => denied += 1,
-                            }
-                        }
-                    }
-                    (granted, denied)
+                    work(id, stop)
                 })
             })
             .collect();
-        // Read before any thread can check: the window covers every check.
-        let t0 = l.now();
+        let b = before();
         let w0 = Instant::now();
         barrier.wait();
         std::thread::sleep(dur);
         stop.store(true, Ordering::Relaxed);
-        let per_thread: Vec<(u64, u64)> = handles
+        let results = handles
             .into_iter()
             .map(|h| h.join().expect("shootout thread panicked"))
             .collect();
-        (t0, w0, per_thread)
-    });
+        (b, w0, results)
+    })
+}
+
+/// Hammers `l` with `threads` threads calling `check()` for about `dur`.
+fn run<L: Limiter>(l: &L, threads: usize, dur: Duration) -> Stats {
+    // t0 is read before any thread can check: the window covers every check.
+    let (t0, w0, per_thread) = hammer(
+        threads,
+        dur,
+        || l.now(),
+        |_, stop| {
+            let (mut granted, mut denied) = (0u64, 0u64);
+            while !stop.load(Ordering::Relaxed) {
+                for _ in 0..BATCH {
+                    match l.check() {
+                        Ok(()) => granted += 1,
+                        Err(_) => denied += 1,
+                    }
+                }
+            }
+            (granted, denied)
+        },
+    );
     // Read after every thread has stopped.
     let elapsed = l.now() - t0;
     let wall = w0.elapsed();
@@ -728,45 +748,32 @@ fn run_keyed(
     keys: u64,
     check: impl Fn(u64) -> bool + Sync,
 ) -> KeyedStats {
-    let stop = AtomicBool::new(false);
-    let barrier = Barrier::new(threads + 1);
     let granted: Vec<std::sync::atomic::AtomicU64> = (0..keys)
         .map(|_| std::sync::atomic::AtomicU64::new(0))
         .collect();
-    let (w0, ops) = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..threads)
-            .map(|id| {
-                let (stop, barrier, granted, check) = (&stop, &barrier, &granted, &check);
-                s.spawn(move || {
-                    let mut rng = 0x9E37_79B9_7F4A_7C15u64 ^ (id as u64 + 1);
-                    let mut ops = 0u64;
-                    barrier.wait();
-                    while !stop.load(Ordering::Relaxed) {
-                        for _ in 0..BATCH {
-                            rng ^= rng << 13;
-                            rng ^= rng >> 7;
-                            rng ^= rng << 17;
-                            let key = rng % keys;
-                            if check(key) {
-                                granted[key as usize].fetch_add(1, Ordering::Relaxed);
-                            }
-                        }
-                        ops += u64::from(BATCH);
+    let ((), w0, per_thread) = hammer(
+        threads,
+        dur,
+        || (),
+        |id, stop| {
+            let mut rng = 0x9E37_79B9_7F4A_7C15u64 ^ (id as u64 + 1);
+            let mut ops = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                for _ in 0..BATCH {
+                    rng ^= rng << 13;
+                    rng ^= rng >> 7;
+                    rng ^= rng << 17;
+                    let key = rng % keys;
+                    if check(key) {
+                        granted[key as usize].fetch_add(1, Ordering::Relaxed);
                     }
-                    ops
-                })
-            })
-            .collect();
-        let w0 = Instant::now();
-        barrier.wait();
-        std::thread::sleep(dur);
-        stop.store(true, Ordering::Relaxed);
-        let ops: u64 = handles
-            .into_iter()
-            .map(|h| h.join().expect("shootout thread panicked"))
-            .sum();
-        (w0, ops)
-    });
+                }
+                ops += u64::from(BATCH);
+            }
+            ops
+        },
+    );
+    let ops = per_thread.iter().sum();
     KeyedStats {
         granted: granted.into_iter().map(|g| g.into_inner()).collect(),
         ops,

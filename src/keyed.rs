@@ -584,7 +584,7 @@ where
         }
         let mut room = Room(&self.len, false);
         let key = key.to_owned();
-        let slot = map::new_slot(Slot::new((self.factory)(&key)));
+        let slot = std::sync::Arc::new(Slot::new((self.factory)(&key)));
         room.1 = self.map.insert(key, slot);
         true
     }
@@ -814,10 +814,6 @@ mod map {
 
     pub(super) struct Map<K: 'static, L: 'static>(scc::HashIndex<K, Arc<Slot<L>>>);
 
-    pub(super) fn new_slot<L>(slot: Slot<L>) -> Arc<Slot<L>> {
-        Arc::new(slot)
-    }
-
     impl<K: Eq + Hash + Clone + 'static, L: 'static> Map<K, L> {
         pub(super) fn new() -> Self {
             Map(scc::HashIndex::default())
@@ -872,10 +868,6 @@ mod map {
     }
 
     pub(super) struct Map<K, L>(loom::sync::Mutex<HashMap<K, Arc<Slot<L>>>>); // loom models only
-
-    pub(super) fn new_slot<L>(slot: Slot<L>) -> Arc<Slot<L>> {
-        Arc::new(slot)
-    }
 
     impl<K: Eq + Hash + Clone, L> Map<K, L> {
         pub(super) fn new() -> Self {
