@@ -59,15 +59,26 @@
 //!   once with [`WaitError::Never`]; the same holds for any reservation whose wait would
 //!   pass the end of representable time (~292 years), where rate.go returns `InfDuration`.
 //! * **D5** `n` is unsigned.
-//! * **Cancel** restores `tokens - limit * (tat - time_to_act)`, measuring the tokens later
-//!   reservations still hold from the bucket's current `tat` rather than from rate.go's
-//!   `lastEvent`. The two agree until a reservation other than the latest is cancelled or the
-//!   limit changes; after that rate.go restores less than later reservations left free
-//!   (golang/go#56924, #69419), turnstile restores exactly that. Nor does turnstile ever
-//!   restore more than the reservation took, which rate.go does when `lastEvent` lies before
-//!   the reservation's time (a zero-token reservation moves it there). A reservation made
-//!   under an infinite limit took nothing and restores nothing; one made before a switch to a
-//!   zero limit restores its tokens.
+//! * **Cancel** restores the reserved tokens minus the tokens reserved after them, as rate.go
+//!   does, but counts those later tokens exactly: each reservation keeps the *token
+//!   coordinate* of the instant it acts (a count that every take raises by its tokens and
+//!   that refill and `set_limit`/`set_burst` leave alone; see `Config::coord`), and a cancel
+//!   measures the distance to the state's coordinate now. rate.go measures it as
+//!   `r.limit * (lastEvent - timeToAct)` from times truncated to whole nanoseconds, so:
+//!   - the two agree, to the token, for the latest reservation (at any limit) and for one
+//!     whose later reservations were made under its own limit, before or after a
+//!     `set_limit` (the reproductions of issue #8 in `tests/token_bucket_semantics.rs`);
+//!   - after an earlier cancel, rate.go's `lastEvent` still counts tokens that cancel gave
+//!     back, so it restores less than later reservations left free (golang/go#56924,
+//!     #69419); turnstile restores exactly that;
+//!   - rate.go values reservations made under a *different* limit at the cancelled one's
+//!     limit; turnstile counts their tokens;
+//!   - turnstile never restores more than the reservation took, which rate.go does when
+//!     `lastEvent` lies before the reservation's time (a zero-token reservation moves it
+//!     there, or a raised limit lets a later take act earlier);
+//!   - a reservation made under an infinite limit took nothing and restores nothing, and
+//!     one made before an infinite limit refilled the bucket restores nothing either (the
+//!     refill already gave its tokens back; rate.go adds them on top).
 //! * Limits above 2^32 × 10^9 per second act as that limit (one token per tick). A limit so
 //!   small that refilling the burst would take longer than ~292 years never refills: it acts
 //!   as a zero limit (rate.go would add one token every few centuries).
@@ -175,7 +186,7 @@ impl<C: Clock> TokenBucket<C, Compact> {
 impl<C: Clock, P: Layout> TokenBucket<C, P> {
     /// A full bucket in layout `P`.
     fn in_layout(limit: Limit, burst: u32, clock: C) -> Self {
-        let cfg = Config::new(0, limit, burst, Nanos::ZERO);
+        let cfg = Config::new(0, limit, burst, Nanos::ZERO, Some(0), 0);
         // The bucket starts full: rate.go's tokens = burst with last = the zero time.
         let body = cfg.body_from_tokens(f64::from(burst), Nanos::ZERO);
         TokenBucket {
@@ -468,8 +479,9 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
             Decision::Granted {
                 time_to_act,
                 took,
-                limit,
-            } => Ok(self.reservation(true, n, time_to_act, took, limit)),
+                body,
+                cfg,
+            } => Ok(self.granted(now, n, time_to_act, took, body, &cfg)),
             Decision::Denied {
                 retry_at: None,
                 limit,
@@ -483,27 +495,48 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
             Decision::Granted {
                 time_to_act,
                 took,
+                body,
+                cfg,
+            } => self.granted(now, n, time_to_act, took, body, &cfg),
+            Decision::Denied { limit, .. } => Reservation {
+                lim: self,
+                ok: false,
+                tokens: n,
+                time_to_act: now,
+                took: false,
                 limit,
-            } => self.reservation(true, n, time_to_act, took, limit),
-            Decision::Denied { limit, .. } => self.reservation(false, n, now, false, limit),
+                coord: None,
+                inf_gen: 0,
+            },
         }
     }
 
-    fn reservation(
+    /// The reservation for a granted take at `now` that left the state body at `body` under
+    /// `cfg`. It keeps the token coordinate of the instant it acts, `max(tat, now)` in exact
+    /// ticks (not its time floored to whole nanoseconds): a cancel counts the tokens later
+    /// reservations took from there (see [`Config::restore`]).
+    fn granted(
         &self,
-        ok: bool,
+        now: Nanos,
         n: u32,
         time_to_act: Nanos,
         took: bool,
-        limit: f64,
+        body: i128,
+        cfg: &Config,
     ) -> Reservation<'_, C, P> {
         Reservation {
             lim: self,
-            ok,
+            ok: true,
             tokens: n,
             time_to_act,
             took,
-            limit,
+            limit: cfg.limit,
+            coord: if took {
+                cfg.coord(body.max(Ticks::from_nanos(now).0))
+            } else {
+                None
+            },
+            inf_gen: cfg.inf_gen,
         }
     }
 
@@ -533,7 +566,8 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
                     return Decision::Granted {
                         time_to_act: now,
                         took: false,
-                        limit: cfg.limit,
+                        body: body(word),
+                        cfg,
                     }
                 }
                 Plan::Never => {
@@ -542,7 +576,7 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
                         limit: cfg.limit,
                     }
                 }
-                Plan::Take { body, ready } => {
+                Plan::Take { body: taken, ready } => {
                     // Both below 2^97, and max_wait < wait in the subtraction: no overflow.
                     let wait = Ticks(ready.0 - Ticks::from_nanos(now).0);
                     if wait > max_wait {
@@ -556,10 +590,11 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
                         return Decision::Granted {
                             time_to_act: ready.max(Ticks::from_nanos(now)).floor_nanos(),
                             took: false,
-                            limit: cfg.limit,
+                            body: body(word),
+                            cfg,
                         };
                     }
-                    body
+                    taken
                 }
             };
             let new = pack(new_body, cfg.epoch);
@@ -572,7 +607,8 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
                     return Decision::Granted {
                         time_to_act: ready,
                         took: true,
-                        limit: cfg.limit,
+                        body: new_body,
+                        cfg,
                     };
                 }
                 Err(current) => {
@@ -621,8 +657,20 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
         loop {
             let (word, cur) = self.load();
             let (limit, burst) = f(&cur);
-            let next = Config::new(cur.epoch.wrapping_add(1), limit, burst, now);
             let tokens = cur.tokens(body(word), now);
+            // The new configuration's coordinates continue the old ones: the state keeps its
+            // coordinate, so a cancel still counts exactly the tokens taken since a reservation.
+            let refilled = cur
+                .coord(body(word))
+                .and_then(|c| c.checked_add((tokens * COORD_ONE) as i128));
+            let next = Config::new(
+                cur.epoch.wrapping_add(1),
+                limit,
+                burst,
+                now,
+                refilled,
+                cur.inf_gen_after(now),
+            );
             let new = pack(next.body_from_tokens(tokens, now), next.epoch);
             self.configs.write(next.epoch, next.to_words());
             if self
@@ -727,6 +775,12 @@ pub struct Reservation<'a, C: Clock = QuantaClock, P: Layout = Padded> {
     /// Whether tokens were taken from the bucket (not under an infinite limit, not n = 0).
     took: bool,
     limit: f64,
+    /// The token coordinate (see [`Config::coord`]) of the state this reservation left: what
+    /// a cancel measures the tokens later reservations took from. `None` if it took nothing or
+    /// the coordinate overflowed (then a cancel restores nothing).
+    coord: Option<i128>,
+    /// The configuration's count of infinite refills when the reservation was made.
+    inf_gen: u32,
 }
 
 impl<C: Clock, P: Layout> Reservation<'_, C, P> {
@@ -797,7 +851,9 @@ enum Decision {
     Granted {
         time_to_act: Nanos,
         took: bool,
-        limit: f64,
+        /// The state body the take left (or found, if it took nothing) and its configuration.
+        body: i128,
+        cfg: Config,
     },
     Denied {
         retry_at: Option<Nanos>,
@@ -860,11 +916,6 @@ impl Ticks {
         Ticks(self.0.saturating_sub(o.0))
     }
 
-    #[inline]
-    fn to_secs(self) -> f64 {
-        self.0 as f64 / TICKS_PER_SEC
-    }
-
     /// Truncated to whole nanoseconds (rate.go truncates durations), clamped to `Nanos`.
     #[inline]
     fn floor_nanos(self) -> Nanos {
@@ -900,8 +951,9 @@ fn body_tokens(body: i128) -> f64 {
     f64::from_bits((body >> 32) as u64)
 }
 
-/// Words of a [`Config`] in its slot: limit, burst, since, interval (2), tau (2).
-const CONFIG_WORDS: usize = 7;
+/// Words of a [`Config`] in its slot: limit, burst and inf_gen, since, interval (2), tau (2),
+/// refilled (2).
+const CONFIG_WORDS: usize = 9;
 
 /// One configuration, as read from its slot.
 #[derive(Clone, Copy, Debug)]
@@ -917,11 +969,25 @@ struct Config {
     interval: Ticks,
     /// Ticks to refill the whole burst (`tau`).
     tau: Ticks,
+    /// The token coordinate of an empty bucket at `since` (see [`Config::coord`]), or `None`
+    /// once it has overflowed `i128` (after ~2^95 tokens: cancels then restore nothing).
+    refilled: Option<i128>,
+    /// How many infinite refills (an infinite limit with time passing, which fills the bucket)
+    /// happened before this configuration. A reservation made before one took tokens that the
+    /// refill has already given back, so cancelling it restores nothing.
+    inf_gen: u32,
 }
 
 impl Config {
     #[inline]
-    fn new(epoch: u32, limit: Limit, burst: u32, since: Nanos) -> Config {
+    fn new(
+        epoch: u32,
+        limit: Limit,
+        burst: u32,
+        since: Nanos,
+        refilled: Option<i128>,
+        inf_gen: u32,
+    ) -> Config {
         let l = limit.as_f64();
         // Zero, infinite and too-small limits keep no interval; `from_parts` reads the mode
         // back from that, as a slot reader does.
@@ -935,9 +1001,10 @@ impl Config {
                 (interval, tau) = (t, Ticks(t.0 * i128::from(burst)));
             }
         }
-        Config::from_parts(epoch, l, burst, since, interval, tau)
+        Config::from_parts(epoch, l, burst, since, interval, tau, refilled, inf_gen)
     }
 
+    #[allow(clippy::too_many_arguments)] // one per slot field: the inverse of `to_words`
     #[inline]
     fn from_parts(
         epoch: u32,
@@ -946,6 +1013,8 @@ impl Config {
         since: Nanos,
         interval: Ticks,
         tau: Ticks,
+        refilled: Option<i128>,
+        inf_gen: u32,
     ) -> Config {
         let mode = if limit == f64::MAX {
             Mode::Inf
@@ -962,26 +1031,33 @@ impl Config {
             mode,
             interval,
             tau,
+            refilled,
+            inf_gen,
         }
     }
 
     /// The configuration as slot words (see [`ConfigSlots`]).
     fn to_words(self) -> [u64; CONFIG_WORDS] {
         let (i, t) = (self.interval.0, self.tau.0);
+        // i128::MIN stands for "overflowed": no coordinate reaches it (see `coord`).
+        let k = self.refilled.unwrap_or(i128::MIN);
         [
             self.limit.to_bits(),
-            u64::from(self.burst),
+            u64::from(self.burst) | (u64::from(self.inf_gen) << 32),
             self.since.as_u64(),
             i as u64,
             (i >> 64) as u64,
             t as u64,
             (t >> 64) as u64,
+            k as u64,
+            (k >> 64) as u64,
         ]
     }
 
     #[inline]
     fn from_words(epoch: u32, w: [u64; CONFIG_WORDS]) -> Config {
         let i128_of = |lo: u64, hi: u64| ((u128::from(hi) << 64) | u128::from(lo)) as i128;
+        let k = i128_of(w[7], w[8]);
         Config::from_parts(
             epoch,
             f64::from_bits(w[0]),
@@ -989,6 +1065,8 @@ impl Config {
             Nanos::new(w[2]),
             Ticks(i128_of(w[3], w[4])),
             Ticks(i128_of(w[5], w[6])),
+            (k != i128::MIN).then_some(k),
+            (w[1] >> 32) as u32,
         )
     }
 
@@ -1101,6 +1179,15 @@ impl Config {
     }
 
     /// The body after cancelling `r` at `now`, or `None` if nothing is restored.
+    ///
+    /// rate.go restores `n - r.limit * (lastEvent - r.timeToAct)`: the reserved tokens minus
+    /// those reserved after `r` (which were promised times that assumed `r`'s tokens gone).
+    /// turnstile counts those later tokens as the distance between the token coordinates of
+    /// the state now and the state `r` left. That distance is exact to 2^-32 token (no
+    /// rounding of `r`'s time to whole nanoseconds) and survives `set_limit`/`set_burst`,
+    /// which move `tat` but not the coordinate. It equals rate.go's count whenever rate.go's
+    /// `lastEvent` is the latest reservation's time and the later reservations were made
+    /// under `r`'s limit (rate.go values them at `r.limit` even if the limit has changed).
     #[inline]
     fn restore<C: Clock, P: Layout>(
         &self,
@@ -1108,26 +1195,33 @@ impl Config {
         now: Nanos,
         r: &Reservation<'_, C, P>,
     ) -> Option<i128> {
+        if self.mode == Mode::Inf || r.inf_gen != self.inf_gen {
+            // rate.go does nothing under an infinite limit; after an infinite refill the
+            // bucket already holds what `r` took.
+            return None;
+        }
         let n = f64::from(r.tokens);
+        let held = if r.limit == 0.0 {
+            // rate.go: a zero limit values every later span at zero tokens.
+            0.0
+        } else {
+            let later = self.coord(body)?.checked_sub(r.coord?)?;
+            // Never more than the reservation took: a negative count restores just `n`.
+            later.max(0) as f64 / COORD_ONE
+        };
+        let restore = n - held;
+        if restore.is_nan() || restore <= 0.0 {
+            return None;
+        }
         match self.mode {
             Mode::Inf => None,
             Mode::Zero => {
-                let tokens =
-                    (body_tokens(body).min(f64::from(self.burst)) + n).min(f64::from(self.burst));
-                Some(tokens_body(tokens))
+                let burst = f64::from(self.burst);
+                Some(tokens_body(
+                    (body_tokens(body).min(burst) + restore).min(burst),
+                ))
             }
             Mode::Finite => {
-                // Tokens that reservations after r still hold: the stretch of tat beyond r.
-                let later = Ticks(body).saturating_sub(Ticks::from_nanos(r.time_to_act));
-                let held = if later.0 > 0 {
-                    later.to_secs() * r.limit
-                } else {
-                    0.0
-                };
-                let restore = n - held;
-                if restore.is_nan() || restore <= 0.0 {
-                    return None;
-                }
                 // tokens' = min(burst, tokens(now) + restore)  <=>  tat' = max(now - tau, tat - restore*T)
                 let back = self.ticks_for(restore);
                 let floor = Ticks::from_nanos(now).0 - self.tau.0;
@@ -1135,4 +1229,39 @@ impl Config {
             }
         }
     }
+
+    /// The **token coordinate** of the state `body`: a count, in units of 2^-32 token, that
+    /// every take of `n` tokens raises by `n`, that refill does not move, and that
+    /// reconfiguration keeps. With `K` = `refilled` (the coordinate of an empty bucket at
+    /// `since`) it is `K + (tat - since) / T` for a finite limit and `K - tokens` for the
+    /// stored-token modes, i.e. `K` minus the tokens the state holds at `since`. The
+    /// difference between two states' coordinates is the tokens taken between them (net of
+    /// cancels), whatever limits applied in between, as long as no take found the bucket full
+    /// (refill lost to the cap raises it too; while a reservation can still be cancelled, only
+    /// a limit raised after it lets the bucket fill). `None` on `i128` overflow.
+    fn coord(&self, body: i128) -> Option<i128> {
+        let k = self.refilled?;
+        let offset = match self.mode {
+            Mode::Finite => {
+                let d = body.checked_sub(Ticks::from_nanos(self.since).0)?;
+                let t = self.interval.0;
+                let (whole, part) = (d.div_euclid(t), d.rem_euclid(t));
+                let frac = (part as f64 / t as f64 * COORD_ONE) as i128;
+                whole.checked_mul(1 << COORD_BITS)?.checked_add(frac)?
+            }
+            Mode::Zero | Mode::Inf => -((body_tokens(body) * COORD_ONE) as i128),
+        };
+        k.checked_add(offset).filter(|&c| c != i128::MIN)
+    }
+
+    /// `inf_gen` for a configuration that replaces this one at `now`: one more if an infinite
+    /// limit has filled the bucket (rate.go's `advance` does once time has passed).
+    fn inf_gen_after(&self, now: Nanos) -> u32 {
+        let filled = self.mode == Mode::Inf && now > self.since;
+        self.inf_gen.wrapping_add(u32::from(filled))
+    }
 }
+
+/// Fractional bits of a token coordinate.
+const COORD_BITS: u32 = 32;
+const COORD_ONE: f64 = (1u64 << COORD_BITS) as f64;

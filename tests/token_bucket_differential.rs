@@ -1,6 +1,7 @@
 //! Differential test: random operation sequences run on the lock-free `TokenBucket` and on its
 //! mutex twin (the literal rate.go port) must agree — decisions equal, times within 1 µs,
-//! tokens within 1e-6 relative — except where a
+//! tokens within 1e-6 relative, and the tokens each cancel restores within 1e-9 relative (plus
+//! rate.go's own rounding where its formula reads truncated times) — except where a
 //! documented deviation applies. When one does, or when the two differ only because a
 //! decision sat exactly on a float boundary, the sequence stops there and the reason is
 //! counted; the test then checks that most sequences ran to the end.
@@ -81,9 +82,15 @@ enum Stop {
     Borderline,
     /// D4: the twin reserved tokens that never arrive (zero limit, or ≥ InfDuration away).
     D4,
-    /// The cancel deviation: rate.go measures later reservations from `lastEvent`, turnstile
-    /// from `tat`; they differ after an earlier cancel or a limit change.
+    /// The cancel deviation: rate.go measures later reservations from `lastEvent`, which an
+    /// earlier cancel left behind (golang/go#56924); turnstile counts them exactly.
     CancelFormula,
+    /// rate.go values the reservations made after the cancelled one at the cancelled one's
+    /// limit, even those made under another limit; turnstile counts their tokens.
+    CancelMixedLimits,
+    /// An infinite limit came between the reservation and its cancel: it refilled the bucket,
+    /// so turnstile restores nothing; rate.go restores on top.
+    CancelAcrossInf,
     /// A reservation made under an infinite limit took nothing and restores nothing; rate.go
     /// restores its tokens.
     CancelInfEra,
@@ -96,8 +103,15 @@ const US: f64 = 1_000.0;
 
 /// Tolerances. rate.go truncates reservation times to whole nanoseconds and later turns those
 /// times back into tokens (cancel, `lastEvent`), so its tokens carry an error of up to a few
-/// nanoseconds' refill at the highest limit the sequence has used; turnstile keeps 2^-32 ns.
-/// An error in tokens is an error in time of `error / limit`.
+/// nanoseconds' refill at the highest limit the sequence has used; turnstile keeps 2^-32 ns,
+/// and its interval is a whole number of ticks (relative error < 3e-10 up to 1e9/s), an error
+/// that grows with the tokens refilled since the bucket was last full. An error in tokens is
+/// an error in time of `error / limit`.
+///
+/// What one cancel restores is compared on its own, at 1e-9 relative: the refill error is
+/// common to before and after and drops out. rate.go's formula reads `lastEvent - timeToAct`,
+/// both truncated, an error of up to 2 ns of refill at the reservation's limit, except when
+/// the two are one value (cancelling the latest reservation), where it is exact.
 struct Tol {
     max_limit: f64,
 }
@@ -108,6 +122,11 @@ impl Tol {
     }
     fn tokens_close(&self, a: f64, b: f64) -> bool {
         (a - b).abs() <= 1e-6 * a.abs().max(b.abs()).max(1.0) + self.tokens()
+    }
+    /// Whether the restored amounts `a` (ours) and `b` (the twin's) of a cancel of `n` tokens
+    /// agree; `truncated` is rate.go's own rounding of this cancel, in tokens.
+    fn restored_close(a: f64, b: f64, n: f64, truncated: f64) -> bool {
+        (a - b).abs() <= 1e-9 * n.max(1.0) + truncated
     }
     fn time_close(&self, a: Nanos, b: Nanos, limit: f64) -> bool {
         let slack = if limit > 0.0 && limit < f64::MAX {
@@ -126,6 +145,32 @@ impl Tol {
 /// Well past any time the test reaches: a twin time this far out is rate.go's InfDuration.
 const FAR: u64 = 100 * 365 * 86_400 * 1_000_000_000;
 
+/// An outstanding reservation on both buckets.
+struct Held<'a> {
+    ours: turnstile::Reservation<'a, ManualClock>,
+    twin: reference::token_bucket::Reservation<'a, ManualClock>,
+    id: u64,
+    /// The limit it was made under.
+    limit: f64,
+    /// A later take was made under another limit (rate.go values it at this one's).
+    mixed: bool,
+    /// An infinite limit was set after it.
+    crossed_inf: bool,
+}
+
+/// Records a successful take under `limit` (reservation `id`, or an allow).
+/// rate.go moves `lastEvent` for every take except under an infinite limit.
+fn took(held: &mut [Held<'_>], latest: &mut Option<u64>, limit: f64, id: Option<u64>) {
+    if limit >= f64::MAX {
+        return;
+    }
+    *latest = id;
+    // Even a zero-token take moves rate.go's `lastEvent` (to when the deficit is repaid).
+    for h in held.iter_mut().filter(|h| h.limit != limit) {
+        h.mixed = true;
+    }
+}
+
 fn run(
     init_limit: Limit,
     init_burst: u32,
@@ -135,8 +180,11 @@ fn run(
     let ours = TokenBucket::with_clock(init_limit, init_burst, ManualClock::default());
     let twin = reference::TokenBucket::with_clock(init_limit, init_burst, ManualClock::default());
     let mut now = Nanos::new(start);
-    // (ours, twin, made under an infinite limit)
-    let mut held = Vec::new();
+    let mut held: Vec<Held<'_>> = Vec::new();
+    // The twin's `lastEvent` is the latest successful take's time: a cancel of that very
+    // reservation reads no truncated difference.
+    let mut latest: Option<u64> = None;
+    let mut next_id = 0u64;
     // Set by a restoring cancel or a reconfiguration, cleared by the next successful
     // reservation (rate.go's lastEvent is then the new reservation's time, which is `tat`).
     let mut last_event_stale = false;
@@ -177,6 +225,7 @@ fn run(
                 }
                 if a {
                     last_event_stale = false;
+                    took(&mut held, &mut latest, limit, None);
                 }
             }
             Op::Reserve { n, max_wait } => {
@@ -202,7 +251,16 @@ fn run(
                             ctx()
                         );
                         last_event_stale = false;
-                        held.push((a, b, limit >= f64::MAX));
+                        next_id += 1;
+                        took(&mut held, &mut latest, limit, Some(next_id));
+                        held.push(Held {
+                            ours: a,
+                            twin: b,
+                            id: next_id,
+                            limit,
+                            mixed: false,
+                            crossed_inf: false,
+                        });
                     }
                     (None, None) => {}
                     (None, Some(y)) if y.as_u64() >= FAR || limit == 0.0 => return Ok(Stop::D4),
@@ -225,20 +283,36 @@ fn run(
                 if held.is_empty() {
                     continue;
                 }
-                let (a, b, inf_era) = held.swap_remove(idx % held.len());
-                let held_tokens = f64::from(a.tokens());
-                a.cancel_at(now);
-                b.cancel_at(now);
+                let h = held.swap_remove(idx % held.len());
+                let held_tokens = f64::from(h.ours.tokens());
+                let truncated = if latest == Some(h.id) || h.limit >= f64::MAX {
+                    0.0
+                } else {
+                    2e-9 * h.limit
+                };
+                let ours_before = ours.tokens_at(now);
+                h.ours.cancel_at(now);
+                h.twin.cancel_at(now);
                 let (x, y) = (ours.tokens_at(now), twin.tokens_at(now));
-                if !tol.tokens_close(x, y) {
-                    if inf_era {
+                // Both at the burst: the cap decided, not the formula.
+                let full = x == f64::from(ours.burst()) && y == f64::from(twin.burst());
+                if !full
+                    && !Tol::restored_close(x - ours_before, y - before, held_tokens, truncated)
+                {
+                    if h.limit >= f64::MAX {
                         return Ok(Stop::CancelInfEra);
                     }
-                    if y - before > held_tokens + tol.tokens() {
+                    if y - before > held_tokens + truncated + 1e-9 * held_tokens {
                         return Ok(Stop::CancelOverRestore);
                     }
                     if last_event_stale {
                         return Ok(Stop::CancelFormula);
+                    }
+                    if h.mixed {
+                        return Ok(Stop::CancelMixedLimits);
+                    }
+                    if h.crossed_inf {
+                        return Ok(Stop::CancelAcrossInf);
                     }
                     return Err(TestCaseError::fail(format!(
                         "{}: after cancel ours {x} twin {y}",
@@ -253,13 +327,14 @@ fn run(
                 ours.set_limit_at(now, *limit);
                 twin.set_limit_at(now, *limit);
                 tol.see(limit.as_f64());
-                last_event_stale = true;
+                if limit.is_inf() {
+                    held.iter_mut().for_each(|h| h.crossed_inf = true);
+                }
                 prop_assert_eq!(ours.limit(), twin.limit());
             }
             Op::SetBurst { burst } => {
                 ours.set_burst_at(now, *burst);
                 twin.set_burst_at(now, *burst);
-                last_event_stale = true;
                 prop_assert_eq!(ours.burst(), twin.burst());
             }
             Op::Tokens => {}

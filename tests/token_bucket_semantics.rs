@@ -262,6 +262,108 @@ fn cancel_of_an_infinite_era_reservation_restores_nothing() {
     );
 }
 
+/// Issue #8, 1a: a cancel after `set_limit` counts what later reservations took in tokens,
+/// not as a stretch of `tat` (which the new limit rescaled). rate.go's numbers.
+#[test]
+fn cancel_after_set_limit_restores_what_rate_go_restores() {
+    let t = at(10 * SEC);
+    // Limit down: 100/s -> 1/s.
+    let l = tb(100.0, 3);
+    let a = l.reserve_n_at(t, 2); // acts at t
+    let b = l.reserve_n_at(t, 2); // acts at t + 10 ms; tokens -1
+    assert_eq!(b.time_to_act(), Some(at(10 * SEC + 10 * MS)));
+    l.set_limit_at(t, Limit::per_second(1.0).unwrap());
+    a.cancel_at(t); // b took 1 token of a's stretch: 1 comes back
+    assert!(close(l.tokens_at(t), 0.0), "{}", l.tokens_at(t));
+    assert!(l.allow_n_at(at(11 * SEC), 1));
+
+    // Limit up: 1/s -> 100/s, burst 2.
+    let l = tb(1.0, 2);
+    let a = l.reserve_n_at(t, 2);
+    let _b = l.reserve_n_at(t, 2); // tokens -2: b took all of a's stretch
+    l.set_limit_at(t, Limit::per_second(100.0).unwrap());
+    a.cancel_at(t);
+    assert!(close(l.tokens_at(t), -2.0), "{}", l.tokens_at(t));
+
+    // Twice reconfigured, and the latest reservation: everything comes back.
+    let l = tb(10.0, 1);
+    assert!(l.allow_at(t));
+    let r = l.reserve_n_at(t, 1); // act t + 100 ms, tokens -1
+    l.set_limit_at(t, Limit::per_second(2.0).unwrap());
+    l.set_burst_at(t, 4);
+    l.set_limit_at(t, Limit::per_second(1000.0).unwrap());
+    r.cancel_at(t);
+    assert!(close(l.tokens_at(t), 0.0), "{}", l.tokens_at(t));
+}
+
+/// Issue #8, 1b: cancelling the latest reservation gives back all of it at any limit; the
+/// reservation keeps its exact tick time, not a time floored to whole nanoseconds.
+#[test]
+fn cancel_of_the_latest_reservation_is_exact_at_high_limits() {
+    for limit in [3e6, 3e8, 1.5e9, 4e9] {
+        let l = tb(limit, 1);
+        assert!(l.allow_n_at(at(0), 1));
+        let r = l.reserve_n_at(at(0), 1);
+        r.cancel_at(at(0));
+        assert!(
+            close(l.tokens_at(at(0)), 0.0),
+            "{limit}: {}",
+            l.tokens_at(at(0))
+        );
+        // A non-latest one: its follower took its one token of r's stretch, none comes back.
+        let l = tb(limit, 2);
+        assert!(l.allow_n_at(at(0), 2));
+        let r = l.reserve_n_at(at(0), 1);
+        let later = l.reserve_n_at(at(0), 1);
+        r.cancel_at(at(0));
+        assert!(
+            close(l.tokens_at(at(0)), -2.0),
+            "{limit}: {}",
+            l.tokens_at(at(0))
+        );
+        later.cancel_at(at(0)); // now the latest: all of it
+        assert!(
+            close(l.tokens_at(at(0)), -1.0),
+            "{limit}: {}",
+            l.tokens_at(at(0))
+        );
+    }
+}
+
+/// An infinite limit in between fills the bucket, which already gave back what an older
+/// reservation took: cancelling it afterwards restores nothing (rate.go would add it on top).
+#[test]
+fn cancel_after_an_infinite_refill_restores_nothing() {
+    let l = tb(1.0, 1);
+    assert!(l.allow_at(at(0)));
+    let r = l.reserve_at(at(0)); // act 1 s
+    l.set_limit_at(at(0), Limit::INF);
+    l.set_limit_at(at(1), Limit::per_second(1.0).unwrap()); // full again
+    assert!(l.allow_at(at(1)));
+    r.cancel_at(at(1));
+    assert!(close(l.tokens_at(at(1)), 0.0), "{}", l.tokens_at(at(1)));
+    // Without time passing under the infinite limit nothing was refilled: r's token comes
+    // back as rate.go gives it.
+    let l = tb(1.0, 1);
+    assert!(l.allow_at(at(0)));
+    let r = l.reserve_at(at(0));
+    l.set_limit_at(at(0), Limit::INF);
+    l.set_limit_at(at(0), Limit::per_second(1.0).unwrap());
+    r.cancel_at(at(0));
+    assert!(close(l.tokens_at(at(0)), 0.0), "{}", l.tokens_at(at(0)));
+}
+
+/// A switch to a zero limit keeps the count: later reservations' tokens stay taken.
+#[test]
+fn cancel_after_a_switch_to_zero_restores_what_later_reservations_left() {
+    let l = tb(10.0, 2);
+    let a = l.reserve_n_at(at(0), 2); // act 0
+    let _b = l.reserve_n_at(at(0), 1); // act 100 ms, tokens -1
+    l.set_limit_at(at(0), Limit::ZERO);
+    a.cancel_at(at(0)); // rate.go: 2 - 10 * 0.1 = 1
+    assert!(close(l.tokens_at(at(0)), 0.0), "{}", l.tokens_at(at(0)));
+}
+
 #[test]
 fn wait_errors_come_in_rate_go_order() {
     let clock = ManualClock::new(at(10 * SEC));
