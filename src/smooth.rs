@@ -110,7 +110,7 @@
 //!   overflow cap it at `f64::MAX`.
 //! * **D10** [`SmoothBurstyBuilder::initial_stored_permits`] (default 0, as Guava).
 //! * **D11** typed errors: [`ConfigError::RateNotPositive`] for a rate that is zero, negative
-//!   or NaN (`+inf` is allowed: no waits), [`ConfigError::ZeroWarmup`],
+//!   or NaN (`+inf` is allowed: no waits), [`ConfigError::SubnormalLimit`], [`ConfigError::ZeroWarmup`],
 //!   [`ConfigError::InvalidColdFactor`] (below 1, infinite or NaN),
 //!   [`ConfigError::InvalidBurstSeconds`] (negative, infinite or NaN),
 //!   [`ConfigError::InvalidStoredPermits`] (negative or NaN); and zero permits on
@@ -118,7 +118,13 @@
 //!   reserved. Nothing panics. (`Limiter::check_n_at(now, 0)` takes nothing and succeeds iff
 //!   there is no debt.)
 //! * [`SmoothBursty::rate`] returns the rate as set; Guava recomputes `1e6 / stable_interval`,
-//!   which can differ in the last bit and is 0 for subnormal rates.
+//!   which can differ in the last bit.
+//! * **D4** (as the token bucket's): a subnormal rate is rejected
+//!   ([`ConfigError::SubnormalLimit`]; its interval is not a finite number), and a request whose
+//!   wait would end past the end of representable time (the debt of earlier requests
+//!   saturated at `u64::MAX` ns, ~584 years from the clock's origin, e.g. after one request at
+//!   `1e-12` permits per second) fails with [`WaitError::Never`] and reserves nothing, instead
+//!   of sleeping for centuries; as a [`Limiter`] it is denied with no retry time.
 //! * The async `SmoothBursty::acquire_async` does not give permits back when dropped: Guava
 //!   has no cancel, and under pay later the request's cost has already been charged to the
 //!   *next* caller.
@@ -219,7 +225,8 @@ impl Config {
     /// Guava's `doSetRate(pps, stableIntervalMicros)` for `kind`, without the stored permits.
     fn new(kind: Kind, rate: f64, epoch: u32) -> Config {
         let inf = rate == f64::INFINITY;
-        // A positive rate gives a positive interval; a subnormal one gives +inf, as in Guava.
+        // A positive rate gives a positive interval (`check_rate` rejects subnormal ones,
+        // whose interval would be +inf).
         let stable = if inf { 0.0 } else { NANOS_PER_SEC / rate };
         let (max, cool, threshold, slope) = match kind {
             Kind::Bursty { max_burst_seconds } => {
@@ -450,10 +457,13 @@ fn duration_ns(d: Duration) -> u64 {
 }
 
 fn check_rate(rate: f64) -> Result<f64, ConfigError> {
-    if rate > 0.0 {
-        Ok(rate) // includes +inf; excludes NaN, zeros and negatives
+    if rate.is_nan() || rate <= 0.0 {
+        Err(ConfigError::RateNotPositive(rate)) // NaN, zeros and negatives
+    } else if rate.is_finite() && !rate.is_normal() {
+        // As `Limit` (D3): a subnormal rate's interval, 1/rate, is not a finite number.
+        Err(ConfigError::SubnormalLimit(rate))
     } else {
-        Err(ConfigError::RateNotPositive(rate))
+        Ok(rate) // includes +inf
     }
 }
 
@@ -482,6 +492,10 @@ enum Take {
     Granted(u64),
     /// `try_acquire` denied with nothing changed; `next_free` was this.
     Denied(u64),
+    /// The debt ends past the end of representable time (`next_free` saturated at
+    /// `u64::MAX` ns, ~584 years from the clock's origin): the permits never come. Nothing
+    /// changed.
+    Never,
 }
 
 impl<C: Clock> Core<C> {
@@ -540,6 +554,10 @@ impl<C: Clock> Core<C> {
         let mut cfg: Option<Config> = None;
         loop {
             let next = next_free(word);
+            if next == u64::MAX && now < u64::MAX {
+                // As TokenBucket's D4: a wait past the end of time is "never", not 584 years.
+                return Take::Never;
+            }
             if let Some(t) = timeout {
                 if next.saturating_sub(t) > now {
                     return Take::Denied(next);
@@ -583,8 +601,17 @@ impl<C: Clock> Core<C> {
             return Err(WaitError::ZeroPermits);
         }
         // Only a timeout can deny; there is none here.
-        let (Take::Granted(ns) | Take::Denied(ns)) = self.take(now.as_u64(), n, None);
-        Ok(Duration::from_nanos(ns))
+        match self.take(now.as_u64(), n, None) {
+            Take::Granted(ns) | Take::Denied(ns) => Ok(Duration::from_nanos(ns)),
+            Take::Never => Err(self.never(n)),
+        }
+    }
+
+    fn never(&self, n: u32) -> WaitError {
+        WaitError::Never {
+            n,
+            limit: self.load().1.rate,
+        }
     }
 
     fn try_acquire(
@@ -600,6 +627,7 @@ impl<C: Clock> Core<C> {
             match self.take(now.as_u64(), n, Some(duration_ns(timeout))) {
                 Take::Granted(ns) => Some(Duration::from_nanos(ns)),
                 Take::Denied(_) => None,
+                Take::Never => return Err(self.never(n)),
             },
         )
     }
@@ -608,6 +636,7 @@ impl<C: Clock> Core<C> {
         match self.take(now.as_u64(), n, Some(0)) {
             Take::Granted(_) => Ok(()),
             Take::Denied(next) => Err(Denied::new(now, Some(Nanos::new(next)))),
+            Take::Never => Err(Denied::new(now, None)),
         }
     }
 
@@ -730,7 +759,8 @@ impl SmoothBursty<QuantaClock> {
     /// Guava's `RateLimiter.create(rate)`: a 1-second burst, on the shared quanta clock.
     ///
     /// # Errors
-    /// [`ConfigError::RateNotPositive`] unless `rate > 0` (`+inf` allowed).
+    /// [`ConfigError::RateNotPositive`] unless `rate > 0` (`+inf` allowed),
+    /// [`ConfigError::SubnormalLimit`] for a subnormal rate.
     pub fn new(rate: f64) -> Result<Self, ConfigError> {
         Self::builder(rate).build()
     }
@@ -978,7 +1008,8 @@ macro_rules! smooth_api {
             /// concurrent reservations.
             ///
             /// # Errors
-            /// [`ConfigError::RateNotPositive`] unless `rate > 0` (`+inf` allowed); the
+            /// [`ConfigError::RateNotPositive`] unless `rate > 0` (`+inf` allowed),
+            /// [`ConfigError::SubnormalLimit`] for a subnormal rate; the
             /// limiter is unchanged.
             pub fn set_rate_at(&self, now: Nanos, rate: f64) -> Result<(), ConfigError> {
                 self.core.set_rate(now, rate)
@@ -987,7 +1018,8 @@ macro_rules! smooth_api {
             /// Reserves `n` permits now; see the `_at` form.
             ///
             /// # Errors
-            /// [`WaitError::ZeroPermits`] if `n` is 0.
+            /// [`WaitError::ZeroPermits`] if `n` is 0; [`WaitError::Never`] if the debt of earlier
+            /// requests ends past the end of representable time (deviation D4).
             pub fn reserve_n(&self, n: u32) -> Result<Duration, WaitError> {
                 self.core.reserve(self.core.clock.now(), n)
             }
@@ -997,7 +1029,9 @@ macro_rules! smooth_api {
             /// and this request's cost moves `next_free` for the next one). Always succeeds.
             ///
             /// # Errors
-            /// [`WaitError::ZeroPermits`] if `n` is 0; nothing is reserved.
+            /// [`WaitError::ZeroPermits`] if `n` is 0; [`WaitError::Never`] if the debt of earlier
+            /// requests ends past the end of representable time (deviation D4). Nothing is
+            /// reserved either way.
             pub fn reserve_n_at(&self, now: Nanos, n: u32) -> Result<Duration, WaitError> {
                 self.core.reserve(now, n)
             }
@@ -1006,7 +1040,9 @@ macro_rules! smooth_api {
             /// `acquire`). Returns the time slept (as computed, not measured).
             ///
             /// # Errors
-            /// [`WaitError::ZeroPermits`] if `n` is 0; nothing is reserved.
+            /// [`WaitError::ZeroPermits`] if `n` is 0; [`WaitError::Never`] if the debt of earlier
+            /// requests ends past the end of representable time (deviation D4). Nothing is
+            /// reserved either way.
             pub fn acquire(&self, n: u32) -> Result<Duration, WaitError> {
                 let now = self.core.clock.now();
                 let wait = self.core.reserve(now, n)?;
@@ -1018,7 +1054,9 @@ macro_rules! smooth_api {
             /// the permits back (Guava has no cancel; see the module docs).
             ///
             /// # Errors
-            /// [`WaitError::ZeroPermits`] if `n` is 0; nothing is reserved.
+            /// [`WaitError::ZeroPermits`] if `n` is 0; [`WaitError::Never`] if the debt of earlier
+            /// requests ends past the end of representable time (deviation D4). Nothing is
+            /// reserved either way.
             #[cfg(feature = "tokio")]
             pub async fn acquire_async(&self, n: u32) -> Result<Duration, WaitError> {
                 let wait = self.core.reserve(self.core.clock.now(), n)?;
@@ -1033,7 +1071,9 @@ macro_rules! smooth_api {
             /// changed.
             ///
             /// # Errors
-            /// [`WaitError::ZeroPermits`] if `n` is 0; nothing is reserved.
+            /// [`WaitError::ZeroPermits`] if `n` is 0; [`WaitError::Never`] if the debt of earlier
+            /// requests ends past the end of representable time (deviation D4). Nothing is
+            /// reserved either way.
             pub fn try_acquire(&self, n: u32, timeout: Duration) -> Result<bool, WaitError> {
                 let now = self.core.clock.now();
                 match self.core.try_acquire(now, n, timeout)? {
@@ -1052,7 +1092,9 @@ macro_rules! smooth_api {
             /// changes (nothing is even written).
             ///
             /// # Errors
-            /// [`WaitError::ZeroPermits`] if `n` is 0; nothing is reserved.
+            /// [`WaitError::ZeroPermits`] if `n` is 0; [`WaitError::Never`] if the debt of earlier
+            /// requests ends past the end of representable time (deviation D4). Nothing is
+            /// reserved either way.
             pub fn try_acquire_at(
                 &self,
                 now: Nanos,

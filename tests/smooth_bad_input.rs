@@ -50,11 +50,82 @@ fn invalid_rates_are_typed_errors_that_name_the_value() {
         ));
         assert_eq!(t.rate(), 2.0);
     }
-    // The valid edges: +inf (no waits) and the smallest positive rates.
-    for rate in [f64::INFINITY, f64::MAX, f64::MIN_POSITIVE, 4.9e-324] {
+    // The valid edges: +inf (no waits) and the smallest normal rate.
+    for rate in [f64::INFINITY, f64::MAX, f64::MIN_POSITIVE] {
         assert!(SmoothBursty::new(rate).is_ok(), "{rate}");
         assert!(SmoothWarmingUp::new(rate, w).is_ok(), "{rate}");
     }
+}
+
+/// D4, as `Limit`: a subnormal rate's interval is not a finite number; every constructor and
+/// `set_rate` of both implementations says so.
+#[test]
+fn subnormal_rates_are_rejected_like_limits() {
+    let w = Duration::from_secs(1);
+    for rate in [4.9e-324, f64::MIN_POSITIVE / 2.0] {
+        let l = SmoothBursty::builder(2.0)
+            .clock(ManualClock::default())
+            .build()
+            .unwrap();
+        let t = reference::SmoothWarmingUp::builder(2.0, w)
+            .clock(ManualClock::default())
+            .build()
+            .unwrap();
+        let errors = [
+            SmoothBursty::new(rate).unwrap_err(),
+            SmoothWarmingUp::new(rate, w).unwrap_err(),
+            reference::SmoothBursty::new(rate).unwrap_err(),
+            reference::SmoothWarmingUp::new(rate, w).unwrap_err(),
+            l.set_rate_at(Nanos::ZERO, rate).unwrap_err(),
+            t.set_rate_at(Nanos::ZERO, rate).unwrap_err(),
+        ];
+        for e in errors {
+            assert_eq!(e, ConfigError::SubnormalLimit(rate));
+        }
+        assert_eq!((l.rate(), t.rate()), (2.0, 2.0));
+    }
+}
+
+/// D4: a wait that would end past the end of representable time fails with `Never` and
+/// reserves nothing, instead of sleeping ~584 years.
+#[test]
+fn a_wait_past_the_end_of_time_is_never() {
+    let w = Duration::from_secs(1);
+    let bursty = SmoothBursty::builder(1e-12)
+        .clock(ManualClock::default())
+        .build()
+        .unwrap();
+    let warming = SmoothWarmingUp::builder(1e-12, w)
+        .clock(ManualClock::default())
+        .build()
+        .unwrap();
+    let never = WaitError::Never { n: 1, limit: 1e-12 };
+    // The first request is free (pay later); it charges the next ~3e4 years.
+    assert_eq!(bursty.reserve_n_at(Nanos::ZERO, 1), Ok(Duration::ZERO));
+    assert!(warming.reserve_n_at(Nanos::ZERO, 1).is_ok());
+    let t = Nanos::new(1_000_000_000);
+    assert_eq!(bursty.reserve_n_at(t, 1), Err(never));
+    assert_eq!(warming.reserve_n_at(t, 1), Err(never));
+    assert_eq!(bursty.try_acquire_at(t, 1, Duration::MAX), Err(never));
+    assert_eq!(warming.try_acquire_at(t, 1, Duration::ZERO), Err(never));
+    assert_eq!(bursty.check_n_at(t, 1).unwrap_err().retry_at(), None);
+    assert_eq!(warming.check_n_at(t, 1).unwrap_err().retry_at(), None);
+    assert_eq!(
+        bursty.reserve_n_at(t, 1),
+        Err(never),
+        "nothing was reserved"
+    );
+
+    // A debt that ends within representable time is still waited for: 1 permit per ~292
+    // years charges ~292 years.
+    let rate = 1e9 / (u64::MAX / 2) as f64;
+    let l = SmoothBursty::builder(rate)
+        .clock(ManualClock::default())
+        .build()
+        .unwrap();
+    assert_eq!(l.reserve_n_at(Nanos::ZERO, 1), Ok(Duration::ZERO));
+    let wait = l.reserve_n_at(Nanos::ZERO, 1).unwrap();
+    assert!(wait.as_secs() > 290 * 365 * 86_400, "{wait:?}");
 }
 
 #[test]
@@ -201,7 +272,6 @@ fn zero_permits_is_a_typed_error_and_reserves_nothing() {
 
 fn rates() -> Vec<f64> {
     vec![
-        4.9e-324,
         f64::MIN_POSITIVE,
         1e-300,
         1e-4,
@@ -327,27 +397,24 @@ fn mutex_twins_survive_every_extreme() {
 
 #[test]
 fn waits_at_the_end_of_time_saturate() {
-    // A debt that would pass the end of time stops there (Guava's saturatedAdd).
+    // A debt that would pass the end of time stops there (Guava's saturatedAdd), and a wait
+    // for a saturated debt is never satisfied (D4): nothing sleeps until the end of time.
     let l = SmoothBursty::builder(1e-3)
         .clock(ManualClock::default())
         .build()
         .unwrap();
     let t = Nanos::new(u64::MAX - 5);
     assert_eq!(l.reserve_n_at(t, u32::MAX), Ok(Duration::ZERO));
-    assert_eq!(l.reserve_n_at(t, 1), Ok(Duration::from_nanos(5)));
-    assert_eq!(
-        l.reserve_n_at(Nanos::ZERO, 1),
-        Ok(Duration::from_nanos(u64::MAX))
-    );
+    let never = WaitError::Never { n: 1, limit: 1e-3 };
+    assert_eq!(l.reserve_n_at(t, 1), Err(never));
+    assert_eq!(l.reserve_n_at(Nanos::ZERO, 1), Err(never));
     let d = l.check_n_at(Nanos::ZERO, 1).unwrap_err();
-    assert_eq!(d.retry_at(), Some(Nanos::MAX));
-    // The longest timeout covers any debt (the subtraction form of canAcquire).
-    assert!(l
-        .try_acquire_at(Nanos::ZERO, 1, Duration::MAX)
-        .unwrap()
-        .is_some());
+    assert_eq!(d.retry_at(), None);
+    assert_eq!(l.try_acquire_at(Nanos::ZERO, 1, Duration::MAX), Err(never));
     assert_eq!(
         l.try_acquire_at(Nanos::ZERO, 1, Duration::from_secs(1)),
-        Ok(None)
+        Err(never)
     );
+    // At the end of time itself the debt is paid.
+    assert_eq!(l.reserve_n_at(Nanos::MAX, 1), Ok(Duration::ZERO));
 }

@@ -55,12 +55,16 @@ fn read_micros(now: Nanos) -> i64 {
     (now.as_u64() / 1000) as i64
 }
 
-/// Guava's `checkArgument(permitsPerSecond > 0.0 && !Double.isNaN(permitsPerSecond))`.
+/// Guava's `checkArgument(permitsPerSecond > 0.0 && !Double.isNaN(permitsPerSecond))`, plus
+/// the crate-wide rejection of subnormal rates (deviation D4 of the lock-free limiters), so
+/// the twin accepts exactly the configurations they do.
 fn check_rate(rate: f64) -> Result<f64, ConfigError> {
-    if rate > 0.0 && !rate.is_nan() {
-        Ok(rate)
-    } else {
+    if rate <= 0.0 || rate.is_nan() {
         Err(ConfigError::RateNotPositive(rate))
+    } else if rate.is_finite() && !rate.is_normal() {
+        Err(ConfigError::SubnormalLimit(rate))
+    } else {
+        Ok(rate)
     }
 }
 
