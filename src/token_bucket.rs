@@ -39,7 +39,9 @@
 //!   half under the old configuration (`set_limit` is linearizable with `reserve` and
 //!   `cancel`). A 32-bit epoch would have to wrap during one CAS loop for this to fail.
 //! * A denial, a zero-token request and everything under an infinite limit write nothing;
-//!   they linearize at the load of the state word.
+//!   they linearize at the load of the state word. (Where the CPU has no native 128-bit load,
+//!   `portable_atomic` performs that load as a compare-exchange that writes back the value
+//!   it read: no value changes, but the cache line is taken exclusive; see the crate docs.)
 //!
 //! **Orderings.** The state word is loaded with `Acquire`: it pairs with the `Release` of the
 //! reconfiguring CAS, so the slot written before that CAS is visible to whoever sees the new

@@ -55,10 +55,16 @@
 //!   when aligned); the alignment offset is an explicit parameter, UTC by default
 //!   ([`Builder::align`]); an offset of a day or more is [`ConfigError::InvalidUtcOffset`].
 //! * go-zero counts over-quota requests too (`INCRBY` on every call). Here an over-quota take
-//!   writes nothing. The two are indistinguishable: once the count reaches the quota, every
-//!   later take of the window is `OverQuota` either way, and the remaining quota is 0 either
-//!   way. [`reference::FixedWindow`](crate::reference::FixedWindow) keeps the literal
-//!   `INCRBY`, and the differential test checks that they agree.
+//!   writes nothing (to the state's value: see the crate docs on 128-bit loads). For single
+//!   takes, go-zero's only kind, the two cannot be told apart: once the count reaches the
+//!   quota, every later take of the window is `OverQuota` either way, and the remaining quota
+//!   is 0 either way. [`reference::FixedWindow`](crate::reference::FixedWindow) keeps the
+//!   literal `INCRBY` for single takes, and the differential test checks that they agree.
+//!   They differ after a refused [`FixedWindow::take_n`] with `n > 1`, which counts nothing
+//!   (all or nothing), where an `INCRBY n` would count all `n`: with quota 5, `take_n(3)` is
+//!   `Allowed`, `take_n(3)` `OverQuota`, then `take_n(2)` is `HitQuota` here and would be
+//!   `OverQuota` under `INCRBY` (the twin follows turnstile for `n != 1`; pinned by
+//!   `tests/window_semantics.rs::take_n_is_all_or_nothing`).
 //! * Periods are any [`Duration`] at nanosecond resolution, not whole seconds.
 //! * [`FixedWindow::take_n`] (all or nothing, counted as `n` requests) is an extension; go-zero
 //!   only takes one at a time.
