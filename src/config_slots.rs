@@ -53,6 +53,14 @@ impl<const N: usize, P: Layout> ConfigSlots<N, P> {
     /// caller's state word is stale and must be reloaded).
     #[inline]
     pub(crate) fn read(&self, epoch: u32) -> Option<[u64; N]> {
+        self.read_first::<N>(epoch)
+    }
+
+    /// The first `M <= N` words of epoch `epoch`'s configuration, under the same validation as
+    /// [`ConfigSlots::read`]: for the hot path, when the slot also holds words only rarer
+    /// operations need.
+    #[inline]
+    pub(crate) fn read_first<const M: usize>(&self, epoch: u32) -> Option<[u64; M]> {
         let slot = &self.slots[(epoch & 1) as usize];
         if slot.seq.load(Ordering::Acquire) != u64::from(epoch) {
             return None;

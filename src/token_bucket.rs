@@ -188,12 +188,12 @@ impl<C: Clock> TokenBucket<C, Compact> {
 impl<C: Clock, P: Layout> TokenBucket<C, P> {
     /// A full bucket in layout `P`.
     fn in_layout(limit: Limit, burst: u32, clock: C) -> Self {
-        let cfg = Config::new(0, limit, burst, Nanos::ZERO, Some(0), 0);
+        let cfg = Config::new(0, limit, burst, Nanos::ZERO, 0);
         // The bucket starts full: rate.go's tokens = burst with last = the zero time.
         let body = cfg.body_from_tokens(f64::from(burst), Nanos::ZERO);
         TokenBucket {
             state: P::cell(AtomicU128::new(pack(body, 0))),
-            configs: ConfigSlots::new(cfg.to_words()),
+            configs: ConfigSlots::new(cfg.to_words(Some(0))),
             reconfig: Mutex::new(()), // see the field: reconfiguration only
             clock,
         }
@@ -507,16 +507,18 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
                 time_to_act: now,
                 took: false,
                 limit,
-                coord: None,
+                epoch: 0,
                 inf_gen: 0,
+                act: 0,
+                origin: None,
             },
         }
     }
 
     /// The reservation for a granted take at `now` that left the state body at `body` under
-    /// `cfg`. It keeps the token coordinate of the instant it acts, `max(tat, now)` in exact
-    /// ticks (not its time floored to whole nanoseconds): a cancel counts the tokens later
-    /// reservations took from there (see [`Config::restore`]).
+    /// `cfg`. It keeps the exact tick at which it acts, `max(tat, now)` (not its time floored to
+    /// whole nanoseconds), and what converts that tick into a token coordinate should the
+    /// configuration change before it is cancelled (see [`Config::coord`]).
     fn granted(
         &self,
         now: Nanos,
@@ -526,6 +528,18 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
         body: i128,
         cfg: &Config,
     ) -> Reservation<'_, C, P> {
+        // The coordinate's origin: one more read of the slot, on reserve paths only (a check
+        // never builds a reservation). `None` if two reconfigurations already rewrote it (a
+        // cancel across them then restores nothing) or the coordinate overflowed.
+        let origin = if took && cfg.mode == Mode::Finite {
+            self.refilled(cfg.epoch).flatten().map(|refilled| Origin {
+                since: cfg.since,
+                interval: cfg.interval,
+                refilled,
+            })
+        } else {
+            None
+        };
         Reservation {
             lim: self,
             ok: true,
@@ -533,12 +547,10 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
             time_to_act,
             took,
             limit: cfg.limit,
-            coord: if took {
-                cfg.coord(body.max(Ticks::from_nanos(now).0))
-            } else {
-                None
-            },
+            epoch: cfg.epoch,
             inf_gen: cfg.inf_gen,
+            act: body.max(Ticks::from_nanos(now).0),
+            origin,
         }
     }
 
@@ -548,17 +560,54 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
         loop {
             let word = self.state.load(Ordering::Acquire);
             let epoch = word as u32;
-            if let Some(words) = self.configs.read(epoch) {
+            if let Some(words) = self.configs.read_first::<HOT_WORDS>(epoch) {
                 return (word, Config::from_words(epoch, words));
             }
             // The slot was rewritten for epoch + 2: our word is stale, reload it.
         }
     }
 
+    /// The coordinate origin `K` of epoch `epoch`'s configuration (the slot's cold words, which
+    /// checks never read): `None` if the slot was rewritten since (the caller's word is stale),
+    /// `Some(None)` if the coordinate has overflowed.
+    fn refilled(&self, epoch: u32) -> Option<Option<i128>> {
+        self.configs.read(epoch).map(refilled_of)
+    }
+
+    /// The tokens reserved after `r`, counted from the state `body` under `cfg` (rate.go's
+    /// `r.limit * (lastEvent - r.timeToAct)`, exactly; see [`Config::restore`]). `Err` if the
+    /// slot of `cfg` was rewritten (reload the word); `Ok(None)` if the count is unknown
+    /// (overflow, or `r`'s origin was lost), in which case nothing is restored.
+    fn held_after(
+        &self,
+        body: i128,
+        cfg: &Config,
+        r: &Reservation<'_, C, P>,
+    ) -> Result<Option<f64>, ()> {
+        if r.limit == 0.0 {
+            // rate.go: a zero limit values every later span at zero tokens.
+            return Ok(Some(0.0));
+        }
+        if r.epoch == cfg.epoch {
+            // One configuration: the stretch of `tat` beyond r's tick, in exact ticks.
+            return Ok(Some((body - r.act).max(0) as f64 / cfg.interval.0 as f64));
+        }
+        let now_k = self.refilled(cfg.epoch).ok_or(())?;
+        let later = (|| {
+            let o = r.origin?;
+            let then = o
+                .refilled
+                .checked_add(coord_offset(r.act, o.since, o.interval)?)?;
+            cfg.coord(body, now_k?)?.checked_sub(then)
+        })();
+        // Never more than the reservation took: a negative count restores just `n`.
+        Ok(later.map(|c| c.max(0) as f64 / COORD_ONE))
+    }
+
     /// The one CAS loop behind allow, reserve and wait. A failed CAS retries from the word it
     /// returned (reloading the configuration only if the epoch moved): under contention this
     /// halves the time per operation against reloading.
-    #[inline]
+    #[inline(always)]
     fn take(&self, now: Nanos, n: u32, max_wait: Ticks) -> Decision {
         let backoff = Backoff::new();
         let (mut word, mut cfg) = self.load();
@@ -632,7 +681,20 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
         let backoff = Backoff::new();
         let (mut word, mut cfg) = self.load();
         loop {
-            let Some(new_body) = cfg.restore(body(word), now, r) else {
+            if cfg.mode == Mode::Inf || r.inf_gen != cfg.inf_gen {
+                // rate.go does nothing under an infinite limit; after an infinite refill the
+                // bucket already holds what `r` took.
+                return;
+            }
+            let held = match self.held_after(body(word), &cfg, r) {
+                Ok(Some(held)) => held,
+                Ok(None) => return,
+                Err(()) => {
+                    (word, cfg) = self.load();
+                    continue;
+                }
+            };
+            let Some(new_body) = cfg.restore(body(word), now, f64::from(r.tokens) - held) else {
                 return;
             };
             let new = pack(new_body, cfg.epoch);
@@ -658,23 +720,26 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
         let _writer = self.reconfig.lock().unwrap_or_else(|e| e.into_inner());
         loop {
             let (word, cur) = self.load();
+            // Only this writer changes epochs, so the slot of `cur` is intact.
+            let Some(cur_k) = self.refilled(cur.epoch) else {
+                continue;
+            };
             let (limit, burst) = f(&cur);
             let tokens = cur.tokens(body(word), now);
             // The new configuration's coordinates continue the old ones: the state keeps its
             // coordinate, so a cancel still counts exactly the tokens taken since a reservation.
-            let refilled = cur
-                .coord(body(word))
+            let refilled = cur_k
+                .and_then(|k| cur.coord(body(word), k))
                 .and_then(|c| c.checked_add((tokens * COORD_ONE) as i128));
             let next = Config::new(
                 cur.epoch.wrapping_add(1),
                 limit,
                 burst,
                 now,
-                refilled,
                 cur.inf_gen_after(now),
             );
             let new = pack(next.body_from_tokens(tokens, now), next.epoch);
-            self.configs.write(next.epoch, next.to_words());
+            self.configs.write(next.epoch, next.to_words(refilled));
             if self
                 .state
                 .compare_exchange_weak(word, new, Ordering::AcqRel, Ordering::Acquire)
@@ -777,12 +842,23 @@ pub struct Reservation<'a, C: Clock = QuantaClock, P: Layout = Padded> {
     /// Whether tokens were taken from the bucket (not under an infinite limit, not n = 0).
     took: bool,
     limit: f64,
-    /// The token coordinate (see [`Config::coord`]) of the state this reservation left: what
-    /// a cancel measures the tokens later reservations took from. `None` if it took nothing or
-    /// the coordinate overflowed (then a cancel restores nothing).
-    coord: Option<i128>,
-    /// The configuration's count of infinite refills when the reservation was made.
+    /// The configuration epoch it was made in, and that configuration's count of infinite
+    /// refills.
+    epoch: u32,
     inf_gen: u32,
+    /// The exact tick at which it acts, `max(tat, now)`: a cancel counts the tokens reserved
+    /// after it from there.
+    act: i128,
+    /// What places `act` on the token coordinate, for a cancel under another configuration.
+    origin: Option<Origin>,
+}
+
+/// A finite configuration's coordinate origin, kept by a reservation (see [`Config::coord`]).
+#[derive(Clone, Copy, Debug)]
+struct Origin {
+    since: Nanos,
+    interval: Ticks,
+    refilled: i128,
 }
 
 impl<C: Clock, P: Layout> Reservation<'_, C, P> {
@@ -953,9 +1029,17 @@ fn body_tokens(body: i128) -> f64 {
     f64::from_bits((body >> 32) as u64)
 }
 
-/// Words of a [`Config`] in its slot: limit, burst and inf_gen, since, interval (2), tau (2),
-/// refilled (2).
+/// Words of a [`Config`] in its slot: limit, burst and inf_gen, since, interval (2), tau (2)
+/// (the `HOT_WORDS` every check reads), then the coordinate origin `K` (2), which only
+/// reserve, cancel and reconfiguration read.
 const CONFIG_WORDS: usize = 9;
+const HOT_WORDS: usize = 7;
+
+/// The coordinate origin `K` from a slot's words (`None`: overflowed).
+fn refilled_of(w: [u64; CONFIG_WORDS]) -> Option<i128> {
+    let k = ((u128::from(w[8]) << 64) | u128::from(w[7])) as i128;
+    (k != i128::MIN).then_some(k)
+}
 
 /// One configuration, as read from its slot.
 #[derive(Clone, Copy, Debug)]
@@ -971,9 +1055,6 @@ struct Config {
     interval: Ticks,
     /// Ticks to refill the whole burst (`tau`).
     tau: Ticks,
-    /// The token coordinate of an empty bucket at `since` (see [`Config::coord`]), or `None`
-    /// once it has overflowed `i128` (after ~2^95 tokens: cancels then restore nothing).
-    refilled: Option<i128>,
     /// How many infinite refills (an infinite limit with time passing, which fills the bucket)
     /// happened before this configuration. A reservation made before one took tokens that the
     /// refill has already given back, so cancelling it restores nothing.
@@ -982,14 +1063,7 @@ struct Config {
 
 impl Config {
     #[inline]
-    fn new(
-        epoch: u32,
-        limit: Limit,
-        burst: u32,
-        since: Nanos,
-        refilled: Option<i128>,
-        inf_gen: u32,
-    ) -> Config {
+    fn new(epoch: u32, limit: Limit, burst: u32, since: Nanos, inf_gen: u32) -> Config {
         let l = limit.as_f64();
         // Zero, infinite and too-small limits keep no interval; `from_parts` reads the mode
         // back from that, as a slot reader does.
@@ -1003,10 +1077,9 @@ impl Config {
                 (interval, tau) = (t, Ticks(t.0 * i128::from(burst)));
             }
         }
-        Config::from_parts(epoch, l, burst, since, interval, tau, refilled, inf_gen)
+        Config::from_parts(epoch, l, burst, since, interval, tau, inf_gen)
     }
 
-    #[allow(clippy::too_many_arguments)] // one per slot field: the inverse of `to_words`
     #[inline]
     fn from_parts(
         epoch: u32,
@@ -1015,7 +1088,6 @@ impl Config {
         since: Nanos,
         interval: Ticks,
         tau: Ticks,
-        refilled: Option<i128>,
         inf_gen: u32,
     ) -> Config {
         let mode = if limit == f64::MAX {
@@ -1033,16 +1105,17 @@ impl Config {
             mode,
             interval,
             tau,
-            refilled,
             inf_gen,
         }
     }
 
     /// The configuration as slot words (see [`ConfigSlots`]).
-    fn to_words(self) -> [u64; CONFIG_WORDS] {
+    /// The configuration and its coordinate origin `K` (`refilled`; `None` once it has
+    /// overflowed `i128`, after ~2^95 tokens) as slot words.
+    fn to_words(self, refilled: Option<i128>) -> [u64; CONFIG_WORDS] {
         let (i, t) = (self.interval.0, self.tau.0);
         // i128::MIN stands for "overflowed": no coordinate reaches it (see `coord`).
-        let k = self.refilled.unwrap_or(i128::MIN);
+        let k = refilled.unwrap_or(i128::MIN);
         [
             self.limit.to_bits(),
             u64::from(self.burst) | (u64::from(self.inf_gen) << 32),
@@ -1057,9 +1130,8 @@ impl Config {
     }
 
     #[inline]
-    fn from_words(epoch: u32, w: [u64; CONFIG_WORDS]) -> Config {
+    fn from_words(epoch: u32, w: [u64; HOT_WORDS]) -> Config {
         let i128_of = |lo: u64, hi: u64| ((u128::from(hi) << 64) | u128::from(lo)) as i128;
-        let k = i128_of(w[7], w[8]);
         Config::from_parts(
             epoch,
             f64::from_bits(w[0]),
@@ -1067,7 +1139,6 @@ impl Config {
             Nanos::new(w[2]),
             Ticks(i128_of(w[3], w[4])),
             Ticks(i128_of(w[5], w[6])),
-            (k != i128::MIN).then_some(k),
             (w[1] >> 32) as u32,
         )
     }
@@ -1180,38 +1251,18 @@ impl Config {
         }
     }
 
-    /// The body after cancelling `r` at `now`, or `None` if nothing is restored.
+    /// The body after giving back `restore` tokens at `now`, or `None` if nothing is restored.
     ///
     /// rate.go restores `n - r.limit * (lastEvent - r.timeToAct)`: the reserved tokens minus
     /// those reserved after `r` (which were promised times that assumed `r`'s tokens gone).
-    /// turnstile counts those later tokens as the distance between the token coordinates of
-    /// the state now and the state `r` left. That distance is exact to 2^-32 token (no
-    /// rounding of `r`'s time to whole nanoseconds) and survives `set_limit`/`set_burst`,
-    /// which move `tat` but not the coordinate. It equals rate.go's count whenever rate.go's
-    /// `lastEvent` is the latest reservation's time and the later reservations were made
-    /// under `r`'s limit (rate.go values them at `r.limit` even if the limit has changed).
+    /// turnstile counts those later tokens exactly (`TokenBucket::held_after`): under `r`'s own
+    /// configuration as the stretch of `tat` beyond `r`'s exact tick, across a
+    /// `set_limit`/`set_burst` as the distance between token coordinates, which
+    /// reconfiguration keeps. It equals rate.go's count whenever rate.go's `lastEvent` is the
+    /// latest reservation's time and the later reservations were made under `r`'s limit (rate.go
+    /// values them at `r.limit` even if the limit has changed).
     #[inline]
-    fn restore<C: Clock, P: Layout>(
-        &self,
-        body: i128,
-        now: Nanos,
-        r: &Reservation<'_, C, P>,
-    ) -> Option<i128> {
-        if self.mode == Mode::Inf || r.inf_gen != self.inf_gen {
-            // rate.go does nothing under an infinite limit; after an infinite refill the
-            // bucket already holds what `r` took.
-            return None;
-        }
-        let n = f64::from(r.tokens);
-        let held = if r.limit == 0.0 {
-            // rate.go: a zero limit values every later span at zero tokens.
-            0.0
-        } else {
-            let later = self.coord(body)?.checked_sub(r.coord?)?;
-            // Never more than the reservation took: a negative count restores just `n`.
-            later.max(0) as f64 / COORD_ONE
-        };
-        let restore = n - held;
+    fn restore(&self, body: i128, now: Nanos, restore: f64) -> Option<i128> {
         if restore.is_nan() || restore <= 0.0 {
             return None;
         }
@@ -1234,26 +1285,20 @@ impl Config {
 
     /// The **token coordinate** of the state `body`: a count, in units of 2^-32 token, that
     /// every take of `n` tokens raises by `n`, that refill does not move, and that
-    /// reconfiguration keeps. With `K` = `refilled` (the coordinate of an empty bucket at
-    /// `since`) it is `K + (tat - since) / T` for a finite limit and `K - tokens` for the
+    /// reconfiguration keeps. With `K` = `refilled`, the configuration's origin (kept in its
+    /// slot's cold words, and chosen by the reconfiguration so that the state's coordinate
+    /// carries over), it is `K + (tat - since) / T` for a finite limit and `K - tokens` for the
     /// stored-token modes, i.e. `K` minus the tokens the state holds at `since`. The
     /// difference between two states' coordinates is the tokens taken between them (net of
     /// cancels), whatever limits applied in between, as long as no take found the bucket full
     /// (refill lost to the cap raises it too; while a reservation can still be cancelled, only
     /// a limit raised after it lets the bucket fill). `None` on `i128` overflow.
-    fn coord(&self, body: i128) -> Option<i128> {
-        let k = self.refilled?;
+    fn coord(&self, body: i128, refilled: i128) -> Option<i128> {
         let offset = match self.mode {
-            Mode::Finite => {
-                let d = body.checked_sub(Ticks::from_nanos(self.since).0)?;
-                let t = self.interval.0;
-                let (whole, part) = (d.div_euclid(t), d.rem_euclid(t));
-                let frac = (part as f64 / t as f64 * COORD_ONE) as i128;
-                whole.checked_mul(1 << COORD_BITS)?.checked_add(frac)?
-            }
+            Mode::Finite => coord_offset(body, self.since, self.interval)?,
             Mode::Zero | Mode::Inf => -((body_tokens(body) * COORD_ONE) as i128),
         };
-        k.checked_add(offset).filter(|&c| c != i128::MIN)
+        refilled.checked_add(offset).filter(|&c| c != i128::MIN)
     }
 
     /// `inf_gen` for a configuration that replaces this one at `now`: one more if an infinite
@@ -1267,3 +1312,14 @@ impl Config {
 /// Fractional bits of a token coordinate.
 const COORD_BITS: u32 = 32;
 const COORD_ONE: f64 = (1u64 << COORD_BITS) as f64;
+
+/// `(tat - since) / interval` in coordinate units (2^-32 token): the tokens a finite
+/// configuration's state holds below `since`, negated. Exact in whole tokens, the fraction
+/// from an f64 division. `None` on overflow.
+fn coord_offset(tat: i128, since: Nanos, interval: Ticks) -> Option<i128> {
+    let d = tat.checked_sub(Ticks::from_nanos(since).0)?;
+    let t = interval.0;
+    let (whole, part) = (d.div_euclid(t), d.rem_euclid(t));
+    let frac = (part as f64 / t as f64 * COORD_ONE) as i128;
+    whole.checked_mul(1 << COORD_BITS)?.checked_add(frac)
+}
