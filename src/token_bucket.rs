@@ -23,7 +23,9 @@
 //! infinite limit, which have no `tat`, bits 64..128 hold the stored tokens as `f64` bits.
 //!
 //! **Configurations** (limit, burst and derived `T`, `tau`) live in two seqlock-validated
-//! slots, one per epoch parity (`src/config_slots.rs` states that protocol). Only
+//! slots, one per epoch parity (`src/config_slots.rs` states that protocol). A slot also holds
+//! the configuration's token-coordinate origin (see *Cancel* below), which only reserve,
+//! cancel and reconfiguration read: a check reads just the first seven words. Only
 //! `set_limit`/`set_burst` write slots; they are serialized among themselves by a mutex that
 //! the hot path never touches. A reconfiguration writes the *other* slot with epoch `e + 1`,
 //! then converts the body (tokens at `now` under the old config, re-expressed under the new
