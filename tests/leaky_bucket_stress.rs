@@ -194,7 +194,10 @@ fn real_clock_never_exceeds_the_bound() {
                 Time::ClockBlocking,
                 None,
             );
-            let what = format!("real clock, {threads} threads, slack {slack}, {} ops", got.ops);
+            let what = format!(
+                "real clock, {threads} threads, slack {slack}, {} ops",
+                got.ops
+            );
             check_bound(&got.permits, 20_000, slack, &what);
         }
     }
@@ -289,7 +292,11 @@ fn lockstep_drains_grant_what_the_twin_grants() {
                 let mut mine = 0u64;
                 loop {
                     let r = xorshift(&mut x);
-                    let n = if r % 2 == 0 { 1 } else { 1 + (r >> 8) as u32 % max_n };
+                    let n = if r % 2 == 0 {
+                        1
+                    } else {
+                        1 + (r >> 8) as u32 % max_n
+                    };
                     let ok = if n == 1 && (r >> 4) % 2 == 0 {
                         l.try_take_at(t)
                     } else {

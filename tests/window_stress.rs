@@ -185,7 +185,14 @@ fn lockstep_drains_grant_exactly_the_quota_in_every_window() {
     let (quota, period) = (25u32, 1_000_000u64);
     // Just before, on, just after and in the middle of the starts of windows 1001..1050.
     let times: Vec<u64> = (1_001..1_051u64)
-        .flat_map(|k| [k * period - 1, k * period, k * period + 1, k * period + period / 2])
+        .flat_map(|k| {
+            [
+                k * period - 1,
+                k * period,
+                k * period + 1,
+                k * period + period / 2,
+            ]
+        })
         .collect();
     for threads in [2, 8] {
         let clock = ManualClock::new(Nanos::new(times[0]));
