@@ -496,13 +496,17 @@ fn two_threads_never_overfill_the_meter() {
                     let first = m.clock().now();
                     let mut units = 0u64;
                     let mut i = t;
+                    let mut requests = 0u32;
                     loop {
                         let now = m.clock().now();
-                        if now.saturating_duration_since(first) >= RUN {
+                        // At least 100 requests each, however late the thread is scheduled:
+                        // the meter starts empty, so together they fill it.
+                        if requests >= 100 && now.saturating_duration_since(first) >= RUN {
                             // Read after this thread's last request.
                             return (units, first, now);
                         }
                         let n = 1 + i % 3;
+                        requests += 1;
                         if m.allow_n(n) {
                             units += u64::from(n);
                         }

@@ -62,3 +62,60 @@ pub fn extreme_times() -> Vec<Nanos> {
     .map(Nanos::new)
     .collect()
 }
+
+/// Runs `threads` workers through `phases` phases in lockstep: before phase `i`, `setup(i)`
+/// runs while every worker is parked at a barrier (it may set a manual clock); then all the
+/// workers run `work(worker, i)` at once, and the next phase starts when every one has
+/// returned. Returns each worker's results, by worker then phase.
+///
+/// This is how the stress tests force the case they assert: within a phase the workers still
+/// race each other (how they interleave is the scheduler's), but the clock stands still and
+/// each worker drains the limiter until it is refused, so what a phase grants in total is
+/// fixed by the limiter's rules alone: a loaded machine that runs the workers one after the
+/// other changes nothing that is checked.
+///
+/// A worker that panics keeps meeting the barriers (so the others do not hang) and re-raises
+/// its panic at the end; `setup` must not panic.
+#[allow(dead_code)] // not every test binary uses every helper
+pub fn lockstep<R: Send>(
+    threads: usize,
+    phases: usize,
+    mut setup: impl FnMut(usize),
+    work: impl Fn(usize, usize) -> R + Sync,
+) -> Vec<Vec<R>> {
+    let barrier = std::sync::Barrier::new(threads + 1);
+    let (barrier, work) = (&barrier, &work);
+    std::thread::scope(|s| {
+        let workers: Vec<_> = (0..threads)
+            .map(|w| {
+                s.spawn(move || {
+                    let mut mine = Vec::with_capacity(phases);
+                    let mut panicked = None;
+                    for i in 0..phases {
+                        barrier.wait(); // setup(i) is done
+                        if panicked.is_none() {
+                            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                                work(w, i)
+                            }));
+                            match r {
+                                Ok(r) => mine.push(r),
+                                Err(e) => panicked = Some(e),
+                            }
+                        }
+                        barrier.wait(); // phase i is over
+                    }
+                    if let Some(e) = panicked {
+                        std::panic::resume_unwind(e);
+                    }
+                    mine
+                })
+            })
+            .collect();
+        for i in 0..phases {
+            setup(i);
+            barrier.wait();
+            barrier.wait();
+        }
+        workers.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
