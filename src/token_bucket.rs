@@ -689,7 +689,7 @@ impl<C: Clock, P: Layout> Idle for TokenBucket<C, P> {
     /// never decreases over the key's whole history. Under a zero or infinite limit the
     /// stored tokens do not depend on time: the bucket stays as built (full).
     fn born_at(&mut self, b: Nanos) {
-        born_at(&*self.state, self.load(), b);
+        born_at(&self.state, self.load(), b);
     }
 }
 
