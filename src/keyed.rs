@@ -85,12 +85,13 @@
 //! 1. `L`, with every grant that counted on it, was idle at `J` (the eviction protocol
 //!    above: a grant the evictor's second idleness check missed is replayed on `N`).
 //! 2. `J <= B`. The sweep publishes `J` (`fetch_max` into `judged`) before it retires
-//!    anything. `N`'s `B` is read while the key's map bucket is locked for `N`'s insertion
-//!    ([`scc::HashIndex::entry`]), which comes after `L`'s removal from that bucket in lock
-//!    order. `L` was removed either by the sweep itself, after publishing `J`, or by a
-//!    checking thread that saw `DEAD` and, after an `Acquire` fence, helped remove it; that
-//!    `DEAD` was written after the evictor's `SeqCst` fence, which follows the publication.
-//!    Either way the publication happens-before the read, which so sees `J` or later.
+//!    anything, and it retires each entry inside the map's `retain`, with the entry's bucket
+//!    locked. `N`'s `B` is read with the key's bucket locked for `N`'s insertion
+//!    ([`scc::HashIndex::entry`]), so after `L`'s removal from that bucket. `L` was removed
+//!    by the sweep, or by a checking thread that saw `DEAD` and helped; that thread took the
+//!    bucket lock after reading `DEAD`, which the sweep wrote holding the lock, so after the
+//!    sweep released it. Either way the publication happens-before the read of `judged`
+//!    (through the bucket lock), which so returns `J` or later.
 //! 3. By [`Idle::born_at`]'s contract, `N`'s `q` is at least that of any limiter idle at
 //!    some `j <= B` advanced to `B`; `L` was idle at `J <= B`, so `q` does not decrease
 //!    across the swap. The key's whole history, across any number of evictions, is then a
@@ -564,7 +565,8 @@ where
     /// ```
     pub fn evict_idle_at(&self, now: Nanos) -> usize {
         // Published before anything is retired: every limiter built after one of these
-        // evictions is born at `now` or later (module docs, step 2 of the proof).
+        // evictions is born at `now` or later (module docs, step 2 of the proof, which also
+        // relies on `retire` running inside `retain`, with the entry's bucket locked).
         self.judged.fetch_max(now.as_u64(), Ordering::Relaxed);
         let mut evicted = 0;
         self.map.retain(|slot| {
@@ -600,11 +602,7 @@ where
                     if let Some(r) = slot.run(&f, &wrote) {
                         return Some(r);
                     }
-                    // Evicted under us: help remove it, then use the key's new entry. The
-                    // fence pairs with the evictor's `SeqCst` fence, which precedes its
-                    // `DEAD`: the judged time it published happens-before our removal, and
-                    // so before the birth of the key's next limiter (module docs, step 2).
-                    fence(Ordering::Acquire);
+                    // Evicted under us: help remove it, then use the key's new entry.
                     self.map.remove_same(key, slot.id());
                     backoff.snooze();
                     continue;
