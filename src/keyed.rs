@@ -59,10 +59,12 @@
 //! simply fresh, the stale reading `t < J` would find a full limiter where the old one, at
 //! `t`, was not: a token bucket emptied at `t` would grant its burst twice. So the map dates
 //! every limiter it builds: before publishing it, it calls [`Idle::born_at`]`(B)` with
-//! `B = max(the map's clock, the latest time any sweep judged at)`. A limiter born at `B` is
-//! exactly a fresh one from `B` on, and before `B` it is stricter than anything idle at or
-//! before `B` (a token bucket is full at `B` and holds `(B - t) * limit` tokens fewer at
-//! `t`; a window refuses until `B`; each impl says what it means).
+//! `B = max(the reading of the check that builds it, the latest time any sweep judged at)`.
+//! A limiter born at `B` is exactly a fresh one from `B` on, and before `B` it is stricter
+//! than anything idle at or before `B` (a token bucket is full at `B` and holds
+//! `(B - t) * limit` tokens fewer at `t`; a window refuses until `B`; each impl says what it
+//! means). So the check that builds a key's limiter sees a fresh one, unless its own reading
+//! is older than a sweep: then it is a stale reading like any other.
 //!
 //! **Guarantee.** For every key, the grants of the checks made through the map, at any
 //! times, from any threads, racing any sweeps (automatic, [`Keyed::evict_idle`], or
@@ -99,7 +101,11 @@
 //!
 //! The price: a reading older than `B` on a newborn is judged as the newborn's state says,
 //! stricter than a fresh limiter (a token bucket has fewer tokens, a window or a smooth
-//! limiter refuses until `B`). A check reading the map's clock at once is not affected.
+//! limiter refuses until `B`). Readings taken after the last sweep are not affected; one
+//! taken a hair before a sweep that evicted its key may be refused, with a retry time of the
+//! sweep's. A caller passing a time ahead of the clock to [`Keyed::check_n_at`] for a new
+//! key dates that key's limiter at that time (as a single limiter used at that time would
+//! hold the grant there).
 //! `tests/keyed_stress.rs` forces the stale interleaving and races stale readings against
 //! a tight sweeper; loom checks steps 1 and 2 (`loom-tests/tests/keyed.rs`).
 //!
@@ -643,21 +649,17 @@ where
         room.1 = self.map.insert_with(key, || {
             // Under the key's bucket lock, so after the removal of any limiter the key had:
             // the judged time of that eviction is visible here (module docs, step 2).
-            limiter.born_at(self.birth());
+            limiter.born_at(self.birth(now));
             std::sync::Arc::new(Slot::new(limiter))
         });
         true
     }
 
-    /// The birth time of a limiter the map builds now: its clock, or the latest time a sweep
-    /// judged at if that is later.
-    fn birth(&self) -> Nanos {
-        Nanos::new(
-            self.clock
-                .now()
-                .as_u64()
-                .max(self.judged.load(Ordering::Relaxed)),
-        )
+    /// The birth time of a limiter built for a check at `now`: `now`, or the latest time a
+    /// sweep judged at if that is later (then the check's reading is older than a sweep that
+    /// may have evicted the key's previous limiter, and is judged as stale).
+    fn birth(&self, now: Nanos) -> Nanos {
+        now.max(Nanos::new(self.judged.load(Ordering::Relaxed)))
     }
 
     /// Reserves room for one more key under `max_keys`.

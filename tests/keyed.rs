@@ -375,6 +375,21 @@ fn stale_readings_never_find_a_fresher_limiter() {
     assert!(k.check_n_at(&1, t(1.05), 2).is_ok());
 }
 
+/// The check that builds a key's limiter sees a fresh one at its own reading, wherever the
+/// map's clock is (it may have moved on since the reading was taken); a reading older than
+/// the latest sweep is judged as stale.
+#[test]
+fn a_new_keys_limiter_is_born_at_the_reading_that_builds_it() {
+    let clock = ManualClock::new(t(10.0));
+    let k = windows(&clock).build().unwrap();
+    assert!(k.check_n_at(&1, t(5.0), 2).is_ok(), "fresh at 5 s");
+    assert!(k.check_n_at(&1, t(5.5), 1).is_err());
+    assert_eq!(k.evict_idle(), 1); // judged at 10 s
+    let d = k.check_n_at(&2, t(9.0), 1).unwrap_err();
+    assert_eq!(d.retry_at(), Some(t(10.0)), "older than the sweep: stale");
+    assert!(k.check_n_at(&3, t(10.0), 2).is_ok());
+}
+
 #[test]
 fn a_panicking_factory_leaves_no_phantom_key() {
     let k = Keyed::builder(|key: &u32| {
