@@ -70,8 +70,8 @@
 //! times, from any threads, racing any sweeps (automatic, [`Keyed::evict_idle`], or
 //! [`Keyed::evict_idle_at`] at any time), obey the bound of the key's limiter type over every
 //! span, as if a single limiter had served the key all along: for a
-//! [`TokenBucket`](crate::TokenBucket) at most `burst + limit * (y - x)` plus one request in the readings
-//! `[x, y]`; for a [`LeakyBucket`](crate::LeakyBucket) at most `slack + 1 + d / T` in any span
+//! [`TokenBucket`](crate::TokenBucket) at most `burst + limit * (y - x)` tokens in the
+//! readings `[x, y]` (plus one request with reservations, its D2); for a [`LeakyBucket`](crate::LeakyBucket) at most `slack + 1 + d / T` in any span
 //! `d`; for a [`FixedWindow`](crate::FixedWindow) at most `quota` in each of its windows,
 //! which never overlap; for a [`SlidingWindow`](crate::SlidingWindow) its rules 1–3 in
 //! judged times; for the smooth limiters, their debt model with `next_free` never moving
@@ -106,6 +106,7 @@
 //! sweep's. A caller passing a time ahead of the clock to [`Keyed::check_n_at`] for a new
 //! key dates that key's limiter at that time (as a single limiter used at that time would
 //! hold the grant there).
+//!
 //! `tests/keyed_stress.rs` forces the stale interleaving and races stale readings against
 //! a tight sweeper; loom checks steps 1 and 2 (`loom-tests/tests/keyed.rs`).
 //!
