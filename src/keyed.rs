@@ -71,9 +71,10 @@
 //! [`Keyed::evict_idle_at`] at any time), obey the bound of the key's limiter type over every
 //! span, as if a single limiter had served the key all along: for a
 //! [`TokenBucket`](crate::TokenBucket) at most `burst + limit * (y - x)` tokens in the
-//! readings `[x, y]` (plus one request with reservations, its D2); for a [`LeakyBucket`](crate::LeakyBucket) at most `slack + 1 + d / T` in any span
-//! `d`; for a [`FixedWindow`](crate::FixedWindow) at most `quota` in each of its windows,
-//! which never overlap; for a [`SlidingWindow`](crate::SlidingWindow) its rules 1–3 in
+//! readings `[x, y]` (plus one request with reservations, its D2); for a
+//! [`LeakyBucket`](crate::LeakyBucket) at most `slack + 1 + d / T` in any span `d`; for a
+//! [`FixedWindow`](crate::FixedWindow) at most `quota` in each of its windows, which never
+//! overlap; for a [`SlidingWindow`](crate::SlidingWindow) its rules 1–3 in
 //! judged times; for the smooth limiters, their debt model with `next_free` never moving
 //! back. No margin is assumed: a reading may be arbitrarily stale.
 //!

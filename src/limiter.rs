@@ -128,19 +128,21 @@ pub trait Idle {
     /// * from `b` on it behaves as a limiter built at `b` and first used then (the leaky
     ///   bucket, which has no clock reading of its own before its first permit, as one whose
     ///   last permit was one pace before `b`: see its impl);
-    /// * its state is at least as restrictive as the state of *any* limiter of the same configuration that was idle at some `j <= b`, advanced to
-    ///   `b`: the quantity each limiter's budget proof counts from (a token bucket's `tat`, a
-    ///   leaky bucket's `next`, a smooth limiter's `next_free`, a window's end or index) is
-    ///   at least that limiter's. So a reading `t < b` (a clock read by a thread that then
-    ///   stalled) gets no more than the replaced limiter's history allows: the key's grants
-    ///   keep the limiter's own bound over every span, across any number of replacements.
+    /// * its state is at least as restrictive as the state of *any* limiter of the same
+    ///   configuration that was idle at some `j <= b`, advanced to `b`: the quantity each
+    ///   limiter's budget proof counts from (a token bucket's `tat`, a leaky bucket's `next`,
+    ///   a smooth limiter's `next_free`, a window's end or index) is at least that limiter's.
+    ///   So a reading `t < b` (a clock read by a thread that then stalled) gets no more than
+    ///   the replaced limiter's history allows: the key's grants keep the limiter's own bound
+    ///   over every span, across any number of replacements.
     ///
     /// Limiters whose decisions do not depend on time (or that keep no state) do nothing.
     ///
     /// ```
     /// use turnstile::{Idle, Limit, Limiter, ManualClock, Nanos, TokenBucket};
     ///
-    /// let mut tb = TokenBucket::with_clock(Limit::per_second(10.0).unwrap(), 2, ManualClock::default());
+    /// let limit = Limit::per_second(10.0).unwrap();
+    /// let mut tb = TokenBucket::with_clock(limit, 2, ManualClock::default());
     /// tb.born_at(Nanos::new(1_000_000_000));
     /// assert!(tb.is_idle_at(Nanos::new(1_000_000_000)));                // full at its birth
     /// assert_eq!(tb.tokens_at(Nanos::new(900_000_000)), 1.0);           // and not before
