@@ -49,16 +49,77 @@
 //! i.e. equivalent to a fresh one, when it was retired, and every grant made on it after that
 //! is replayed, so no request is counted twice and none is lost. The fences cost one `mfence`
 //! per *granted* check (a denial writes nothing and needs none); loom checks the protocol in
-//! `loom-tests/tests/keyed.rs` (take ‖ evict, insert ‖ evict ‖ take).
+//! `loom-tests/tests/keyed.rs` (check ‖ evict, insert ‖ evict, check ‖ check ‖ evict, on a
+//! limiter whose own atomics are all `Relaxed`).
+//!
+//! # Stale clock readings: newborn limiters are dated
+//! A check's time is read before the check runs, and a thread can stall for seconds in
+//! between (VM steal, CFS throttling). Meanwhile a sweep may judge the key's limiter idle at
+//! its time `J`, evict it, and another thread may build the key a new one. Were the new one
+//! simply fresh, the stale reading `t < J` would find a full limiter where the old one, at
+//! `t`, was not: a token bucket emptied at `t` would grant its burst twice. So the map dates
+//! every limiter it builds: before publishing it, it calls [`Idle::born_at`]`(B)` with
+//! `B = max(the reading of the check that builds it, the latest time any sweep judged at)`.
+//! A limiter born at `B` is exactly a fresh one from `B` on, and before `B` it is stricter
+//! than anything idle at or before `B` (a token bucket is full at `B` and holds
+//! `(B - t) * limit` tokens fewer at `t`; a window refuses until `B`; each impl says what it
+//! means). So the check that builds a key's limiter sees a fresh one, unless its own reading
+//! is older than a sweep: then it is a stale reading like any other.
+//!
+//! **Guarantee.** For every key, the grants of the checks made through the map, at any
+//! times, from any threads, racing any sweeps (automatic, [`Keyed::evict_idle`], or
+//! [`Keyed::evict_idle_at`] at any time), obey the bound of the key's limiter type over every
+//! span, as if a single limiter had served the key all along: for a
+//! [`TokenBucket`](crate::TokenBucket) at most `burst + limit * (y - x)` tokens in the
+//! readings `[x, y]` (plus one request with reservations, its D2); for a
+//! [`LeakyBucket`](crate::LeakyBucket) at most `slack + 1 + d / T` in any span `d`; for a
+//! [`FixedWindow`](crate::FixedWindow) at most `quota` in each of its windows, which never
+//! overlap; for a [`SlidingWindow`](crate::SlidingWindow) its rules 1–3 in
+//! judged times; for the smooth limiters, their debt model with `next_free` never moving
+//! back. No margin is assumed: a reading may be arbitrarily stale.
+//!
+//! **Proof sketch.** Each of those bounds is proved, in its limiter's module, from one
+//! quantity `q` (a token bucket's `tat`, a leaky bucket's `next`, a window's end or index, a
+//! smooth limiter's `next_free` and the time its store would be empty): `q` never
+//! decreases, each grant moves it by the grant's cost, and a grant at `t` needs `q` within
+//! a fixed allowance of `t`; none of it depends on the order of the readings. Across an
+//! eviction of `L` judged at `J`, followed by a newborn `N` born at `B`:
+//!
+//! 1. `L`, with every grant that counted on it, was idle at `J` (the eviction protocol
+//!    above: a grant the evictor's second idleness check missed is replayed on `N`).
+//! 2. `J <= B`. The sweep publishes `J` (`fetch_max` into `judged`) before it retires
+//!    anything, and it retires each entry inside the map's `retain`, with the entry's bucket
+//!    locked. `N`'s `B` is read with the key's bucket locked for `N`'s insertion
+//!    ([`scc::HashIndex::entry`]), so after `L`'s removal from that bucket. `L` was removed
+//!    by the sweep, or by a checking thread that saw `DEAD` and helped; that thread took the
+//!    bucket lock after reading `DEAD`, which the sweep wrote holding the lock, so after the
+//!    sweep released it. Either way the publication happens-before the read of `judged`
+//!    (through the bucket lock), which so returns `J` or later.
+//! 3. By [`Idle::born_at`]'s contract, `N`'s `q` is at least that of any limiter idle at
+//!    some `j <= B` advanced to `B`; `L` was idle at `J <= B`, so `q` does not decrease
+//!    across the swap. The key's whole history, across any number of evictions, is then a
+//!    history the bound covers.
+//!
+//! The price: a reading older than `B` on a newborn is judged as the newborn's state says,
+//! stricter than a fresh limiter (a token bucket has fewer tokens, a window or a smooth
+//! limiter refuses until `B`). Readings taken after the last sweep are not affected; one
+//! taken a hair before a sweep that evicted its key may be refused, with a retry time of the
+//! sweep's. A caller passing a time ahead of the clock to [`Keyed::check_n_at`] for a new
+//! key dates that key's limiter at that time (as a single limiter used at that time would
+//! hold the grant there).
+//!
+//! `tests/keyed_stress.rs` forces the stale interleaving and races stale readings against
+//! a tight sweeper; loom checks steps 1 and 2 (`loom-tests/tests/keyed.rs`).
 //!
 //! # Sweeps and the key bound
 //! A sweep visits every key; it runs inline in the first check after `sweep_every` (default
 //! 10 s) has passed since the last one, or when the user calls [`Keyed::evict_idle`]. That
 //! request pays for the sweep (35–130 ms for a million keys here, depending on the limiter);
 //! [`Keyed::spawn_sweeper`] moves sweeps to a thread of their own, which latency-sensitive
-//! servers with many keys should use. Sweeps judge idleness [`SWEEP_LAG`] (100 ms) behind
-//! their clock reading, so a thread whose own reading is that stale never finds a fresh
-//! limiter where the evicted one would still have been busy at its time. With
+//! servers with many keys should use. Sweeps judge idleness at the **map's clock**, never at
+//! a time a caller passed to [`Keyed::check_n_at`]: a caller's time only tells a check that
+//! a sweep may be due (it then reads the clock), so one caller's future time cannot evict
+//! other keys that are busy at the present. With
 //! [`KeyedBuilder::max_keys`], a new key that finds the map full triggers an early sweep (at
 //! most one per tenth of `sweep_every`); if that frees no room, the request is refused with a
 //! retry time of the next such sweep ([`WhenFull::Deny`], the default: memory stays bounded and
@@ -132,6 +193,9 @@ where
     sweep_every: u64,
     /// When the last sweep started (ns on `clock`); claimed by CAS so one thread sweeps.
     last_sweep: AtomicU64,
+    /// The latest time any sweep judged idleness at: newborn limiters are born no earlier
+    /// (module docs, "Stale clock readings"). Only grows (`fetch_max`).
+    judged: AtomicU64,
     clock: C,
 }
 
@@ -258,13 +322,6 @@ where
         }
     }
 }
-
-/// How far behind its clock reading a sweep judges idleness. A limiter idle at some time
-/// stays idle later, so a sweep that evicts what was idle `SWEEP_LAG` ago is safe for every
-/// check whose clock reading is at most that stale (a thread that read the clock, then lost
-/// the CPU before its check): it never meets a fresh limiter where the evicted one would have
-/// been busy at its time.
-pub const SWEEP_LAG: Duration = Duration::from_millis(100);
 
 /// How often idle keys are swept by default.
 pub const DEFAULT_SWEEP_EVERY: Duration = Duration::from_secs(10);
@@ -474,13 +531,13 @@ where
                 let Some(k) = weak.upgrade() else { return };
                 let now = k.clock.now();
                 k.last_sweep.store(now.as_u64(), Ordering::Relaxed);
-                k.evict_idle_at(now.saturating_sub(SWEEP_LAG));
+                k.evict_idle_at(now);
             }
         })
     }
 
-    /// Evicts every key that was idle [`SWEEP_LAG`] ago (so stale clock readings of other
-    /// threads are safe); returns how many went.
+    /// Evicts every key idle at the map's clock reading; returns how many went. Stale clock
+    /// readings of other threads are safe (module docs, "Stale clock readings").
     ///
     /// ```
     /// use std::time::Duration;
@@ -490,15 +547,17 @@ where
     /// assert_eq!(k.evict_idle(), 0); // its window is open
     /// ```
     pub fn evict_idle(&self) -> usize {
-        self.evict_idle_at(self.clock.now().saturating_sub(SWEEP_LAG))
+        self.evict_idle_at(self.clock.now())
     }
 
     /// Evicts every key whose limiter is idle at `now` ([`Idle::is_idle_at`]); returns how many
     /// went.
     ///
-    /// `now` must not run ahead of the times later checks use: a limiter idle at a future
-    /// `now` may still be busy at the real present, and evicting it hands its key a fresh
-    /// limiter. The plain [`Keyed::evict_idle`] and the automatic sweeps use the map's clock.
+    /// `now` may be any time and no key ever grants more for it: the limiters built after
+    /// this call are born at `now` or later ([`Idle::born_at`]). But a `now` ahead of the
+    /// clock evicts limiters that are still busy at the present, and their keys' next
+    /// limiters refuse (or hold fewer tokens) until the clock reaches `now`: stricter than
+    /// needed. The plain [`Keyed::evict_idle`] and the automatic sweeps use the map's clock.
     ///
     /// ```
     /// use std::time::Duration;
@@ -513,6 +572,10 @@ where
     /// assert_eq!(k.len(), 1);
     /// ```
     pub fn evict_idle_at(&self, now: Nanos) -> usize {
+        // Published before anything is retired: every limiter built after one of these
+        // evictions is born at `now` or later (module docs, step 2 of the proof, which also
+        // relies on `retire` running inside `retain`, with the entry's bucket locked).
+        self.judged.fetch_max(now.as_u64(), Ordering::Relaxed);
         let mut evicted = 0;
         self.map.retain(|slot| {
             if slot.retire(now) {
@@ -584,9 +647,21 @@ where
         }
         let mut room = Room(&self.len, false);
         let key = key.to_owned();
-        let slot = std::sync::Arc::new(Slot::new((self.factory)(&key)));
-        room.1 = self.map.insert(key, slot);
+        let mut limiter = (self.factory)(&key);
+        room.1 = self.map.insert_with(key, || {
+            // Under the key's bucket lock, so after the removal of any limiter the key had:
+            // the judged time of that eviction is visible here (module docs, step 2).
+            limiter.born_at(self.birth(now));
+            std::sync::Arc::new(Slot::new(limiter))
+        });
         true
+    }
+
+    /// The birth time of a limiter built for a check at `now`: `now`, or the latest time a
+    /// sweep judged at if that is later (then the check's reading is older than a sweep that
+    /// may have evicted the key's previous limiter, and is judged as stale).
+    fn birth(&self, now: Nanos) -> Nanos {
+        now.max(Nanos::new(self.judged.load(Ordering::Relaxed)))
     }
 
     /// Reserves room for one more key under `max_keys`.
@@ -627,17 +702,25 @@ where
     }
 
     /// Sweeps if one is due: `sweep_every` after the last one, or (`early`, the map is full)
-    /// a tenth of that. One load when none is due; the thread whose CAS claims the sweep runs
-    /// it.
+    /// a tenth of that. One load when `hint` (a check's time) says none is due. A sweep is
+    /// judged on the map's own clock, never on `hint`: a caller's time may be anything, and
+    /// a future one would evict keys that are busy at the present. So a due `hint` is
+    /// confirmed by a clock reading, and the thread whose CAS claims the sweep runs it at
+    /// that reading.
     #[inline]
-    fn maybe_sweep(&self, now: Nanos, early: bool) {
+    fn maybe_sweep(&self, hint: Nanos, early: bool) {
         let last = self.last_sweep.load(Ordering::Relaxed);
         let gap = if early {
             self.early_sweep_gap()
         } else {
             self.sweep_every
         };
-        if now.as_u64() < last.saturating_add(gap) {
+        let due = last.saturating_add(gap);
+        if hint.as_u64() < due {
+            return;
+        }
+        let now = self.clock.now();
+        if now.as_u64() < due {
             return;
         }
         if self
@@ -645,7 +728,7 @@ where
             .compare_exchange(last, now.as_u64(), Ordering::Relaxed, Ordering::Relaxed)
             .is_ok()
         {
-            self.evict_idle_at(now.saturating_sub(SWEEP_LAG));
+            self.evict_idle_at(now);
         }
     }
 }
@@ -784,6 +867,7 @@ where
             when_full: self.when_full,
             sweep_every: self.sweep_every,
             last_sweep: AtomicU64::new(now),
+            judged: AtomicU64::new(0),
             clock: self.clock,
         })
     }
@@ -828,9 +912,16 @@ mod map {
             self.0.peek(key, guard).map(|slot| &**slot)
         }
 
-        /// False if the key was present.
-        pub(super) fn insert(&self, key: K, slot: Arc<Slot<L>>) -> bool {
-            self.0.insert(key, slot).is_ok()
+        /// Inserts `make()` unless the key is present (false then). `make` runs with the
+        /// key's bucket locked: after any removal of the key, before any lookup finds it.
+        pub(super) fn insert_with(&self, key: K, make: impl FnOnce() -> Arc<Slot<L>>) -> bool {
+            match self.0.entry(key) {
+                scc::hash_index::Entry::Occupied(_) => false,
+                scc::hash_index::Entry::Vacant(v) => {
+                    v.insert_entry(make());
+                    true
+                }
+            }
         }
 
         /// Removes `key` if it still maps to the slot `id`.
@@ -882,12 +973,12 @@ mod map {
             self.0.lock().unwrap().get(key).cloned()
         }
 
-        pub(super) fn insert(&self, key: K, slot: Arc<Slot<L>>) -> bool {
+        pub(super) fn insert_with(&self, key: K, make: impl FnOnce() -> Arc<Slot<L>>) -> bool {
             let mut m = self.0.lock().unwrap();
             if m.contains_key(&key) {
                 return false;
             }
-            m.insert(key, slot);
+            m.insert(key, make());
             true
         }
 

@@ -623,6 +623,29 @@ impl<C: Clock> Idle for LeakyBucket<C> {
         // The condition of `Pace::next`'s cap branch.
         prev == UNSET || (now > prev && now - prev > self.pace.cap)
     }
+
+    /// `next = b - T`: as if the last permit had been issued one pace before `b`. A take at
+    /// `b` then commits `next = b`, exactly as a fresh bucket's first take at `b` does; a
+    /// reading `t < b` finds `next + T = b > t` and is refused until `b`; a take after `b`
+    /// banks credit from `b` on, up to the slack (a fresh bucket banks none before its first
+    /// permit: it is the one state that has no time). A bucket idle at `j <= b` has no
+    /// permit or `next < j - M - T`, so the first `next` committed here (`b` or later, see
+    /// `Pace::next`) is more than `T` above its last: the spacing the bound
+    /// `slack + 1 + d / T` counts stays intact across the swap. If `b < T` the bucket stays
+    /// unset: then no bucket was idle at `j <= b` with a permit (that needs `j > M + T`).
+    /// Unused, the newborn is idle from `b + M` on (its credit full), not at once.
+    fn born_at(&mut self, b: Nanos) {
+        if let Some(next) = born_next(self.unlimited, self.pace.per_request, b) {
+            self.state.store(next, Ordering::Relaxed);
+        }
+    }
+}
+
+/// The `next` a bucket born at `b` holds ([`Idle::born_at`]), if it is not left unset.
+fn born_next(unlimited: bool, per_request: u64, b: Nanos) -> Option<u64> {
+    let b = b.as_u64();
+    // `b == u64::MAX` would need `T == 0` to give `UNSET`: never a time anything is granted at.
+    (!unlimited && b >= per_request && b - per_request != UNSET).then(|| b - per_request)
 }
 
 impl<C: Clock> fmt::Debug for LeakyBucket<C> {

@@ -276,6 +276,12 @@ impl<C: Clock> Idle for LeakyMeter<C> {
     fn is_idle_at(&self, now: Nanos) -> bool {
         self.bucket.is_idle_at(now)
     }
+
+    /// Empty of water at `b` and not before (the token bucket underneath is full at `b`; see
+    /// its [`Idle::born_at`]): a reading `t < b` finds `(b - t) * leak` units of water in it.
+    fn born_at(&mut self, b: Nanos) {
+        self.bucket.born_at(b);
+    }
 }
 
 /// Shows the capacity, the leak rate and the token bucket underneath; it reads no clock.

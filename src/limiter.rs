@@ -101,8 +101,11 @@ pub trait Limiter: Send + Sync {
 /// permits), the fresh one is stricter, and its docs say so.
 ///
 /// Idleness must persist: a limiter idle at `t` and not used since is idle at every later
-/// time (every turnstile limiter's is). Keyed sweeps rely on it when they judge idleness a
-/// little behind the clock (`keyed::SWEEP_LAG`).
+/// time (every turnstile limiter's is).
+///
+/// [`Idle::born_at`] is the other half: it dates a fresh limiter, so that a clock reading
+/// older than its birth cannot find it more generous than the limiter it replaced (the keyed
+/// map's guarantee, stated and proved in `src/keyed.rs`).
 ///
 /// ```
 /// use turnstile::{Idle, Limit, Limiter, TokenBucket};
@@ -118,6 +121,34 @@ pub trait Idle {
     /// True if replacing this limiter by a fresh one at `now` could not let more requests
     /// through.
     fn is_idle_at(&self, now: Nanos) -> bool;
+
+    /// Dates this **fresh, not yet shared** limiter to its birth at `b` (a keyed map calls it
+    /// on the factory's limiter before publishing it). Afterwards:
+    ///
+    /// * from `b` on it behaves as a limiter built at `b` and first used then (the leaky
+    ///   bucket, which has no clock reading of its own before its first permit, as one whose
+    ///   last permit was one pace before `b`: see its impl);
+    /// * its state is at least as restrictive as the state of *any* limiter of the same
+    ///   configuration that was idle at some `j <= b`, advanced to `b`: the quantity each
+    ///   limiter's budget proof counts from (a token bucket's `tat`, a leaky bucket's `next`,
+    ///   a smooth limiter's `next_free`, a window's end or index) is at least that limiter's.
+    ///   So a reading `t < b` (a clock read by a thread that then stalled) gets no more than
+    ///   the replaced limiter's history allows: the key's grants keep the limiter's own bound
+    ///   over every span, across any number of replacements.
+    ///
+    /// Limiters whose decisions do not depend on time (or that keep no state) do nothing.
+    ///
+    /// ```
+    /// use turnstile::{Idle, Limit, Limiter, ManualClock, Nanos, TokenBucket};
+    ///
+    /// let limit = Limit::per_second(10.0).unwrap();
+    /// let mut tb = TokenBucket::with_clock(limit, 2, ManualClock::default());
+    /// tb.born_at(Nanos::new(1_000_000_000));
+    /// assert!(tb.is_idle_at(Nanos::new(1_000_000_000)));                // full at its birth
+    /// assert_eq!(tb.tokens_at(Nanos::new(900_000_000)), 1.0);           // and not before
+    /// assert!(tb.check_n_at(Nanos::new(900_000_000), 2).is_err());      // a stale reading
+    /// ```
+    fn born_at(&mut self, b: Nanos);
 }
 
 /// Builder kind: the builder makes the lock-free limiter. Each limiter's builder is generic

@@ -622,6 +622,43 @@ impl<C: Clock, P: Layout> Idle for SlidingWindow<C, P> {
     fn is_idle_at(&self, now: Nanos) -> bool {
         self.rule.load(&self.view(now)) == 0
     }
+
+    /// Rolled to `b`'s window: `(k, prev, curr) = (b / P, 0, 0)` for a fresh limiter, which is
+    /// what its first check at `b` or later sees anyway (so from `b` on nothing changes). A
+    /// reading `t` before that window is judged at the window's start, as this limiter
+    /// judges every reading older than its state's window (rule 1-3 of the module docs are
+    /// stated in judged times). A limiter idle at `j <= b` has no grant in window `j / P - 1`
+    /// or later, so the key's windows from `b / P - 1` on hold only this limiter's grants:
+    /// every window's count and every grant's weighted check is the one a single limiter
+    /// would have made.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::{Idle, Limiter, Nanos, SlidingWindow};
+    /// let mut sw = SlidingWindow::new(2, Duration::from_secs(1)).unwrap();
+    /// sw.born_at(Nanos::new(5_500_000_000));
+    /// assert!(sw.check_n_at(Nanos::new(1_000), 2).is_ok());           // judged at 5 s
+    /// assert!(sw.check_n_at(Nanos::new(5_999_999_999), 1).is_err()); // window 5 is full
+    /// ```
+    fn born_at(&mut self, b: Nanos) {
+        let mut word = self.state.load(Ordering::Relaxed);
+        loop {
+            let v = self.rule.view(Counts::unpack(word), b);
+            let new = Counts {
+                k: v.j,
+                prev: v.prev,
+                curr: v.curr,
+            }
+            .pack();
+            match self
+                .state
+                .compare_exchange_weak(word, new, Ordering::Relaxed, Ordering::Relaxed)
+            {
+                Ok(_) => return,
+                Err(actual) => word = actual,
+            }
+        }
+    }
 }
 
 impl<C: Clock, P: Layout> fmt::Debug for SlidingWindow<C, P> {

@@ -1132,6 +1132,23 @@ smooth_api!(SmoothBursty);
 smooth_api!(SmoothWarmingUp);
 
 impl<C: Clock> Core<C> {
+    /// [`Idle::born_at`] for both smooth limiters: `next_free = b`, the store as built (a
+    /// fresh limiter's, whose construction resyncs `next_free` to its clock reading). One
+    /// CAS, retried only if it fails spuriously (nobody else sees the limiter yet).
+    fn born_at(&self, b: Nanos) {
+        let mut word = self.state.load(Ordering::Relaxed);
+        loop {
+            let new = pack(b.as_u64(), frac(word), epoch(word));
+            match self
+                .state
+                .compare_exchange_weak(word, new, Ordering::Relaxed, Ordering::Relaxed)
+            {
+                Ok(_) => return,
+                Err(actual) => word = actual,
+            }
+        }
+    }
+
     /// From one load of the state word: `None` if a debt is owed at `now` (`next_free > now`);
     /// otherwise the configuration and the stored permits at `now` (`+inf` under a `+inf`
     /// rate), the two things a fresh limiter's state is compared with.
@@ -1179,6 +1196,16 @@ impl<C: Clock> Idle for SmoothBursty<C> {
         // where every fraction stands for no permits).
         cfg.inf || stored >= cfg.stored(cfg.frac_of(self.initial_stored))
     }
+
+    /// Built at `b`: `next_free = b` with the initial store. A reading `t < b` owes the debt
+    /// `b - t` and is refused until `b` (a check grants only when `next_free <= now`). A
+    /// limiter idle at `j <= b` has `next_free <= j` and at least the initial store at `j`,
+    /// so advanced to `b` it has `next_free = b` and at least as many (free) stored permits:
+    /// this state is that one with some credit forgotten. `next_free` never decreases over
+    /// the key's history, nor does the time at which the store would be empty.
+    fn born_at(&mut self, b: Nanos) {
+        self.core.born_at(b);
+    }
 }
 
 /// Idle when no debt is owed at `now` (`next_free <= now`) and the store is full at `now`
@@ -1210,6 +1237,14 @@ impl<C: Clock> Idle for SmoothWarmingUp<C> {
             return false;
         };
         cfg.inf || stored >= cfg.max_permits
+    }
+
+    /// Built at `b`: `next_free = b`, cold (the store full). A reading `t < b` owes the debt
+    /// `b - t` and is refused until `b`. A limiter idle at `j <= b` is cold with
+    /// `next_free <= j`; advanced to `b` it is exactly this state, so from `b` on the two
+    /// are identical and before `b` this one grants nothing.
+    fn born_at(&mut self, b: Nanos) {
+        self.core.born_at(b);
     }
 }
 

@@ -798,6 +798,29 @@ impl<C: Clock, P: Layout> Idle for TokenBucket<C, P> {
         let (word, cfg) = self.load();
         cfg.is_full(body(word), now)
     }
+
+    /// Full at `b` and not before: `tat = b - tau` under a finite limit, so a reading `t < b`
+    /// finds `(t - b) * limit` tokens fewer than the burst. A bucket idle at `j <= b` has
+    /// `tat <= j - tau <= b - tau`: this `tat` is at least its, which is all the budget proof
+    /// (`grants in [x, y] <= burst + limit * (y - x)` plus one request) needs, as `tat` then
+    /// never decreases over the key's whole history. Under a zero or infinite limit the
+    /// stored tokens do not depend on time: the bucket stays as built (full).
+    fn born_at(&mut self, b: Nanos) {
+        born_at(&self.state, self.load(), b);
+    }
+}
+
+/// [`Idle::born_at`] for a bucket nobody else sees yet: re-expresses a full burst at `b` in
+/// the word's own configuration. One CAS, retried only if it fails spuriously (nobody else
+/// can write the word).
+fn born_at(state: &AtomicU128, (word, cfg): (u128, Config), b: Nanos) {
+    let new = pack(cfg.body_from_tokens(f64::from(cfg.burst), b), cfg.epoch);
+    let mut current = word;
+    while let Err(actual) =
+        state.compare_exchange_weak(current, new, Ordering::Relaxed, Ordering::Relaxed)
+    {
+        current = actual;
+    }
 }
 
 impl<C: Clock, P: Layout> fmt::Debug for TokenBucket<C, P> {

@@ -494,6 +494,35 @@ impl<C: Clock, P: Layout> Idle for FixedWindow<C, P> {
         let (end, _) = unpack(self.state.load(Ordering::Relaxed));
         is_over(end, now.as_u64())
     }
+
+    /// A spent window that ends at `b`: `(end, count) = (b, quota)`. A reading `t < b` is
+    /// `OverQuota`, with retry at `b`; at `b` or later the window is over and the first take
+    /// opens a new one, exactly as on a fresh limiter. A limiter idle at `j <= b` has every
+    /// window ended by `j`, so the windows of the key never overlap across the swap and each
+    /// still holds at most `quota` grants. (A stale reading counted in the current window,
+    /// as this limiter does for readings older than its window, would be counted in a
+    /// window that may overlap the replaced limiter's last one: hence the refusal.)
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::{FixedWindow, Idle, Limiter, Nanos};
+    /// let mut w = FixedWindow::new(2, Duration::from_secs(1)).unwrap();
+    /// w.born_at(Nanos::new(5_000_000_000));
+    /// let stale = w.check_n_at(Nanos::new(4_900_000_000), 1).unwrap_err();
+    /// assert_eq!(stale.retry_at(), Some(Nanos::new(5_000_000_000)));
+    /// assert!(w.check_n_at(Nanos::new(5_000_000_000), 2).is_ok());
+    /// ```
+    fn born_at(&mut self, b: Nanos) {
+        // `u64::MAX` would be a window that never ends.
+        let new = pack(b.as_u64().min(u64::MAX - 1), u64::from(self.spec.quota));
+        let mut word = self.state.load(Ordering::Relaxed);
+        while let Err(actual) =
+            self.state
+                .compare_exchange_weak(word, new, Ordering::Relaxed, Ordering::Relaxed)
+        {
+            word = actual;
+        }
+    }
 }
 
 impl<C: Clock, P: Layout> fmt::Debug for FixedWindow<C, P> {

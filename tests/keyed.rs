@@ -92,9 +92,15 @@ fn idle_keys_are_evicted_automatically() {
     }
     assert_eq!(k.len(), 100);
     // Before the sweep interval nothing is swept, even though the windows are over.
+    clock.set(t(4.9));
     assert!(k.check_n_at(&1000, t(4.9), 1).is_ok());
     assert_eq!(k.len(), 101);
-    // The first check after 5 s sweeps: every key but the one just used (window open) goes.
+    // A check's own time says a sweep may be due, but the sweep waits for the map's clock.
+    assert!(k.check_n_at(&1000, t(5.5), 0).is_ok());
+    assert_eq!(k.len(), 101);
+    // The first check after 5 s on the clock sweeps: every key but the one just used (window
+    // open) goes.
+    clock.set(t(5.5));
     assert!(k.check_n_at(&1000, t(5.5), 1).is_ok());
     assert_eq!(k.len(), 1);
     assert!(k.contains(&1000) && !k.contains(&1));
@@ -135,7 +141,12 @@ fn full_map_denies_new_keys_after_trying_a_sweep() {
     // Existing keys still work.
     assert!(k.check_n_at(&1, t(0.5), 1).is_ok());
     // After the windows end, a new key's early sweep (a tenth of sweep_every after the last
-    // sweep) makes room.
+    // sweep, on the map's clock) makes room.
+    assert!(
+        k.check_n_at(&4, t(1.5), 1).is_err(),
+        "the clock is still at 0"
+    );
+    clock.set(t(1.5));
     assert!(k.check_n_at(&4, t(1.5), 1).is_ok());
     assert!(k.contains(&4));
     assert!(k.len() <= 3);
@@ -203,6 +214,7 @@ impl Idle for Capped {
     fn is_idle_at(&self, _: Nanos) -> bool {
         self.granted.load(Ordering::Relaxed) == 0
     }
+    fn born_at(&mut self, _: Nanos) {} // nothing depends on time
 }
 
 #[test]
@@ -276,9 +288,8 @@ fn a_background_sweeper_evicts_idle_keys_and_ends_with_the_map() {
     for key in 0..50 {
         assert!(k.check_n_at(&key, t(0.0), 1).is_ok());
     }
-    // Windows end at 1 s on the manual clock; the sweeper (on real time) sees it next round,
-    // judging idleness SWEEP_LAG (0.1 s) behind the clock.
-    clock.set(t(1.2));
+    // Windows end at 1 s on the manual clock; the sweeper (on real time) sees it next round.
+    clock.set(t(1.0));
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     while !k.is_empty() {
         assert!(
@@ -314,23 +325,69 @@ fn string_keys_are_looked_up_by_str() {
     assert_eq!(k.len(), 2);
 }
 
+/// The repro: one caller's future time must not evict another key that is busy at
+/// the present. Before the fix the check of key 2 at 61 s ran the due sweep at 61 s, evicted
+/// key 1 (its window [0, 60 s) is over at 61 s) and key 1 was granted again at 2 s.
 #[test]
-fn sweeps_lag_behind_the_clock_so_stale_readings_meet_the_old_limiter() {
+fn a_callers_future_time_does_not_evict_busy_keys() {
+    let clock = ManualClock::default();
+    let k = Keyed::builder(|_: &u32| {
+        FixedWindow::builder(1, Duration::from_secs(60))
+            .clock(ManualClock::default())
+            .build()
+            .unwrap()
+    })
+    .sweep_every(Duration::from_secs(10))
+    .clock(clock.clone())
+    .build()
+    .unwrap();
+    assert!(k.check_n_at(&1, t(0.0), 1).is_ok());
+    clock.set(t(1.0));
+    assert!(k.check_n_at(&1, t(1.0), 1).is_err());
+    assert!(k.check_n_at(&2, t(61.0), 1).is_ok());
+    clock.set(t(2.0));
+    assert!(k.contains(&1), "key 1 is busy at the present (2 s)");
+    assert!(
+        k.check_n_at(&1, t(2.0), 1).is_err(),
+        "key 1 granted twice in its 60 s window"
+    );
+}
+
+/// A sweep judges at the map's clock, and a stale reading meets the old limiter while it is
+/// busy, or a newborn dated after the sweep's time once it is gone.
+#[test]
+fn stale_readings_never_find_a_fresher_limiter() {
     let clock = ManualClock::default();
     let k = windows(&clock)
         .sweep_every(Duration::from_secs(1))
         .build()
         .unwrap();
     assert!(k.check_n_at(&1, t(0.0), 2).is_ok()); // key 1's window [0, 1 s) is full
-                                                  // Another thread's check at 1.05 s runs the due sweep; key 1 is idle at 1.05 s, but not
-                                                  // SWEEP_LAG earlier, so it stays.
+    clock.set(t(1.05));
+    // Another thread's check at 1.05 s runs the due sweep; key 1 is idle at 1.05 s and goes.
     assert!(k.check_n_at(&2, t(1.05), 1).is_ok());
-    assert!(k.contains(&1));
-    // A thread that read 0.97 s before the sweep still meets key 1's full window; had the
-    // sweep evicted it, a fresh window would grant at 0.97 s: 3 grants in one window.
-    assert!(k.check_n_at(&1, t(0.97), 1).is_err());
-    // Once it was idle SWEEP_LAG ago, it goes.
-    assert_eq!(k.evict_idle_at(t(1.0)), 1);
+    assert!(!k.contains(&1));
+    // A thread that read 0.97 s before the sweep gets key 1's new limiter, born at 1.05 s:
+    // it refuses until then (a fresh window would grant: 3 grants in one window).
+    let d = k.check_n_at(&1, t(0.97), 1).unwrap_err();
+    assert_eq!(d.retry_at(), Some(t(1.05)));
+    // From its birth on it is a fresh window.
+    assert!(k.check_n_at(&1, t(1.05), 2).is_ok());
+}
+
+/// The check that builds a key's limiter sees a fresh one at its own reading, wherever the
+/// map's clock is (it may have moved on since the reading was taken); a reading older than
+/// the latest sweep is judged as stale.
+#[test]
+fn a_new_keys_limiter_is_born_at_the_reading_that_builds_it() {
+    let clock = ManualClock::new(t(10.0));
+    let k = windows(&clock).build().unwrap();
+    assert!(k.check_n_at(&1, t(5.0), 2).is_ok(), "fresh at 5 s");
+    assert!(k.check_n_at(&1, t(5.5), 1).is_err());
+    assert_eq!(k.evict_idle(), 1); // judged at 10 s
+    let d = k.check_n_at(&2, t(9.0), 1).unwrap_err();
+    assert_eq!(d.retry_at(), Some(t(10.0)), "older than the sweep: stale");
+    assert!(k.check_n_at(&3, t(10.0), 2).is_ok());
 }
 
 #[test]

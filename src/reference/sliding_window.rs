@@ -385,6 +385,13 @@ impl<C: Clock> Idle for SlidingWindow<C> {
         let (c, _) = self.rolled(stored, now);
         c.previous == 0 && c.current == 0
     }
+
+    /// Rolled to `b`'s window, as the lock-free limiter's.
+    fn born_at(&mut self, b: Nanos) {
+        let stored = *self.lock();
+        let (c, _) = self.rolled(stored, b);
+        *self.lock() = c;
+    }
 }
 
 impl<C: Clock> fmt::Debug for SlidingWindow<C> {
