@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use loom::thread;
+use loom_tests::model_3_threads;
 use turnstile::{Limiter, ManualClock, Nanos, SmoothBursty, SmoothWarmingUp};
 
 const SEC: u64 = 1_000_000_000;
@@ -135,5 +136,54 @@ fn set_rate_vs_try_acquire_is_linearizable() {
                 || (got.is_none() && next == t(2 * SEC) && l.stored_permits_at(t(2 * SEC)) == 4.0),
             "try {got:?}, next_free {next:?}"
         );
+    });
+}
+
+/// The outcomes every sequential order of `set_rate(2)` and `set_rate(+inf)` (both at 0.5 s)
+/// and a one-permit reservation at 0 gives on a fresh 1/s limiter (see the callers): the
+/// reservation is free of wait only if it came first, and then it owes its second, so
+/// `next_free` is 1 s; otherwise it waits for the 0.5 s that the first `set_rate`'s resync
+/// moved `next_free` to, and spends a stored permit or nothing (under `+inf`): 0.5 s.
+fn assert_sequential_set_rate_twice_vs_acquire(wait: Duration, next: Nanos) {
+    assert!(
+        (wait == Duration::ZERO && next == t(SEC))
+            || (wait == Duration::from_millis(500) && next == t(SEC / 2)),
+        "wait {wait:?}, next_free {next:?}"
+    );
+}
+
+/// The configuration seqlock's retry path on a smooth limiter: the reservation loads the word
+/// of epoch 0 and reads slot 0 while it is rewritten for epoch 2. A reservation is decided
+/// without a CAS only under a `+inf` rate, so the order that matters has `+inf` second (in
+/// slot 0): a reservation that took epoch 2's `+inf` for epoch 0's word would neither wait
+/// (`next_free` 0) nor charge, leaving `next_free` at 0.5 s, which no sequential order gives.
+#[test]
+fn set_rate_vs_set_rate_vs_acquire_is_linearizable() {
+    model_3_threads(|| {
+        let l = bursty(1.0);
+        let a = thread::spawn(move || l.set_rate_at(t(SEC / 2), 2.0).unwrap());
+        let b = thread::spawn(move || l.set_rate_at(t(SEC / 2), f64::INFINITY).unwrap());
+        let wait = l.reserve_n_at(t(0), 1).unwrap();
+        a.join().unwrap();
+        b.join().unwrap();
+        assert_sequential_set_rate_twice_vs_acquire(wait, next_free(l, t(0)));
+        assert!(l.rate() == 2.0 || l.rate() == f64::INFINITY);
+    });
+}
+
+/// The same retry path with two threads: one thread sets the rate twice (epoch 0 -> 1 -> 2,
+/// `+inf` rewriting slot 0) while the other reserves.
+#[test]
+fn set_rate_then_set_rate_vs_acquire_is_linearizable() {
+    loom::model(|| {
+        let l = bursty(1.0);
+        let a = thread::spawn(move || {
+            l.set_rate_at(t(SEC / 2), 2.0).unwrap();
+            l.set_rate_at(t(SEC / 2), f64::INFINITY).unwrap();
+        });
+        let wait = l.reserve_n_at(t(0), 1).unwrap();
+        a.join().unwrap();
+        assert_sequential_set_rate_twice_vs_acquire(wait, next_free(l, t(0)));
+        assert_eq!(l.rate(), f64::INFINITY);
     });
 }

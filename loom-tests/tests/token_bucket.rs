@@ -4,6 +4,7 @@
 #![cfg(loom)]
 
 use loom::thread;
+use loom_tests::model_3_threads;
 use turnstile::{Limit, ManualClock, Nanos, TokenBucket};
 
 const SEC: u64 = 1_000_000_000;
@@ -85,6 +86,24 @@ fn cancel_vs_cancel_never_over_restores() {
     });
 }
 
+/// Two cancels of reservations that act at the same instant: no later reservation holds
+/// either one's stretch, so rate.go restores each one's token whatever the order, and both
+/// restorations must land. A cancel that stored its result blindly instead of CASing it would
+/// lose one of them when both load the bucket before either writes.
+#[test]
+fn cancel_vs_cancel_both_restorations_land() {
+    loom::model(|| {
+        let l = limiter(1.0, 2);
+        let r1 = l.reserve_at(t(0)); // acts at 0, 1 token left
+        let r2 = l.reserve_at(t(0)); // acts at 0, none left
+        assert_eq!((r1.time_to_act(), r2.time_to_act()), (Some(t(0)), Some(t(0))));
+        let a = thread::spawn(move || r1.cancel_at(t(0)));
+        r2.cancel_at(t(0));
+        a.join().unwrap();
+        assert_eq!(l.tokens_at(t(0)), 2.0, "both cancels gave their token back");
+    });
+}
+
 #[test]
 fn set_limit_vs_reserve_is_linearizable() {
     loom::model(|| {
@@ -124,7 +143,7 @@ fn set_burst_vs_allow_is_linearizable() {
 
 #[test]
 fn set_limit_vs_set_limit_vs_allow() {
-    loom::model(|| {
+    model_3_threads(|| {
         let l = limiter(1.0, 1);
         assert!(l.allow_at(t(0)));
         let a = thread::spawn(move || l.set_limit_at(t(SEC / 2), Limit::per_second(4.0).unwrap()));
@@ -158,5 +177,46 @@ fn set_burst_vs_reserve_is_linearizable() {
             "act {act:?}, tokens {tokens}"
         );
         drop(r);
+    });
+}
+
+/// The configuration seqlock's retry path: the allow loads the state word of epoch 0, and
+/// slot 0 is rewritten for epoch 2 (a second `set_limit`, after the first installed epoch 1 in
+/// slot 1) while the allow is between its two checks of that slot. The bucket is full and the
+/// burst is 1 under every configuration, so every order grants. An allow that used epoch 2's
+/// limit (0.25/s: a token costs 4 s) on epoch 0's body (full at 1/s: 1 s of refill) would see
+/// a 3 s wait and deny on that load alone; only the slot's re-check stops it.
+#[test]
+fn set_limit_twice_vs_allow_on_a_full_bucket_grants() {
+    model_3_threads(|| {
+        let l = limiter(1.0, 1);
+        let a = thread::spawn(move || l.set_limit_at(t(0), Limit::per_second(0.5).unwrap()));
+        let b = thread::spawn(move || l.set_limit_at(t(0), Limit::per_second(0.25).unwrap()));
+        let granted = l.allow_at(t(0));
+        a.join().unwrap();
+        b.join().unwrap();
+        assert!(granted, "a full bucket grants under every configuration");
+        assert_eq!(l.tokens_at(t(0)), 0.0);
+        let limit = l.limit().as_f64();
+        assert!(limit == 0.5 || limit == 0.25, "limit {limit}");
+    });
+}
+
+/// The same retry path with two threads: one thread reconfigures twice (epoch 0 -> 1 -> 2,
+/// rewriting slot 0) while the other allows on the full bucket. Cheaper than the three-thread
+/// model, so it runs at any preemption bound.
+#[test]
+fn set_limit_then_set_limit_vs_allow_on_a_full_bucket_grants() {
+    loom::model(|| {
+        let l = limiter(1.0, 1);
+        let a = thread::spawn(move || {
+            l.set_limit_at(t(0), Limit::per_second(0.5).unwrap());
+            l.set_limit_at(t(0), Limit::per_second(0.25).unwrap());
+        });
+        let granted = l.allow_at(t(0));
+        a.join().unwrap();
+        assert!(granted, "a full bucket grants under every configuration");
+        assert_eq!(l.tokens_at(t(0)), 0.0);
+        assert_eq!(l.limit().as_f64(), 0.25);
     });
 }
