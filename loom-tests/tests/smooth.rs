@@ -114,6 +114,27 @@ fn set_rate_vs_acquire_is_linearizable() {
     });
 }
 
+/// A reservation racing one `set_rate` at the same instant, the reservation on the spawned
+/// thread so that loom explores it reading the new epoch's word while its slot's words are
+/// still stale for that thread (the slot was written by the other thread just before the word).
+/// The configuration of the word's epoch must reach the reader through one of its two
+/// publications (the word's `Acquire`/`Release`, or the slot's own `seq`); if neither did, the
+/// reservation would be charged under the slot's initial zeros.
+#[test]
+fn acquire_vs_set_rate_is_charged_at_one_rate() {
+    loom::model(|| {
+        let l = bursty(1.0);
+        let a = thread::spawn(move || l.reserve_n_at(t(0), 1).unwrap());
+        l.set_rate_at(t(0), 2.0).unwrap();
+        let wait = a.join().unwrap();
+        let next = next_free(l, t(0));
+        // reserve first: one permit at 1/s, next_free 1 s; set_rate at 0 is inside the debt.
+        // set_rate first: one permit at 2/s, next_free 0.5 s. No wait either way.
+        assert_eq!(wait, Duration::ZERO);
+        assert!(next == t(SEC) || next == t(SEC / 2), "next_free {next:?}");
+    });
+}
+
 #[test]
 fn set_rate_vs_try_acquire_is_linearizable() {
     loom::model(|| {

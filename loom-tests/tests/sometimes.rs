@@ -187,3 +187,33 @@ fn every_and_interval_same_time_run_twice() {
         assert_eq!(s.count(), 3);
     });
 }
+
+/// Every:2 with Interval 5: after runs at 0 (ticket 0) and 10 (an interval claim), a call at
+/// 2 and one at 12 race for tickets 2 and 3. Ticket 2 runs by count whatever its time; ticket 3
+/// is 2 ns after the run at 10 (or before it) and must not claim. A count run at the earlier
+/// time must not move `last` back (it is published with `fetch_max`): from `last` = 2 the call
+/// at 12 would claim a slot 2 ns after the run at 10.
+#[test]
+fn count_run_at_an_earlier_time_never_moves_the_interval_back() {
+    loom::model(|| {
+        let s = Arc::new(sometimes().every(2).interval(Duration::from_nanos(5)));
+        assert!(s.run_at(Nanos::new(0), || ()));
+        assert!(s.run_at(Nanos::new(10), || ()));
+        let runs = Arc::new(AtomicUsize::new(0));
+        let handle = {
+            let (s, runs) = (s.clone(), runs.clone());
+            thread::spawn(move || {
+                s.run_at(Nanos::new(2), || {
+                    runs.fetch_add(1, Ordering::Relaxed);
+                })
+            })
+        };
+        let mine = s.run_at(Nanos::new(12), || {
+            runs.fetch_add(1, Ordering::Relaxed);
+        });
+        let theirs = handle.join().unwrap();
+        assert!(mine ^ theirs, "only ticket 2 runs");
+        assert_eq!(runs.load(Ordering::Relaxed), 1);
+        assert_eq!(s.count(), 4);
+    });
+}
