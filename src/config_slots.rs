@@ -17,6 +17,10 @@
 //!   `seq` is stored with `Release` after them. A reader that sees `seq == e` twice around its
 //!   reads therefore saw no word of a later write (the standard seqlock argument, as in
 //!   crossbeam's `AtomicCell`).
+//! * Epoch `e`'s words thus reach a reader by two publications, each enough alone: the state
+//!   word's `Acquire` load of the `Release` CAS that installed `e` (after the slot write), and
+//!   the `Acquire` first load of the `Release` store of `seq = e`. The loom models fail only
+//!   when one ordering of each is weakened (the table in `loom-tests/src/lib.rs`).
 
 use crate::limiter::{Layout, Padded};
 use crate::sync::{fence, retry_hint, AtomicU64, Ordering};

@@ -25,10 +25,13 @@
 //! * Only one corner is stronger than the hardware: a failure ordering stronger than the
 //!   success one (`Release`/`Acquire`) would acquire on success too. No limiter uses it.
 //!
-//! So the loom models check the 128-bit word's own `Acquire`/`Release`/`Relaxed` orderings:
-//! weakening one that a protocol needs makes some model fail (the mutation table in the
-//! loom-tests crate's description lists which). The previous stand-in, a loom `Mutex`, was
-//! as strong as `SeqCst` and proved nothing about them.
+//! So the loom models check the 128-bit word's own `Acquire`/`Release`/`Relaxed` orderings
+//! as written: an ordering a protocol needs, once weakened, makes some model fail, and one it
+//! does not need survives (the mutation table in `loom-tests/src/lib.rs` lists both; e.g. the
+//! token bucket's state-word `Acquire` is needed only if the configuration slot's own `seq`
+//! publication is weakened too). The previous stand-in, a loom `Mutex`, synchronized every
+//! access as if `SeqCst`, so loom proved nothing about these orderings: with it, weakening
+//! both publications of a configuration survived every model.
 
 #[cfg(not(loom))]
 pub(crate) use core::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};

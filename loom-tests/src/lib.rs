@@ -1,4 +1,51 @@
 //! loom models live in tests/; see the crate description. This library holds what they share.
+//!
+//! # What the models catch
+//! Each line is a mutation of the crate that was tried (and reverted) and the models that
+//! failed on it; run with `LOOM_MAX_PREEMPTIONS=3` as `scripts/test` does. "None" lines say
+//! why the ordering is not needed rather than inventing a failure.
+//!
+//! **Configuration slots** (`src/config_slots.rs`, under `TokenBucket` and the smooth limiters)
+//! * drop the reader's re-check (second `seq` load), its `Acquire` fence, or the writer's
+//!   `Release` fence: `token_bucket::set_limit_twice_vs_allow_on_a_full_bucket_grants`,
+//!   `smooth::set_rate_twice_vs_acquire_is_linearizable`.
+//! * The configuration of epoch `e` reaches a reader by **two** publications, each enough on
+//!   its own: the state word (`Acquire` load, `Release` on the reconfiguring CAS, written after
+//!   the slot) and the slot's `seq` (`Release` store after the words, `Acquire` first load).
+//!   So weakening any one of those four is caught by no model, and needs none: the other
+//!   publication still orders the words before the read. Weakening one of each is caught:
+//!   - state load `Acquire -> Relaxed` with first `seq` load `Acquire -> Relaxed`, or with the
+//!     `seq` store `Release -> Relaxed`: `token_bucket::set_limit_twice_vs_allow_on_a_full_
+//!     bucket_grants` and `::set_limit_vs_set_limit_vs_allow_on_a_full_bucket_grants`;
+//!     `smooth::acquire_vs_set_rate_is_charged_at_one_rate`.
+//!   - reconfiguring CAS `AcqRel -> Acquire` with first `seq` load `Acquire -> Relaxed`:
+//!     `token_bucket::set_limit_vs_reserve_is_linearizable` (and the two above);
+//!     `smooth::acquire_vs_set_rate_is_charged_at_one_rate`.
+//!
+//!   With the old `Mutex` stand-in for `AtomicU128` the first of these survived every model.
+//!
+//! **Hot-path CASes** of `TokenBucket` (take, cancel) and the smooth limiters,
+//! `AcqRel`/`Acquire -> Relaxed`: none, and not needed. They publish nothing (the
+//! configuration is published by the reconfiguration), and a reader of a value they wrote
+//! still synchronizes with the reconfiguring CAS through its release sequence, which any
+//! read-modify-write continues whatever its ordering (loom models that too).
+//!
+//! **CAS -> blind store** (the lost update):
+//! * `TokenBucket` take: `allow_vs_allow_grants_the_last_token_once`,
+//!   `reserve_vs_reserve_queues_both` and five more; cancel:
+//!   `cancel_vs_cancel_both_restorations_land`, `reserve_vs_cancel_is_linearizable`.
+//! * smooth take: every smooth model then present (all seven;
+//!   `acquire_vs_set_rate_is_charged_at_one_rate` was added later); `set_rate`'s CAS:
+//!   `set_rate_vs_acquire_is_linearizable` and three more.
+//! * `FixedWindow`: `take_vs_take_at_the_last_unit_exactly_one_wins` and two more;
+//!   `SlidingWindow`: all five; `LeakyBucket` take: five, check: three.
+//! * `Sometimes` interval claim: `interval_slot_claimed_once`; `fetch_max -> store`:
+//!   `count_run_at_an_earlier_time_never_moves_the_interval_back`; `fetch_add -> load + store`:
+//!   all six others.
+//!
+//! `FixedWindow`, `SlidingWindow`, `LeakyBucket` and `Sometimes` use `Relaxed` throughout: each
+//! word is its limiter's whole state and publishes no other memory, so there is no ordering to
+//! weaken; their protocols rest on the RMWs, which the blind-store lines check.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;

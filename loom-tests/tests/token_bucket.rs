@@ -96,7 +96,10 @@ fn cancel_vs_cancel_both_restorations_land() {
         let l = limiter(1.0, 2);
         let r1 = l.reserve_at(t(0)); // acts at 0, 1 token left
         let r2 = l.reserve_at(t(0)); // acts at 0, none left
-        assert_eq!((r1.time_to_act(), r2.time_to_act()), (Some(t(0)), Some(t(0))));
+        assert_eq!(
+            (r1.time_to_act(), r2.time_to_act()),
+            (Some(t(0)), Some(t(0)))
+        );
         let a = thread::spawn(move || r1.cancel_at(t(0)));
         r2.cancel_at(t(0));
         a.join().unwrap();
