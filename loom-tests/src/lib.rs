@@ -15,14 +15,16 @@
 //!   So weakening any one of those four is caught by no model, and needs none: the other
 //!   publication still orders the words before the read. Weakening one of each is caught:
 //!   - state load `Acquire -> Relaxed` with first `seq` load `Acquire -> Relaxed`, or with the
-//!     `seq` store `Release -> Relaxed`: `token_bucket::set_limit_twice_vs_allow_on_a_full_
-//!     bucket_grants` and `::set_limit_vs_set_limit_vs_allow_on_a_full_bucket_grants`;
-//!     `smooth::acquire_vs_set_rate_is_charged_at_one_rate`.
+//!     `seq` store `Release -> Relaxed`: in `token_bucket`,
+//!     `set_limit_twice_vs_allow_on_a_full_bucket_grants` and
+//!     `set_limit_vs_set_limit_vs_allow_on_a_full_bucket_grants`; in `smooth`,
+//!     `acquire_vs_set_rate_is_charged_at_one_rate`.
 //!   - reconfiguring CAS `AcqRel -> Acquire` with first `seq` load `Acquire -> Relaxed`:
 //!     `token_bucket::set_limit_vs_reserve_is_linearizable` (and the two above);
 //!     `smooth::acquire_vs_set_rate_is_charged_at_one_rate`.
 //!
-//!   With the old `Mutex` stand-in for `AtomicU128` the first of these survived every model.
+//!   With the old `Mutex` stand-in for `AtomicU128`, state load and first `seq` load both
+//!   `Relaxed` survived every model.
 //!
 //! **Hot-path CASes** of `TokenBucket` (take, cancel) and the smooth limiters,
 //! `AcqRel`/`Acquire -> Relaxed`: none, and not needed. They publish nothing (the
