@@ -17,9 +17,13 @@
 //!   `seq` is stored with `Release` after them. A reader that sees `seq == e` twice around its
 //!   reads therefore saw no word of a later write (the standard seqlock argument, as in
 //!   crossbeam's `AtomicCell`).
+//! * Epoch `e`'s words thus reach a reader by two publications, each enough alone: the state
+//!   word's `Acquire` load of the `Release` CAS that installed `e` (after the slot write), and
+//!   the `Acquire` first load of the `Release` store of `seq = e`. The loom models fail only
+//!   when one ordering of each is weakened (the table in `loom-tests/src/lib.rs`).
 
 use crate::limiter::{Layout, Padded};
-use crate::sync::{fence, AtomicU64, Ordering};
+use crate::sync::{fence, retry_hint, AtomicU64, Ordering};
 
 const WRITING: u64 = u64::MAX;
 
@@ -50,7 +54,8 @@ impl<const N: usize, P: Layout> ConfigSlots<N, P> {
     }
 
     /// Epoch `epoch`'s configuration, or `None` if its slot has been rewritten since (the
-    /// caller's state word is stale and must be reloaded).
+    /// caller's state word is stale and must be reloaded; under loom, `retry_hint` lets the
+    /// model stop re-offering the stale word, as the caller's reload loop needs).
     #[inline]
     pub(crate) fn read(&self, epoch: u32) -> Option<[u64; N]> {
         self.read_first::<N>(epoch)
@@ -63,11 +68,16 @@ impl<const N: usize, P: Layout> ConfigSlots<N, P> {
     pub(crate) fn read_first<const M: usize>(&self, epoch: u32) -> Option<[u64; M]> {
         let slot = &self.slots[(epoch & 1) as usize];
         if slot.seq.load(Ordering::Acquire) != u64::from(epoch) {
+            retry_hint();
             return None;
         }
         let words = std::array::from_fn(|i| slot.words[i].load(Ordering::Relaxed));
         fence(Ordering::Acquire);
-        (slot.seq.load(Ordering::Relaxed) == u64::from(epoch)).then_some(words)
+        if slot.seq.load(Ordering::Relaxed) != u64::from(epoch) {
+            retry_hint();
+            return None;
+        }
+        Some(words)
     }
 
     /// Writes epoch `epoch`'s configuration. Only one writer at a time, and only for the epoch

@@ -2,10 +2,36 @@
 #![allow(unused_imports)] // each limiter uses a subset
 //! for loom's model-checked version (the tokio `loom` shim pattern).
 //!
-//! loom has no 128-bit atomic. Under loom, [`AtomicU128`] is a stand-in built on
-//! `loom::sync::Mutex<u128>`: every operation is one modelled critical section, so loom still
-//! explores each interleaving of loads and CASes on the word. It is as strong as `SeqCst`, so
-//! the 128-bit word's own orderings are argued in each limiter's header comment, not by loom.
+//! # The loom stand-in for `AtomicU128`
+//! loom has no 128-bit atomic. Under loom, [`AtomicU128`] is a loom `AtomicPtr` to an
+//! immutable, leaked `Box<u128>`:
+//!
+//! * **Values are immutable.** A value is boxed and fully written *before* its pointer is
+//!   published by a CAS, and never written again (the boxes are leaked: a model is short). So
+//!   reading the pointee is exactly as safe as the pointer atomic's ordering makes it, and the
+//!   128-bit word has precisely the memory model of the pointer: loom tracks the causality of
+//!   every load and CAS on it with the **caller's** orderings.
+//! * `load(o)` is `*ptr.load(o)`: a load that may return any value loom's model allows for
+//!   ordering `o` (a stale one included), not just the latest.
+//! * `compare_exchange_weak(cur, new, s, f)` first reads the *newest* pointer with a
+//!   read-modify-write that always fails (a CAS from null, with ordering `f`), as a hardware
+//!   CAS reads the newest value; if its value is not `cur` that is the failure, seen with
+//!   ordering `f`. Otherwise it CASes that pointer to a fresh box with orderings `s`/`f`; if
+//!   another thread replaced the pointer in between, it compares the newer value and goes
+//!   round again. So the CAS compares **values**, not box identities (two boxes holding equal
+//!   words compare equal, as equal words do), its success is one loom RMW with ordering `s`
+//!   (which also continues release sequences as loom models them), and it never fails
+//!   spuriously (allowed, not required, of a weak CAS).
+//! * Only one corner is stronger than the hardware: a failure ordering stronger than the
+//!   success one (`Release`/`Acquire`) would acquire on success too. No limiter uses it.
+//!
+//! So the loom models check the 128-bit word's own `Acquire`/`Release`/`Relaxed` orderings
+//! as written: an ordering a protocol needs, once weakened, makes some model fail, and one it
+//! does not need survives (the mutation table in `loom-tests/src/lib.rs` lists both; e.g. the
+//! token bucket's state-word `Acquire` is needed only if the configuration slot's own `seq`
+//! publication is weakened too). The previous stand-in, a loom `Mutex`, synchronized every
+//! access as if `SeqCst`, so loom proved nothing about these orderings: with it, weakening
+//! both publications of a configuration survived every model.
 
 #[cfg(not(loom))]
 pub(crate) use core::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
@@ -19,32 +45,67 @@ pub(crate) use loom::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 #[cfg(loom)]
 pub(crate) use loom::sync::Mutex; // loom's, for the same reconfiguration-only uses
 
-/// loom stand-in for `portable_atomic::AtomicU128` with the subset of its API we use.
+/// Tells loom that a retry loop is waiting for another thread (a slot being rewritten): after
+/// it, loom stops offering this thread the stale values it has already read, as a processor
+/// would eventually stop returning them. A no-op outside loom.
+#[inline(always)]
+pub(crate) fn retry_hint() {
+    #[cfg(loom)]
+    loom::thread::yield_now();
+}
+
+/// loom stand-in for `portable_atomic::AtomicU128` with the subset of its API we use: an
+/// atomic pointer to immutable boxed values (see the module docs).
 #[cfg(loom)]
 #[derive(Debug)]
-pub(crate) struct AtomicU128(loom::sync::Mutex<u128>); // loom models only
+pub(crate) struct AtomicU128(loom::sync::atomic::AtomicPtr<u128>);
 
 #[cfg(loom)]
 impl AtomicU128 {
+    /// A fresh box holding `v`, written before its pointer is ever published; leaked.
+    fn boxed(v: u128) -> *mut u128 {
+        Box::into_raw(Box::new(v))
+    }
+
+    /// The value behind a pointer this atomic holds or held.
+    fn value(p: *mut u128) -> u128 {
+        // SAFETY: every pointer stored here comes from `boxed`: a leaked box, fully written
+        // before the pointer was published and never written or freed afterwards.
+        unsafe { *p }
+    }
+
     pub(crate) fn new(v: u128) -> Self {
-        Self(loom::sync::Mutex::new(v)) // loom models only
+        Self(loom::sync::atomic::AtomicPtr::new(Self::boxed(v)))
     }
-    pub(crate) fn load(&self, _: Ordering) -> u128 {
-        *self.0.lock().unwrap()
+
+    pub(crate) fn load(&self, order: Ordering) -> u128 {
+        Self::value(self.0.load(order))
     }
+
     pub(crate) fn compare_exchange_weak(
         &self,
         current: u128,
         new: u128,
-        _: Ordering,
-        _: Ordering,
+        success: Ordering,
+        failure: Ordering,
     ) -> Result<u128, u128> {
-        let mut v = self.0.lock().unwrap();
-        if *v == current {
-            *v = new;
-            Ok(current)
-        } else {
-            Err(*v)
+        let null = std::ptr::null_mut();
+        // The newest pointer, read as an RMW reads it (never null, so this never succeeds).
+        let mut seen = match self.0.compare_exchange(null, null, failure, failure) {
+            Ok(p) | Err(p) => p,
+        };
+        loop {
+            let value = Self::value(seen);
+            if value != current {
+                return Err(value);
+            }
+            match self
+                .0
+                .compare_exchange(seen, Self::boxed(new), success, failure)
+            {
+                Ok(_) => return Ok(current),
+                Err(newer) => seen = newer,
+            }
         }
     }
 }

@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use loom::thread;
+use loom_tests::{model_3_threads, model_at_bound};
 use turnstile::{Limiter, ManualClock, Nanos, SmoothBursty, SmoothWarmingUp};
 
 const SEC: u64 = 1_000_000_000;
@@ -113,6 +114,27 @@ fn set_rate_vs_acquire_is_linearizable() {
     });
 }
 
+/// A reservation racing one `set_rate` at the same instant, the reservation on the spawned
+/// thread so that loom explores it reading the new epoch's word while its slot's words are
+/// still stale for that thread (the slot was written by the other thread just before the word).
+/// The configuration of the word's epoch must reach the reader through one of its two
+/// publications (the word's `Acquire`/`Release`, or the slot's own `seq`); if neither did, the
+/// reservation would be charged under the slot's initial zeros.
+#[test]
+fn acquire_vs_set_rate_is_charged_at_one_rate() {
+    loom::model(|| {
+        let l = bursty(1.0);
+        let a = thread::spawn(move || l.reserve_n_at(t(0), 1).unwrap());
+        l.set_rate_at(t(0), 2.0).unwrap();
+        let wait = a.join().unwrap();
+        let next = next_free(l, t(0));
+        // reserve first: one permit at 1/s, next_free 1 s; set_rate at 0 is inside the debt.
+        // set_rate first: one permit at 2/s, next_free 0.5 s. No wait either way.
+        assert_eq!(wait, Duration::ZERO);
+        assert!(next == t(SEC) || next == t(SEC / 2), "next_free {next:?}");
+    });
+}
+
 #[test]
 fn set_rate_vs_try_acquire_is_linearizable() {
     loom::model(|| {
@@ -135,5 +157,54 @@ fn set_rate_vs_try_acquire_is_linearizable() {
                 || (got.is_none() && next == t(2 * SEC) && l.stored_permits_at(t(2 * SEC)) == 4.0),
             "try {got:?}, next_free {next:?}"
         );
+    });
+}
+
+/// The outcomes every sequential order of `set_rate(2)` and `set_rate(+inf)` (both at 0.5 s)
+/// and a one-permit reservation at 0 gives on a fresh 1/s limiter (see the callers): the
+/// reservation is free of wait only if it came first, and then it owes its second, so
+/// `next_free` is 1 s; otherwise it waits for the 0.5 s that the first `set_rate`'s resync
+/// moved `next_free` to, and spends a stored permit or nothing (under `+inf`): 0.5 s.
+fn assert_sequential_set_rate_twice_vs_acquire(wait: Duration, next: Nanos) {
+    assert!(
+        (wait == Duration::ZERO && next == t(SEC))
+            || (wait == Duration::from_millis(500) && next == t(SEC / 2)),
+        "wait {wait:?}, next_free {next:?}"
+    );
+}
+
+/// The configuration seqlock's retry path on a smooth limiter: the reservation loads the word
+/// of epoch 0 and reads slot 0 while it is rewritten for epoch 2 (`set_rate(+inf)` after
+/// `set_rate(2)` installed epoch 1). A reservation is decided without a CAS only under a
+/// `+inf` rate, so that is the second rate: a reservation that took epoch 2's words (or any
+/// mix with its rate) for epoch 0's word would neither wait (`next_free` 0) nor charge,
+/// leaving `next_free` at 0.5 s, which no sequential order gives. As in the token bucket's
+/// model, the reservation runs in the spawned thread so that loom explores its stale reads,
+/// and the bound of 2 keeps the model to seconds.
+#[test]
+fn set_rate_twice_vs_acquire_is_linearizable() {
+    model_at_bound(2, || {
+        let l = bursty(1.0);
+        let a = thread::spawn(move || l.reserve_n_at(t(0), 1).unwrap());
+        l.set_rate_at(t(SEC / 2), 2.0).unwrap();
+        l.set_rate_at(t(SEC / 2), f64::INFINITY).unwrap();
+        let wait = a.join().unwrap();
+        assert_sequential_set_rate_twice_vs_acquire(wait, next_free(l, t(0)));
+        assert_eq!(l.rate(), f64::INFINITY);
+    });
+}
+
+/// Two rate changes racing a reservation, three threads: the outcome of some sequential order.
+#[test]
+fn set_rate_vs_set_rate_vs_acquire_is_linearizable() {
+    model_3_threads(|| {
+        let l = bursty(1.0);
+        let a = thread::spawn(move || l.set_rate_at(t(SEC / 2), 2.0).unwrap());
+        let b = thread::spawn(move || l.set_rate_at(t(SEC / 2), f64::INFINITY).unwrap());
+        let wait = l.reserve_n_at(t(0), 1).unwrap();
+        a.join().unwrap();
+        b.join().unwrap();
+        assert_sequential_set_rate_twice_vs_acquire(wait, next_free(l, t(0)));
+        assert!(l.rate() == 2.0 || l.rate() == f64::INFINITY);
     });
 }

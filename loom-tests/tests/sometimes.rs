@@ -9,6 +9,7 @@ use std::time::Duration;
 use loom::sync::atomic::{AtomicUsize, Ordering};
 use loom::sync::{Arc, Mutex};
 use loom::thread;
+use loom_tests::model_3_threads;
 use turnstile::{ManualClock, Nanos, Sometimes};
 
 /// A `Sometimes` on a manual clock (no real clock under loom; the calls use `run_at`).
@@ -49,7 +50,7 @@ fn interval_two_threads_same_time_run_once() {
 /// lets exactly one of them claim the slot.
 #[test]
 fn interval_slot_claimed_once() {
-    loom::model(|| {
+    model_3_threads(|| {
         let s = Arc::new(sometimes().interval(Duration::from_nanos(5)));
         assert!(s.run_at(Nanos::ZERO, || ()));
         let runs = Arc::new(AtomicUsize::new(0));
@@ -76,7 +77,7 @@ fn interval_slot_claimed_once() {
 /// or the calls at 0 and 8), and the ticket-0 call always runs.
 #[test]
 fn interval_runs_are_spaced() {
-    loom::model(|| {
+    model_3_threads(|| {
         let s = Arc::new(sometimes().interval(Duration::from_nanos(5)));
         let ran = Arc::new(Mutex::new(Vec::new()));
         let handles: Vec<_> = [0u64, 4]
@@ -134,7 +135,7 @@ fn every_two_threads_three_calls_run_twice() {
 /// Every:2, three calls on three threads: exactly two runs.
 #[test]
 fn every_three_threads_run_twice() {
-    loom::model(|| {
+    model_3_threads(|| {
         let s = Arc::new(sometimes().every(2));
         let runs = Arc::new(AtomicUsize::new(0));
         let handles: Vec<_> = (0..2)
@@ -163,7 +164,7 @@ fn every_three_threads_run_twice() {
 /// ticket 0's at the same time, which it either sees or sees as in progress.
 #[test]
 fn every_and_interval_same_time_run_twice() {
-    loom::model(|| {
+    model_3_threads(|| {
         let s = Arc::new(sometimes().every(2).interval(Duration::from_nanos(10)));
         let runs = Arc::new(AtomicUsize::new(0));
         let handles: Vec<_> = (0..2)
@@ -184,5 +185,35 @@ fn every_and_interval_same_time_run_twice() {
         }
         assert_eq!(runs.load(Ordering::Relaxed), 2);
         assert_eq!(s.count(), 3);
+    });
+}
+
+/// Every:2 with Interval 5: after runs at 0 (ticket 0) and 10 (an interval claim), a call at
+/// 2 and one at 12 race for tickets 2 and 3. Ticket 2 runs by count whatever its time; ticket 3
+/// is 2 ns after the run at 10 (or before it) and must not claim. A count run at the earlier
+/// time must not move `last` back (it is published with `fetch_max`): from `last` = 2 the call
+/// at 12 would claim a slot 2 ns after the run at 10.
+#[test]
+fn count_run_at_an_earlier_time_never_moves_the_interval_back() {
+    loom::model(|| {
+        let s = Arc::new(sometimes().every(2).interval(Duration::from_nanos(5)));
+        assert!(s.run_at(Nanos::new(0), || ()));
+        assert!(s.run_at(Nanos::new(10), || ()));
+        let runs = Arc::new(AtomicUsize::new(0));
+        let handle = {
+            let (s, runs) = (s.clone(), runs.clone());
+            thread::spawn(move || {
+                s.run_at(Nanos::new(2), || {
+                    runs.fetch_add(1, Ordering::Relaxed);
+                })
+            })
+        };
+        let mine = s.run_at(Nanos::new(12), || {
+            runs.fetch_add(1, Ordering::Relaxed);
+        });
+        let theirs = handle.join().unwrap();
+        assert!(mine ^ theirs, "only ticket 2 runs");
+        assert_eq!(runs.load(Ordering::Relaxed), 1);
+        assert_eq!(s.count(), 4);
     });
 }

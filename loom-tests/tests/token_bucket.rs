@@ -4,6 +4,7 @@
 #![cfg(loom)]
 
 use loom::thread;
+use loom_tests::{model_3_threads, model_at_bound};
 use turnstile::{Limit, ManualClock, Nanos, TokenBucket};
 
 const SEC: u64 = 1_000_000_000;
@@ -85,6 +86,27 @@ fn cancel_vs_cancel_never_over_restores() {
     });
 }
 
+/// Two cancels of reservations that act at the same instant: no later reservation holds
+/// either one's stretch, so rate.go restores each one's token whatever the order, and both
+/// restorations must land. A cancel that stored its result blindly instead of CASing it would
+/// lose one of them when both load the bucket before either writes.
+#[test]
+fn cancel_vs_cancel_both_restorations_land() {
+    loom::model(|| {
+        let l = limiter(1.0, 2);
+        let r1 = l.reserve_at(t(0)); // acts at 0, 1 token left
+        let r2 = l.reserve_at(t(0)); // acts at 0, none left
+        assert_eq!(
+            (r1.time_to_act(), r2.time_to_act()),
+            (Some(t(0)), Some(t(0)))
+        );
+        let a = thread::spawn(move || r1.cancel_at(t(0)));
+        r2.cancel_at(t(0));
+        a.join().unwrap();
+        assert_eq!(l.tokens_at(t(0)), 2.0, "both cancels gave their token back");
+    });
+}
+
 #[test]
 fn set_limit_vs_reserve_is_linearizable() {
     loom::model(|| {
@@ -124,7 +146,7 @@ fn set_burst_vs_allow_is_linearizable() {
 
 #[test]
 fn set_limit_vs_set_limit_vs_allow() {
-    loom::model(|| {
+    model_3_threads(|| {
         let l = limiter(1.0, 1);
         assert!(l.allow_at(t(0)));
         let a = thread::spawn(move || l.set_limit_at(t(SEC / 2), Limit::per_second(4.0).unwrap()));
@@ -158,5 +180,51 @@ fn set_burst_vs_reserve_is_linearizable() {
             "act {act:?}, tokens {tokens}"
         );
         drop(r);
+    });
+}
+
+/// The configuration seqlock's retry path: the allow loads the state word of epoch 0 and reads
+/// slot 0 while it is rewritten for epoch 2 (by the second `set_limit`, after the first
+/// installed epoch 1 in slot 1): the allow sees `seq == 0` and then words of the new write,
+/// which only the slot's re-check rejects. The bucket is full and the burst 1 under every
+/// configuration, so every order grants. An allow that used epoch 2's limit (0.25/s: a token
+/// costs 4 s), or any mix of its words, on epoch 0's body (full at 1/s: 1 s of refill) would
+/// see a wait and deny on that load alone.
+///
+/// The allow runs in the spawned thread: loom then also explores it reading stale values
+/// (the word of epoch 0, `seq == 0`, each slot word old or new) after the reconfigurations,
+/// which is the same race seen through the memory model. (With the allow on the main thread,
+/// loom's race detection, which keeps one last access per atomic, never schedules the second
+/// write inside the allow's read.) Those stale reads need no preemption; the bound of 2 keeps
+/// the model to seconds (each extra preemption multiplies its executions by ~5).
+#[test]
+fn set_limit_twice_vs_allow_on_a_full_bucket_grants() {
+    model_at_bound(2, || {
+        let l = limiter(1.0, 1);
+        let a = thread::spawn(move || l.allow_at(t(0)));
+        l.set_limit_at(t(0), Limit::per_second(0.5).unwrap());
+        l.set_limit_at(t(0), Limit::per_second(0.25).unwrap());
+        let granted = a.join().unwrap();
+        assert!(granted, "a full bucket grants under every configuration");
+        assert_eq!(l.tokens_at(t(0)), 0.0);
+        assert_eq!(l.limit().as_f64(), 0.25);
+    });
+}
+
+/// Two reconfigurations racing an allow on a full bucket, three threads: every order grants
+/// and leaves no token (the burst is 1 whatever the limit).
+#[test]
+fn set_limit_vs_set_limit_vs_allow_on_a_full_bucket_grants() {
+    model_3_threads(|| {
+        let l = limiter(1.0, 1);
+        let a = thread::spawn(move || l.set_limit_at(t(0), Limit::per_second(0.5).unwrap()));
+        let b = thread::spawn(move || l.set_limit_at(t(0), Limit::per_second(0.25).unwrap()));
+        let granted = l.allow_at(t(0));
+        a.join().unwrap();
+        b.join().unwrap();
+        assert!(granted, "a full bucket grants under every configuration");
+        assert_eq!(l.tokens_at(t(0)), 0.0);
+        let limit = l.limit().as_f64();
+        assert!(limit == 0.5 || limit == 0.25, "limit {limit}");
     });
 }
