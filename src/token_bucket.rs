@@ -80,6 +80,10 @@
 //!   - turnstile never restores more than the reservation took, which rate.go does when
 //!     `lastEvent` lies before the reservation's time (a zero-token reservation moves it
 //!     there, or a raised limit lets a later take act earlier);
+//!   - the two counts also part when a limit change or a burst cut sits between the
+//!     reservation and its cancel *and* the bucket was full or cut in between: turnstile's
+//!     count (tokens taken after it) ignores the cap; rate.go's (time between act times,
+//!     at the reservation's limit) ignores it differently. Both stay within the burst;
 //!   - a reservation made under an infinite limit took nothing and restores nothing, and
 //!     one made before an infinite limit refilled the bucket restores nothing either (the
 //!     refill already gave its tokens back; rate.go adds them on top).

@@ -103,6 +103,9 @@ enum Stop {
     Completed,
     /// A decision sat on a float boundary (within tolerance); both answers are right.
     Borderline,
+    /// A cancel restored what it should to within rate.go's rounding of its truncated
+    /// nanosecond times, but not to 1e-9: the states part by that rounding from here on.
+    Truncated,
     /// D4: the twin reserved tokens that never arrive (zero limit, or ≥ InfDuration away).
     D4,
     /// The cancel deviation: rate.go measures later reservations from `lastEvent`, which an
@@ -114,6 +117,11 @@ enum Stop {
     /// An infinite limit came between the reservation and its cancel: it refilled the bucket,
     /// so turnstile restores nothing; rate.go restores on top.
     CancelAcrossInf,
+    /// The bucket was full, or a smaller burst cut it, between the reservation and its cancel:
+    /// turnstile counts the tokens taken after the reservation, which the cap does not change;
+    /// rate.go counts the time between act times, which the cap does not see either, but the
+    /// two counts part once a limit change or a burst cut sits between them.
+    CancelAcrossCap,
     /// A reservation made under an infinite limit took nothing and restores nothing; rate.go
     /// restores its tokens.
     CancelInfEra,
@@ -179,6 +187,8 @@ struct Held<'a> {
     mixed: bool,
     /// An infinite limit was set after it.
     crossed_inf: bool,
+    /// The bucket was seen full, or a burst was cut below its tokens, after it.
+    crossed_cap: bool,
 }
 
 /// Records a successful take under `limit` (reservation `id`, or an allow).
@@ -233,6 +243,10 @@ fn run(
             )
         };
         let before = twin.tokens_at(now);
+        let cut = matches!(op, Op::SetBurst { burst } if f64::from(*burst) < before);
+        if before >= f64::from(twin.burst()) || cut {
+            held.iter_mut().for_each(|h| h.crossed_cap = true);
+        }
 
         match op {
             Op::Allow { n } => {
@@ -283,6 +297,7 @@ fn run(
                             limit,
                             mixed: false,
                             crossed_inf: false,
+                            crossed_cap: false,
                         });
                     }
                     (None, None) => {}
@@ -313,34 +328,46 @@ fn run(
                 } else {
                     2e-9 * h.limit
                 };
+                let late = |act: Option<Nanos>| act.is_some_and(|t| t < now);
+                if late(h.ours.time_to_act()) != late(h.twin.time_to_act()) {
+                    // The act times differ within tolerance and `now` lies between them: one
+                    // cancel comes too late, the other not; both are right.
+                    return Ok(Stop::Borderline);
+                }
                 let ours_before = ours.tokens_at(now);
                 h.ours.cancel_at(now);
                 h.twin.cancel_at(now);
                 let (x, y) = (ours.tokens_at(now), twin.tokens_at(now));
                 // Both at the burst: the cap decided, not the formula.
                 let full = x == f64::from(ours.burst()) && y == f64::from(twin.burst());
-                if !full
-                    && !Tol::restored_close(x - ours_before, y - before, held_tokens, truncated)
-                {
-                    if h.limit >= f64::MAX {
-                        return Ok(Stop::CancelInfEra);
+                let (dx, dy) = (x - ours_before, y - before);
+                // Exactly equal, to 1e-9: compared. Otherwise a documented deviation ends the
+                // sequence (even if rate.go's truncation could cover the difference: the two
+                // states would differ from here on), and only then may the truncation excuse it.
+                if !full && !Tol::restored_close(dx, dy, held_tokens, 0.0) {
+                    let over = dy > held_tokens + truncated + 1e-9 * held_tokens;
+                    let deviation = [
+                        (h.limit >= f64::MAX, Stop::CancelInfEra),
+                        (over, Stop::CancelOverRestore),
+                        (last_event_stale, Stop::CancelFormula),
+                        (h.mixed, Stop::CancelMixedLimits),
+                        (h.crossed_inf, Stop::CancelAcrossInf),
+                        (h.crossed_cap, Stop::CancelAcrossCap),
+                    ]
+                    .into_iter()
+                    .find_map(|(applies, stop)| applies.then_some(stop));
+                    if let Some(stop) = deviation {
+                        return Ok(stop);
                     }
-                    if y - before > held_tokens + truncated + 1e-9 * held_tokens {
-                        return Ok(Stop::CancelOverRestore);
+                    if !Tol::restored_close(dx, dy, held_tokens, truncated) {
+                        return Err(TestCaseError::fail(format!(
+                            "{}: after cancel ours {x} twin {y}",
+                            ctx()
+                        )));
                     }
-                    if last_event_stale {
-                        return Ok(Stop::CancelFormula);
-                    }
-                    if h.mixed {
-                        return Ok(Stop::CancelMixedLimits);
-                    }
-                    if h.crossed_inf {
-                        return Ok(Stop::CancelAcrossInf);
-                    }
-                    return Err(TestCaseError::fail(format!(
-                        "{}: after cancel ours {x} twin {y}",
-                        ctx()
-                    )));
+                    // Within rate.go's own rounding, but the two states now differ by it, and
+                    // a later limit change would turn that into any amount of time.
+                    return Ok(Stop::Truncated);
                 }
                 if y != before {
                     last_event_stale = true;
