@@ -25,7 +25,7 @@
 //! **Configurations** (limit, burst and derived `T`, `tau`) live in two seqlock-validated
 //! slots, one per epoch parity (`src/config_slots.rs` states that protocol). A slot also holds
 //! the configuration's token-coordinate origin (see *Cancel* below), which only reserve,
-//! cancel and reconfiguration read: a check reads just the first seven words. Only
+//! cancel and reconfiguration read: a check reads just the first five words. Only
 //! `set_limit`/`set_burst` write slots; they are serialized among themselves by a mutex that
 //! the hot path never touches. A reconfiguration writes the *other* slot with epoch `e + 1`,
 //! then converts the body (tokens at `now` under the old config, re-expressed under the new
@@ -1058,15 +1058,16 @@ fn body_tokens(body: i128) -> f64 {
     f64::from_bits((body >> 32) as u64)
 }
 
-/// Words of a [`Config`] in its slot: limit, burst and inf_gen, since, interval (2), tau (2)
-/// (the `HOT_WORDS` every check reads), then the coordinate origin `K` (2), which only
-/// reserve, cancel and reconfiguration read.
-const CONFIG_WORDS: usize = 9;
-const HOT_WORDS: usize = 7;
+/// Words of a [`Config`] in its slot: limit, burst and inf_gen, since, interval (2) (the
+/// `HOT_WORDS` every check reads; `tau = interval * burst` is recomputed, so that two slots
+/// of seven words still fit one 128-byte line pair), then the coordinate origin `K` (2), which
+/// only reserve, cancel and reconfiguration read.
+const CONFIG_WORDS: usize = 7;
+const HOT_WORDS: usize = 5;
 
 /// The coordinate origin `K` from a slot's words (`None`: overflowed).
 fn refilled_of(w: [u64; CONFIG_WORDS]) -> Option<i128> {
-    let k = ((u128::from(w[8]) << 64) | u128::from(w[7])) as i128;
+    let k = ((u128::from(w[6]) << 64) | u128::from(w[5])) as i128;
     (k != i128::MIN).then_some(k)
 }
 
@@ -1142,7 +1143,7 @@ impl Config {
     /// The configuration and its coordinate origin `K` (`refilled`; `None` once it has
     /// overflowed `i128`, after ~2^95 tokens) as slot words.
     fn to_words(self, refilled: Option<i128>) -> [u64; CONFIG_WORDS] {
-        let (i, t) = (self.interval.0, self.tau.0);
+        let i = self.interval.0;
         // i128::MIN stands for "overflowed": no coordinate reaches it (see `coord`).
         let k = refilled.unwrap_or(i128::MIN);
         [
@@ -1151,8 +1152,6 @@ impl Config {
             self.since.as_u64(),
             i as u64,
             (i >> 64) as u64,
-            t as u64,
-            (t >> 64) as u64,
             k as u64,
             (k >> 64) as u64,
         ]
@@ -1160,14 +1159,17 @@ impl Config {
 
     #[inline]
     fn from_words(epoch: u32, w: [u64; HOT_WORDS]) -> Config {
-        let i128_of = |lo: u64, hi: u64| ((u128::from(hi) << 64) | u128::from(lo)) as i128;
+        let interval = ((u128::from(w[4]) << 64) | u128::from(w[3])) as i128;
+        let burst = w[1] as u32;
+        // `tau` is not stored: `Config::new` keeps `interval * burst` below `Ticks::MAX`
+        // (and both are 0 for a zero or infinite limit), so this product cannot overflow.
         Config::from_parts(
             epoch,
             f64::from_bits(w[0]),
-            w[1] as u32,
+            burst,
             Nanos::new(w[2]),
-            Ticks(i128_of(w[3], w[4])),
-            Ticks(i128_of(w[5], w[6])),
+            Ticks(interval),
+            Ticks(interval * i128::from(burst)),
             (w[1] >> 32) as u32,
         )
     }
