@@ -232,8 +232,10 @@ fn checks_racing_sweeps_never_exceed_a_keys_budget() {
         .clock(ManualClock::default())
         .build()
         .unwrap();
-        // Insert every key first (idle), so the sweeper has something to race.
-        for key in 0..KEYS {
+        // Insert every key first (idle), so the sweeper has something to race, and one more
+        // that no worker checks: it stays idle, so every round's sweeper (which sweeps at least
+        // once) evicts it whatever the scheduler does.
+        for key in 0..=KEYS {
             assert!(k.with(&key, |_| ()).is_some());
         }
         let done = AtomicU64::new(0);
@@ -256,10 +258,13 @@ fn checks_racing_sweeps_never_exceed_a_keys_budget() {
             let sweeper = s.spawn(move || {
                 start.wait();
                 let mut n = 0;
-                while done.load(Ordering::Relaxed) < u64::from(WORKERS) {
+                loop {
+                    let finished = done.load(Ordering::Relaxed) == u64::from(WORKERS);
                     n += k.evict_idle_at(Nanos::ZERO);
+                    if finished {
+                        break n;
+                    }
                 }
-                n
             });
             sweeper.join().unwrap()
         });
@@ -270,9 +275,13 @@ fn checks_racing_sweeps_never_exceed_a_keys_budget() {
         // Every key was asked far more than CAP times; whatever was evicted came back.
         let total: u64 = granted.iter().map(|g| g.load(Ordering::Relaxed)).sum();
         assert_eq!(total, u64::from(KEYS) * CAP, "round {round}");
+        // The unchecked key went; the checked ones are busy and stay (a sweep after the
+        // workers finished saw them all).
+        assert_eq!(k.len(), KEYS as usize, "round {round}");
     }
+    // How many evictions met a check in flight is up to the scheduler, so it is reported, not
+    // asserted: the interleavings that matter are forced in tests/keyed_stress.rs and loom.
     eprintln!("idle keys evicted while checks ran: {evictions}");
-    assert!(evictions > 0, "the sweeper never raced the checks");
 }
 
 #[test]

@@ -165,7 +165,9 @@ fn a_refused_take_does_not_sleep_until_the_end_of_time() {
         Nanos::MAX,
         "an hour later is past the end of time"
     );
-    assert!(start.elapsed() < Duration::from_secs(1));
+    // Returned, rather than slept towards the end of time: a minute tells them apart on any
+    // loaded machine.
+    assert!(start.elapsed() < Duration::from_secs(60));
 }
 
 #[test]

@@ -752,10 +752,9 @@ fn blocking_acquire_sleeps_the_returned_wait() {
     assert_eq!(l.acquire(1).unwrap(), Duration::ZERO);
     let start = std::time::Instant::now();
     let w = l.acquire(1).unwrap();
-    assert!(
-        w > Duration::from_millis(15) && w <= Duration::from_millis(20),
-        "{w:?}"
-    );
+    // At most the 20 ms the first acquire charged; less by however long this thread was
+    // descheduled since (bounds a loaded machine cannot break).
+    assert!(w <= Duration::from_millis(20), "{w:?}");
     // The wait is measured on the limiter's (quanta) clock and the sleep ends when that clock
     // reaches it; std's Instant is another clock, calibrated against it to within a fraction
     // of a percent.
