@@ -13,6 +13,8 @@
 //!   its limiter's bound over every span of check times.
 #![cfg(feature = "keyed")]
 
+mod common;
+
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Barrier, Mutex};
 use std::time::Duration;
@@ -251,13 +253,8 @@ fn race<L: Limiter + Idle + 'static>(factory: impl Fn(&u32) -> L + Send + Sync +
             .map(|id| {
                 let (k, clock, forced, all, start) = (&k, &clock, &forced, &all, &start);
                 s.spawn(move || {
-                    let mut x = 0x9E37_79B9_7F4A_7C15u64 ^ (id + 1);
-                    let mut rand = move || {
-                        x ^= x << 13;
-                        x ^= x >> 7;
-                        x ^= x << 17;
-                        x
-                    };
+                    let mut x = common::rng_seed(id + 1);
+                    let mut rand = move || common::xorshift(&mut x);
                     let mut mine = Vec::new();
                     start.wait();
                     for i in 0..CHECKS {

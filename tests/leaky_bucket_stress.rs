@@ -42,13 +42,6 @@ struct Outcome {
     ops: u64,
 }
 
-fn xorshift(x: &mut u64) -> u64 {
-    *x ^= *x << 13;
-    *x ^= *x >> 7;
-    *x ^= *x << 17;
-    *x
-}
-
 /// `threads` workers mixing take / try_take / check_n on `l` for `run_for` of real time;
 /// `mover`, if any, runs in a loop on another thread meanwhile.
 fn hammer<C: Clock>(
@@ -66,13 +59,13 @@ fn hammer<C: Clock>(
         for id in 0..threads {
             let (stop, all, start) = (&stop, &all, &start);
             s.spawn(move || {
-                let mut x = 0x9E37_79B9_7F4A_7C15u64 ^ (id as u64 + 1);
+                let mut x = common::rng_seed(id as u64 + 1);
                 let (mut mine, mut ops) = (Vec::new(), 0u64);
                 start.wait();
                 // At least 100 operations each, however late the worker is scheduled: the
                 // first on the fresh bucket is granted.
                 while ops < 100 || !stop.load(Ordering::Relaxed) {
-                    let r = xorshift(&mut x);
+                    let r = common::xorshift(&mut x);
                     let now = match time {
                         Time::Random { base, spread } => Nanos::new(base + r % spread),
                         _ => l.clock().now(),
@@ -287,11 +280,11 @@ fn lockstep_drains_grant_what_the_twin_grants() {
             STEPS,
             |i| clock.set(times[i]),
             |w, i| {
-                let mut x = 0x9E37_79B9_7F4A_7C15u64 ^ ((w as u64 + 1) << 32 | i as u64);
+                let mut x = common::rng_seed((w as u64 + 1) << 32 | i as u64);
                 let t = times[i];
                 let mut mine = 0u64;
                 loop {
-                    let r = xorshift(&mut x);
+                    let r = common::xorshift(&mut x);
                     let n = if r % 2 == 0 {
                         1
                     } else {

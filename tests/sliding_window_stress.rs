@@ -63,13 +63,6 @@ struct Grant {
     n: u32,
 }
 
-fn xorshift(x: &mut u64) -> u64 {
-    *x ^= *x << 13;
-    *x ^= *x >> 7;
-    *x ^= *x << 17;
-    *x
-}
-
 /// What moves the manual clock: given the checks made so far and the stop flag.
 type Mover = dyn Fn(&AtomicU64, &AtomicBool) + Sync;
 
@@ -90,11 +83,11 @@ fn hammer<C: Clock>(
         for id in 0..threads {
             let (stop, all, start, progress) = (&stop, &all, &start, &progress);
             s.spawn(move || {
-                let mut x = 0x9E37_79B9_7F4A_7C15u64 ^ (id as u64 + 1);
+                let mut x = common::rng_seed(id as u64 + 1);
                 let (mut mine, mut ops) = (Vec::new(), 0u64);
                 start.wait();
                 while ops < MIN_OPS || !stop.load(Ordering::Relaxed) {
-                    let r = xorshift(&mut x);
+                    let r = common::xorshift(&mut x);
                     let n = match r % 8 {
                         0 => 2,
                         1 => 3,
@@ -303,7 +296,7 @@ fn manual_clock_stepped_by_a_racing_thread_keeps_the_guarantee() {
 fn drain<C: Clock>(l: &SlidingWindow<C>, t: Nanos, x: &mut u64) -> (Vec<Grant>, u64) {
     let (mut mine, mut checks) = (Vec::new(), 0);
     loop {
-        let n = 1 + (xorshift(x) % 3) as u32;
+        let n = 1 + (common::xorshift(x) % 3) as u32;
         let ok = if n == 1 {
             l.allow_at(t)
         } else {
@@ -341,7 +334,7 @@ fn manual_clock_stepped_onto_every_boundary_keeps_the_guarantee() {
             STEPS,
             |i| clock.set(at(i)),
             |w, i| {
-                let mut x = 0x9E37_79B9_7F4A_7C15u64 ^ ((w as u64 + 1) << 32 | i as u64);
+                let mut x = common::rng_seed((w as u64 + 1) << 32 | i as u64);
                 drain(&l, at(i), &mut x)
             },
         );

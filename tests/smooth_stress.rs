@@ -111,14 +111,12 @@ fn hammer(
             let (stop, granted, grants, latest, ops, start, log) =
                 (&stop, &granted, &grants, &latest, &ops, &start, &log);
             s.spawn(move || {
-                let mut x = 0x9E37_79B9_7F4A_7C15u64 ^ (id as u64 + 1);
+                let mut x = common::rng_seed(id as u64 + 1);
                 let (mut mine, mut my_grants, mut n_ops, mut my_latest) = (0u64, 0u64, 0u64, 0u64);
                 let mut my_log = Vec::with_capacity(1 << 20);
                 start.wait();
                 while n_ops < MIN_OPS || !stop.load(Ordering::Relaxed) {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
+                    common::xorshift(&mut x);
                     let n = 1 + (x % u64::from(MAX_N)) as u32;
                     let now = l.now();
                     let choice = match mix {
@@ -348,12 +346,10 @@ fn lockstep_drains_hand_out_the_rate() {
             STEPS,
             |i| clock.set(at(i)),
             |w, i| {
-                let mut x = 0x9E37_79B9_7F4A_7C15u64 ^ ((w as u64 + 1) << 32 | i as u64);
+                let mut x = common::rng_seed((w as u64 + 1) << 32 | i as u64);
                 let (t, mut permits, mut grants) = (at(i), 0u64, 0u64);
                 loop {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
+                    common::xorshift(&mut x);
                     let n = 1 + (x % u64::from(MAX_N)) as u32;
                     let ok = if (x >> 8) % 2 == 0 {
                         l.check_n_at(t, n).is_ok()

@@ -49,13 +49,11 @@ fn hammer<C: Clock>(
             let (stop, granted, latest_act, ops, start) =
                 (&stop, &granted, &latest_act, &ops, &start);
             s.spawn(move || {
-                let mut x = 0x9E37_79B9_7F4A_7C15u64 ^ (id as u64 + 1);
+                let mut x = common::rng_seed(id as u64 + 1);
                 let (mut mine, mut n_ops) = (0u64, 0u64);
                 start.wait();
                 while n_ops < MIN_OPS || !stop.load(Ordering::Relaxed) {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
+                    common::xorshift(&mut x);
                     let n = 1 + (x % u64::from(MAX_N)) as u32;
                     // One clock reading per operation, so a reserve and its cancel share it.
                     let now = l.clock().now();
@@ -155,12 +153,10 @@ fn lockstep_drains_hand_out_exactly_the_budget() {
             STEPS,
             |i| clock.set(at(i)),
             |w, i| {
-                let mut x = 0x9E37_79B9_7F4A_7C15u64 ^ ((w as u64 + 1) << 32 | i as u64);
+                let mut x = common::rng_seed((w as u64 + 1) << 32 | i as u64);
                 let (t, mut mine) = (at(i), 0);
                 loop {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
+                    common::xorshift(&mut x);
                     let n = 1 + (x % u64::from(MAX_N)) as u32;
                     let ok = if (x >> 8) % 2 == 0 {
                         l.allow_n_at(t, n)

@@ -35,13 +35,6 @@ struct Grant {
     n: u64,
 }
 
-fn xorshift(x: &mut u64) -> u64 {
-    *x ^= *x << 13;
-    *x ^= *x >> 7;
-    *x ^= *x << 17;
-    *x
-}
-
 fn hammer<C: Clock>(
     w: &FixedWindow<C>,
     threads: usize,
@@ -55,16 +48,16 @@ fn hammer<C: Clock>(
         for id in 0..threads {
             let (stop, all, start) = (&stop, &all, &start);
             s.spawn(move || {
-                let mut rng = 0x9E37_79B9_7F4A_7C15u64 ^ (id as u64 + 1);
+                let mut rng = common::rng_seed(id as u64 + 1);
                 let (mut mine, mut ops) = (Vec::new(), 0u64);
                 start.wait();
                 // At least 100 operations each, however late the worker is scheduled: the
                 // first on the fresh limiter is granted.
                 while ops < 100 || !stop.load(Ordering::Relaxed) {
                     ops += 1;
-                    let n = 1 + (xorshift(&mut rng) % 3) as u32;
+                    let n = 1 + (common::xorshift(&mut rng) % 3) as u32;
                     let t = w.clock().now();
-                    let granted = if n == 1 && xorshift(&mut rng) % 2 == 0 {
+                    let granted = if n == 1 && common::xorshift(&mut rng) % 2 == 0 {
                         w.take_at(t).is_permitted()
                     } else {
                         w.check_n_at(t, n).is_ok()
@@ -202,11 +195,11 @@ fn lockstep_drains_grant_exactly_the_quota_in_every_window() {
             times.len(),
             |i| clock.set(Nanos::new(times[i])),
             |id, i| {
-                let mut rng = 0x9E37_79B9_7F4A_7C15u64 ^ ((id as u64 + 1) << 32 | i as u64);
+                let mut rng = common::rng_seed((id as u64 + 1) << 32 | i as u64);
                 let t = Nanos::new(times[i]);
                 let mut mine = Vec::new();
                 loop {
-                    let n = 1 + (xorshift(&mut rng) % 3) as u32;
+                    let n = 1 + (common::xorshift(&mut rng) % 3) as u32;
                     let granted = if n == 1 {
                         w.take_at(t).is_permitted()
                     } else {

@@ -119,3 +119,21 @@ pub fn lockstep<R: Send>(
         workers.into_iter().map(|h| h.join().unwrap()).collect()
     })
 }
+
+/// The start of a worker's pseudo-random stream: `seed` (a worker id, a step, or both) mixed
+/// with a fixed odd constant, so that neighbouring seeds give unrelated streams. Deterministic,
+/// so a failing stress run replays the same choices.
+#[allow(dead_code)] // not every test binary uses every helper
+pub fn rng_seed(seed: u64) -> u64 {
+    0x9E37_79B9_7F4A_7C15 ^ seed
+}
+
+/// Advances a xorshift64 stream and returns its new value: cheap enough for the stress tests'
+/// inner loops.
+#[allow(dead_code)] // not every test binary uses every helper
+pub fn xorshift(x: &mut u64) -> u64 {
+    *x ^= *x << 13;
+    *x ^= *x >> 7;
+    *x ^= *x << 17;
+    *x
+}
