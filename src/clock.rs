@@ -330,9 +330,13 @@ pub const MAX_SLEEP_SLICE: Duration = Duration::from_millis(10);
 /// (`std::hint::spin_loop`, re-reading the clock) for the rest. Returns at once if the
 /// deadline has passed.
 ///
-/// The wait is also bounded in real time by the wait the clock showed at the call: a
-/// [`ManualClock`] that nobody advances releases the thread after that long (like a plain
-/// sleep for the delay), and one that is advanced past the deadline releases it sooner.
+/// The wait is also bounded in real time by the wait the clock showed at the call, plus a
+/// grace of 1 ms or 1/64 of the wait, whichever is longer: a [`ManualClock`] that nobody
+/// advances releases the thread after that long (like a plain sleep for the delay), and one
+/// that is advanced past the deadline releases it sooner. The grace is what keeps a running
+/// clock whose rate differs a little from std's `Instant` (the TSC clock's calibration is good
+/// to a small fraction of a percent) from being given up on just before it reaches the
+/// deadline: such a clock always returns at or after its deadline.
 ///
 /// ```
 /// use std::time::{Duration, Instant};
@@ -352,7 +356,9 @@ pub fn sleep_until<C: Clock + ?Sized>(clock: &C, deadline: Nanos) {
         return;
     }
     // The real-time bound; `None` (beyond what `Instant` can hold) means no bound.
-    let end = std::time::Instant::now().checked_add(deadline - now);
+    let wait = deadline - now;
+    let grace = (wait / 64).max(Duration::from_millis(1));
+    let end = std::time::Instant::now().checked_add(wait.saturating_add(grace));
     loop {
         let now = clock.now();
         if now >= deadline {
