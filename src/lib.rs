@@ -62,6 +62,7 @@ pub mod reference;
 pub mod sliding_window;
 pub mod smooth;
 pub mod sometimes;
+mod scale;
 mod sync;
 pub mod token_bucket;
 pub mod window;
