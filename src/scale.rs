@@ -72,30 +72,32 @@ impl Scale {
         debug_assert!(fine < J);
         let l = limit.as_f64();
         debug_assert!(l > 0.0 && l.is_finite());
-        let t_ns = 1e9 / l;
+        // T in ns as rate.go computes it (`1e9 / limit` in f64): 1e-3/s is 1e12 ns exactly,
+        // though 1e-3 is not a binary fraction. Limits above 2^J tokens per ns act as 2^J
+        // (a hair less, so that `mul` fits).
+        let t_ns = (1e9 / l).max((1.0 + 8.0 * f64::EPSILON) / (1u64 << J) as f64);
         if t_ns * f64::from(burst.max(1)) > TAU_NS_MAX {
             return None;
         }
-        // Limits above 2^J tokens per ns act as 2^J (minus a hair, so that `mul` fits).
-        let max = ((1u64 << J) as f64) * 1e9 * (1.0 - f64::EPSILON * 4.0);
-        let (mant, exp) = decompose(l.min(max));
+        // T = mant * 2^exp exactly, so every quantity below is an exact ratio of integers.
+        let (mant, exp) = decompose(t_ns);
         // The smallest k with 2^k >= T * 2^fine, i.e. a unit of at most 2^-fine ns.
         let mut k = 0u32;
-        while k < 64 && !ge_pow2_times(mant, exp + k as i32, fine) {
+        while k < 64 && !pow2_ge(k as i32 - fine as i32 - exp, mant) {
             k += 1;
         }
         // Keep the whole burst within TAU_MAX units.
         let bits = 32 - burst.leading_zeros();
         k = k.min(55 - bits);
-        // mul = ceil(2^(k + 64 - J) * l / 1e9) = ceil(mant * 2^(k + 64 - J + exp) / 1e9).
-        let mul = ratio_ceil(mant, exp + (k + 64 - J) as i32, 1_000_000_000, 0)?;
+        // mul = ceil(2^(k + 64 - J) / T) = ceil(2^(k + 64 - J - exp) / mant).
+        let mul = ratio_ceil(1, k as i32 + (64 - J) as i32 - exp, mant, 0)?;
         let mul = u64::try_from(mul).ok()?;
-        // per = ceil(1e9 * 2^s / (l * 2^k)) = ceil(1e9 * 2^(s - exp - k) / mant), with s the
-        // shift that puts it in [2^63, 2^64).
+        // per = T * 2^s / 2^k = mant * 2^(exp + s - k), with s the shift that puts it in
+        // [2^63, 2^64): exact (T is a binary fraction with 53 significant bits).
         let mut per_shift = 0u32;
         let mut per = 0u128;
         for s in 0..=127u32 {
-            per = ratio_ceil(1_000_000_000, s as i32 - exp - k as i32, mant, 0)?;
+            per = ratio_ceil(mant, exp + s as i32 - k as i32, 1, 0)?;
             per_shift = s;
             if per >= 1 << 63 {
                 break;
@@ -158,16 +160,9 @@ fn decompose(x: f64) -> (u128, i32) {
     }
 }
 
-/// Whether `mant * 2^e >= 1e9 * 2^fine`.
-fn ge_pow2_times(mant: u128, e: i32, fine: u32) -> bool {
-    // Compare mant * 2^(e - fine) with 1e9; both sides kept in u128.
-    let e = e - fine as i32;
-    if e >= 0 {
-        e >= 40 || (mant << e) >= 1_000_000_000
-    } else {
-        let s = (-e) as u32;
-        s < 98 && mant >= (1_000_000_000u128 << s)
-    }
+/// Whether `2^e >= mant`.
+fn pow2_ge(e: i32, mant: u128) -> bool {
+    e >= 127 || (e >= 0 && (1u128 << e) >= mant)
 }
 
 /// `ceil(a * 2^e / (b * 2^f))`, or `None` if it does not fit a `u128`.
@@ -200,10 +195,10 @@ mod tests {
 
     #[test]
     fn whole_nanosecond_intervals_convert_exactly() {
-        for l in [1.0, 2.0, 10.0, 1e3, 1e6, 1e8, 1e9, 4e9] {
+        for l in [1e-3, 0.1, 1.0, 2.0, 10.0, 1e3, 1e6, 1e8, 1e9, 4e9] {
             let s = scale(l, 10);
             let t_ns = (1e9 / l) as u64;
-            if (t_ns as f64) * l != 1e9 {
+            if t_ns as f64 != 1e9 / l {
                 continue;
             }
             for n in [1u64, 3, 1000, 1_000_000] {

@@ -7,51 +7,81 @@
 //! the bucket was (or will be) empty, ignoring the cap. The tokens at time `t` are
 //! `min(burst, (t - tat) * limit)`, which can be negative while reservations are outstanding.
 //! Taking `n` tokens at `t` is `tat' = max(tat, t - tau) + n * T`, with `T = 1/limit` and
-//! `tau = burst * T`; this is exactly rate.go's `advance` then `tokens -= n` (see
-//! `reserve`). Time runs in ticks of 2^-32 ns, so `T` keeps ~10 significant digits even at a
-//! billion events per second and repeated reservations do not drift.
+//! `tau = burst * T`; this is exactly rate.go's `advance` then `tokens -= n`.
 //!
-//! **The state word** (`state`, one `AtomicU128`, cache-padded):
+//! Time is counted in **units** of `T / 2^k` ([`crate::scale`]): one token is exactly `2^k`
+//! units, so grants never drift, and a unit is at most 1/16 ns (coarser only for bursts
+//! that take years to refill). A clock reading `now` becomes `u(now) = tau + units(now -
+//! base)`, one multiply by a 64-bit constant; `base` is the configuration's origin,
+//! `since - tau` in nanoseconds (so `u` starts at `tau` at `since`, and the state is never
+//! negative). Readings before `base` count as `base`: by then a state built at `since` holds
+//! no tokens, so an earlier reading never finds more than a later one (D2).
+//!
+//! **The state word** (`state`, one `AtomicU64`, cache-padded):
 //! ```text
-//!  127                                   32 31          0
-//! +---------------------------------------+-------------+
-//! |  body: 96 bits                        | epoch: u32  |
-//! +---------------------------------------+-------------+
+//!  63        57 56                                                  0
+//! +------------+-----------------------------------------------------+
+//! | gen: 7 bits| x: tat in units, 57 bits                            |
+//! +------------+-----------------------------------------------------+
 //! ```
-//! `epoch` names the configuration the body is expressed in. For a finite positive limit the
-//! body is `tat` as a signed 96-bit tick count (`|tat| <= i64::MAX ns`). For a zero or
-//! infinite limit, which have no `tat`, bits 64..128 hold the stored tokens as `f64` bits.
+//! `x` is `tat` in the units of configuration `gen`, offset so that the bucket is full at
+//! `u(now)` exactly when `x <= u(now) - tau`. A check of `n` at `now` is, in integers:
+//! `x' = max(x, u - tau) + (n << k)`, granted iff `x' <= u (+ the caller's maximum wait)`.
+//! Under a zero or infinite limit nothing refills (`u = tau` for ever: the scale's multiplier
+//! is zero) and `x = tau - tokens * 2^k` simply stores the tokens.
 //!
-//! **Configurations** (limit, burst and derived `T`, `tau`) live in two seqlock-validated
-//! slots, one per epoch parity (`src/config_slots.rs` states that protocol). A slot also holds
-//! the configuration's token-coordinate origin (see *Cancel* below), which only reserve,
-//! cancel and reconfiguration read: a check reads just the first five words. Only
-//! `set_limit`/`set_burst` write slots; they are serialized among themselves by a mutex that
-//! the hot path never touches. A reconfiguration writes the *other* slot with epoch `e + 1`,
-//! then converts the body (tokens at `now` under the old config, re-expressed under the new
-//! one) and installs it with one CAS on the state word. So:
+//! **Precision and range.** A unit is at most 1/16 ns, so a clock reading is rounded by less
+//! than a nanosecond, and a token is exactly `2^k` units, so the count of grants over any span
+//! is exact up to that rounding of the span's two ends (`tests/token_bucket_precision.rs`:
+//! every limit from 1e-3/s to 1e8/s, an hour of grants, within one of exact). Tokens are kept
+//! to 2^-k of a token (2^-4 at 1e9/s; finer at lower limits). `x` has 57 bits; the hot path
+//! accepts readings up to 2^55 units past the base (at least 6.5 days, 13 to 26 days below
+//! 1.6e10/s), and a reading past that **rebases**: a reconfiguration with the same limit and
+//! burst at that reading (off the hot path, once per two weeks or so of uptime, or after a
+//! jump of the caller's times), so a process may run for ever. Outstanding reservations may
+//! reach `2^57` units ahead (at least 2^50 ns, 13 days; D4 beyond that). Limits above
+//! `2^6` tokens per ns (6.4e10/s) act as that limit; a burst that takes longer than 146 years
+//! to refill never refills (acts as a zero limit).
 //!
-//! * **Invariant:** the body of the state word is always expressed in the configuration of
-//!   the word's own epoch, and that slot holds that configuration for as long as the word
-//!   carries that epoch (the slot `e & 1` is next written for epoch `e + 2`, which needs the
-//!   word to reach `e + 1` first).
-//! * Every operation computes from one state word and the configuration of *its* epoch, and
-//!   commits with a CAS on the whole word, so a reservation computed under the old
-//!   configuration fails its CAS once a reconfiguration has committed: none is ever computed
-//!   half under the old configuration (`set_limit` is linearizable with `reserve` and
-//!   `cancel`). A 32-bit epoch would have to wrap during one CAS loop for this to fail.
-//! * A denial, a zero-token request and everything under an infinite limit write nothing;
-//!   they linearize at the load of the state word. (Where the CPU has no native 128-bit load,
-//!   `portable_atomic` performs that load as a compare-exchange that writes back the value
-//!   it read: no value changes, but the cache line is taken exclusive; see the crate docs.)
+//! **Configurations** live in two slots of plain atomic words beside the state word, one per
+//! `gen` parity: the hot five words (`shape`, `base`, `mul`, `tau`, `dmax`) that a check reads,
+//! then the cold ones (the scale's inverse, limit, epoch, since, and the token-coordinate
+//! origin) that only reservations, cancels and reconfigurations read. Only `set_limit` /
+//! `set_burst` (and a rebase) write slots; they are serialized among themselves by a mutex the
+//! hot path never touches. A reconfiguration writes the slot of `gen + 1`, then converts the
+//! state (tokens at `now` under the old configuration, re-expressed in the new one) and
+//! installs it with one CAS on the state word. The **state word is the slots' sequence
+//! number**: no separate seqlock.
+//!
+//! * **Invariant:** while the word carries `gen`, slot `gen & 1` holds that generation's
+//!   configuration: the writer next touches it for `gen + 2`, which needs the word to reach
+//!   `gen + 1` first.
+//! * A **grant** reads the slot of its word's `gen` and commits with a CAS on the whole word:
+//!   if it succeeds, no reconfiguration committed in between, so the slot it read was its
+//!   `gen`'s (a rewrite of that slot needs the word moved first). So no reservation is ever
+//!   computed half under an old configuration: `set_limit` is linearizable with `reserve` and
+//!   `cancel`.
+//! * A **denial** (and a zero-token request, and everything under an infinite limit) writes
+//!   nothing: after reading the slot it reloads the word and accepts its answer if `gen` has
+//!   not moved. It then linearizes at its first load.
+//! * **ABA bound.** `gen` has 7 bits: a grant could commit against a stale slot only if 128
+//!   reconfigurations ran (each taking the mutex and a CAS) between its load and its CAS *and*
+//!   left `x` bit-for-bit where it was. A reservation also keeps its 64-bit `epoch` (in the
+//!   slot), so a cancel is never confused by `gen` wrapping.
 //!
 //! **Orderings.** The state word is loaded with `Acquire`: it pairs with the `Release` of the
 //! reconfiguring CAS, so the slot written before that CAS is visible to whoever sees the new
-//! epoch. Hot-path CASes are `AcqRel`; being read-modify-writes they also extend the release
-//! sequence of the reconfiguration, so later readers of their values still see the slot. The
-//! slots' own seqlock orderings are argued in `src/config_slots.rs`; a failed slot read only
-//! means the reader's state word was stale, and it reloads it: readers never wait for a
-//! writer.
+//! `gen`. Hot-path CASes are `AcqRel` (failure `Acquire`, since the failed value is used as the
+//! next word); being read-modify-writes they continue the release sequence, so later readers
+//! still see the slot. Slot words are `Relaxed`: a writer issues a `Release` fence after it
+//! has seen the word at `gen + 1` (the CAS that made the slot spare) and before writing the
+//! slot for `gen + 2`; a denial's validation is an `Acquire` fence then a reload. If a reader
+//! read any slot word of the later write, the two fences synchronize and its reload sees
+//! `gen + 1` or later, so it retries (the seqlock argument, with the state word as sequence).
+//! A grant needs no fence: its successful CAS is `Release`, and the writer's `Acquire` load
+//! of any later word synchronizes with it, so the grant's slot reads happen before the
+//! writer's slot writes. `loom-tests/tests/token_bucket.rs` model-checks take vs cancel vs
+//! reconfiguration.
 //!
 //! # Deviations from rate.go
 //! * **D1** a [`Reservation`] is cancelled at most once ([`Reservation::cancel`] takes it by
@@ -60,14 +90,14 @@
 //!   `burst + limit * (latest time - earliest time)` plus one request.
 //! * **D3** [`Limit`] is validated: no NaN or negative limits.
 //! * **D4** with a zero limit and too few tokens, a reservation is not OK and waits fail at
-//!   once with [`WaitError::Never`]; the same holds for any reservation whose wait would
-//!   pass the end of representable time (~292 years), where rate.go returns `InfDuration`.
+//!   once with [`WaitError::Never`]; the same holds for any reservation whose tokens would
+//!   arrive past the state word's range (see *Precision and range*), where rate.go would wait.
 //! * **D5** `n` is unsigned.
 //! * **Cancel** restores the reserved tokens minus the tokens reserved after them, as rate.go
-//!   does, but counts those later tokens exactly: each reservation keeps the *token
-//!   coordinate* of the instant it acts (a count that every take raises by its tokens and
-//!   that refill and `set_limit`/`set_burst` leave alone; see `Config::coord`), and a cancel
-//!   measures the distance to the state's coordinate now. rate.go measures it as
+//!   does, but counts those later tokens exactly: each reservation keeps the unit at which it
+//!   acts and the *token coordinate* of that instant (a count that every take raises by its
+//!   tokens and that refill and `set_limit`/`set_burst` leave alone; see `Config::coord`),
+//!   and a cancel measures the distance to the state's now. rate.go measures it as
 //!   `r.limit * (lastEvent - timeToAct)` from times truncated to whole nanoseconds, so:
 //!   - the two agree, to the token, for the latest reservation (at any limit) and for one
 //!     whose later reservations were made under its own limit, before or after a
@@ -87,9 +117,11 @@
 //!   - a reservation made under an infinite limit took nothing and restores nothing, and
 //!     one made before an infinite limit refilled the bucket restores nothing either (the
 //!     refill already gave its tokens back; rate.go adds them on top).
-//! * Limits above 2^32 × 10^9 per second act as that limit (one token per tick). A limit so
-//!   small that refilling the burst would take longer than ~292 years never refills: it acts
-//!   as a zero limit (rate.go would add one token every few centuries).
+//! * Precision: tokens are held to 2^-k of a token and times to a unit (above); rate.go holds
+//!   tokens as `f64` and times in whole nanoseconds, so the two may part by a hair at a
+//!   boundary (counted as `Borderline` by the differential tests).
+//! * A reconfiguration that would carry more outstanding debt than the word's range (weeks of
+//!   reservations, re-expressed at a much lower limit) keeps only the range's worth.
 
 use std::fmt;
 use std::time::Duration;
@@ -97,12 +129,11 @@ use std::time::Duration;
 use crossbeam_utils::Backoff;
 
 use crate::clock::{Clock, Nanos, QuantaClock};
-use crate::config_slots::ConfigSlots;
 use crate::error::WaitError;
 use crate::limit::Limit;
 use crate::limiter::{Compact, Denied, Idle, Layout, Limiter, Padded};
-use crate::sync::{AtomicU128, Mutex, Ordering}; // Mutex: reconfiguration only, never the hot path
-
+use crate::scale::{Scale, D_MAX, J, TAU_MAX};
+use crate::sync::{fence, AtomicU64, Mutex, Ordering}; // Mutex: reconfiguration only, never the hot path
 /// A lock-free token bucket: `limit` tokens per second, at most `burst` at once, with the API
 /// and semantics of Go's `rate.Limiter` (deviations in the [module docs](self)).
 ///
@@ -126,8 +157,9 @@ use crate::sync::{AtomicU128, Mutex, Ordering}; // Mutex: reconfiguration only, 
 /// ```
 pub struct TokenBucket<C: Clock = QuantaClock, P: Layout = Padded> {
     /// Cache-padded unless `P` is [`Compact`] (for the many buckets of a keyed map).
-    state: P::Cell<AtomicU128>,
-    configs: ConfigSlots<CONFIG_WORDS, P>,
+    state: P::Cell<AtomicU64>,
+    /// The configuration of each `gen` parity (see the module docs).
+    slots: [Slot; 2],
     /// Serializes `set_limit`/`set_burst` only; `allow`, `reserve` and `cancel` never take it.
     reconfig: Mutex<()>, // off the hot path: serializes reconfigurations only
     clock: C,
@@ -194,12 +226,14 @@ impl<C: Clock> TokenBucket<C, Compact> {
 impl<C: Clock, P: Layout> TokenBucket<C, P> {
     /// A full bucket in layout `P`.
     fn in_layout(limit: Limit, burst: u32, clock: C) -> Self {
-        let cfg = Config::new(0, limit, burst, Nanos::ZERO, 0);
+        let cfg = Config::new(0, limit, burst, Nanos::ZERO, 0, Some(0));
         // The bucket starts full: rate.go's tokens = burst with last = the zero time.
-        let body = cfg.body_from_tokens(f64::from(burst), Nanos::ZERO);
+        let x = cfg.x_from_tokens(f64::from(burst), Nanos::ZERO);
+        let slots = [Slot::default(), Slot::default()];
+        slots[0].write(&cfg);
         TokenBucket {
-            state: P::cell(AtomicU128::new(pack(body, 0))),
-            configs: ConfigSlots::new(cfg.to_words(Some(0))),
+            state: P::cell(AtomicU64::new(x)),
+            slots,
             reconfig: Mutex::new(()), // see the field: reconfiguration only
             clock,
         }
@@ -212,12 +246,12 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
 
     /// The current limit.
     pub fn limit(&self) -> Limit {
-        Limit::from_valid(self.load().1.limit)
+        Limit::from_valid(self.snapshot().1.limit)
     }
 
     /// The current burst.
     pub fn burst(&self) -> u32 {
-        self.load().1.burst
+        self.snapshot().1.burst()
     }
 
     /// Tokens in the bucket now; negative while reservations are outstanding.
@@ -234,8 +268,8 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
     /// assert_eq!(tb.tokens_at(Nanos::new(200_000_000)), 2.0);
     /// ```
     pub fn tokens_at(&self, now: Nanos) -> f64 {
-        let (word, cfg) = self.load();
-        cfg.tokens(body(word), now)
+        let (word, cfg) = self.snapshot();
+        cfg.tokens(x_of(word), now)
     }
 
     /// Takes one token now if there is one.
@@ -264,10 +298,7 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
     /// assert!(tb.allow_n_at(Nanos::new(1_000_000_000), 1));
     /// ```
     pub fn allow_n_at(&self, now: Nanos, n: u32) -> bool {
-        matches!(
-            self.take(now, n, Ticks::ZERO_WAIT),
-            Decision::Granted { .. }
-        )
+        matches!(self.take::<ALLOW>(now, n, 0), Decision::Granted { .. })
     }
 
     /// Reserves one token; see [`TokenBucket::reserve_n_at`].
@@ -300,7 +331,7 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
     /// assert!(!tb.reserve_n_at(Nanos::ZERO, 2).ok()); // more than the burst
     /// ```
     pub fn reserve_n_at(&self, now: Nanos, n: u32) -> Reservation<'_, C, P> {
-        self.reserve_within(now, n, Ticks::UNBOUNDED_WAIT)
+        self.reserve_within(now, n, u64::MAX)
     }
 
     /// Reserves `n` tokens only if they arrive within `max_wait`; see
@@ -327,7 +358,7 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
         n: u32,
         max_wait: Duration,
     ) -> Reservation<'_, C, P> {
-        self.reserve_within(now, n, Ticks::from_duration(max_wait))
+        self.reserve_within(now, n, wait_nanos(max_wait))
     }
 
     /// What `n` tokens would cost now; see [`TokenBucket::peek_n_at`].
@@ -348,13 +379,9 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
     /// assert_eq!(tb.peek_n_at(Nanos::ZERO, 5).available_at, None); // > burst: never
     /// ```
     pub fn peek_n_at(&self, now: Nanos, n: u32) -> Peek {
-        let (word, cfg) = self.load();
-        let tokens = cfg.tokens(body(word), now);
-        let available_at = match cfg.plan(body(word), now, n) {
-            Plan::Free => Some(now),
-            Plan::Never => None,
-            Plan::Take { ready, .. } => Some(ready.max(Ticks::from_nanos(now)).ceil_nanos()),
-        };
+        let (word, cfg) = self.snapshot();
+        let tokens = cfg.tokens(x_of(word), now);
+        let available_at = cfg.available_at(x_of(word), now, n);
         Peek {
             tokens,
             available_at,
@@ -378,7 +405,7 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
     /// assert_eq!(tb.tokens_at(Nanos::new(50_000_000)), 5.0);
     /// ```
     pub fn set_limit_at(&self, now: Nanos, limit: Limit) {
-        self.reconfigure(now, |cfg| (limit, cfg.burst))
+        self.reconfigure(now, None, |cfg| (limit, cfg.burst()))
     }
 
     /// Changes the burst now; see [`TokenBucket::set_burst_at`].
@@ -396,7 +423,7 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
     /// assert_eq!(tb.tokens_at(Nanos::ZERO), 2.0);
     /// ```
     pub fn set_burst_at(&self, now: Nanos, burst: u32) {
-        self.reconfigure(now, |cfg| (Limit::from_valid(cfg.limit), burst))
+        self.reconfigure(now, None, |cfg| (Limit::from_valid(cfg.limit), burst))
     }
 
     /// Waits until `n` tokens are available and takes them, sleeping the thread; fails at
@@ -471,25 +498,20 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
         n: u32,
         deadline: Option<Nanos>,
     ) -> Result<Reservation<'_, C, P>, WaitError> {
-        let (_, cfg) = self.load();
-        if n > cfg.burst && cfg.mode != Mode::Inf {
+        let (_, cfg) = self.snapshot();
+        if n > cfg.burst() && !cfg.is_inf() {
             return Err(WaitError::ExceedsBurst {
                 n,
-                burst: cfg.burst,
+                burst: cfg.burst(),
             });
         }
         let max_wait = match deadline {
             Some(d) if d <= now => return Err(WaitError::DeadlinePassed { n }),
-            Some(d) => Ticks::from_duration(d - now),
-            None => Ticks::UNBOUNDED_WAIT,
+            Some(d) => d.as_u64() - now.as_u64(),
+            None => u64::MAX,
         };
-        match self.take(now, n, max_wait) {
-            Decision::Granted {
-                time_to_act,
-                took,
-                body,
-                cfg,
-            } => Ok(self.granted(now, n, time_to_act, took, body, &cfg)),
+        match self.take::<RESERVE>(now, n, max_wait) {
+            Decision::Granted { x, due, took, cfg } => Ok(self.granted(now, n, x, due, took, &cfg)),
             Decision::Denied {
                 retry_at: None,
                 limit,
@@ -498,14 +520,9 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
         }
     }
 
-    fn reserve_within(&self, now: Nanos, n: u32, max_wait: Ticks) -> Reservation<'_, C, P> {
-        match self.take(now, n, max_wait) {
-            Decision::Granted {
-                time_to_act,
-                took,
-                body,
-                cfg,
-            } => self.granted(now, n, time_to_act, took, body, &cfg),
+    fn reserve_within(&self, now: Nanos, n: u32, max_wait: u64) -> Reservation<'_, C, P> {
+        match self.take::<RESERVE>(now, n, max_wait) {
+            Decision::Granted { x, due, took, cfg } => self.granted(now, n, x, due, took, &cfg),
             Decision::Denied { limit, .. } => Reservation {
                 lim: self,
                 ok: false,
@@ -516,166 +533,174 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
                 epoch: 0,
                 inf_gen: 0,
                 act: 0,
-                origin: None,
+                act_coord: None,
             },
         }
     }
 
-    /// The reservation for a granted take at `now` that left the state body at `body` under
-    /// `cfg`. It keeps the exact tick at which it acts, `max(tat, now)` (not its time floored to
-    /// whole nanoseconds), and what converts that tick into a token coordinate should the
-    /// configuration change before it is cancelled (see [`Config::coord`]).
+    /// The reservation for a granted take at `now` that left the state at `x` (or found it
+    /// there, if it took nothing) under `cfg`, with `due = u(now)`. It keeps the exact unit
+    /// at which it acts, `max(x, due)`, and that unit's token coordinate, for a cancel under a
+    /// later configuration.
     fn granted(
         &self,
         now: Nanos,
         n: u32,
-        time_to_act: Nanos,
+        x: u64,
+        due: u64,
         took: bool,
-        body: i128,
         cfg: &Config,
     ) -> Reservation<'_, C, P> {
-        // The coordinate's origin: one more read of the slot, on reserve paths only (a check
-        // never builds a reservation). `None` if two reconfigurations already rewrote it (a
-        // cancel across them then restores nothing) or the coordinate overflowed.
-        let origin = if took && cfg.mode == Mode::Finite {
-            self.refilled(cfg.epoch).flatten().map(|refilled| Origin {
-                since: cfg.since,
-                interval: cfg.interval,
-                refilled,
-            })
-        } else {
-            None
-        };
+        let act = x.max(due);
         Reservation {
             lim: self,
             ok: true,
             tokens: n,
-            time_to_act,
+            time_to_act: if x > due {
+                cfg.after(now, x - due, false)
+            } else {
+                now
+            },
             took,
             limit: cfg.limit,
             epoch: cfg.epoch,
             inf_gen: cfg.inf_gen,
-            act: body.max(Ticks::from_nanos(now).0),
-            origin,
+            act,
+            act_coord: if took && cfg.is_finite() {
+                cfg.coord(act)
+            } else {
+                None
+            },
         }
     }
 
-    /// Loads the state word and the configuration of its epoch.
-    #[inline]
-    fn load(&self) -> (u128, Config) {
+    /// The slot of `word`'s generation.
+    #[inline(always)]
+    fn slot(&self, word: u64) -> &Slot {
+        &self.slots[((word >> GEN_SHIFT) & 1) as usize]
+    }
+
+    /// Whether the configuration read for `word` is still that of the current generation: an
+    /// `Acquire` fence, then a reload (see *Orderings* in the module docs). Used by every
+    /// outcome that writes nothing.
+    #[inline(always)]
+    fn still_current(&self, word: u64) -> bool {
+        fence(Ordering::Acquire);
+        gen_of(self.state.load(Ordering::Relaxed)) == gen_of(word)
+    }
+
+    /// The state word and the configuration of its generation, consistent with each other.
+    fn snapshot(&self) -> (u64, Config) {
         loop {
             let word = self.state.load(Ordering::Acquire);
-            let epoch = word as u32;
-            if let Some(words) = self.configs.read_first::<HOT_WORDS>(epoch) {
-                return (word, Config::from_words(epoch, words));
+            let cfg = self.slot(word).config();
+            if self.still_current(word) {
+                return (word, cfg);
             }
-            // The slot was rewritten for epoch + 2: our word is stale, reload it.
         }
     }
 
-    /// The coordinate origin `K` of epoch `epoch`'s configuration (the slot's cold words, which
-    /// checks never read): `None` if the slot was rewritten since (the caller's word is stale),
-    /// `Some(None)` if the coordinate has overflowed.
-    fn refilled(&self, epoch: u32) -> Option<Option<i128>> {
-        self.configs.read(epoch).map(refilled_of)
-    }
-
-    /// The tokens reserved after `r`, counted from the state `body` under `cfg` (rate.go's
-    /// `r.limit * (lastEvent - r.timeToAct)`, exactly; see [`Config::restore`]). `Err` if the
-    /// slot of `cfg` was rewritten (reload the word); `Ok(None)` if the count is unknown
-    /// (overflow, or `r`'s origin was lost), in which case nothing is restored.
-    fn held_after(
-        &self,
-        body: i128,
-        cfg: &Config,
-        r: &Reservation<'_, C, P>,
-    ) -> Result<Option<f64>, ()> {
-        if r.limit == 0.0 {
-            // rate.go: a zero limit values every later span at zero tokens.
-            return Ok(Some(0.0));
-        }
-        if r.epoch == cfg.epoch {
-            // One configuration: the stretch of `tat` beyond r's tick, in exact ticks.
-            return Ok(Some((body - r.act).max(0) as f64 / cfg.interval.0 as f64));
-        }
-        let now_k = self.refilled(cfg.epoch).ok_or(())?;
-        let later = (|| {
-            let o = r.origin?;
-            let then = o
-                .refilled
-                .checked_add(coord_offset(r.act, o.since, o.interval)?)?;
-            cfg.coord(body, now_k?)?.checked_sub(then)
-        })();
-        // Never more than the reservation took: a negative count restores just `n`.
-        Ok(later.map(|c| c.max(0) as f64 / COORD_ONE))
-    }
-
-    /// The one CAS loop behind allow, reserve and wait. A failed CAS retries from the word it
-    /// returned (reloading the configuration only if the epoch moved): under contention this
-    /// halves the time per operation against reloading.
+    /// The one CAS loop behind allow, check, reserve and wait. `MODE` says what the caller
+    /// needs beyond the verdict: `ALLOW` nothing, `CHECK` a denial's retry time, `RESERVE`
+    /// the whole configuration (read before the CAS, so the CAS validates it). A failed CAS
+    /// retries from the word it returned.
     #[inline(always)]
-    fn take(&self, now: Nanos, n: u32, max_wait: Ticks) -> Decision {
+    fn take<const MODE: u8>(&self, now: Nanos, n: u32, max_wait: u64) -> Decision {
         let backoff = Backoff::new();
-        let (mut word, mut cfg) = self.load();
+        let mut word = self.state.load(Ordering::Acquire);
         loop {
-            let new_body = match cfg.plan(body(word), now, n) {
-                Plan::Free => {
-                    return Decision::Granted {
-                        time_to_act: now,
-                        took: false,
-                        body: body(word),
-                        cfg,
-                    }
-                }
-                Plan::Never => {
-                    return Decision::Denied {
-                        retry_at: None,
-                        limit: cfg.limit,
-                    }
-                }
-                Plan::Take { body: taken, ready } => {
-                    // Both below 2^97, and max_wait < wait in the subtraction: no overflow.
-                    let wait = Ticks(ready.0 - Ticks::from_nanos(now).0);
-                    if wait > max_wait {
-                        return Decision::Denied {
-                            retry_at: Some(Ticks(ready.0 - max_wait.0).ceil_nanos()),
-                            limit: cfg.limit,
-                        };
-                    }
+            let slot = self.slot(word);
+            let hot = slot.hot();
+            let outcome = hot.check(x_of(word), now.as_u64(), n, max_wait);
+            let cfg = |hot: Hot| Config {
+                hot,
+                cold: if MODE == RESERVE {
+                    slot.cold()
+                } else {
+                    Cold::default()
+                },
+            };
+            match outcome {
+                Check::Take { x, due } => {
+                    let cfg = cfg(hot);
                     if n == 0 {
                         // Nothing to take: the answer stands on the load alone.
+                        if self.still_current(word) {
+                            return Decision::Granted {
+                                x,
+                                due,
+                                took: false,
+                                cfg,
+                            };
+                        }
+                    } else {
+                        let new = (word & GEN_MASK) | x;
+                        match self.state.compare_exchange_weak(
+                            word,
+                            new,
+                            Ordering::AcqRel,
+                            Ordering::Acquire,
+                        ) {
+                            Ok(_) => {
+                                return Decision::Granted {
+                                    x,
+                                    due,
+                                    took: true,
+                                    cfg,
+                                }
+                            }
+                            Err(current) => {
+                                backoff.spin();
+                                word = current;
+                                continue;
+                            }
+                        }
+                    }
+                }
+                Check::Free => {
+                    let cfg = cfg(hot);
+                    if self.still_current(word) {
+                        let due = cfg.hot.tau;
                         return Decision::Granted {
-                            time_to_act: ready.max(Ticks::from_nanos(now)).floor_nanos(),
+                            x: due,
+                            due,
                             took: false,
-                            body: body(word),
                             cfg,
                         };
                     }
-                    taken
                 }
-            };
-            let new = pack(new_body, cfg.epoch);
-            match self
-                .state
-                .compare_exchange_weak(word, new, Ordering::AcqRel, Ordering::Acquire)
-            {
-                Ok(_) => {
-                    let ready = cfg.ready_after(new_body, now);
-                    return Decision::Granted {
-                        time_to_act: ready,
-                        took: true,
-                        body: new_body,
-                        cfg,
+                Check::Wait { wait } => {
+                    let retry_at = if MODE == ALLOW {
+                        None
+                    } else {
+                        Some(after(now, slot.cold_scale(&hot).nanos_ceil(wait)))
                     };
-                }
-                Err(current) => {
-                    backoff.spin();
-                    word = current;
-                    if word as u32 != cfg.epoch {
-                        (word, cfg) = self.load();
+                    let limit = if MODE == RESERVE {
+                        f64::from_bits(slot.limit.load(Ordering::Relaxed))
+                    } else {
+                        0.0
+                    };
+                    if self.still_current(word) {
+                        return Decision::Denied { retry_at, limit };
                     }
                 }
+                Check::Never => {
+                    let limit = if MODE == RESERVE {
+                        f64::from_bits(slot.limit.load(Ordering::Relaxed))
+                    } else {
+                        0.0
+                    };
+                    if self.still_current(word) {
+                        return Decision::Denied {
+                            retry_at: None,
+                            limit,
+                        };
+                    }
+                }
+                Check::Far => self.rebase(now),
             }
+            // The configuration moved under us (or a rebase ran): start again from the word.
+            word = self.state.load(Ordering::Acquire);
         }
     }
 
@@ -685,73 +710,113 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
             return;
         }
         let backoff = Backoff::new();
-        let (mut word, mut cfg) = self.load();
+        let mut word = self.state.load(Ordering::Acquire);
         loop {
-            if cfg.mode == Mode::Inf || r.inf_gen != cfg.inf_gen {
+            let cfg = self.slot(word).config();
+            let x = x_of(word);
+            let new = if cfg.is_inf() || r.inf_gen != cfg.inf_gen {
                 // rate.go does nothing under an infinite limit; after an infinite refill the
                 // bucket already holds what `r` took.
-                return;
-            }
-            let held = match self.held_after(body(word), &cfg, r) {
-                Ok(Some(held)) => held,
-                Ok(None) => return,
-                Err(()) => {
-                    (word, cfg) = self.load();
-                    continue;
+                None
+            } else if cfg.is_far(now) {
+                self.rebase(now);
+                word = self.state.load(Ordering::Acquire);
+                continue;
+            } else {
+                cfg.held_after(x, r)
+                    .and_then(|held| cfg.restore(x, now, f64::from(r.tokens) - held))
+            };
+            let Some(new_x) = new else {
+                if self.still_current(word) {
+                    return;
                 }
+                word = self.state.load(Ordering::Acquire);
+                continue;
             };
-            let Some(new_body) = cfg.restore(body(word), now, f64::from(r.tokens) - held) else {
-                return;
-            };
-            let new = pack(new_body, cfg.epoch);
-            match self
-                .state
-                .compare_exchange_weak(word, new, Ordering::AcqRel, Ordering::Acquire)
-            {
+            match self.state.compare_exchange_weak(
+                word,
+                (word & GEN_MASK) | new_x,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
                 Ok(_) => return,
                 Err(current) => {
                     backoff.spin();
                     word = current;
-                    if word as u32 != cfg.epoch {
-                        (word, cfg) = self.load();
-                    }
                 }
             }
         }
     }
 
-    fn reconfigure(&self, now: Nanos, f: impl Fn(&Config) -> (Limit, u32)) {
+    /// Re-expresses the state in a configuration based at `now`, if `now` is past the hot
+    /// range of the current one (see *Precision and range*). Off the hot path: at most once
+    /// per ~two weeks of readings, or after a jump of the caller's times.
+    #[cold]
+    #[inline(never)]
+    fn rebase(&self, now: Nanos) {
+        let _writer = self.reconfig.lock().unwrap_or_else(|e| e.into_inner()); // off the hot path: a rebase is a rare reconfiguration
+        let (_, cur) = self.snapshot();
+        if cur.is_far(now) {
+            self.reconfigure_locked(now, None, |cfg| {
+                (Limit::from_valid(cfg.limit), cfg.burst())
+            });
+        }
+    }
+
+    /// Installs the configuration `f` returns, at `now`; with `fill`, the bucket then holds
+    /// that many tokens instead of the ones it had.
+    fn reconfigure(&self, now: Nanos, fill: Option<f64>, f: impl Fn(&Config) -> (Limit, u32)) {
         // Off the hot path: serializes reconfigurations among themselves so that only one
         // writer ever touches the spare slot. allow/reserve/cancel never take this lock.
         let _writer = self.reconfig.lock().unwrap_or_else(|e| e.into_inner());
+        self.reconfigure_locked(now, fill, f)
+    }
+
+    fn reconfigure_locked(
+        &self,
+        now: Nanos,
+        fill: Option<f64>,
+        f: impl Fn(&Config) -> (Limit, u32),
+    ) {
+        let backoff = Backoff::new();
+        let mut word = self.state.load(Ordering::Acquire);
         loop {
-            let (word, cur) = self.load();
-            // Only this writer changes epochs, so the slot of `cur` is intact.
-            let Some(cur_k) = self.refilled(cur.epoch) else {
-                continue;
-            };
+            // Only this writer changes generations, so the slot of `word` is intact.
+            let cur = self.slot(word).config();
             let (limit, burst) = f(&cur);
-            let tokens = cur.tokens(body(word), now);
-            // The new configuration's coordinates continue the old ones: the state keeps its
-            // coordinate, so a cancel still counts exactly the tokens taken since a reservation.
-            let refilled = cur_k
-                .and_then(|k| cur.coord(body(word), k))
-                .and_then(|c| c.checked_add((tokens * COORD_ONE) as i128));
-            let next = Config::new(
+            let x = x_of(word);
+            let tokens = fill.unwrap_or_else(|| cur.tokens(x, now));
+            let mut next = Config::new(
                 cur.epoch.wrapping_add(1),
                 limit,
                 burst,
                 now,
                 cur.inf_gen_after(now),
+                None,
             );
-            let new = pack(next.body_from_tokens(tokens, now), next.epoch);
-            self.configs.write(next.epoch, next.to_words(refilled));
-            if self
-                .state
-                .compare_exchange_weak(word, new, Ordering::AcqRel, Ordering::Acquire)
-                .is_ok()
-            {
-                return;
+            next.fit(tokens);
+            let new_x = next.x_from_tokens(tokens, now);
+            // The new configuration's coordinates continue the old ones: the state keeps its
+            // coordinate, so a cancel still counts exactly the tokens taken since a reservation.
+            next.cold.origin = cur
+                .coord(x)
+                .and_then(|c| c.checked_sub(next.coord_offset(new_x)));
+            let gen = (gen_of(word) + 1) & GEN_MAX;
+            // The slot of `gen` was last that of `gen - 2`; a reader still holding such a word
+            // must see `gen - 1` on its validating reload if it reads any word written here.
+            fence(Ordering::Release);
+            self.slots[(gen & 1) as usize].write(&next);
+            match self.state.compare_exchange_weak(
+                word,
+                (gen << GEN_SHIFT) | new_x,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return,
+                Err(current) => {
+                    backoff.spin();
+                    word = current;
+                }
             }
         }
     }
@@ -759,7 +824,7 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
 
 impl<C: Clock, P: Layout> Limiter for TokenBucket<C, P> {
     fn check_n_at(&self, now: Nanos, n: u32) -> Result<(), Denied> {
-        match self.take(now, n, Ticks::ZERO_WAIT) {
+        match self.take::<CHECK>(now, n, 0) {
             Decision::Granted { .. } => Ok(()),
             Decision::Denied { retry_at, .. } => Err(Denied::new(now, retry_at)),
         }
@@ -774,7 +839,7 @@ impl<C: Clock, P: Layout> Limiter for TokenBucket<C, P> {
 /// is what a fresh bucket holds, so the two are **identical** from `now` on (a full bucket
 /// has no outstanding reservation holding tokens, and a cancel can never fill it past full).
 ///
-/// * Finite limit: full means `tat <= now - tau`, compared in ticks (exact, no float).
+/// * Finite limit: full means `x <= u(now) - tau`, compared in units (exact, no float).
 /// * Zero limit: the stored tokens equal the burst (it never refills, so a bucket that ever
 ///   granted a token is never idle again: a fresh one would have its burst back).
 /// * Infinite limit: every request is granted either way; the bucket is idle when its tokens
@@ -787,7 +852,7 @@ impl<C: Clock, P: Layout> Limiter for TokenBucket<C, P> {
 /// limit or burst was changed with [`TokenBucket::set_limit`] or [`TokenBucket::set_burst`]
 /// is idle when full of its current burst. A keyed map rebuilds an evicted bucket from its
 /// factory, so a per-key `set_limit`/`set_burst` does not survive eviction.
-/// One load of the state word; nothing is written.
+/// Nothing is written.
 ///
 /// ```
 /// use turnstile::{Idle, Limit, ManualClock, Nanos, TokenBucket};
@@ -799,46 +864,36 @@ impl<C: Clock, P: Layout> Limiter for TokenBucket<C, P> {
 /// ```
 impl<C: Clock, P: Layout> Idle for TokenBucket<C, P> {
     fn is_idle_at(&self, now: Nanos) -> bool {
-        let (word, cfg) = self.load();
-        cfg.is_full(body(word), now)
+        let (word, cfg) = self.snapshot();
+        cfg.is_full(x_of(word), now)
     }
 
-    /// Full at `b` and not before: `tat = b - tau` under a finite limit, so a reading `t < b`
-    /// finds `(t - b) * limit` tokens fewer than the burst. A bucket idle at `j <= b` has
+    /// Full at `b` and not before: the bucket is rebuilt with its configuration based at `b`
+    /// and a full burst there, so a reading `t < b` finds `(b - t) * limit` tokens fewer than
+    /// the burst (none at all before `b - tau`). A bucket idle at `j <= b` has
     /// `tat <= j - tau <= b - tau`: this `tat` is at least its, which is all the budget proof
     /// (`grants in [x, y] <= burst + limit * (y - x)` plus one request) needs, as `tat` then
     /// never decreases over the key's whole history. Under a zero or infinite limit the
     /// stored tokens do not depend on time: the bucket stays as built (full).
     fn born_at(&mut self, b: Nanos) {
-        born_at(&self.state, self.load(), b);
-    }
-}
-
-/// [`Idle::born_at`] for a bucket nobody else sees yet: re-expresses a full burst at `b` in
-/// the word's own configuration. One CAS, retried only if it fails spuriously (nobody else
-/// can write the word).
-fn born_at(state: &AtomicU128, (word, cfg): (u128, Config), b: Nanos) {
-    let new = pack(cfg.body_from_tokens(f64::from(cfg.burst), b), cfg.epoch);
-    let mut current = word;
-    while let Err(actual) =
-        state.compare_exchange_weak(current, new, Ordering::Relaxed, Ordering::Relaxed)
-    {
-        current = actual;
+        let (_, cfg) = self.snapshot();
+        let burst = cfg.burst();
+        self.reconfigure(b, Some(f64::from(burst)), |cfg| {
+            (Limit::from_valid(cfg.limit), cfg.burst())
+        });
     }
 }
 
 impl<C: Clock, P: Layout> fmt::Debug for TokenBucket<C, P> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let (word, cfg) = self.load();
+        let (word, cfg) = self.snapshot();
         f.debug_struct("TokenBucket")
             .field("limit", &Limit::from_valid(cfg.limit))
-            .field("burst", &cfg.burst)
-            .field("epoch", &cfg.epoch)
-            .field("body", &body(word))
+            .field("burst", &cfg.burst())
+            .field("tokens", &cfg.tokens(x_of(word), self.clock.now()))
             .finish()
     }
 }
-
 /// What [`TokenBucket::peek_n_at`] reports: nothing is consumed.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Peek {
@@ -873,21 +928,14 @@ pub struct Reservation<'a, C: Clock = QuantaClock, P: Layout = Padded> {
     limit: f64,
     /// The configuration epoch it was made in, and that configuration's count of infinite
     /// refills.
-    epoch: u32,
+    epoch: u64,
     inf_gen: u32,
-    /// The exact tick at which it acts, `max(tat, now)`: a cancel counts the tokens reserved
-    /// after it from there.
-    act: i128,
-    /// What places `act` on the token coordinate, for a cancel under another configuration.
-    origin: Option<Origin>,
-}
-
-/// A finite configuration's coordinate origin, kept by a reservation (see [`Config::coord`]).
-#[derive(Clone, Copy, Debug)]
-struct Origin {
-    since: Nanos,
-    interval: Ticks,
-    refilled: i128,
+    /// The exact unit at which it acts, `max(tat, now)`: a cancel under the same
+    /// configuration counts the tokens reserved after it from there.
+    act: u64,
+    /// The token coordinate of `act`, for a cancel under another configuration (`None` if
+    /// it took nothing, or the coordinate overflowed).
+    act_coord: Option<i128>,
 }
 
 impl<C: Clock, P: Layout> Reservation<'_, C, P> {
@@ -956,401 +1004,530 @@ impl<C: Clock, P: Layout> fmt::Debug for Reservation<'_, C, P> {
 /// What a take decided.
 enum Decision {
     Granted {
-        time_to_act: Nanos,
+        /// The state the take left (or found, if it took nothing), and `u(now)`.
+        x: u64,
+        due: u64,
         took: bool,
-        /// The state body the take left (or found, if it took nothing) and its configuration.
-        body: i128,
+        /// Its configuration: the hot words always, the cold ones only for `RESERVE`.
         cfg: Config,
     },
     Denied {
         retry_at: Option<Nanos>,
+        /// The limit, for `WaitError::Never` (`RESERVE` only).
         limit: f64,
     },
 }
 
-/// What taking `n` tokens would do, before the wait is compared with the caller's maximum.
-enum Plan {
-    /// No state change needed: granted now (infinite limit).
+/// What `take` needs beyond the verdict (its `MODE`).
+const ALLOW: u8 = 0;
+const CHECK: u8 = 1;
+const RESERVE: u8 = 2;
+
+/// The verdict of [`Hot::check`] on one state word.
+enum Check {
+    /// Granted at `u(now) = due`, leaving the state at `x`.
+    Take { x: u64, due: u64 },
+    /// Granted with no state change (infinite limit).
     Free,
-    /// Can never be granted (more than the burst, a zero limit with too few tokens, or a wait
-    /// past the end of representable time).
+    /// Denied: it would be granted `wait` units after `now` (`u(t)` has grown by that).
+    Wait { wait: u64 },
+    /// Never granted (more than the burst, a zero limit, or past the word's range).
     Never,
-    /// Granted at `ready` with the state body becoming `body`.
-    Take { body: i128, ready: Ticks },
+    /// `now` is past the configuration's hot range: rebase, then check again.
+    Far,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Mode {
-    Finite,
-    Zero,
-    Inf,
+/// Bits of the state word.
+const GEN_SHIFT: u32 = 57;
+const X_MAX: u64 = (1 << GEN_SHIFT) - 1;
+const GEN_MASK: u64 = !X_MAX;
+const GEN_MAX: u64 = (1 << (64 - GEN_SHIFT)) - 1;
+
+#[inline(always)]
+fn x_of(word: u64) -> u64 {
+    word & X_MAX
 }
 
-/// Time in 2^-32 ns ticks, as a signed 96-bit quantity held in an `i128`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-struct Ticks(i128);
-
-const FRAC_BITS: u32 = 32;
-const TICKS_PER_NS: f64 = (1u64 << FRAC_BITS) as f64;
-const TICKS_PER_SEC: f64 = TICKS_PER_NS * 1e9;
-
-impl Ticks {
-    /// The latest `tat` the state can hold: i64::MAX ns.
-    const MAX: Ticks = Ticks((i64::MAX as i128) << FRAC_BITS);
-    const MIN: Ticks = Ticks(-((i64::MAX as i128) << FRAC_BITS));
-    const ZERO_WAIT: Ticks = Ticks(0);
-    const UNBOUNDED_WAIT: Ticks = Ticks(i128::MAX);
-
-    #[inline]
-    fn from_nanos(t: Nanos) -> Ticks {
-        Ticks((t.as_u64() as i128) << FRAC_BITS)
-    }
-
-    #[inline]
-    fn from_duration(d: Duration) -> Ticks {
-        let ns = i128::try_from(d.as_nanos()).unwrap_or(i128::MAX);
-        Ticks(ns.saturating_mul(1 << FRAC_BITS))
-    }
-
-    /// `x` as ticks, saturating into `[MIN, MAX]` (`as` saturates and maps NaN to 0).
-    #[inline]
-    fn from_f64(x: f64) -> Ticks {
-        Ticks(x as i128).clamp(Ticks::MIN, Ticks::MAX)
-    }
-
-    #[inline]
-    fn saturating_sub(self, o: Ticks) -> Ticks {
-        Ticks(self.0.saturating_sub(o.0))
-    }
-
-    /// Truncated to whole nanoseconds (rate.go truncates durations), clamped to `Nanos`.
-    #[inline]
-    fn floor_nanos(self) -> Nanos {
-        Nanos::new((self.0 >> FRAC_BITS).clamp(0, u64::MAX as i128) as u64)
-    }
-
-    /// Rounded up to whole nanoseconds: the first nanosecond at which the time has passed.
-    #[inline]
-    fn ceil_nanos(self) -> Nanos {
-        let ns = (self.0 + ((1 << FRAC_BITS) - 1)) >> FRAC_BITS;
-        Nanos::new(ns.clamp(0, u64::MAX as i128) as u64)
-    }
+#[inline(always)]
+fn gen_of(word: u64) -> u64 {
+    word >> GEN_SHIFT
 }
 
-#[inline]
-fn pack(body: i128, epoch: u32) -> u128 {
-    ((body as u128) << 32) | u128::from(epoch)
+/// A unit is at most `2^-FINE` ns (see [`crate::scale`]).
+const FINE: u32 = 4;
+/// Units per token under a zero or infinite limit (stored tokens): as many as keep the
+/// whole burst within `TAU_MAX` units (2^-23 of a token for the largest burst, 2^-46 for a
+/// burst of 300).
+fn stored_k(burst: u32) -> u32 {
+    55 - (32 - burst.leading_zeros())
 }
+/// Readings up to this many units past the base take the hot path (see *Precision and
+/// range*); `tau <= TAU_MAX` is half of it, so a rebased configuration is always in range.
+const V_HOT: u64 = 1 << 56;
+/// How far before `since` a configuration's base lies at most (2^56 ns, 2.3 years).
+const BASE_BACK: u64 = 1 << 56;
 
-#[inline]
-fn body(word: u128) -> i128 {
-    (word as i128) >> 32
-}
-
-/// Zero and infinite limits store tokens, as f64 bits, in the body's top 64 bits.
-#[inline]
-fn tokens_body(tokens: f64) -> i128 {
-    i128::from(tokens.to_bits() as i64) << 32
-}
-
-#[inline]
-fn body_tokens(body: i128) -> f64 {
-    f64::from_bits((body >> 32) as u64)
-}
-
-/// Words of a [`Config`] in its slot: limit, burst and inf_gen, since, interval (2) (the
-/// `HOT_WORDS` every check reads; `tau = interval * burst` is recomputed, so that two slots
-/// of seven words still fit one 128-byte line pair), then the coordinate origin `K` (2), which
-/// only reserve, cancel and reconfiguration read.
-const CONFIG_WORDS: usize = 7;
-const HOT_WORDS: usize = 5;
-
-/// The coordinate origin `K` from a slot's words (`None`: overflowed).
-fn refilled_of(w: [u64; CONFIG_WORDS]) -> Option<i128> {
-    let k = ((u128::from(w[6]) << 64) | u128::from(w[5])) as i128;
-    (k != i128::MIN).then_some(k)
-}
-
-/// One configuration, as read from its slot.
-#[derive(Clone, Copy, Debug)]
-struct Config {
-    epoch: u32,
-    limit: f64,
-    burst: u32,
-    /// When this configuration took effect: rate.go's `last` for an infinite limit, under
-    /// which nothing else moves it.
-    since: Nanos,
-    mode: Mode,
-    /// Ticks per token (`T`), at least 1.
-    interval: Ticks,
-    /// Ticks to refill the whole burst (`tau`).
-    tau: Ticks,
-    /// How many infinite refills (an infinite limit with time passing, which fills the bucket)
-    /// happened before this configuration. A reservation made before one took tokens that the
-    /// refill has already given back, so cancelling it restores nothing.
-    inf_gen: u32,
-}
-
-impl Config {
-    #[inline]
-    fn new(epoch: u32, limit: Limit, burst: u32, since: Nanos, inf_gen: u32) -> Config {
-        let l = limit.as_f64();
-        // Zero, infinite and too-small limits keep no interval; `from_parts` reads the mode
-        // back from that, as a slot reader does.
-        let (mut interval, mut tau) = (Ticks(0), Ticks(0));
-        if !limit.is_inf() && l != 0.0 {
-            let t = Ticks::from_f64(TICKS_PER_SEC / l).max(Ticks(1));
-            // If refilling the burst would take past the end of representable time (~292
-            // years), the limit never refills, exactly like a zero limit.
-            if matches!(t.0.checked_mul(i128::from(burst.max(1))), Some(full) if full < Ticks::MAX.0)
-            {
-                (interval, tau) = (t, Ticks(t.0 * i128::from(burst)));
-            }
-        }
-        Config::from_parts(epoch, l, burst, since, interval, tau, inf_gen)
-    }
-
-    #[inline]
-    fn from_parts(
-        epoch: u32,
-        limit: f64,
-        burst: u32,
-        since: Nanos,
-        interval: Ticks,
-        tau: Ticks,
-        inf_gen: u32,
-    ) -> Config {
-        let mode = if limit == f64::MAX {
-            Mode::Inf
-        } else if interval.0 == 0 {
-            Mode::Zero
-        } else {
-            Mode::Finite
-        };
-        Config {
-            epoch,
-            limit,
-            burst,
-            since,
-            mode,
-            interval,
-            tau,
-            inf_gen,
-        }
-    }
-
-    /// The configuration as slot words (see [`ConfigSlots`]).
-    /// The configuration and its coordinate origin `K` (`refilled`; `None` once it has
-    /// overflowed `i128`, after ~2^95 tokens) as slot words.
-    fn to_words(self, refilled: Option<i128>) -> [u64; CONFIG_WORDS] {
-        let i = self.interval.0;
-        // i128::MIN stands for "overflowed": no coordinate reaches it (see `coord`).
-        let k = refilled.unwrap_or(i128::MIN);
-        [
-            self.limit.to_bits(),
-            u64::from(self.burst) | (u64::from(self.inf_gen) << 32),
-            self.since.as_u64(),
-            i as u64,
-            (i >> 64) as u64,
-            k as u64,
-            (k >> 64) as u64,
-        ]
-    }
-
-    #[inline]
-    fn from_words(epoch: u32, w: [u64; HOT_WORDS]) -> Config {
-        let interval = ((u128::from(w[4]) << 64) | u128::from(w[3])) as i128;
-        let burst = w[1] as u32;
-        // `tau` is not stored: `Config::new` keeps `interval * burst` below `Ticks::MAX`
-        // (and both are 0 for a zero or infinite limit), so this product cannot overflow.
-        Config::from_parts(
-            epoch,
-            f64::from_bits(w[0]),
-            burst,
-            Nanos::new(w[2]),
-            Ticks(interval),
-            Ticks(interval * i128::from(burst)),
-            (w[1] >> 32) as u32,
-        )
-    }
-
-    /// rate.go's `advance(now)`: the tokens at `now`, capped at the burst.
-    #[inline]
-    fn tokens(&self, body: i128, now: Nanos) -> f64 {
-        let burst = f64::from(self.burst);
-        match self.mode {
-            Mode::Finite => {
-                // Counted in intervals, the unit `plan` spends, so that a full bucket holds
-                // exactly `burst` and taking n leaves exactly n fewer.
-                let elapsed = Ticks::from_nanos(now).saturating_sub(Ticks(body));
-                if elapsed >= self.tau {
-                    burst
-                } else {
-                    let (whole, part) = (elapsed.0 / self.interval.0, elapsed.0 % self.interval.0);
-                    whole as f64 + part as f64 / self.interval.0 as f64
-                }
-            }
-            Mode::Zero => body_tokens(body).min(burst),
-            // elapsed * MaxFloat64 overflows to +Inf when time has passed since `last`.
-            Mode::Inf if now > self.since => burst,
-            Mode::Inf => body_tokens(body).min(burst),
-        }
-    }
-
-    /// Whether the bucket holds its whole burst at `now` (see [`Idle`] for `TokenBucket`).
-    /// Finite limits compare ticks, so "full" is exact rather than a float that rounded up.
-    #[inline]
-    fn is_full(&self, body: i128, now: Nanos) -> bool {
-        match self.mode {
-            Mode::Finite => Ticks::from_nanos(now).saturating_sub(Ticks(body)) >= self.tau,
-            Mode::Zero | Mode::Inf => self.tokens(body, now) >= f64::from(self.burst),
-        }
-    }
-
-    /// Re-expresses `tokens` at `now` as a body under this configuration.
-    #[inline]
-    fn body_from_tokens(&self, tokens: f64, now: Nanos) -> i128 {
-        match self.mode {
-            Mode::Finite => {
-                let held = self.ticks_for(tokens);
-                Ticks::from_nanos(now)
-                    .saturating_sub(held)
-                    .clamp(Ticks::MIN, Ticks::MAX)
-                    .0
-            }
-            Mode::Zero | Mode::Inf => tokens_body(tokens),
-        }
-    }
-
-    /// Ticks that `n <= burst` tokens cost: at most `tau`, which `Config::new` keeps below
-    /// `Ticks::MAX`, so no arithmetic on it can overflow an `i128`.
-    #[inline]
-    fn cost(&self, n: u32) -> i128 {
-        self.interval.0 * i128::from(n)
-    }
-
-    /// The time `tokens` take to refill. Whole tokens are multiplied exactly, so integral token
-    /// counts convert without rounding (a full bucket stays exactly full across a change).
-    #[inline]
-    fn ticks_for(&self, tokens: f64) -> Ticks {
-        let whole = tokens.trunc();
-        let exact = (whole as i128).saturating_mul(self.interval.0);
-        let part = ((tokens - whole) * self.interval.0 as f64) as i128;
-        Ticks(exact.saturating_add(part)).clamp(Ticks::MIN, Ticks::MAX)
-    }
-
-    /// rate.go's `reserveN` arithmetic for `n` tokens at `now`, without the wait check.
-    #[inline]
-    fn plan(&self, body: i128, now: Nanos, n: u32) -> Plan {
-        match self.mode {
-            Mode::Inf => Plan::Free,
-            _ if n > self.burst => Plan::Never,
-            Mode::Zero => {
-                let left = body_tokens(body).min(f64::from(self.burst)) - f64::from(n);
-                if left < 0.0 {
-                    Plan::Never // deviation D4: a zero limit never refills
-                } else {
-                    Plan::Take {
-                        body: tokens_body(left),
-                        ready: Ticks::from_nanos(now),
-                    }
-                }
-            }
-            Mode::Finite => {
-                // |body|, t, tau and cost are all below 2^97: plain i128 arithmetic is exact.
-                let t = Ticks::from_nanos(now);
-                let base = body.max(t.0 - self.tau.0);
-                let tat = base + self.cost(n);
-                if tat >= Ticks::MAX.0 {
-                    Plan::Never // D4: the tokens would come after the end of time
-                } else {
-                    Plan::Take {
-                        body: tat,
-                        ready: Ticks(tat),
-                    }
-                }
-            }
-        }
-    }
-
-    /// When a reservation that left the body at `body` may act.
-    #[inline]
-    fn ready_after(&self, body: i128, now: Nanos) -> Nanos {
-        match self.mode {
-            Mode::Finite if body > Ticks::from_nanos(now).0 => Ticks(body).floor_nanos(),
-            _ => now,
-        }
-    }
-
-    /// The body after giving back `restore` tokens at `now`, or `None` if nothing is restored.
-    ///
-    /// rate.go restores `n - r.limit * (lastEvent - r.timeToAct)`: the reserved tokens minus
-    /// those reserved after `r` (which were promised times that assumed `r`'s tokens gone).
-    /// turnstile counts those later tokens exactly (`TokenBucket::held_after`): under `r`'s own
-    /// configuration as the stretch of `tat` beyond `r`'s exact tick, across a
-    /// `set_limit`/`set_burst` as the distance between token coordinates, which
-    /// reconfiguration keeps. It equals rate.go's count whenever rate.go's `lastEvent` is the
-    /// latest reservation's time and the later reservations were made under `r`'s limit (rate.go
-    /// values them at `r.limit` even if the limit has changed).
-    #[inline]
-    fn restore(&self, body: i128, now: Nanos, restore: f64) -> Option<i128> {
-        if restore.is_nan() || restore <= 0.0 {
-            return None;
-        }
-        match self.mode {
-            Mode::Inf => None,
-            Mode::Zero => {
-                let burst = f64::from(self.burst);
-                Some(tokens_body(
-                    (body_tokens(body).min(burst) + restore).min(burst),
-                ))
-            }
-            Mode::Finite => {
-                // tokens' = min(burst, tokens(now) + restore)  <=>  tat' = max(now - tau, tat - restore*T)
-                let back = self.ticks_for(restore);
-                let floor = Ticks::from_nanos(now).0 - self.tau.0;
-                Some(body.saturating_sub(back.0).max(floor))
-            }
-        }
-    }
-
-    /// The **token coordinate** of the state `body`: a count, in units of 2^-32 token, that
-    /// every take of `n` tokens raises by `n`, that refill does not move, and that
-    /// reconfiguration keeps. With `K` = `refilled`, the configuration's origin (kept in its
-    /// slot's cold words, and chosen by the reconfiguration so that the state's coordinate
-    /// carries over), it is `K + (tat - since) / T` for a finite limit and `K - tokens` for the
-    /// stored-token modes, i.e. `K` minus the tokens the state holds at `since`. The
-    /// difference between two states' coordinates is the tokens taken between them (net of
-    /// cancels), whatever limits applied in between, as long as no take found the bucket full
-    /// (refill lost to the cap raises it too; while a reservation can still be cancelled, only
-    /// a limit raised after it lets the bucket fill). `None` on `i128` overflow.
-    fn coord(&self, body: i128, refilled: i128) -> Option<i128> {
-        let offset = match self.mode {
-            Mode::Finite => coord_offset(body, self.since, self.interval)?,
-            Mode::Zero | Mode::Inf => -((body_tokens(body) * COORD_ONE) as i128),
-        };
-        refilled.checked_add(offset).filter(|&c| c != i128::MIN)
-    }
-
-    /// `inf_gen` for a configuration that replaces this one at `now`: one more if an infinite
-    /// limit has filled the bucket (rate.go's `advance` does once time has passed).
-    fn inf_gen_after(&self, now: Nanos) -> u32 {
-        let filled = self.mode == Mode::Inf && now > self.since;
-        self.inf_gen.wrapping_add(u32::from(filled))
-    }
-}
+/// `shape` bits: the burst (low 32), `k` (bits 32..38) and the infinite-limit flag.
+const INF_BIT: u64 = 1 << 40;
 
 /// Fractional bits of a token coordinate.
 const COORD_BITS: u32 = 32;
 const COORD_ONE: f64 = (1u64 << COORD_BITS) as f64;
 
-/// `(tat - since) / interval` in coordinate units (2^-32 token): the tokens a finite
-/// configuration's state holds below `since`, negated. Exact in whole tokens, the fraction
-/// from an f64 division. `None` on overflow.
-fn coord_offset(tat: i128, since: Nanos, interval: Ticks) -> Option<i128> {
-    let d = tat.checked_sub(Ticks::from_nanos(since).0)?;
-    let t = interval.0;
-    let (whole, part) = (d.div_euclid(t), d.rem_euclid(t));
-    let frac = (part as f64 / t as f64 * COORD_ONE) as i128;
-    whole.checked_mul(1 << COORD_BITS)?.checked_add(frac)
+/// A whole `Duration` as nanoseconds, saturating.
+fn wait_nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// The words every check reads.
+#[derive(Clone, Copy, Debug)]
+struct Hot {
+    shape: u64,
+    /// Nanoseconds at which `u = tau`.
+    base: u64,
+    /// The scale's multiplier (0: nothing refills).
+    mul: u64,
+    /// The burst in units.
+    tau: u64,
+    /// The largest `now - base` the hot path converts.
+    dmax: u64,
+}
+
+impl Hot {
+    #[inline(always)]
+    fn k(&self) -> u32 {
+        ((self.shape >> 32) & 63) as u32
+    }
+
+    /// `units(d)`: see [`Scale::units`] (the multiplier inline, for the hot path).
+    #[inline(always)]
+    fn units(&self, d: u64) -> u64 {
+        (((d << J) as u128 * self.mul as u128) >> 64) as u64
+    }
+
+    /// rate.go's `reserveN` arithmetic for `n` tokens at `now` on state `x`, with the wait
+    /// bounded by `max_wait` ns.
+    #[inline(always)]
+    fn check(&self, x: u64, now: u64, n: u32, max_wait: u64) -> Check {
+        if self.shape & INF_BIT != 0 {
+            return Check::Free;
+        }
+        if n > self.shape as u32 {
+            return Check::Never;
+        }
+        let d = now.saturating_sub(self.base);
+        if d > self.dmax {
+            return Check::Far;
+        }
+        let v = self.units(d);
+        // x <= X_MAX, v <= 2^56 + 1, cost <= tau <= 2^55: no overflow.
+        let x2 = x.max(v) + (u64::from(n) << self.k());
+        let due = v + self.tau;
+        if x2 <= due {
+            return Check::Take { x: x2, due };
+        }
+        if self.mul == 0 || x2 > X_MAX {
+            // D4: a zero limit never refills; or the tokens come past the word's range.
+            return Check::Never;
+        }
+        let slack = if max_wait == 0 {
+            0
+        } else if max_wait > D_MAX {
+            u64::MAX
+        } else {
+            self.units(max_wait)
+        };
+        if x2 - due <= slack {
+            Check::Take { x: x2, due }
+        } else {
+            Check::Wait {
+                wait: x2 - due - slack,
+            }
+        }
+    }
+}
+
+/// The words only reservations, cancels and reconfigurations read.
+#[derive(Clone, Copy, Debug, Default)]
+struct Cold {
+    /// The scale's inverse (ns per unit, fixed point).
+    per: u64,
+    per_shift: u32,
+    /// How many infinite refills (an infinite limit with time passing, which fills the bucket)
+    /// happened before this configuration. A reservation made before one took tokens that the
+    /// refill has already given back, so cancelling it restores nothing.
+    inf_gen: u32,
+    limit: f64,
+    /// Counts every configuration this bucket had (64 bits: never wraps).
+    epoch: u64,
+    /// When this configuration took effect: rate.go's `last` for an infinite limit.
+    since: u64,
+    /// The token coordinate's origin `K` (see [`Config::coord`]); `None` once overflowed.
+    origin: Option<i128>,
+}
+
+/// One configuration, as read from its slot.
+#[derive(Clone, Copy, Debug)]
+struct Config {
+    hot: Hot,
+    cold: Cold,
+}
+
+impl std::ops::Deref for Config {
+    type Target = Cold;
+    fn deref(&self) -> &Cold {
+        &self.cold
+    }
+}
+
+impl Config {
+    fn new(
+        epoch: u64,
+        limit: Limit,
+        burst: u32,
+        since: Nanos,
+        inf_gen: u32,
+        origin: Option<i128>,
+    ) -> Config {
+        let l = limit.as_f64();
+        let scale = if limit.is_inf() || l == 0.0 {
+            None
+        } else {
+            // None: refilling the burst would take longer than 146 years; acts as zero.
+            Scale::new(limit, burst, FINE)
+        };
+        let since = since.as_u64();
+        let cold = Cold {
+            per: scale.map_or(0, |s| s.per),
+            per_shift: scale.map_or(0, |s| s.per_shift),
+            inf_gen,
+            limit: l,
+            epoch,
+            since,
+            origin,
+        };
+        let hot = match scale {
+            Some(s) => {
+                let tau = u64::from(burst) << s.k;
+                debug_assert!(tau <= TAU_MAX);
+                let tau_ns = u64::try_from(s.nanos_ceil(tau)).unwrap_or(u64::MAX);
+                Hot {
+                    shape: u64::from(burst) | (u64::from(s.k) << 32),
+                    base: since.saturating_sub(tau_ns.min(BASE_BACK)),
+                    mul: s.mul,
+                    tau,
+                    dmax: u64::try_from(s.nanos_floor(V_HOT))
+                        .unwrap_or(u64::MAX)
+                        .min(D_MAX),
+                }
+            }
+            None => Hot {
+                shape: u64::from(burst)
+                    | (u64::from(stored_k(burst)) << 32)
+                    | if limit.is_inf() { INF_BIT } else { 0 },
+                base: since,
+                mul: 0,
+                tau: u64::from(burst) << stored_k(burst),
+                dmax: u64::MAX,
+            },
+        };
+        Config { hot, cold }
+    }
+
+    fn burst(&self) -> u32 {
+        self.hot.shape as u32
+    }
+
+    /// Under a zero or infinite limit, lowers `k` until `tokens` (which may be a debt)
+    /// fit the word. Nothing there ever deepens a debt (a take that would is refused), so the
+    /// debt at the reconfiguration is the largest the configuration will hold.
+    fn fit(&mut self, tokens: f64) {
+        if self.is_finite() {
+            return;
+        }
+        let burst = self.burst();
+        let mut k = stored_k(burst);
+        while k > 0 && (f64::from(burst) - tokens) * (1u64 << k) as f64 >= (X_MAX / 2) as f64 {
+            k -= 1;
+        }
+        self.hot.shape = (self.hot.shape & !(63 << 32)) | (u64::from(k) << 32);
+        self.hot.tau = u64::from(burst) << k;
+    }
+
+    fn is_inf(&self) -> bool {
+        self.hot.shape & INF_BIT != 0
+    }
+
+    fn is_finite(&self) -> bool {
+        self.hot.mul != 0
+    }
+
+    fn scale(&self) -> Scale {
+        Scale {
+            k: self.hot.k(),
+            mul: self.hot.mul,
+            per: self.per,
+            per_shift: self.per_shift,
+        }
+    }
+
+    /// Whether `now` is past the hot range (a rebase is due).
+    fn is_far(&self, now: Nanos) -> bool {
+        now.as_u64().saturating_sub(self.hot.base) > self.hot.dmax
+    }
+
+    /// `u(now)` for any `now`, in `u128`.
+    fn u_wide(&self, now: Nanos) -> u128 {
+        let d = now.as_u64().saturating_sub(self.hot.base);
+        u128::from(self.hot.tau) + self.scale().units_wide(d)
+    }
+
+    /// `now` plus `wait` units, rounded down (rate.go truncates durations) or up (the first
+    /// nanosecond by which `u` has grown by `wait`: a retry then succeeds, as
+    /// `units(a + b) >= units(a) + units(b)`).
+    fn after(&self, now: Nanos, wait: u64, up: bool) -> Nanos {
+        let s = self.scale();
+        after(now, if up { s.nanos_ceil(wait) } else { s.nanos_floor(wait) })
+    }
+
+    /// rate.go's `advance(now)`: the tokens at `now`, capped at the burst.
+    fn tokens(&self, x: u64, now: Nanos) -> f64 {
+        let burst = f64::from(self.burst());
+        if self.is_inf() && now.as_u64() > self.since {
+            // elapsed * MaxFloat64 overflows to +Inf when time has passed since `last`.
+            return burst;
+        }
+        // Counted in units of the token, so that a full bucket holds exactly `burst` and
+        // taking n leaves exactly n fewer.
+        let diff = self.u_wide(now) as i128 - i128::from(x);
+        let k = self.hot.k();
+        let whole = diff >> k;
+        let part = diff - (whole << k);
+        (whole as f64 + part as f64 / (1u64 << k) as f64).min(burst)
+    }
+
+    /// Whether the bucket holds its whole burst at `now` (see [`Idle`] for `TokenBucket`):
+    /// compared in units, so "full" is exact rather than a float that rounded up.
+    fn is_full(&self, x: u64, now: Nanos) -> bool {
+        (self.is_inf() && now.as_u64() > self.since)
+            || u128::from(x) + u128::from(self.hot.tau) <= self.u_wide(now)
+    }
+
+    /// `tokens` as units of this configuration: whole tokens exactly, the fraction
+    /// truncated. Saturates.
+    fn units_of_tokens(&self, tokens: f64) -> i128 {
+        let k = self.hot.k();
+        let whole = tokens.trunc();
+        let exact = (whole as i128).saturating_mul(1 << k);
+        let part = ((tokens - whole) * (1u64 << k) as f64) as i128;
+        exact.saturating_add(part)
+    }
+
+    /// The state holding `tokens` at `now` under this configuration, within the word's range.
+    fn x_from_tokens(&self, tokens: f64, now: Nanos) -> u64 {
+        let u = self.u_wide(now).min(X_MAX as u128) as i128;
+        (u - self.units_of_tokens(tokens)).clamp(0, X_MAX as i128) as u64
+    }
+
+    /// The earliest time `n` tokens are available at `now` on state `x` (peek).
+    fn available_at(&self, x: u64, now: Nanos, n: u32) -> Option<Nanos> {
+        if self.is_inf() {
+            return Some(now);
+        }
+        if n > self.burst() {
+            return None;
+        }
+        let u = self.u_wide(now);
+        let tau = u128::from(self.hot.tau);
+        let x2 = u128::from(x).max(u - tau) + (u128::from(n) << self.hot.k());
+        if x2 <= u {
+            Some(now)
+        } else if !self.is_finite() || x2 > u128::from(X_MAX) {
+            None
+        } else {
+            Some(self.after(now, (x2 - u) as u64, true))
+        }
+    }
+
+    /// The state after giving back `restore` tokens at `now` (not far), or `None` if nothing
+    /// is restored.
+    ///
+    /// rate.go restores `n - r.limit * (lastEvent - r.timeToAct)`: the reserved tokens minus
+    /// those reserved after `r` (which were promised times that assumed `r`'s tokens gone).
+    /// turnstile counts those later tokens exactly ([`Config::held_after`]).
+    fn restore(&self, x: u64, now: Nanos, restore: f64) -> Option<u64> {
+        if restore.is_nan() || restore <= 0.0 || self.is_inf() {
+            return None;
+        }
+        // tokens' = min(burst, tokens(now) + restore)  <=>  x' = max(u(now) - tau, x - restore)
+        let floor = (self.u_wide(now) - u128::from(self.hot.tau)) as i128;
+        let back = self.units_of_tokens(restore);
+        Some(
+            (i128::from(x) - back)
+                .max(floor)
+                .clamp(0, X_MAX as i128) as u64,
+        )
+    }
+
+    /// The tokens reserved after `r`, counted from the state `x` under this configuration
+    /// (rate.go's `r.limit * (lastEvent - r.timeToAct)`, exactly): under `r`'s own
+    /// configuration as the stretch of `x` beyond `r`'s unit, across a
+    /// `set_limit`/`set_burst` as the distance between token coordinates. `None` if unknown
+    /// (overflow), in which case nothing is restored.
+    fn held_after<C: Clock, P: Layout>(&self, x: u64, r: &Reservation<'_, C, P>) -> Option<f64> {
+        if r.limit == 0.0 {
+            // rate.go: a zero limit values every later span at zero tokens.
+            return Some(0.0);
+        }
+        if r.epoch == self.epoch {
+            let k = self.hot.k();
+            return Some(x.saturating_sub(r.act) as f64 / (1u64 << k) as f64);
+        }
+        let later = self.coord(x)?.checked_sub(r.act_coord?)?;
+        // Never more than the reservation took: a negative count restores just `n`.
+        Some(later.max(0) as f64 / COORD_ONE)
+    }
+
+    /// The **token coordinate** of the state `x`: a count, in units of 2^-32 token, that
+    /// every take of `n` tokens raises by `n`, that refill does not move, and that
+    /// reconfiguration keeps. With `K` = `origin`, chosen by each reconfiguration so that the
+    /// state's coordinate carries over, it is `K + (x - tau) / 2^k`: `K` minus the tokens the
+    /// state holds at the base. The difference between two states' coordinates is the tokens
+    /// taken between them (net of cancels), whatever limits applied in between, as long as no
+    /// take found the bucket full (refill lost to the cap raises it too; while a reservation
+    /// can still be cancelled, only a limit raised after it lets the bucket fill). `None` on
+    /// overflow.
+    fn coord(&self, x: u64) -> Option<i128> {
+        self.origin?
+            .checked_add(self.coord_offset(x))
+            .filter(|&c| c != i128::MIN)
+    }
+
+    /// `(x - tau) / 2^k` in coordinate units.
+    fn coord_offset(&self, x: u64) -> i128 {
+        let d = i128::from(x) - i128::from(self.hot.tau);
+        let k = self.hot.k();
+        if k <= COORD_BITS {
+            d << (COORD_BITS - k)
+        } else {
+            d >> (k - COORD_BITS)
+        }
+    }
+
+    /// `inf_gen` for a configuration that replaces this one at `now`: one more if an infinite
+    /// limit has filled the bucket (rate.go's `advance` does once time has passed).
+    fn inf_gen_after(&self, now: Nanos) -> u32 {
+        let filled = self.is_inf() && now.as_u64() > self.since;
+        self.inf_gen.wrapping_add(u32::from(filled))
+    }
+}
+
+/// `now + ns`, saturating.
+fn after(now: Nanos, ns: u128) -> Nanos {
+    Nanos::new(now.as_u64().saturating_add(u64::try_from(ns).unwrap_or(u64::MAX)))
+}
+
+/// One configuration's words (see *Configurations* in the module docs): the five hot words
+/// first, on the slot's first cache line.
+struct Slot {
+    shape: AtomicU64,
+    base: AtomicU64,
+    mul: AtomicU64,
+    tau: AtomicU64,
+    dmax: AtomicU64,
+    per: AtomicU64,
+    /// `per_shift | inf_gen << 32`.
+    meta: AtomicU64,
+    limit: AtomicU64,
+    epoch: AtomicU64,
+    since: AtomicU64,
+    origin_lo: AtomicU64,
+    origin_hi: AtomicU64,
+}
+
+impl Default for Slot {
+    fn default() -> Slot {
+        let z = || AtomicU64::new(0);
+        Slot {
+            shape: z(),
+            base: z(),
+            mul: z(),
+            tau: z(),
+            dmax: z(),
+            per: z(),
+            meta: z(),
+            limit: z(),
+            epoch: z(),
+            since: z(),
+            origin_lo: z(),
+            origin_hi: z(),
+        }
+    }
+}
+
+impl Slot {
+    #[inline(always)]
+    fn hot(&self) -> Hot {
+        Hot {
+            shape: self.shape.load(Ordering::Relaxed),
+            base: self.base.load(Ordering::Relaxed),
+            mul: self.mul.load(Ordering::Relaxed),
+            tau: self.tau.load(Ordering::Relaxed),
+            dmax: self.dmax.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Just the scale (for a denial's retry time).
+    fn cold_scale(&self, hot: &Hot) -> Scale {
+        Scale {
+            k: hot.k(),
+            mul: hot.mul,
+            per: self.per.load(Ordering::Relaxed),
+            per_shift: self.meta.load(Ordering::Relaxed) as u8 as u32,
+        }
+    }
+
+    fn cold(&self) -> Cold {
+        let meta = self.meta.load(Ordering::Relaxed);
+        let origin = (u128::from(self.origin_hi.load(Ordering::Relaxed)) << 64
+            | u128::from(self.origin_lo.load(Ordering::Relaxed))) as i128;
+        Cold {
+            per: self.per.load(Ordering::Relaxed),
+            per_shift: meta as u8 as u32,
+            inf_gen: (meta >> 32) as u32,
+            limit: f64::from_bits(self.limit.load(Ordering::Relaxed)),
+            epoch: self.epoch.load(Ordering::Relaxed),
+            since: self.since.load(Ordering::Relaxed),
+            // i128::MIN stands for "overflowed": no coordinate reaches it (see `coord`).
+            origin: (origin != i128::MIN).then_some(origin),
+        }
+    }
+
+    fn config(&self) -> Config {
+        Config {
+            hot: self.hot(),
+            cold: self.cold(),
+        }
+    }
+
+    /// Relaxed stores: the writer's fence and CAS order them (module docs, *Orderings*).
+    fn write(&self, c: &Config) {
+        let h = &c.hot;
+        self.shape.store(h.shape, Ordering::Relaxed);
+        self.base.store(h.base, Ordering::Relaxed);
+        self.mul.store(h.mul, Ordering::Relaxed);
+        self.tau.store(h.tau, Ordering::Relaxed);
+        self.dmax.store(h.dmax, Ordering::Relaxed);
+        self.per.store(c.per, Ordering::Relaxed);
+        self.meta.store(
+            u64::from(c.per_shift) | (u64::from(c.inf_gen) << 32),
+            Ordering::Relaxed,
+        );
+        self.limit.store(c.limit.to_bits(), Ordering::Relaxed);
+        self.epoch.store(c.epoch, Ordering::Relaxed);
+        self.since.store(c.since, Ordering::Relaxed);
+        let origin = c.origin.unwrap_or(i128::MIN) as u128;
+        self.origin_lo.store(origin as u64, Ordering::Relaxed);
+        self.origin_hi.store((origin >> 64) as u64, Ordering::Relaxed);
+    }
 }

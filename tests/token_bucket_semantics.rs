@@ -600,7 +600,8 @@ fn the_compact_layout_is_the_same_bucket_unpadded() {
     let padded = TokenBucket::with_clock(limit, 4, ManualClock::default());
     let compact: TokenBucket<_, Compact> =
         TokenBucket::compact_with_clock(limit, 4, ManualClock::default());
-    assert!(std::mem::size_of_val(&compact) < std::mem::size_of_val(&padded) / 2);
+    // The state word's cache line of padding is gone.
+    assert!(std::mem::size_of_val(&compact) + 100 < std::mem::size_of_val(&padded));
     for i in 0..300u64 {
         let now = Nanos::new(i * 61_000_000);
         let n = (i % 5) as u32;
