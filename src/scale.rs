@@ -17,9 +17,10 @@
 //! Two cases bend that:
 //! * **high limits** (above `2^fine` tokens per ns) have `k = 0`: one unit is one token, and
 //!   `m = limit / 1e9` up to `2^J`; limits above that act as `2^J` tokens per ns (6.4e10/s);
-//! * **large bursts at low limits**: the whole burst in units, `tau = burst << k`, is kept at
-//!   most [`TAU_MAX`] (2^55), so `k <= 55 - bits(burst)`; the unit is then coarser than
-//!   `2^-fine` ns (at 1e-3/s and a burst of 1e6, 29 ns), which no such limit can notice. A
+//! * **low limits**: `k` is at most [`K_MAX`] (31) so that `n << k` never overflows, and the
+//!   whole burst in units, `tau = burst << k`, is kept at most [`TAU_MAX`] (2^55), so
+//!   `k <= 55 - bits(burst)`; the unit is then coarser than `2^-fine` ns (466 ns at 1e-3/s),
+//!   which no such limit can notice. A
 //!   burst that takes longer than [`TAU_NS_MAX`] (2^62 ns, 146 years) to refill never
 //!   refills: [`Scale::new`] returns `None` and the limiter treats the limit as zero.
 //!
@@ -44,6 +45,12 @@ pub(crate) const J: u32 = 6;
 
 /// The largest `d` (ns past the base) that [`Scale::units`] converts: `d << J` must fit.
 pub(crate) const D_MAX: u64 = (1 << (64 - J)) - 1;
+
+/// The largest `k`: `n << k` stays below 2^63 for every `u32` `n`, so a request for more
+/// than the burst cannot overflow (it just exceeds `tau`). Limits below 2^27 ns per token
+/// (7.5/s) therefore have units coarser than `2^-fine` ns (0.47 ns at 1/s, 466 ns at 1e-3/s):
+/// still exact in whole tokens, and far below what such a limit can notice.
+pub(crate) const K_MAX: u32 = 31;
 
 /// The most units a burst may span (`tau = burst << k`).
 pub(crate) const TAU_MAX: u64 = 1 << 55;
@@ -86,9 +93,9 @@ impl Scale {
         while k < 64 && !pow2_ge(k as i32 - fine as i32 - exp, mant) {
             k += 1;
         }
-        // Keep the whole burst within TAU_MAX units.
+        // Keep the whole burst within TAU_MAX units, and `n << k` below 2^63 for any `n`.
         let bits = 32 - burst.leading_zeros();
-        k = k.min(55 - bits);
+        k = k.min(55 - bits).min(K_MAX);
         // mul = ceil(2^(k + 64 - J) / T) = ceil(2^(k + 64 - J - exp) / mant).
         let mul = ratio_ceil(1, k as i32 + (64 - J) as i32 - exp, mant, 0)?;
         let mul = u64::try_from(mul).ok()?;
@@ -209,7 +216,12 @@ mod tests {
                 assert_eq!(s.units(d), n << s.k, "limit {l}, {n} tokens");
                 assert_eq!(s.nanos_ceil(n << s.k), d as u128, "limit {l}, {n} tokens");
                 assert_eq!(s.nanos_floor(n << s.k), d as u128, "limit {l}, {n} tokens");
-                assert!(s.units(d - 1) < n << s.k, "limit {l}, {n} tokens");
+                // A nanosecond before the boundary is before it, where a unit is at most a
+                // nanosecond; coarser units (low limits) round a reading within
+                // `d * 2^-58` units of a boundary up to it.
+                let fine = s.mul >= 1 << (64 - J);
+                assert!(!fine || s.units(d - 1) < n << s.k, "limit {l}, {n} tokens");
+                assert!(s.units(d - 1) <= n << s.k, "limit {l}, {n} tokens");
             }
         }
     }
@@ -221,8 +233,11 @@ mod tests {
             let m = s.mul as f64 / (1u64 << (64 - J)) as f64;
             assert!(m < (1u64 << J) as f64, "limit {l}: m {m}");
             let unit_ns = 1.0 / m;
-            assert!(unit_ns <= 1.0 / 16.0 + 1e-12 || s.k == 0, "limit {l}: unit {unit_ns}");
-            if s.k > 0 {
+            assert!(
+                unit_ns <= 1.0 / 16.0 + 1e-12 || s.k == 0 || s.k == K_MAX,
+                "limit {l}: unit {unit_ns}"
+            );
+            if s.k > 0 && s.k < K_MAX {
                 assert!(unit_ns > 1.0 / 32.0 - 1e-12, "limit {l}: unit {unit_ns}");
             }
         }
@@ -235,8 +250,10 @@ mod tests {
             for u in [1u64, 7, 1 << s.k, 12345 << s.k, (1 << 40) + 3] {
                 let ns = s.nanos_ceil(u) as u64;
                 assert!(s.units(ns) >= u, "limit {l}, u {u}");
-                // At most one nanosecond later than the first that holds `u` units.
-                assert!(ns < 2 || s.units(ns - 2) < u, "limit {l}, u {u}");
+                // At most one nanosecond later than the first that holds `u` units (where a
+                // unit is at most a nanosecond; see above).
+                let fine = s.mul >= 1 << (64 - J);
+                assert!(!fine || ns < 2 || s.units(ns - 2) < u, "limit {l}, u {u}");
             }
         }
     }

@@ -577,7 +577,9 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
     /// The slot of `word`'s generation.
     #[inline(always)]
     fn slot(&self, word: u64) -> &Slot {
-        &self.slots[((word >> GEN_SHIFT) & 1) as usize]
+        // The parity is the word's top bit: a sign-extending shift selects the slot without a
+        // branch (`(word as i64 >> 63) & 1` compiles to the same).
+        &self.slots[(word >> 63) as usize]
     }
 
     /// Whether the configuration read for `word` is still that of the current generation: an
@@ -600,65 +602,98 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
         }
     }
 
-    /// The one CAS loop behind allow, check, reserve and wait. `MODE` says what the caller
-    /// needs beyond the verdict: `ALLOW` nothing, `CHECK` a denial's retry time, `RESERVE`
-    /// the whole configuration (read before the CAS, so the CAS validates it). A failed CAS
-    /// retries from the word it returned.
+    /// The take behind allow, check, reserve and wait: one attempt inline, for the common
+    /// case (in range, granted at once, CAS uncontended; or, for `allow`, denied), and
+    /// everything else in [`TokenBucket::take_slow`]. `MODE` says what the caller needs
+    /// beyond the verdict: `ALLOW` nothing, `CHECK` a denial's retry time, `RESERVE` the
+    /// whole configuration (read before the CAS, so the CAS validates it).
     #[inline(always)]
     fn take<const MODE: u8>(&self, now: Nanos, n: u32, max_wait: u64) -> Decision {
-        let backoff = Backoff::new();
-        let mut word = self.state.load(Ordering::Acquire);
-        loop {
-            let slot = self.slot(word);
-            let hot = slot.hot();
-            let outcome = hot.check(x_of(word), now.as_u64(), n, max_wait);
-            let cfg = |hot: Hot| Config {
-                hot,
-                cold: if MODE == RESERVE {
+        let word = self.state.load(Ordering::Acquire);
+        let slot = self.slot(word);
+        let hot = slot.hot();
+        let d = now.as_u64().wrapping_sub(hot.base);
+        // Also sends readings before the base, and every check under an infinite limit
+        // (`lim = 0`), to the slow path.
+        if d < hot.lim {
+            let v = hot.units(d);
+            let x = x_of(word);
+            // x < 2^57, v <= 2^56 + 1, n << k < 2^63: no overflow. Granted only if
+            // x2 <= due, which implies n <= burst (n << k <= tau).
+            let x2 = x.max(v) + u64::from(n) * hot.one;
+            let due = v + hot.tau;
+            if x2 <= due && n != 0 {
+                let cold = if MODE == RESERVE {
                     slot.cold()
                 } else {
                     Cold::default()
-                },
-            };
-            match outcome {
-                Check::Take { x, due } => {
-                    let cfg = cfg(hot);
-                    if n == 0 {
-                        // Nothing to take: the answer stands on the load alone.
-                        if self.still_current(word) {
+                };
+                let new = (word & GEN_MASK) | x2;
+                if self
+                    .state
+                    .compare_exchange_weak(word, new, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+                {
+                    return Decision::Granted {
+                        x: x2,
+                        due,
+                        took: true,
+                        cfg: Config { hot, cold },
+                    };
+                }
+            } else if MODE == ALLOW && x2 > due && self.still_current(word) {
+                return Decision::Denied {
+                    retry_at: None,
+                    limit: 0.0,
+                };
+            }
+        }
+        self.take_slow::<MODE>(now, n, max_wait)
+    }
+
+    /// Every case of a take, in a CAS loop with backoff: contention, waits, zero-token
+    /// requests, infinite and zero limits, readings before the base, and rebasing.
+    #[inline(never)]
+    fn take_slow<const MODE: u8>(&self, now: Nanos, n: u32, max_wait: u64) -> Decision {
+        let backoff = Backoff::new();
+        let mut word = self.state.load(Ordering::Acquire);
+        loop {
+            let cfg = self.slot(word).config();
+            match cfg.check(x_of(word), now, n, max_wait) {
+                Check::Take { x, due } if n != 0 => {
+                    match self.state.compare_exchange_weak(
+                        word,
+                        (word & GEN_MASK) | x,
+                        Ordering::AcqRel,
+                        Ordering::Acquire,
+                    ) {
+                        Ok(_) => {
                             return Decision::Granted {
                                 x,
                                 due,
-                                took: false,
+                                took: true,
                                 cfg,
-                            };
+                            }
                         }
-                    } else {
-                        let new = (word & GEN_MASK) | x;
-                        match self.state.compare_exchange_weak(
-                            word,
-                            new,
-                            Ordering::AcqRel,
-                            Ordering::Acquire,
-                        ) {
-                            Ok(_) => {
-                                return Decision::Granted {
-                                    x,
-                                    due,
-                                    took: true,
-                                    cfg,
-                                }
-                            }
-                            Err(current) => {
-                                backoff.spin();
-                                word = current;
-                                continue;
-                            }
+                        Err(current) => {
+                            backoff.spin();
+                            word = current;
+                            continue;
                         }
                     }
                 }
+                // Nothing to take: the answer stands on the load alone.
+                Check::Take { x, due } => {
+                    if self.still_current(word) {
+                        return Decision::Granted {
+                            x,
+                            due,
+                            took: false,
+                            cfg,
+                        };
+                    }
+                }
                 Check::Free => {
-                    let cfg = cfg(hot);
                     if self.still_current(word) {
                         let due = cfg.hot.tau;
                         return Decision::Granted {
@@ -670,30 +705,19 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
                     }
                 }
                 Check::Wait { wait } => {
-                    let retry_at = if MODE == ALLOW {
-                        None
-                    } else {
-                        Some(after(now, slot.cold_scale(&hot).nanos_ceil(wait)))
-                    };
-                    let limit = if MODE == RESERVE {
-                        f64::from_bits(slot.limit.load(Ordering::Relaxed))
-                    } else {
-                        0.0
-                    };
                     if self.still_current(word) {
-                        return Decision::Denied { retry_at, limit };
+                        let retry_at = (MODE != ALLOW).then(|| cfg.after(now, wait, true));
+                        return Decision::Denied {
+                            retry_at,
+                            limit: cfg.limit,
+                        };
                     }
                 }
                 Check::Never => {
-                    let limit = if MODE == RESERVE {
-                        f64::from_bits(slot.limit.load(Ordering::Relaxed))
-                    } else {
-                        0.0
-                    };
                     if self.still_current(word) {
                         return Decision::Denied {
                             retry_at: None,
-                            limit,
+                            limit: cfg.limit,
                         };
                     }
                 }
@@ -801,11 +825,11 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
             next.cold.origin = cur
                 .coord(x)
                 .and_then(|c| c.checked_sub(next.coord_offset(new_x)));
-            let gen = (gen_of(word) + 1) & GEN_MAX;
+            let gen = gen_after(gen_of(word));
             // The slot of `gen` was last that of `gen - 2`; a reader still holding such a word
             // must see `gen - 1` on its validating reload if it reads any word written here.
             fence(Ordering::Release);
-            self.slots[(gen & 1) as usize].write(&next);
+            self.slots[(gen >> (63 - GEN_SHIFT)) as usize].write(&next);
             match self.state.compare_exchange_weak(
                 word,
                 (gen << GEN_SHIFT) | new_x,
@@ -1041,7 +1065,19 @@ enum Check {
 const GEN_SHIFT: u32 = 57;
 const X_MAX: u64 = (1 << GEN_SHIFT) - 1;
 const GEN_MASK: u64 = !X_MAX;
-const GEN_MAX: u64 = (1 << (64 - GEN_SHIFT)) - 1;
+
+/// The generation after `gen` (7 bits, as `gen_of` returns them). The slot parity is the top
+/// bit (bit 63 of the word), so the count runs with that bit as its lowest digit: the
+/// parity alternates on every step and the whole field repeats after 128.
+fn gen_after(gen: u64) -> u64 {
+    let parity = gen >> 6;
+    let high = gen & 63;
+    if parity == 0 {
+        gen | 64
+    } else {
+        (high + 1) & 63
+    }
+}
 
 #[inline(always)]
 fn x_of(word: u64) -> u64 {
@@ -1056,11 +1092,12 @@ fn gen_of(word: u64) -> u64 {
 /// A unit is at most `2^-FINE` ns (see [`crate::scale`]).
 const FINE: u32 = 4;
 /// Units per token under a zero or infinite limit (stored tokens): as many as keep the
-/// whole burst within `TAU_MAX` units (2^-23 of a token for the largest burst, 2^-46 for a
-/// burst of 300).
+/// whole burst within `TAU_MAX` units and `n << k` below 2^63 (2^-23 of a token for the
+/// largest burst, 2^-31 up to a burst of 16M).
 fn stored_k(burst: u32) -> u32 {
-    55 - (32 - burst.leading_zeros())
+    (55 - (32 - burst.leading_zeros())).min(crate::scale::K_MAX)
 }
+
 /// Readings up to this many units past the base take the hot path (see *Precision and
 /// range*); `tau <= TAU_MAX` is half of it, so a rebased configuration is always in range.
 const V_HOT: u64 = 1 << 56;
@@ -1082,74 +1119,32 @@ fn wait_nanos(d: Duration) -> u64 {
 /// The words every check reads.
 #[derive(Clone, Copy, Debug)]
 struct Hot {
-    shape: u64,
     /// Nanoseconds at which `u = tau`.
     base: u64,
+    /// One more than the largest `now - base` the fast path converts; 0 under an infinite
+    /// limit (everything goes to the slow path, which grants without a write).
+    lim: u64,
     /// The scale's multiplier (0: nothing refills).
     mul: u64,
     /// The burst in units.
     tau: u64,
-    /// The largest `now - base` the hot path converts.
-    dmax: u64,
+    /// Units per token, `2^k`.
+    one: u64,
 }
 
 impl Hot {
-    #[inline(always)]
-    fn k(&self) -> u32 {
-        ((self.shape >> 32) & 63) as u32
-    }
-
     /// `units(d)`: see [`Scale::units`] (the multiplier inline, for the hot path).
     #[inline(always)]
     fn units(&self, d: u64) -> u64 {
         (((d << J) as u128 * self.mul as u128) >> 64) as u64
-    }
-
-    /// rate.go's `reserveN` arithmetic for `n` tokens at `now` on state `x`, with the wait
-    /// bounded by `max_wait` ns.
-    #[inline(always)]
-    fn check(&self, x: u64, now: u64, n: u32, max_wait: u64) -> Check {
-        if self.shape & INF_BIT != 0 {
-            return Check::Free;
-        }
-        if n > self.shape as u32 {
-            return Check::Never;
-        }
-        let d = now.saturating_sub(self.base);
-        if d > self.dmax {
-            return Check::Far;
-        }
-        let v = self.units(d);
-        // x <= X_MAX, v <= 2^56 + 1, cost <= tau <= 2^55: no overflow.
-        let x2 = x.max(v) + (u64::from(n) << self.k());
-        let due = v + self.tau;
-        if x2 <= due {
-            return Check::Take { x: x2, due };
-        }
-        if self.mul == 0 || x2 > X_MAX {
-            // D4: a zero limit never refills; or the tokens come past the word's range.
-            return Check::Never;
-        }
-        let slack = if max_wait == 0 {
-            0
-        } else if max_wait > D_MAX {
-            u64::MAX
-        } else {
-            self.units(max_wait)
-        };
-        if x2 - due <= slack {
-            Check::Take { x: x2, due }
-        } else {
-            Check::Wait {
-                wait: x2 - due - slack,
-            }
-        }
     }
 }
 
 /// The words only reservations, cancels and reconfigurations read.
 #[derive(Clone, Copy, Debug, Default)]
 struct Cold {
+    /// The burst (low 32 bits), `k` (bits 32..38) and the infinite-limit flag.
+    shape: u64,
     /// The scale's inverse (ns per unit, fixed point).
     per: u64,
     per_shift: u32,
@@ -1197,7 +1192,11 @@ impl Config {
             Scale::new(limit, burst, FINE)
         };
         let since = since.as_u64();
+        let k = scale.map_or(stored_k(burst), |s| s.k);
         let cold = Cold {
+            shape: u64::from(burst)
+                | (u64::from(k) << 32)
+                | if limit.is_inf() { INF_BIT } else { 0 },
             per: scale.map_or(0, |s| s.per),
             per_shift: scale.map_or(0, |s| s.per_shift),
             inf_gen,
@@ -1211,31 +1210,34 @@ impl Config {
                 let tau = u64::from(burst) << s.k;
                 debug_assert!(tau <= TAU_MAX);
                 let tau_ns = u64::try_from(s.nanos_ceil(tau)).unwrap_or(u64::MAX);
+                let dmax = u64::try_from(s.nanos_floor(V_HOT))
+                    .unwrap_or(u64::MAX)
+                    .min(D_MAX);
                 Hot {
-                    shape: u64::from(burst) | (u64::from(s.k) << 32),
                     base: since.saturating_sub(tau_ns.min(BASE_BACK)),
+                    lim: dmax + 1,
                     mul: s.mul,
                     tau,
-                    dmax: u64::try_from(s.nanos_floor(V_HOT))
-                        .unwrap_or(u64::MAX)
-                        .min(D_MAX),
+                    one: 1 << s.k,
                 }
             }
             None => Hot {
-                shape: u64::from(burst)
-                    | (u64::from(stored_k(burst)) << 32)
-                    | if limit.is_inf() { INF_BIT } else { 0 },
                 base: since,
+                lim: if limit.is_inf() { 0 } else { u64::MAX },
                 mul: 0,
-                tau: u64::from(burst) << stored_k(burst),
-                dmax: u64::MAX,
+                tau: u64::from(burst) << k,
+                one: 1 << k,
             },
         };
         Config { hot, cold }
     }
 
     fn burst(&self) -> u32 {
-        self.hot.shape as u32
+        self.shape as u32
+    }
+
+    fn k(&self) -> u32 {
+        ((self.shape >> 32) & 63) as u32
     }
 
     /// Under a zero or infinite limit, lowers `k` until `tokens` (which may be a debt)
@@ -1250,12 +1252,13 @@ impl Config {
         while k > 0 && (f64::from(burst) - tokens) * (1u64 << k) as f64 >= (X_MAX / 2) as f64 {
             k -= 1;
         }
-        self.hot.shape = (self.hot.shape & !(63 << 32)) | (u64::from(k) << 32);
+        self.cold.shape = (self.shape & !(63 << 32)) | (u64::from(k) << 32);
         self.hot.tau = u64::from(burst) << k;
+        self.hot.one = 1 << k;
     }
 
     fn is_inf(&self) -> bool {
-        self.hot.shape & INF_BIT != 0
+        self.shape & INF_BIT != 0
     }
 
     fn is_finite(&self) -> bool {
@@ -1264,7 +1267,7 @@ impl Config {
 
     fn scale(&self) -> Scale {
         Scale {
-            k: self.hot.k(),
+            k: self.k(),
             mul: self.hot.mul,
             per: self.per,
             per_shift: self.per_shift,
@@ -1273,7 +1276,47 @@ impl Config {
 
     /// Whether `now` is past the hot range (a rebase is due).
     fn is_far(&self, now: Nanos) -> bool {
-        now.as_u64().saturating_sub(self.hot.base) > self.hot.dmax
+        self.is_finite() && now.as_u64().saturating_sub(self.hot.base) >= self.hot.lim
+    }
+
+    /// rate.go's `reserveN` arithmetic for `n` tokens at `now` on state `x`, with the wait
+    /// bounded by `max_wait` ns: every case (the fast path in `take` is its common one).
+    fn check(&self, x: u64, now: Nanos, n: u32, max_wait: u64) -> Check {
+        if self.is_inf() {
+            return Check::Free;
+        }
+        if n > self.burst() {
+            return Check::Never;
+        }
+        if self.is_far(now) {
+            return Check::Far;
+        }
+        // Readings before the base count as the base (module docs).
+        let v = self.hot.units(now.as_u64().saturating_sub(self.hot.base));
+        // x <= X_MAX, v <= 2^56 + 1, cost <= tau <= 2^55: no overflow.
+        let x2 = x.max(v) + u64::from(n) * self.hot.one;
+        let due = v + self.hot.tau;
+        if x2 <= due {
+            return Check::Take { x: x2, due };
+        }
+        if !self.is_finite() || x2 > X_MAX {
+            // D4: a zero limit never refills; or the tokens come past the word's range.
+            return Check::Never;
+        }
+        let slack = if max_wait == 0 {
+            0
+        } else if max_wait > D_MAX {
+            u64::MAX
+        } else {
+            self.hot.units(max_wait)
+        };
+        if x2 - due <= slack {
+            Check::Take { x: x2, due }
+        } else {
+            Check::Wait {
+                wait: x2 - due - slack,
+            }
+        }
     }
 
     /// `u(now)` for any `now`, in `u128`.
@@ -1300,7 +1343,7 @@ impl Config {
         // Counted in units of the token, so that a full bucket holds exactly `burst` and
         // taking n leaves exactly n fewer.
         let diff = self.u_wide(now) as i128 - i128::from(x);
-        let k = self.hot.k();
+        let k = self.k();
         let whole = diff >> k;
         let part = diff - (whole << k);
         (whole as f64 + part as f64 / (1u64 << k) as f64).min(burst)
@@ -1316,7 +1359,7 @@ impl Config {
     /// `tokens` as units of this configuration: whole tokens exactly, the fraction
     /// truncated. Saturates.
     fn units_of_tokens(&self, tokens: f64) -> i128 {
-        let k = self.hot.k();
+        let k = self.k();
         let whole = tokens.trunc();
         let exact = (whole as i128).saturating_mul(1 << k);
         let part = ((tokens - whole) * (1u64 << k) as f64) as i128;
@@ -1339,7 +1382,7 @@ impl Config {
         }
         let u = self.u_wide(now);
         let tau = u128::from(self.hot.tau);
-        let x2 = u128::from(x).max(u - tau) + (u128::from(n) << self.hot.k());
+        let x2 = u128::from(x).max(u - tau) + (u128::from(n) << self.k());
         if x2 <= u {
             Some(now)
         } else if !self.is_finite() || x2 > u128::from(X_MAX) {
@@ -1380,7 +1423,7 @@ impl Config {
             return Some(0.0);
         }
         if r.epoch == self.epoch {
-            let k = self.hot.k();
+            let k = self.k();
             return Some(x.saturating_sub(r.act) as f64 / (1u64 << k) as f64);
         }
         let later = self.coord(x)?.checked_sub(r.act_coord?)?;
@@ -1406,7 +1449,7 @@ impl Config {
     /// `(x - tau) / 2^k` in coordinate units.
     fn coord_offset(&self, x: u64) -> i128 {
         let d = i128::from(x) - i128::from(self.hot.tau);
-        let k = self.hot.k();
+        let k = self.k();
         if k <= COORD_BITS {
             d << (COORD_BITS - k)
         } else {
@@ -1428,13 +1471,14 @@ fn after(now: Nanos, ns: u128) -> Nanos {
 }
 
 /// One configuration's words (see *Configurations* in the module docs): the five hot words
-/// first, on the slot's first cache line.
+/// first.
 struct Slot {
-    shape: AtomicU64,
     base: AtomicU64,
+    lim: AtomicU64,
     mul: AtomicU64,
     tau: AtomicU64,
-    dmax: AtomicU64,
+    one: AtomicU64,
+    shape: AtomicU64,
     per: AtomicU64,
     /// `per_shift | inf_gen << 32`.
     meta: AtomicU64,
@@ -1449,11 +1493,12 @@ impl Default for Slot {
     fn default() -> Slot {
         let z = || AtomicU64::new(0);
         Slot {
-            shape: z(),
             base: z(),
+            lim: z(),
             mul: z(),
             tau: z(),
-            dmax: z(),
+            one: z(),
+            shape: z(),
             per: z(),
             meta: z(),
             limit: z(),
@@ -1469,21 +1514,11 @@ impl Slot {
     #[inline(always)]
     fn hot(&self) -> Hot {
         Hot {
-            shape: self.shape.load(Ordering::Relaxed),
             base: self.base.load(Ordering::Relaxed),
+            lim: self.lim.load(Ordering::Relaxed),
             mul: self.mul.load(Ordering::Relaxed),
             tau: self.tau.load(Ordering::Relaxed),
-            dmax: self.dmax.load(Ordering::Relaxed),
-        }
-    }
-
-    /// Just the scale (for a denial's retry time).
-    fn cold_scale(&self, hot: &Hot) -> Scale {
-        Scale {
-            k: hot.k(),
-            mul: hot.mul,
-            per: self.per.load(Ordering::Relaxed),
-            per_shift: self.meta.load(Ordering::Relaxed) as u8 as u32,
+            one: self.one.load(Ordering::Relaxed),
         }
     }
 
@@ -1492,6 +1527,7 @@ impl Slot {
         let origin = (u128::from(self.origin_hi.load(Ordering::Relaxed)) << 64
             | u128::from(self.origin_lo.load(Ordering::Relaxed))) as i128;
         Cold {
+            shape: self.shape.load(Ordering::Relaxed),
             per: self.per.load(Ordering::Relaxed),
             per_shift: meta as u8 as u32,
             inf_gen: (meta >> 32) as u32,
@@ -1513,11 +1549,12 @@ impl Slot {
     /// Relaxed stores: the writer's fence and CAS order them (module docs, *Orderings*).
     fn write(&self, c: &Config) {
         let h = &c.hot;
-        self.shape.store(h.shape, Ordering::Relaxed);
         self.base.store(h.base, Ordering::Relaxed);
+        self.lim.store(h.lim, Ordering::Relaxed);
         self.mul.store(h.mul, Ordering::Relaxed);
         self.tau.store(h.tau, Ordering::Relaxed);
-        self.dmax.store(h.dmax, Ordering::Relaxed);
+        self.one.store(h.one, Ordering::Relaxed);
+        self.shape.store(c.shape, Ordering::Relaxed);
         self.per.store(c.per, Ordering::Relaxed);
         self.meta.store(
             u64::from(c.per_shift) | (u64::from(c.inf_gen) << 32),
