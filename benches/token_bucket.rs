@@ -13,6 +13,11 @@
 //!   governor: 1e9 cells/s (its finest period, 1 ns) with a burst of `u32::MAX` (`tau` = 4.3 s).
 //! * `allow_deny`: `allow()` that always fails: 1e-3/s, burst 1, drained before measuring.
 //!   governor: 1 per hour, burst 1, drained.
+//! * `floor` (an id in `allow_ok` and `allow_deny`): the physical floor of a check on one
+//!   shared word, with no limiter logic: one read of the same quanta clock plus a load and a
+//!   CAS that increments a cache-padded `AtomicU64` (`allow_ok`), or plus a load alone
+//!   (`allow_deny`). Any single-word limiter pays at least this; under contention the CAS
+//!   moves the cache line between cores on every grant.
 //! * `reserve_cancel`: `reserve_n(1)` then `Reservation::cancel()` on a drained 1/s bucket of
 //!   burst 1, so each reservation is ~1 s in the future and its cancel really gives the token
 //!   back (a cancel after the time to act is a no-op in rate.go, which a full bucket would
@@ -32,9 +37,12 @@
 mod harness;
 
 use criterion::{black_box, criterion_group, criterion_main, Criterion};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crossbeam_utils::CachePadded;
 use governor::{Quota, RateLimiter};
 use harness::{cell, nz, THREADS};
-use turnstile::{reference, Limit, TokenBucket};
+use turnstile::{reference, Clock, Limit, QuantaClock, TokenBucket};
 
 fn limit(per_second: f64) -> Limit {
     Limit::per_second(per_second).expect("valid limit")
@@ -96,6 +104,21 @@ fn allow_ok(c: &mut Criterion) {
         });
         assert!(gov.check().is_ok(), "allow_ok governor ran dry");
 
+        let (clock, word) = (QuantaClock::new(), CachePadded::new(AtomicU64::new(0)));
+        cell(&mut g, "floor", threads, || {
+            let now = black_box(&clock).now();
+            let w = black_box(&word);
+            let mut cur = w.load(Ordering::Acquire);
+            while let Err(actual) = w.compare_exchange_weak(
+                cur,
+                cur.wrapping_add(now.as_u64() | 1),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                cur = actual;
+            }
+        });
+
         g.finish();
     }
 }
@@ -121,6 +144,12 @@ fn allow_deny(c: &mut Criterion) {
             let _ = black_box(black_box(&gov).check());
         });
         assert!(gov.check().is_err());
+
+        let (clock, word) = (QuantaClock::new(), CachePadded::new(AtomicU64::new(0)));
+        cell(&mut g, "floor", threads, || {
+            let now = black_box(&clock).now();
+            black_box(black_box(&word).load(Ordering::Acquire) < now.as_u64());
+        });
 
         g.finish();
     }

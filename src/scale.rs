@@ -11,6 +11,11 @@
 //! reading, which is one multiplication by a 64-bit constant per check (`m` units per ns,
 //! rounded up, relative error below 2^-58).
 //!
+//! **Exact nanoseconds.** When `T` is a whole number of `2^-fine` ns (every limit whose
+//! interval is a whole number of nanoseconds: 1000/s, 1e6/s, 3/s is not), a unit is exactly
+//! `2^-fine` ns and a token `T * 2^fine` units: every reading converts without rounding, and
+//! tokens are exact to the nanosecond's refill, as in rate.go. Otherwise:
+//!
 //! `k` is chosen per configuration so that a unit is at most `2^-fine` ns (finer than the
 //! nanosecond clock, so no reading is rounded by more than a unit) and as coarse as that
 //! allows (so the word's range is as long as possible): `m` is then in `[2^fine, 2^(fine+1))`.
@@ -62,8 +67,8 @@ pub(crate) const TAU_NS_MAX: f64 = (1u64 << 62) as f64;
 /// How a finite positive limit maps nanoseconds to units. Built off the hot path.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Scale {
-    /// Units per token is `2^k`.
-    pub(crate) k: u32,
+    /// Units per token: `2^k`, or `16 * T` in the exact-nanosecond case; below 2^32.
+    pub(crate) one: u64,
     /// Units per ns, times `2^(64 - J)`, rounded up.
     pub(crate) mul: u64,
     /// Nanoseconds per unit, times `2^per_shift`, rounded up; in `[2^63, 2^64)`.
@@ -96,6 +101,20 @@ impl Scale {
         // Keep the whole burst within TAU_MAX units, and `n << k` below 2^63 for any `n`.
         let bits = 32 - burst.leading_zeros();
         k = k.min(55 - bits).min(K_MAX);
+        // Exact nanoseconds: if T is a whole number of `2^-fine` ns, a unit of exactly that
+        // converts every reading without rounding, and a token is `T * 2^fine` units.
+        let one = t_ns * f64::from(1u32 << fine);
+        if one.fract() == 0.0
+            && one < (1u64 << K_MAX) as f64
+            && one * f64::from(burst) <= TAU_MAX as f64
+        {
+            return Some(Scale {
+                one: one as u64,
+                mul: 1 << (64 - J + fine),
+                per: 1 << 63,
+                per_shift: 63 + fine,
+            });
+        }
         // mul = ceil(2^(k + 64 - J) / T) = ceil(2^(k + 64 - J - exp) / mant).
         let mul = ratio_ceil(1, k as i32 + (64 - J) as i32 - exp, mant, 0)?;
         let mul = u64::try_from(mul).ok()?;
@@ -111,7 +130,7 @@ impl Scale {
             }
         }
         Some(Scale {
-            k,
+            one: 1 << k,
             mul: mul.max(1),
             per: u64::try_from(per).ok()?,
             per_shift,
@@ -148,10 +167,10 @@ impl Scale {
         (p >> self.per_shift) + u128::from(p & (one - 1) != 0)
     }
 
-    /// `2^k`, the units in one token.
+    /// The units in one token.
     #[inline(always)]
     pub(crate) fn unit_per_token(&self) -> u64 {
-        1 << self.k
+        self.one
     }
 }
 
@@ -213,15 +232,15 @@ mod tests {
                 if d > D_MAX {
                     continue;
                 }
-                assert_eq!(s.units(d), n << s.k, "limit {l}, {n} tokens");
-                assert_eq!(s.nanos_ceil(n << s.k), d as u128, "limit {l}, {n} tokens");
-                assert_eq!(s.nanos_floor(n << s.k), d as u128, "limit {l}, {n} tokens");
+                assert_eq!(s.units(d), n * s.one, "limit {l}, {n} tokens");
+                assert_eq!(s.nanos_ceil(n * s.one), d as u128, "limit {l}, {n} tokens");
+                assert_eq!(s.nanos_floor(n * s.one), d as u128, "limit {l}, {n} tokens");
                 // A nanosecond before the boundary is before it, where a unit is at most a
                 // nanosecond; coarser units (low limits) round a reading within
                 // `d * 2^-58` units of a boundary up to it.
                 let fine = s.mul >= 1 << (64 - J);
-                assert!(!fine || s.units(d - 1) < n << s.k, "limit {l}, {n} tokens");
-                assert!(s.units(d - 1) <= n << s.k, "limit {l}, {n} tokens");
+                assert!(!fine || s.units(d - 1) < n * s.one, "limit {l}, {n} tokens");
+                assert!(s.units(d - 1) <= n * s.one, "limit {l}, {n} tokens");
             }
         }
     }
@@ -234,10 +253,10 @@ mod tests {
             assert!(m < (1u64 << J) as f64, "limit {l}: m {m}");
             let unit_ns = 1.0 / m;
             assert!(
-                unit_ns <= 1.0 / 16.0 + 1e-12 || s.k == 0 || s.k == K_MAX,
+                unit_ns <= 1.0 / 16.0 + 1e-12 || s.one == 1 || s.one == 1 << K_MAX,
                 "limit {l}: unit {unit_ns}"
             );
-            if s.k > 0 && s.k < K_MAX {
+            if s.one > 1 && s.one < 1 << K_MAX {
                 assert!(unit_ns > 1.0 / 32.0 - 1e-12, "limit {l}: unit {unit_ns}");
             }
         }
@@ -247,7 +266,7 @@ mod tests {
     fn a_ready_time_converts_back_to_at_least_its_units() {
         for l in [1e-3, 0.37, 3.0, 7.0, 3e7, 9.99e7, 1.5e9] {
             let s = scale(l, 1000);
-            for u in [1u64, 7, 1 << s.k, 12345 << s.k, (1 << 40) + 3] {
+            for u in [1u64, 7, s.one, 12345 * s.one, (1 << 40) + 3] {
                 let ns = s.nanos_ceil(u) as u64;
                 assert!(s.units(ns) >= u, "limit {l}, u {u}");
                 // At most one nanosecond later than the first that holds `u` units (where a
@@ -261,9 +280,9 @@ mod tests {
     #[test]
     fn large_bursts_at_low_limits_stay_within_tau_max() {
         let s = scale(1e-3, 1_000_000);
-        assert!((1_000_000u64 << s.k) <= TAU_MAX);
+        assert!((1_000_000u64 * s.one) <= TAU_MAX);
         let s = scale(1.0, u32::MAX);
-        assert!((u64::from(u32::MAX) << s.k) <= TAU_MAX);
+        assert!((u64::from(u32::MAX) * s.one) <= TAU_MAX);
         assert!(Scale::new(Limit::per_second(1e-9).unwrap(), 1 << 20, 4).is_none());
     }
 }

@@ -557,7 +557,7 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
             ok: true,
             tokens: n,
             time_to_act: if x > due {
-                cfg.after(now, x - due, false)
+                cfg.time_of(x).unwrap_or(Nanos::MAX)
             } else {
                 now
             },
@@ -704,9 +704,13 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
                         };
                     }
                 }
-                Check::Wait { wait } => {
+                Check::Wait { need } => {
                     if self.still_current(word) {
-                        let retry_at = (MODE != ALLOW).then(|| cfg.after(now, wait, true));
+                        let retry_at = if MODE == ALLOW {
+                            None
+                        } else {
+                            cfg.time_of(need)
+                        };
                         return Decision::Denied {
                             retry_at,
                             limit: cfg.limit,
@@ -781,9 +785,7 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
         let _writer = self.reconfig.lock().unwrap_or_else(|e| e.into_inner()); // off the hot path: a rebase is a rare reconfiguration
         let (_, cur) = self.snapshot();
         if cur.is_far(now) {
-            self.reconfigure_locked(now, None, |cfg| {
-                (Limit::from_valid(cfg.limit), cfg.burst())
-            });
+            self.reconfigure_locked(now, None, |cfg| (Limit::from_valid(cfg.limit), cfg.burst()));
         }
     }
 
@@ -1053,8 +1055,8 @@ enum Check {
     Take { x: u64, due: u64 },
     /// Granted with no state change (infinite limit).
     Free,
-    /// Denied: it would be granted `wait` units after `now` (`u(t)` has grown by that).
-    Wait { wait: u64 },
+    /// Denied: it would be granted once `u(t)` reaches `need`.
+    Wait { need: u64 },
     /// Never granted (more than the burst, a zero limit, or past the word's range).
     Never,
     /// `now` is past the configuration's hot range: rebase, then check again.
@@ -1110,6 +1112,12 @@ const INF_BIT: u64 = 1 << 40;
 /// Fractional bits of a token coordinate.
 const COORD_BITS: u32 = 32;
 const COORD_ONE: f64 = (1u64 << COORD_BITS) as f64;
+
+/// The largest `lim` for `base` such that `now.wrapping_sub(base) < lim` holds only for
+/// `now >= base`: a reading before the base wraps to at least `2^64 - base`.
+fn wrap_free(base: u64) -> u64 {
+    (u64::MAX - base).saturating_add(1)
+}
 
 /// A whole `Duration` as nanoseconds, saturating.
 fn wait_nanos(d: Duration) -> u64 {
@@ -1192,11 +1200,9 @@ impl Config {
             Scale::new(limit, burst, FINE)
         };
         let since = since.as_u64();
-        let k = scale.map_or(stored_k(burst), |s| s.k);
+        let one = scale.map_or(1 << stored_k(burst), |s| s.one);
         let cold = Cold {
-            shape: u64::from(burst)
-                | (u64::from(k) << 32)
-                | if limit.is_inf() { INF_BIT } else { 0 },
+            shape: u64::from(burst) | if limit.is_inf() { INF_BIT } else { 0 },
             per: scale.map_or(0, |s| s.per),
             per_shift: scale.map_or(0, |s| s.per_shift),
             inf_gen,
@@ -1207,26 +1213,27 @@ impl Config {
         };
         let hot = match scale {
             Some(s) => {
-                let tau = u64::from(burst) << s.k;
+                let tau = u64::from(burst) * one;
                 debug_assert!(tau <= TAU_MAX);
                 let tau_ns = u64::try_from(s.nanos_ceil(tau)).unwrap_or(u64::MAX);
                 let dmax = u64::try_from(s.nanos_floor(V_HOT))
                     .unwrap_or(u64::MAX)
                     .min(D_MAX);
+                let base = since.saturating_sub(tau_ns.min(BASE_BACK));
                 Hot {
-                    base: since.saturating_sub(tau_ns.min(BASE_BACK)),
-                    lim: dmax + 1,
+                    base,
+                    lim: (dmax + 1).min(wrap_free(base)),
                     mul: s.mul,
                     tau,
-                    one: 1 << s.k,
+                    one,
                 }
             }
             None => Hot {
                 base: since,
-                lim: if limit.is_inf() { 0 } else { u64::MAX },
+                lim: if limit.is_inf() { 0 } else { wrap_free(since) },
                 mul: 0,
-                tau: u64::from(burst) << k,
-                one: 1 << k,
+                tau: u64::from(burst) * one,
+                one,
             },
         };
         Config { hot, cold }
@@ -1236,8 +1243,9 @@ impl Config {
         self.shape as u32
     }
 
-    fn k(&self) -> u32 {
-        ((self.shape >> 32) & 63) as u32
+    /// Units per token.
+    fn one(&self) -> u64 {
+        self.hot.one
     }
 
     /// Under a zero or infinite limit, lowers `k` until `tokens` (which may be a debt)
@@ -1252,7 +1260,6 @@ impl Config {
         while k > 0 && (f64::from(burst) - tokens) * (1u64 << k) as f64 >= (X_MAX / 2) as f64 {
             k -= 1;
         }
-        self.cold.shape = (self.shape & !(63 << 32)) | (u64::from(k) << 32);
         self.hot.tau = u64::from(burst) << k;
         self.hot.one = 1 << k;
     }
@@ -1267,7 +1274,7 @@ impl Config {
 
     fn scale(&self) -> Scale {
         Scale {
-            k: self.k(),
+            one: self.one(),
             mul: self.hot.mul,
             per: self.per,
             per_shift: self.per_shift,
@@ -1299,8 +1306,9 @@ impl Config {
         if x2 <= due {
             return Check::Take { x: x2, due };
         }
-        if !self.is_finite() || x2 > X_MAX {
-            // D4: a zero limit never refills; or the tokens come past the word's range.
+        if !self.is_finite() || x2 > X_MAX || self.time_of(x2).is_none() {
+            // D4: a zero limit never refills; or the tokens come past the word's range, or
+            // past the end of time.
             return Check::Never;
         }
         let slack = if max_wait == 0 {
@@ -1313,9 +1321,7 @@ impl Config {
         if x2 - due <= slack {
             Check::Take { x: x2, due }
         } else {
-            Check::Wait {
-                wait: x2 - due - slack,
-            }
+            Check::Wait { need: x2 - slack }
         }
     }
 
@@ -1325,12 +1331,14 @@ impl Config {
         u128::from(self.hot.tau) + self.scale().units_wide(d)
     }
 
-    /// `now` plus `wait` units, rounded down (rate.go truncates durations) or up (the first
-    /// nanosecond by which `u` has grown by `wait`: a retry then succeeds, as
-    /// `units(a + b) >= units(a) + units(b)`).
-    fn after(&self, now: Nanos, wait: u64, up: bool) -> Nanos {
-        let s = self.scale();
-        after(now, if up { s.nanos_ceil(wait) } else { s.nanos_floor(wait) })
+    /// The first nanosecond at which `u` reaches `x > tau`: a retry then succeeds, since
+    /// the two conversions round up (`units(ceil(d * per)) >= d`). Absolute, from the base,
+    /// so a reading's own rounding to a unit does not move it: a wait of exactly one second
+    /// from a whole-nanosecond reading ends on a whole nanosecond.
+    /// `None` past the end of time.
+    fn time_of(&self, x: u64) -> Option<Nanos> {
+        let ns = u64::try_from(self.scale().nanos_ceil(x - self.hot.tau)).ok()?;
+        ns.checked_add(self.hot.base).map(Nanos::new)
     }
 
     /// rate.go's `advance(now)`: the tokens at `now`, capped at the burst.
@@ -1343,10 +1351,9 @@ impl Config {
         // Counted in units of the token, so that a full bucket holds exactly `burst` and
         // taking n leaves exactly n fewer.
         let diff = self.u_wide(now) as i128 - i128::from(x);
-        let k = self.k();
-        let whole = diff >> k;
-        let part = diff - (whole << k);
-        (whole as f64 + part as f64 / (1u64 << k) as f64).min(burst)
+        let one = i128::from(self.one());
+        let (whole, part) = (diff.div_euclid(one), diff.rem_euclid(one));
+        (whole as f64 + part as f64 / one as f64).min(burst)
     }
 
     /// Whether the bucket holds its whole burst at `now` (see [`Idle`] for `TokenBucket`):
@@ -1359,10 +1366,10 @@ impl Config {
     /// `tokens` as units of this configuration: whole tokens exactly, the fraction
     /// truncated. Saturates.
     fn units_of_tokens(&self, tokens: f64) -> i128 {
-        let k = self.k();
+        let one = self.one();
         let whole = tokens.trunc();
-        let exact = (whole as i128).saturating_mul(1 << k);
-        let part = ((tokens - whole) * (1u64 << k) as f64) as i128;
+        let exact = (whole as i128).saturating_mul(i128::from(one));
+        let part = ((tokens - whole) * one as f64) as i128;
         exact.saturating_add(part)
     }
 
@@ -1382,13 +1389,13 @@ impl Config {
         }
         let u = self.u_wide(now);
         let tau = u128::from(self.hot.tau);
-        let x2 = u128::from(x).max(u - tau) + (u128::from(n) << self.k());
+        let x2 = u128::from(x).max(u - tau) + (u128::from(n) * u128::from(self.one()));
         if x2 <= u {
             Some(now)
         } else if !self.is_finite() || x2 > u128::from(X_MAX) {
             None
         } else {
-            Some(self.after(now, (x2 - u) as u64, true))
+            self.time_of(x2 as u64)
         }
     }
 
@@ -1405,11 +1412,7 @@ impl Config {
         // tokens' = min(burst, tokens(now) + restore)  <=>  x' = max(u(now) - tau, x - restore)
         let floor = (self.u_wide(now) - u128::from(self.hot.tau)) as i128;
         let back = self.units_of_tokens(restore);
-        Some(
-            (i128::from(x) - back)
-                .max(floor)
-                .clamp(0, X_MAX as i128) as u64,
-        )
+        Some((i128::from(x) - back).max(floor).clamp(0, X_MAX as i128) as u64)
     }
 
     /// The tokens reserved after `r`, counted from the state `x` under this configuration
@@ -1423,8 +1426,7 @@ impl Config {
             return Some(0.0);
         }
         if r.epoch == self.epoch {
-            let k = self.k();
-            return Some(x.saturating_sub(r.act) as f64 / (1u64 << k) as f64);
+            return Some(x.saturating_sub(r.act) as f64 / self.one() as f64);
         }
         let later = self.coord(x)?.checked_sub(r.act_coord?)?;
         // Never more than the reservation took: a negative count restores just `n`.
@@ -1434,7 +1436,7 @@ impl Config {
     /// The **token coordinate** of the state `x`: a count, in units of 2^-32 token, that
     /// every take of `n` tokens raises by `n`, that refill does not move, and that
     /// reconfiguration keeps. With `K` = `origin`, chosen by each reconfiguration so that the
-    /// state's coordinate carries over, it is `K + (x - tau) / 2^k`: `K` minus the tokens the
+    /// state's coordinate carries over, it is `K + (x - tau) / one`: `K` minus the tokens the
     /// state holds at the base. The difference between two states' coordinates is the tokens
     /// taken between them (net of cancels), whatever limits applied in between, as long as no
     /// take found the bucket full (refill lost to the cap raises it too; while a reservation
@@ -1446,15 +1448,12 @@ impl Config {
             .filter(|&c| c != i128::MIN)
     }
 
-    /// `(x - tau) / 2^k` in coordinate units.
+    /// `(x - tau) / one` in coordinate units.
     fn coord_offset(&self, x: u64) -> i128 {
+        // |d| < 2^58, so the product stays below 2^90; floored, so that equal unit counts
+        // give equal coordinates under any configuration.
         let d = i128::from(x) - i128::from(self.hot.tau);
-        let k = self.k();
-        if k <= COORD_BITS {
-            d << (COORD_BITS - k)
-        } else {
-            d >> (k - COORD_BITS)
-        }
+        (d << COORD_BITS).div_euclid(i128::from(self.one()))
     }
 
     /// `inf_gen` for a configuration that replaces this one at `now`: one more if an infinite
@@ -1463,11 +1462,6 @@ impl Config {
         let filled = self.is_inf() && now.as_u64() > self.since;
         self.inf_gen.wrapping_add(u32::from(filled))
     }
-}
-
-/// `now + ns`, saturating.
-fn after(now: Nanos, ns: u128) -> Nanos {
-    Nanos::new(now.as_u64().saturating_add(u64::try_from(ns).unwrap_or(u64::MAX)))
 }
 
 /// One configuration's words (see *Configurations* in the module docs): the five hot words
@@ -1565,6 +1559,7 @@ impl Slot {
         self.since.store(c.since, Ordering::Relaxed);
         let origin = c.origin.unwrap_or(i128::MIN) as u128;
         self.origin_lo.store(origin as u64, Ordering::Relaxed);
-        self.origin_hi.store((origin >> 64) as u64, Ordering::Relaxed);
+        self.origin_hi
+            .store((origin >> 64) as u64, Ordering::Relaxed);
     }
 }

@@ -301,6 +301,11 @@ fn run(
                 };
                 match (a.time_to_act(), b.time_to_act()) {
                     (Some(x), Some(y)) => {
+                        if !tol.time_close(x, y, limit) && tol.tokens_close(before, f64::from(*n)) {
+                            // The tokens sat on `n` within tolerance: now or later (at a zero
+                            // limit, never) are both right.
+                            return Ok(Stop::Borderline);
+                        }
                         prop_assert!(
                             tol.time_close(x, y, limit),
                             "{}: act ours {x:?} twin {y:?}",
@@ -325,7 +330,14 @@ fn run(
                         // Borderline: the twin's wait sits on the maximum wait.
                         let twin_wait = (f64::from(*n) - before) / limit * 1e9;
                         let edge = wait.map_or(0.0, |w| w.as_nanos() as f64);
-                        if (twin_wait - edge).abs() <= US || tol.tokens_close(before, f64::from(*n))
+                        // Within the tokens' tolerance, in time at this limit.
+                        let slack = if limit > 0.0 {
+                            tol.tokens() / limit * 1e9
+                        } else {
+                            0.0
+                        };
+                        if (twin_wait - edge).abs() <= US + slack
+                            || tol.tokens_close(before, f64::from(*n))
                         {
                             return Ok(Stop::Borderline);
                         }
