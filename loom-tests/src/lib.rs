@@ -5,28 +5,34 @@
 //! failed on it; run with `LOOM_MAX_PREEMPTIONS=3` as `scripts/test` does. "None" lines say
 //! why the ordering is not needed rather than inventing a failure.
 //!
-//! **Configuration slots** (`src/config_slots.rs`, under `TokenBucket` and the smooth limiters)
+//! **`TokenBucket`'s word-validated slots** (`src/token_bucket.rs`: the 64-bit state word's
+//! generation is the sequence number of two plain-word configuration slots)
+//! * drop a denial's validating reload, its `Acquire` fence, or the writer's `Release` fence
+//!   before it rewrites a slot:
+//!   `token_bucket::set_burst_twice_vs_allow_never_denies_what_every_configuration_grants`.
+//! * fast-path state load `Acquire -> Relaxed`: that model and
+//!   `set_limit_twice_vs_allow_on_a_full_bucket_grants`.
+//! * reconfiguring CAS `AcqRel -> Relaxed`: those two, `set_limit_vs_reserve_is_linearizable`
+//!   and `set_limit_vs_set_limit_vs_allow_on_a_full_bucket_grants`.
+//! * grant CAS `AcqRel -> Relaxed`: none. Its `Release` orders the grant's slot reads before a
+//!   later writer's slot writes only against load buffering (a read returning a store that
+//!   follows, in the other thread, a read of this thread's later CAS), which loom does not
+//!   model; it costs nothing on x86 and is kept.
+//!
+//! **Configuration slots** (`src/config_slots.rs`, under the smooth limiters)
 //! * drop the reader's re-check (second `seq` load), its `Acquire` fence, or the writer's
-//!   `Release` fence: `token_bucket::set_limit_twice_vs_allow_on_a_full_bucket_grants`,
-//!   `smooth::set_rate_twice_vs_acquire_is_linearizable`.
+//!   `Release` fence: `smooth::set_rate_twice_vs_acquire_is_linearizable`.
 //! * The configuration of epoch `e` reaches a reader by **two** publications, each enough on
 //!   its own: the state word (`Acquire` load, `Release` on the reconfiguring CAS, written after
 //!   the slot) and the slot's `seq` (`Release` store after the words, `Acquire` first load).
 //!   So weakening any one of those four is caught by no model, and needs none: the other
-//!   publication still orders the words before the read. Weakening one of each is caught:
-//!   - state load `Acquire -> Relaxed` with first `seq` load `Acquire -> Relaxed`, or with the
-//!     `seq` store `Release -> Relaxed`: in `token_bucket`,
-//!     `set_limit_twice_vs_allow_on_a_full_bucket_grants` and
-//!     `set_limit_vs_set_limit_vs_allow_on_a_full_bucket_grants`; in `smooth`,
-//!     `acquire_vs_set_rate_is_charged_at_one_rate`.
-//!   - reconfiguring CAS `AcqRel -> Acquire` with first `seq` load `Acquire -> Relaxed`:
-//!     `token_bucket::set_limit_vs_reserve_is_linearizable` (and the two above);
-//!     `smooth::acquire_vs_set_rate_is_charged_at_one_rate`.
+//!   publication still orders the words before the read. Weakening one of each is caught by
+//!   `smooth::acquire_vs_set_rate_is_charged_at_one_rate`.
 //!
 //!   With the old `Mutex` stand-in for `AtomicU128`, state load and first `seq` load both
 //!   `Relaxed` survived every model.
 //!
-//! **Hot-path CASes** of `TokenBucket` (take, cancel) and the smooth limiters,
+//! **Hot-path CASes** of `TokenBucket`'s cancel and the smooth limiters,
 //! `AcqRel`/`Acquire -> Relaxed`: none, and not needed. They publish nothing (the
 //! configuration is published by the reconfiguration), and a reader of a value they wrote
 //! still synchronizes with the reconfiguring CAS through its release sequence, which any

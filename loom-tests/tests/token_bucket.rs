@@ -211,6 +211,27 @@ fn set_limit_twice_vs_allow_on_a_full_bucket_grants() {
     });
 }
 
+/// A denial writes nothing, so it must check that the slot it read was its word's: two burst
+/// cuts racing an allow that every configuration grants (1 token left at 10 s, burst 3 cut to
+/// 1, twice, so the second rewrites the allow's slot). A read that mixes the second cut's base
+/// (9 s: burst 1 at 1/s) with the first configuration's `tau` and scale sees 13 tokens owed
+/// against 4 and denies; only the validating reload (after an `Acquire` fence, paired with
+/// the writer's `Release` fence) turns that into a retry. Catches dropping the validation,
+/// either fence, or the writer's first-generation CAS ordering.
+#[test]
+fn set_burst_twice_vs_allow_never_denies_what_every_configuration_grants() {
+    model_at_bound(2, || {
+        let l = limiter(1.0, 3);
+        assert!(l.allow_n_at(t(10 * SEC), 2));
+        let a = thread::spawn(move || l.allow_at(t(10 * SEC)));
+        l.set_burst_at(t(10 * SEC), 1);
+        l.set_burst_at(t(10 * SEC), 1);
+        let granted = a.join().unwrap();
+        assert!(granted, "one token is left under every configuration");
+        assert_eq!(l.tokens_at(t(10 * SEC)), 0.0);
+    });
+}
+
 /// Two reconfigurations racing an allow on a full bucket, three threads: every order grants
 /// and leaves no token (the burst is 1 whatever the limit).
 #[test]
