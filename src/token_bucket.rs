@@ -533,7 +533,7 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
                 epoch: 0,
                 inf_gen: 0,
                 act: 0,
-                act_coord: None,
+                origin: None,
             },
         }
     }
@@ -566,11 +566,13 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
             epoch: cfg.epoch,
             inf_gen: cfg.inf_gen,
             act,
-            act_coord: if took && cfg.is_finite() {
-                cfg.coord(act)
-            } else {
-                None
-            },
+            // What places `act` on the token coordinate, should a cancel come under another
+            // configuration; the coordinate itself (a 128-bit division) waits for that cancel.
+            origin: (took && cfg.is_finite()).then_some(Origin {
+                k: cfg.origin,
+                tau: cfg.hot.tau,
+                one: cfg.hot.one,
+            }),
         }
     }
 
@@ -959,9 +961,18 @@ pub struct Reservation<'a, C: Clock = QuantaClock, P: Layout = Padded> {
     /// The exact unit at which it acts, `max(tat, now)`: a cancel under the same
     /// configuration counts the tokens reserved after it from there.
     act: u64,
-    /// The token coordinate of `act`, for a cancel under another configuration (`None` if
-    /// it took nothing, or the coordinate overflowed).
-    act_coord: Option<i128>,
+    /// What places `act` on the token coordinate, for a cancel under another configuration
+    /// (`None` if it took nothing).
+    origin: Option<Origin>,
+}
+
+/// A configuration's coordinate origin and scale, kept by a reservation (see
+/// `Config::coord`).
+#[derive(Clone, Copy, Debug)]
+struct Origin {
+    k: Option<i128>,
+    tau: u64,
+    one: u64,
 }
 
 impl<C: Clock, P: Layout> Reservation<'_, C, P> {
@@ -1112,6 +1123,17 @@ const INF_BIT: u64 = 1 << 40;
 /// Fractional bits of a token coordinate.
 const COORD_BITS: u32 = 32;
 const COORD_ONE: f64 = (1u64 << COORD_BITS) as f64;
+
+/// `(x - tau) / one` in coordinate units (2^-32 token). `|x - tau| < 2^58`, so the product
+/// stays below 2^90; floored, so that equal unit counts give equal coordinates.
+fn coord_offset(x: u64, tau: u64, one: u64) -> i128 {
+    let d = i128::from(x) - i128::from(tau);
+    if one.is_power_of_two() {
+        (d << COORD_BITS) >> one.trailing_zeros()
+    } else {
+        (d << COORD_BITS).div_euclid(i128::from(one))
+    }
+}
 
 /// The largest `lim` for `base` such that `now.wrapping_sub(base) < lim` holds only for
 /// `now >= base`: a reading before the base wraps to at least `2^64 - base`.
@@ -1428,7 +1450,9 @@ impl Config {
         if r.epoch == self.epoch {
             return Some(x.saturating_sub(r.act) as f64 / self.one() as f64);
         }
-        let later = self.coord(x)?.checked_sub(r.act_coord?)?;
+        let o = r.origin?;
+        let then = o.k?.checked_add(coord_offset(r.act, o.tau, o.one))?;
+        let later = self.coord(x)?.checked_sub(then)?;
         // Never more than the reservation took: a negative count restores just `n`.
         Some(later.max(0) as f64 / COORD_ONE)
     }
@@ -1450,10 +1474,7 @@ impl Config {
 
     /// `(x - tau) / one` in coordinate units.
     fn coord_offset(&self, x: u64) -> i128 {
-        // |d| < 2^58, so the product stays below 2^90; floored, so that equal unit counts
-        // give equal coordinates under any configuration.
-        let d = i128::from(x) - i128::from(self.hot.tau);
-        (d << COORD_BITS).div_euclid(i128::from(self.one()))
+        coord_offset(x, self.hot.tau, self.hot.one)
     }
 
     /// `inf_gen` for a configuration that replaces this one at `now`: one more if an infinite
