@@ -9,39 +9,46 @@
 //! Taking `n` tokens at `t` is `tat' = max(tat, t - tau) + n * T`, with `T = 1/limit` and
 //! `tau = burst * T`; this is exactly rate.go's `advance` then `tokens -= n`.
 //!
-//! Time is counted in **units** of `T / 2^k` ([`crate::scale`]): one token is exactly `2^k`
-//! units, so grants never drift, and a unit is at most 1/16 ns (coarser only for bursts
-//! that take years to refill). A clock reading `now` becomes `u(now) = tau + units(now -
-//! base)`, one multiply by a 64-bit constant; `base` is the configuration's origin,
-//! `since - tau` in nanoseconds (so `u` starts at `tau` at `since`, and the state is never
-//! negative). Readings before `base` count as `base`: by then a state built at `since` holds
-//! no tokens, so an earlier reading never finds more than a later one (D2).
+//! Time is counted in **units** ([`crate::scale`]): one token is exactly `one` units, so
+//! grants never drift. A unit is exactly 1/16 ns when `T` is a whole number of 1/16 ns (every
+//! whole-nanosecond interval: readings then convert without any rounding), and otherwise
+//! `T / 2^k` with `k` the smallest making it at most 1/16 ns; below 7.5/s `k <= 31` (so that
+//! `n * one < 2^63` for any `u32` `n`) makes it coarser, as does a burst so large that `burst
+//! * one` would pass 2^55 (466 ns at 1e-3/s: still exact in whole tokens). A clock reading
+//! `now` becomes `u(now) = tau + units(now - base)`, one shift and one multiply by a 64-bit
+//! constant; `base` is the configuration's origin, `since - tau` in nanoseconds (at most 2^56
+//! ns before `since`), so `u` reaches `tau` near `since` and the state is never negative.
+//! Readings before `base` count as `base`: by then a state built at `since` holds no tokens,
+//! so an earlier reading never finds more than a later one (D2).
 //!
 //! **The state word** (`state`, one `AtomicU64`, cache-padded):
 //! ```text
-//!  63        57 56                                                  0
-//! +------------+-----------------------------------------------------+
-//! | gen: 7 bits| x: tat in units, 57 bits                            |
-//! +------------+-----------------------------------------------------+
+//!  63   62      57 56                                                  0
+//! +----+----------+-----------------------------------------------------+
+//! | gen: 7 bits   | x: tat in units, 57 bits                            |
+//! +----+----------+-----------------------------------------------------+
 //! ```
 //! `x` is `tat` in the units of configuration `gen`, offset so that the bucket is full at
 //! `u(now)` exactly when `x <= u(now) - tau`. A check of `n` at `now` is, in integers:
-//! `x' = max(x, u - tau) + (n << k)`, granted iff `x' <= u (+ the caller's maximum wait)`.
-//! Under a zero or infinite limit nothing refills (`u = tau` for ever: the scale's multiplier
-//! is zero) and `x = tau - tokens * 2^k` simply stores the tokens.
+//! `x' = max(x, u - tau) + n * one`, granted iff `x' <= u (+ the caller's maximum wait)`; as
+//! `n * one < 2^63`, `x' <= u` also proves `n <= burst`, so the hot path has no branch for it.
+//! Bit 63, the top bit of `gen`, is its parity (the slot): `gen` counts with that bit as its
+//! lowest digit (`gen_after`). Under a zero or infinite limit nothing refills (`u = tau` for
+//! ever: the scale's multiplier is zero) and `x = tau - tokens * one` simply stores the tokens.
 //!
-//! **Precision and range.** A unit is at most 1/16 ns, so a clock reading is rounded by less
-//! than a nanosecond, and a token is exactly `2^k` units, so the count of grants over any span
-//! is exact up to that rounding of the span's two ends (`tests/token_bucket_precision.rs`:
-//! every limit from 1e-3/s to 1e8/s, an hour of grants, within one of exact). Tokens are kept
-//! to 2^-k of a token (2^-4 at 1e9/s; finer at lower limits). `x` has 57 bits; the hot path
-//! accepts readings up to 2^55 units past the base (at least 6.5 days, 13 to 26 days below
-//! 1.6e10/s), and a reading past that **rebases**: a reconfiguration with the same limit and
-//! burst at that reading (off the hot path, once per two weeks or so of uptime, or after a
-//! jump of the caller's times), so a process may run for ever. Outstanding reservations may
-//! reach `2^57` units ahead (at least 2^50 ns, 13 days; D4 beyond that). Limits above
-//! `2^6` tokens per ns (6.4e10/s) act as that limit; a burst that takes longer than 146 years
-//! to refill never refills (acts as a zero limit).
+//! **Precision and range.** A unit is at most 1/16 ns above 7.5/s, so a clock reading is
+//! rounded by less than 1/16 ns (not at all for whole-nanosecond intervals), and a token is
+//! exactly `one` units, so the count of grants over any span is exact up to that rounding of
+//! the span's two ends (`tests/token_bucket_precision.rs`: every limit from 1e-3/s to 1e8/s,
+//! an hour of grants, within one of exact; 90 days across rebases). Tokens are kept to
+//! `1/one` of a token (1/16 at 1e9/s, finer below). `x` has 57 bits; the hot path accepts
+//! readings up to 2^56 units past the base (at least 2^50 ns, 13 days, at the highest limits;
+//! 52 days at 1e8/s, years at low limits), and a reading past that **rebases**: a
+//! reconfiguration with the same limit and burst at that reading (off the hot path, once per
+//! weeks of uptime, or after a jump of the caller's times), so a process may run for ever.
+//! Outstanding reservations may reach 2^57 units (D4 beyond that). Limits above `2^6` tokens
+//! per ns (6.4e10/s) act as that limit; a burst that takes longer than 146 years to refill
+//! never refills (acts as a zero limit).
 //!
 //! **Configurations** live in two slots of plain atomic words beside the state word, one per
 //! `gen` parity: the hot five words (`shape`, `base`, `mul`, `tau`, `dmax`) that a check reads,
@@ -117,7 +124,7 @@
 //!   - a reservation made under an infinite limit took nothing and restores nothing, and
 //!     one made before an infinite limit refilled the bucket restores nothing either (the
 //!     refill already gave its tokens back; rate.go adds them on top).
-//! * Precision: tokens are held to 2^-k of a token and times to a unit (above); rate.go holds
+//! * Precision: tokens are held to `1/one` of a token and times to a unit (above); rate.go holds
 //!   tokens as `f64` and times in whole nanoseconds, so the two may part by a hair at a
 //!   boundary (counted as `Borderline` by the differential tests).
 //! * A reconfiguration that would carry more outstanding debt than the word's range (weeks of
