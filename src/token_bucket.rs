@@ -9,7 +9,7 @@
 //! Taking `n` tokens at `t` is `tat' = max(tat, t - tau) + n * T`, with `T = 1/limit` and
 //! `tau = burst * T`; this is exactly rate.go's `advance` then `tokens -= n`.
 //!
-//! Time is counted in **units** ([`crate::scale`]): one token is exactly `one` units, so
+//! Time is counted in **units** (`src/scale.rs`): one token is exactly `one` units, so
 //! grants never drift. A unit is exactly 1/16 ns when `T` is a whole number of 1/16 ns (every
 //! whole-nanosecond interval: readings then convert without any rounding), and otherwise
 //! `T / 2^k` with `k` the smallest making it at most 1/16 ns; below 7.5/s `k <= 31` (so that
