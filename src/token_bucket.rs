@@ -760,8 +760,8 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
                 word = self.state.load(Ordering::Acquire);
                 continue;
             } else {
-                cfg.held_after(x, r)
-                    .and_then(|held| cfg.restore(x, now, f64::from(r.tokens) - held))
+                cfg.give_back(x, r)
+                    .and_then(|back| cfg.restore(x, now, back))
             };
             let Some(new_x) = new else {
                 if self.still_current(word) {
@@ -1335,7 +1335,7 @@ impl Config {
         if x2 <= due {
             return Check::Take { x: x2, due };
         }
-        if !self.is_finite() || x2 > X_MAX || self.time_of(x2).is_none() {
+        if !self.is_finite() || x2 > X_MAX || (self.near_end() && self.time_of(x2).is_none()) {
             // D4: a zero limit never refills; or the tokens come past the word's range, or
             // past the end of time.
             return Check::Never;
@@ -1364,6 +1364,12 @@ impl Config {
     /// the two conversions round up (`units(ceil(d * per)) >= d`). Absolute, from the base,
     /// so a reading's own rounding to a unit does not move it: a wait of exactly one second
     /// from a whole-nanosecond reading ends on a whole nanosecond.
+    /// Whether some `x <= X_MAX` may lie past the end of time: only with a base within 2^58 ns
+    /// of it, or units longer than 2 ns (`per < 2^(64 - per_shift)`).
+    fn near_end(&self) -> bool {
+        self.hot.base > u64::MAX - (1 << 58) || self.per_shift < 63
+    }
+
     /// `None` past the end of time.
     fn time_of(&self, x: u64) -> Option<Nanos> {
         let ns = u64::try_from(self.scale().nanos_ceil(x - self.hot.tau)).ok()?;
@@ -1434,34 +1440,36 @@ impl Config {
     /// rate.go restores `n - r.limit * (lastEvent - r.timeToAct)`: the reserved tokens minus
     /// those reserved after `r` (which were promised times that assumed `r`'s tokens gone).
     /// turnstile counts those later tokens exactly ([`Config::held_after`]).
-    fn restore(&self, x: u64, now: Nanos, restore: f64) -> Option<u64> {
-        if restore.is_nan() || restore <= 0.0 || self.is_inf() {
+    fn restore(&self, x: u64, now: Nanos, back: i128) -> Option<u64> {
+        if back <= 0 || self.is_inf() {
             return None;
         }
-        // tokens' = min(burst, tokens(now) + restore)  <=>  x' = max(u(now) - tau, x - restore)
+        // tokens' = min(burst, tokens(now) + back)  <=>  x' = max(u(now) - tau, x - back)
         let floor = (self.u_wide(now) - u128::from(self.hot.tau)) as i128;
-        let back = self.units_of_tokens(restore);
         Some((i128::from(x) - back).max(floor).clamp(0, X_MAX as i128) as u64)
     }
 
-    /// The tokens reserved after `r`, counted from the state `x` under this configuration
-    /// (rate.go's `r.limit * (lastEvent - r.timeToAct)`, exactly): under `r`'s own
-    /// configuration as the stretch of `x` beyond `r`'s unit, across a
-    /// `set_limit`/`set_burst` as the distance between token coordinates. `None` if unknown
-    /// (overflow), in which case nothing is restored.
-    fn held_after<C: Clock, P: Layout>(&self, x: u64, r: &Reservation<'_, C, P>) -> Option<f64> {
+    /// The units a cancel of `r` gives back on state `x` under this configuration: `r`'s
+    /// tokens minus the tokens reserved after it (rate.go's `r.limit * (lastEvent -
+    /// r.timeToAct)`, exactly). Under `r`'s own configuration those are the stretch of `x`
+    /// beyond `r`'s unit, in integers; across a `set_limit`/`set_burst` the distance between
+    /// token coordinates. `None` if unknown (overflow), in which case nothing is restored.
+    fn give_back<C: Clock, P: Layout>(&self, x: u64, r: &Reservation<'_, C, P>) -> Option<i128> {
+        let one = i128::from(self.one());
+        let took = i128::from(r.tokens) * one;
         if r.limit == 0.0 {
             // rate.go: a zero limit values every later span at zero tokens.
-            return Some(0.0);
+            return Some(took);
         }
         if r.epoch == self.epoch {
-            return Some(x.saturating_sub(r.act) as f64 / self.one() as f64);
+            return Some(took - i128::from(x.saturating_sub(r.act)));
         }
         let o = r.origin?;
         let then = o.k?.checked_add(coord_offset(r.act, o.tau, o.one))?;
         let later = self.coord(x)?.checked_sub(then)?;
         // Never more than the reservation took: a negative count restores just `n`.
-        Some(later.max(0) as f64 / COORD_ONE)
+        let held = later.max(0) as f64 / COORD_ONE;
+        Some(self.units_of_tokens(f64::from(r.tokens) - held))
     }
 
     /// The **token coordinate** of the state `x`: a count, in units of 2^-32 token, that
