@@ -13,8 +13,8 @@
 //! grants never drift. A unit is exactly 1/16 ns when `T` is a whole number of 1/16 ns (every
 //! whole-nanosecond interval: readings then convert without any rounding), and otherwise
 //! `T / 2^k` with `k` the smallest making it at most 1/16 ns; below 7.5/s `k <= 31` (so that
-//! `n * one < 2^63` for any `u32` `n`) makes it coarser, as does a burst so large that `burst
-//! * one` would pass 2^55 (466 ns at 1e-3/s: still exact in whole tokens). A clock reading
+//! `n * one < 2^63` for any `u32` `n`) makes it coarser, as does a burst so large that
+//! `burst * one` would pass 2^55 (466 ns at 1e-3/s: still exact in whole tokens). A clock reading
 //! `now` becomes `u(now) = tau + units(now - base)`, one shift and one multiply by a 64-bit
 //! constant; `base` is the configuration's origin, `since - tau` in nanoseconds (at most 2^56
 //! ns before `since`), so `u` reaches `tau` near `since` and the state is never negative.
