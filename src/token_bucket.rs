@@ -52,8 +52,8 @@
 //!
 //! **Configurations** live in two slots of plain atomic words beside the state word, one per
 //! `gen` parity: the hot five words (`shape`, `base`, `mul`, `tau`, `dmax`) that a check reads,
-//! then the cold ones (the scale's inverse, limit, epoch, since, and the token-coordinate
-//! origin) that only reservations, cancels and reconfigurations read. Only `set_limit` /
+//! then the cold ones (burst and flags, the scale's inverse, epoch, limit, since, and the
+//! token-coordinate origin) that only reservations, cancels and reconfigurations read. Only `set_limit` /
 //! `set_burst` (and a rebase) write slots; they are serialized among themselves by a mutex the
 //! hot path never touches. A reconfiguration writes the slot of `gen + 1`, then converts the
 //! state (tokens at `now` under the old configuration, re-expressed in the new one) and
@@ -73,8 +73,8 @@
 //!   not moved. It then linearizes at its first load.
 //! * **ABA bound.** `gen` has 7 bits: a grant could commit against a stale slot only if 128
 //!   reconfigurations ran (each taking the mutex and a CAS) between its load and its CAS *and*
-//!   left `x` bit-for-bit where it was. A reservation also keeps its 64-bit `epoch` (in the
-//!   slot), so a cancel is never confused by `gen` wrapping.
+//!   left `x` bit-for-bit where it was. A reservation also keeps its 32-bit `epoch` (in the
+//!   slot), so a cancel is confused only by 2^32 reconfigurations, not by `gen` wrapping.
 //!
 //! **Orderings.** The state word is loaded with `Acquire`: it pairs with the `Release` of the
 //! reconfiguring CAS, so the slot written before that CAS is visible to whoever sees the new
@@ -963,7 +963,7 @@ pub struct Reservation<'a, C: Clock = QuantaClock, P: Layout = Padded> {
     limit: f64,
     /// The configuration epoch it was made in, and that configuration's count of infinite
     /// refills.
-    epoch: u64,
+    epoch: u32,
     inf_gen: u32,
     /// The exact unit at which it acts, `max(tat, now)`: a cancel under the same
     /// configuration counts the tokens reserved after it from there.
@@ -1180,7 +1180,7 @@ impl Hot {
 /// The words only reservations, cancels and reconfigurations read.
 #[derive(Clone, Copy, Debug, Default)]
 struct Cold {
-    /// The burst (low 32 bits), `k` (bits 32..38) and the infinite-limit flag.
+    /// The burst (low 32 bits), the infinite-limit flag (bit 40) and `per_shift` (bits 48..56).
     shape: u64,
     /// The scale's inverse (ns per unit, fixed point).
     per: u64,
@@ -1190,8 +1190,9 @@ struct Cold {
     /// refill has already given back, so cancelling it restores nothing.
     inf_gen: u32,
     limit: f64,
-    /// Counts every configuration this bucket had (64 bits: never wraps).
-    epoch: u64,
+    /// Counts the configurations this bucket had (wrapping: a cancel would mistake a
+    /// reservation 2^32 reconfigurations old for one of its own configuration).
+    epoch: u32,
     /// When this configuration took effect: rate.go's `last` for an infinite limit.
     since: u64,
     /// The token coordinate's origin `K` (see [`Config::coord`]); `None` once overflowed.
@@ -1214,7 +1215,7 @@ impl std::ops::Deref for Config {
 
 impl Config {
     fn new(
-        epoch: u64,
+        epoch: u32,
         limit: Limit,
         burst: u32,
         since: Nanos,
@@ -1231,7 +1232,9 @@ impl Config {
         let since = since.as_u64();
         let one = scale.map_or(1 << stored_k(burst), |s| s.one);
         let cold = Cold {
-            shape: u64::from(burst) | if limit.is_inf() { INF_BIT } else { 0 },
+            shape: u64::from(burst)
+                | if limit.is_inf() { INF_BIT } else { 0 }
+                | u64::from(scale.map_or(0, |s| s.per_shift)) << 48,
             per: scale.map_or(0, |s| s.per),
             per_shift: scale.map_or(0, |s| s.per_shift),
             inf_gen,
@@ -1510,10 +1513,9 @@ struct Slot {
     one: AtomicU64,
     shape: AtomicU64,
     per: AtomicU64,
-    /// `per_shift | inf_gen << 32`.
+    /// `epoch | inf_gen << 32`.
     meta: AtomicU64,
     limit: AtomicU64,
-    epoch: AtomicU64,
     since: AtomicU64,
     origin_lo: AtomicU64,
     origin_hi: AtomicU64,
@@ -1532,7 +1534,6 @@ impl Default for Slot {
             per: z(),
             meta: z(),
             limit: z(),
-            epoch: z(),
             since: z(),
             origin_lo: z(),
             origin_hi: z(),
@@ -1556,13 +1557,14 @@ impl Slot {
         let meta = self.meta.load(Ordering::Relaxed);
         let origin = (u128::from(self.origin_hi.load(Ordering::Relaxed)) << 64
             | u128::from(self.origin_lo.load(Ordering::Relaxed))) as i128;
+        let shape = self.shape.load(Ordering::Relaxed);
         Cold {
-            shape: self.shape.load(Ordering::Relaxed),
+            shape,
             per: self.per.load(Ordering::Relaxed),
-            per_shift: meta as u8 as u32,
+            per_shift: ((shape >> 48) & 0xff) as u32,
+            epoch: meta as u32,
             inf_gen: (meta >> 32) as u32,
             limit: f64::from_bits(self.limit.load(Ordering::Relaxed)),
-            epoch: self.epoch.load(Ordering::Relaxed),
             since: self.since.load(Ordering::Relaxed),
             // i128::MIN stands for "overflowed": no coordinate reaches it (see `coord`).
             origin: (origin != i128::MIN).then_some(origin),
@@ -1587,11 +1589,10 @@ impl Slot {
         self.shape.store(c.shape, Ordering::Relaxed);
         self.per.store(c.per, Ordering::Relaxed);
         self.meta.store(
-            u64::from(c.per_shift) | (u64::from(c.inf_gen) << 32),
+            u64::from(c.epoch) | (u64::from(c.inf_gen) << 32),
             Ordering::Relaxed,
         );
         self.limit.store(c.limit.to_bits(), Ordering::Relaxed);
-        self.epoch.store(c.epoch, Ordering::Relaxed);
         self.since.store(c.since, Ordering::Relaxed);
         let origin = c.origin.unwrap_or(i128::MIN) as u128;
         self.origin_lo.store(origin as u64, Ordering::Relaxed);
