@@ -167,6 +167,8 @@ pub struct TokenBucket<C: Clock = QuantaClock, P: Layout = Padded> {
     state: P::Cell<AtomicU64>,
     /// The configuration of each `gen` parity (see the module docs).
     slots: [Slot; 2],
+    /// Each configuration's cold words, apart so that a slot is 64 bytes (one shift picks it).
+    colds: [ColdSlot; 2],
     /// Serializes `set_limit`/`set_burst` only; `allow`, `reserve` and `cancel` never take it.
     reconfig: Mutex<()>, // off the hot path: serializes reconfigurations only
     clock: C,
@@ -237,10 +239,16 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
         // The bucket starts full: rate.go's tokens = burst with last = the zero time.
         let x = cfg.x_from_tokens(f64::from(burst), Nanos::ZERO);
         let slots = [Slot::default(), Slot::default()];
-        slots[0].write(&cfg);
+        let colds = [ColdSlot::default(), ColdSlot::default()];
+        SlotRef {
+            slot: &slots[0],
+            cold: &colds[0],
+        }
+        .write(&cfg);
         TokenBucket {
             state: P::cell(AtomicU64::new(x)),
             slots,
+            colds,
             reconfig: Mutex::new(()), // see the field: reconfiguration only
             clock,
         }
@@ -585,10 +593,13 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
 
     /// The slot of `word`'s generation.
     #[inline(always)]
-    fn slot(&self, word: u64) -> &Slot {
-        // The parity is the word's top bit: a sign-extending shift selects the slot without a
-        // branch (`(word as i64 >> 63) & 1` compiles to the same).
-        &self.slots[(word >> 63) as usize]
+    fn slot(&self, word: u64) -> SlotRef<'_> {
+        // The parity is the word's top bit: a shift selects the slot without a branch.
+        let i = (word >> 63) as usize;
+        SlotRef {
+            slot: &self.slots[i],
+            cold: &self.colds[i],
+        }
     }
 
     /// Whether the configuration read for `word` is still that of the current generation: an
@@ -840,7 +851,12 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
             // The slot of `gen` was last that of `gen - 2`; a reader still holding such a word
             // must see `gen - 1` on its validating reload if it reads any word written here.
             fence(Ordering::Release);
-            self.slots[(gen >> (63 - GEN_SHIFT)) as usize].write(&next);
+            let i = (gen >> (63 - GEN_SHIFT)) as usize;
+            SlotRef {
+                slot: &self.slots[i],
+                cold: &self.colds[i],
+            }
+            .write(&next);
             match self.state.compare_exchange_weak(
                 word,
                 (gen << GEN_SHIFT) | new_x,
@@ -1504,7 +1520,9 @@ impl Config {
 }
 
 /// One configuration's words (see *Configurations* in the module docs): the five hot words
-/// first.
+/// first, then the cold ones a reservation needs; 64 bytes, so the slot of a word is one
+/// shift away.
+#[derive(Default)]
 struct Slot {
     base: AtomicU64,
     lim: AtomicU64,
@@ -1515,57 +1533,51 @@ struct Slot {
     per: AtomicU64,
     /// `epoch | inf_gen << 32`.
     meta: AtomicU64,
+}
+
+/// The rest of a configuration's words: only reconfigurations, cancels and reports read them.
+#[derive(Default)]
+struct ColdSlot {
     limit: AtomicU64,
     since: AtomicU64,
     origin_lo: AtomicU64,
     origin_hi: AtomicU64,
 }
 
-impl Default for Slot {
-    fn default() -> Slot {
-        let z = || AtomicU64::new(0);
-        Slot {
-            base: z(),
-            lim: z(),
-            mul: z(),
-            tau: z(),
-            one: z(),
-            shape: z(),
-            per: z(),
-            meta: z(),
-            limit: z(),
-            since: z(),
-            origin_lo: z(),
-            origin_hi: z(),
-        }
-    }
+/// The two halves of one configuration's slot.
+#[derive(Clone, Copy)]
+struct SlotRef<'a> {
+    slot: &'a Slot,
+    cold: &'a ColdSlot,
 }
 
-impl Slot {
+impl SlotRef<'_> {
     #[inline(always)]
     fn hot(&self) -> Hot {
+        let s = self.slot;
         Hot {
-            base: self.base.load(Ordering::Relaxed),
-            lim: self.lim.load(Ordering::Relaxed),
-            mul: self.mul.load(Ordering::Relaxed),
-            tau: self.tau.load(Ordering::Relaxed),
-            one: self.one.load(Ordering::Relaxed),
+            base: s.base.load(Ordering::Relaxed),
+            lim: s.lim.load(Ordering::Relaxed),
+            mul: s.mul.load(Ordering::Relaxed),
+            tau: s.tau.load(Ordering::Relaxed),
+            one: s.one.load(Ordering::Relaxed),
         }
     }
 
     fn cold(&self) -> Cold {
-        let meta = self.meta.load(Ordering::Relaxed);
-        let origin = (u128::from(self.origin_hi.load(Ordering::Relaxed)) << 64
-            | u128::from(self.origin_lo.load(Ordering::Relaxed))) as i128;
-        let shape = self.shape.load(Ordering::Relaxed);
+        let (s, c) = (self.slot, self.cold);
+        let meta = s.meta.load(Ordering::Relaxed);
+        let origin = (u128::from(c.origin_hi.load(Ordering::Relaxed)) << 64
+            | u128::from(c.origin_lo.load(Ordering::Relaxed))) as i128;
+        let shape = s.shape.load(Ordering::Relaxed);
         Cold {
             shape,
-            per: self.per.load(Ordering::Relaxed),
+            per: s.per.load(Ordering::Relaxed),
             per_shift: ((shape >> 48) & 0xff) as u32,
             epoch: meta as u32,
             inf_gen: (meta >> 32) as u32,
-            limit: f64::from_bits(self.limit.load(Ordering::Relaxed)),
-            since: self.since.load(Ordering::Relaxed),
+            limit: f64::from_bits(c.limit.load(Ordering::Relaxed)),
+            since: c.since.load(Ordering::Relaxed),
             // i128::MIN stands for "overflowed": no coordinate reaches it (see `coord`).
             origin: (origin != i128::MIN).then_some(origin),
         }
@@ -1580,23 +1592,22 @@ impl Slot {
 
     /// Relaxed stores: the writer's fence and CAS order them (module docs, *Orderings*).
     fn write(&self, c: &Config) {
-        let h = &c.hot;
-        self.base.store(h.base, Ordering::Relaxed);
-        self.lim.store(h.lim, Ordering::Relaxed);
-        self.mul.store(h.mul, Ordering::Relaxed);
-        self.tau.store(h.tau, Ordering::Relaxed);
-        self.one.store(h.one, Ordering::Relaxed);
-        self.shape.store(c.shape, Ordering::Relaxed);
-        self.per.store(c.per, Ordering::Relaxed);
-        self.meta.store(
+        let (s, d, h) = (self.slot, self.cold, &c.hot);
+        s.base.store(h.base, Ordering::Relaxed);
+        s.lim.store(h.lim, Ordering::Relaxed);
+        s.mul.store(h.mul, Ordering::Relaxed);
+        s.tau.store(h.tau, Ordering::Relaxed);
+        s.one.store(h.one, Ordering::Relaxed);
+        s.shape.store(c.shape, Ordering::Relaxed);
+        s.per.store(c.per, Ordering::Relaxed);
+        s.meta.store(
             u64::from(c.epoch) | (u64::from(c.inf_gen) << 32),
             Ordering::Relaxed,
         );
-        self.limit.store(c.limit.to_bits(), Ordering::Relaxed);
-        self.since.store(c.since, Ordering::Relaxed);
+        d.limit.store(c.limit.to_bits(), Ordering::Relaxed);
+        d.since.store(c.since, Ordering::Relaxed);
         let origin = c.origin.unwrap_or(i128::MIN) as u128;
-        self.origin_lo.store(origin as u64, Ordering::Relaxed);
-        self.origin_hi
-            .store((origin >> 64) as u64, Ordering::Relaxed);
+        d.origin_lo.store(origin as u64, Ordering::Relaxed);
+        d.origin_hi.store((origin >> 64) as u64, Ordering::Relaxed);
     }
 }
