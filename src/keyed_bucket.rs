@@ -868,8 +868,12 @@ where
             let state = &old.slots[i].state;
             let mut s = state.load(Ordering::Relaxed);
             loop {
-                match state.compare_exchange_weak(s, s | FROZEN, Ordering::AcqRel, Ordering::Relaxed)
-                {
+                match state.compare_exchange_weak(
+                    s,
+                    s | FROZEN,
+                    Ordering::AcqRel,
+                    Ordering::Relaxed,
+                ) {
                     Ok(_) => break,
                     Err(actual) => s = actual,
                 }

@@ -226,7 +226,10 @@ mod tests {
             let m = s.mul as f64 / (1u64 << (64 - J)) as f64;
             assert!(m < (1u64 << J) as f64, "limit {l}: m {m}");
             let unit_ns = 1.0 / m;
-            assert!(unit_ns <= 1.0 / 16.0 + 1e-12 || s.k == 0, "limit {l}: unit {unit_ns}");
+            assert!(
+                unit_ns <= 1.0 / 16.0 + 1e-12 || s.k == 0,
+                "limit {l}: unit {unit_ns}"
+            );
             if s.k > 0 {
                 assert!(unit_ns > 1.0 / 32.0 - 1e-12, "limit {l}: unit {unit_ns}");
             }
