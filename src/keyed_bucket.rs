@@ -173,11 +173,12 @@ const X_MASK: u64 = (1 << X_BITS) - 1;
 const EMPTY: u64 = 0;
 /// The largest `u`: a granted `x' <= u + tau <= U_MAX + TAU_MAX` still fits in 59 bits.
 const U_MAX: u64 = X_MASK - TAU_MAX;
-/// The smallest table (slots).
-const MIN_SLOTS: usize = 16;
+/// The smallest table (slots). Under loom, 4: a model then grows the table with its fourth
+/// key.
+const MIN_SLOTS: usize = if cfg!(loom) { 4 } else { 16 };
 /// A sweep rebuilds the table when it leaves more `DEAD` slots than live keys, and at least
-/// this many (smaller tables are left to the next insert-triggered resize).
-const PURGE_MIN: usize = 32;
+/// this many (smaller tables are left to the next insert-triggered resize). Under loom, 2.
+const PURGE_MIN: usize = if cfg!(loom) { 2 } else { 32 };
 
 #[inline(always)]
 fn live(q: usize, x: u64) -> u64 {
@@ -329,6 +330,8 @@ where
     last_sweep: AtomicU64,
     /// The latest time any sweep judged at; only grows.
     judged: AtomicU64,
+    /// Tables replaced so far (grown or purged); a metric.
+    resizes: AtomicU64,
     clock: C,
 }
 
@@ -639,6 +642,22 @@ where
         self.table(&guard).slots.len()
     }
 
+    /// How many times the table has been replaced: grown by inserts, or rebuilt without its
+    /// evicted keys after a sweep. A metric: each replacement copies the live keys, and
+    /// grants on keys being copied wait for it.
+    ///
+    /// ```
+    /// use turnstile::{keyed_bucket::KeyedTokenBucket, Limit};
+    /// let k = KeyedTokenBucket::new(Limit::per_second(1.0).unwrap(), 1);
+    /// for key in 0..100u32 {
+    ///     let _ = k.check(&key);
+    /// }
+    /// assert!(k.resizes() >= 3); // 16 slots at first, at most 3/4 used
+    /// ```
+    pub fn resizes(&self) -> u64 {
+        self.resizes.load(Ordering::Relaxed)
+    }
+
     /// One token for `key` now.
     ///
     /// ```
@@ -889,6 +908,7 @@ where
         }
         let new = Box::into_raw(Box::new(new));
         let old_ptr = self.table.swap(new, Ordering::AcqRel);
+        self.resizes.fetch_add(1, Ordering::Relaxed);
         debug_assert!(std::ptr::eq(old_ptr, old));
         // SAFETY: `old_ptr` came from `Box::into_raw` and is unreachable from the map now;
         // threads pinned before the swap may still read it, which the epoch waits for.
@@ -1381,6 +1401,7 @@ where
             sweep_every: self.sweep_every,
             last_sweep: AtomicU64::new(now),
             judged: AtomicU64::new(0),
+            resizes: AtomicU64::new(0),
             clock: self.clock,
         })
     }
