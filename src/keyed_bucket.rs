@@ -173,6 +173,9 @@ const X_MASK: u64 = (1 << X_BITS) - 1;
 const EMPTY: u64 = 0;
 /// The largest `u`: a granted `x' <= u + tau <= U_MAX + TAU_MAX` still fits in 59 bits.
 const U_MAX: u64 = X_MASK - TAU_MAX;
+// A granted word fits its 59 bits.
+const _: () = assert!(U_MAX + TAU_MAX <= X_MASK);
+
 /// The smallest table (slots). Under loom, 4: a model then grows the table with its fourth
 /// key.
 const MIN_SLOTS: usize = if cfg!(loom) { 4 } else { 16 };
@@ -724,21 +727,22 @@ where
         let hash = self.hasher.hash_one(key);
         let backoff = Backoff::new();
         loop {
-            {
+            let frozen = {
                 let guard = reclaim::pin();
-                let table = self.table(&guard);
-                if let Some(slot) = table.find(hash, key) {
-                    match self.on_slot(slot, now, n) {
+                match self.table(&guard).find(hash, key) {
+                    Some(slot) => match self.on_slot(slot, now, n) {
                         Outcome::Done(r) => return r,
-                        Outcome::Frozen => {
-                            // A resize is copying this table: wait for its successor.
-                            drop(guard);
-                            backoff.snooze();
-                            retry_hint();
-                            continue;
-                        }
-                    }
+                        Outcome::Frozen => true,
+                    },
+                    None => false,
                 }
+            };
+            if frozen {
+                // A resize is copying this table: wait for its successor (unpinned, so as
+                // not to hold up the collector).
+                backoff.snooze();
+                retry_hint();
+                continue;
             }
             if !self.insert(key, hash, now) {
                 return self.full(now);
@@ -1442,7 +1446,6 @@ mod tests {
             assert_eq!(quota_of(d), q);
             assert_eq!(quota_of(d | FROZEN), q);
         }
-        assert!(U_MAX + TAU_MAX <= X_MASK);
     }
 
     #[test]
