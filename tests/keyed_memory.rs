@@ -171,7 +171,15 @@ fn inline_keyed_token_bucket_against_governor() {
     }
     let per_key = (live() - base) as f64 / KEYS as f64;
     let slots = k.capacity();
+    let sweep = std::time::Instant::now();
+    assert_eq!(k.evict_idle_at(Nanos::ZERO), 0, "nothing is idle yet");
+    eprintln!("  a sweep of {KEYS} busy keys took {:?}", sweep.elapsed());
+    let sweep = std::time::Instant::now();
     assert_eq!(k.evict_idle_at(Nanos::new(SEC)) as u64, KEYS);
+    eprintln!(
+        "  a sweep evicting {KEYS} keys (and rebuilding the table) took {:?}",
+        sweep.elapsed()
+    );
     assert!(k.is_empty());
     for i in 0..10_000u64 {
         let _ = k.check_n_at(&(KEYS + (i % 2)), Nanos::new(SEC), 1);
