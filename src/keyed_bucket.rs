@@ -95,7 +95,9 @@
 //! resizer publishes the new table: the one place a check waits for another thread. A
 //! resize happens when inserts fill seven eighths of the table (it doubles, so inserts pay
 //! amortized O(1)), or when a sweep leaves more `DEAD` slots than live ones; it copies the
-//! live keys (tens of ns each). Denials never wait.
+//! live keys (tens of ns each: ~20 ms for a million). Denials never wait. A map sized up front
+//! ([`KeyedTokenBucketBuilder::capacity`]) never grows below that many keys and never
+//! shrinks below it, so its grants never wait for growth.
 //!
 //! # Eviction never loses a grant; stale readings never gain
 //! Eviction keeps the guarantee of [`Keyed`](crate::Keyed) (its module docs state and prove
@@ -206,6 +208,16 @@ fn quota_of(s: u64) -> usize {
         0 => ((s & X_MASK) - 1) as usize,
         t => t - 1,
     }
+}
+
+/// The slots of a table that holds `keys` keys without growing (at most 7/8 used, a power of
+/// two, at least [`MIN_SLOTS`]); saturates for absurd counts, which then fail to allocate as
+/// any huge allocation does.
+fn slots_for(keys: usize) -> usize {
+    let need = keys.saturating_add(1).saturating_mul(8).div_ceil(7);
+    need.checked_next_power_of_two()
+        .unwrap_or(1 << (usize::BITS - 1))
+        .max(MIN_SLOTS)
 }
 
 /// One configuration of the quota table, precomputed off the hot path.
@@ -335,6 +347,8 @@ where
     judged: AtomicU64,
     /// Tables replaced so far (grown or purged); a metric.
     resizes: AtomicU64,
+    /// The fewest slots a table has (from `KeyedTokenBucketBuilder::capacity`).
+    min_slots: usize,
     clock: C,
 }
 
@@ -563,6 +577,7 @@ where
     pub fn builder(limit: Limit, burst: u32) -> KeyedTokenBucketBuilder<K> {
         KeyedTokenBucketBuilder {
             quotas: vec![(limit, burst)],
+            capacity: 0,
             classify: Box::new(|_| 0),
             hasher: RandomState::new(),
             max_keys: u64::MAX,
@@ -912,7 +927,7 @@ where
             }
         }
         let want = (live_words.len() + extra).max(1) * 2;
-        let new = Table::new(want.next_power_of_two().max(MIN_SLOTS));
+        let new = Table::new(want.next_power_of_two().max(self.min_slots));
         for (hash, k, s) in live_words {
             new.claim(hash, k, s);
         }
@@ -1222,6 +1237,7 @@ where
 #[must_use = "a builder does nothing until `build` is called"]
 pub struct KeyedTokenBucketBuilder<K, S = RandomState, C: Clock = QuantaClock> {
     quotas: Vec<(Limit, u32)>,
+    capacity: usize,
     classify: Box<dyn Fn(&K) -> usize + Send + Sync>,
     hasher: S,
     max_keys: u64,
@@ -1271,6 +1287,28 @@ where
     /// ```
     pub fn classify(mut self, classify: impl Fn(&K) -> usize + Send + Sync + 'static) -> Self {
         self.classify = Box::new(classify);
+        self
+    }
+
+    /// Sizes the table for `keys` keys from the start, and never shrinks it below that: up
+    /// to `keys` keys, no insert grows the table, so no grant ever waits for a resize
+    /// (module docs, "Waiting on a resize"), at the price of holding the memory
+    /// (`~16 * 8/7 * keys` bytes for `u64` keys, rounded up to a power of two) while empty.
+    /// Default 0: the table starts at 16 slots and follows the keys.
+    ///
+    /// ```
+    /// use turnstile::{keyed_bucket::KeyedTokenBucket, Limit};
+    /// let k = KeyedTokenBucket::builder(Limit::per_second(1.0).unwrap(), 1)
+    ///     .capacity(1000)
+    ///     .build()
+    ///     .unwrap();
+    /// for key in 0..1000u32 {
+    ///     assert!(k.check(&key).is_ok());
+    /// }
+    /// assert_eq!(k.resizes(), 0);
+    /// ```
+    pub fn capacity(mut self, keys: usize) -> Self {
+        self.capacity = keys;
         self
     }
 
@@ -1342,6 +1380,7 @@ where
     pub fn hasher<T: BuildHasher>(self, hasher: T) -> KeyedTokenBucketBuilder<K, T, C> {
         KeyedTokenBucketBuilder {
             quotas: self.quotas,
+            capacity: self.capacity,
             classify: self.classify,
             hasher,
             max_keys: self.max_keys,
@@ -1364,6 +1403,7 @@ where
     pub fn clock<D: Clock>(self, clock: D) -> KeyedTokenBucketBuilder<K, S, D> {
         KeyedTokenBucketBuilder {
             quotas: self.quotas,
+            capacity: self.capacity,
             classify: self.classify,
             hasher: self.hasher,
             max_keys: self.max_keys,
@@ -1393,7 +1433,8 @@ where
             return Err(ConfigError::TooManyQuotas(self.quotas.len()));
         }
         let now = self.clock.now().as_u64();
-        let table = Box::into_raw(Box::new(Table::new(MIN_SLOTS)));
+        let min_slots = slots_for(self.capacity);
+        let table = Box::into_raw(Box::new(Table::new(min_slots)));
         Ok(KeyedTokenBucket {
             table: AtomicPtr::new(table),
             quotas: self
@@ -1412,6 +1453,7 @@ where
             last_sweep: AtomicU64::new(now),
             judged: AtomicU64::new(0),
             resizes: AtomicU64::new(0),
+            min_slots,
             clock: self.clock,
         })
     }

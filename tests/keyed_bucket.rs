@@ -387,6 +387,30 @@ fn resizes_keep_every_key_state() {
 }
 
 #[test]
+fn a_presized_table_neither_grows_nor_shrinks_below_its_capacity() {
+    let k: KeyedTokenBucket<u64, _, _> = KeyedTokenBucket::builder(limit(1.0), 1)
+        .capacity(1000)
+        .sweep_every(Duration::MAX)
+        .clock(ManualClock::default())
+        .build()
+        .unwrap();
+    let slots = k.capacity();
+    assert!(slots * 7 / 8 >= 1000, "{slots} slots");
+    for key in 0..1000 {
+        assert!(k.check_n_at(&key, at(0), 1).is_ok());
+    }
+    assert_eq!(k.resizes(), 0);
+    assert_eq!(k.evict_idle_at(at(SEC)), 1000);
+    assert_eq!(k.resizes(), 1, "purged");
+    assert_eq!(k.capacity(), slots, "not below the capacity asked for");
+    // Past the capacity it grows as usual.
+    for key in 0..2000 {
+        assert!(k.check_n_at(&key, at(SEC), 1).is_ok());
+    }
+    assert!(k.capacity() > slots);
+}
+
+#[test]
 fn sweeps_run_inline_when_due() {
     let clock = ManualClock::default();
     let k: KeyedTokenBucket<u64, _, _> = KeyedTokenBucket::builder(limit(10.0), 1)
