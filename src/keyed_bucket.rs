@@ -329,7 +329,12 @@ where
 {
     /// The current table; replaced only by a resize, under `writer`.
     table: AtomicPtr<Table<K>>,
-    quotas: Box<[Quota]>,
+    /// The quota table indexed by **tag** (quota `q` at `q + 1`), so that a live word finds
+    /// its configuration with one index that needs no bounds check (a tag is 4 bits). Tags
+    /// past the configured quotas, and tag 0, hold quota 0 and are never a live word's.
+    by_tag: Box<[Quota; 16]>,
+    /// How many quotas were configured.
+    quota_count: usize,
     classify: Box<dyn Fn(&K) -> usize + Send + Sync>,
     hasher: S,
     /// The base of every key's `x`: ns on `clock`.
@@ -392,7 +397,8 @@ impl<K> Table<K> {
         // At most seven eighths of the slots are used, so an EMPTY slot ends every probe;
         // the bound is for safety only.
         for _ in 0..=self.mask {
-            let slot = &self.slots[i];
+            // SAFETY: `i <= mask` and `slots.len() == mask + 1`.
+            let slot = unsafe { self.slots.get_unchecked(i) };
             let s = slot.state.load(Ordering::Acquire);
             if s == EMPTY {
                 return None;
@@ -771,8 +777,8 @@ where
         let mut s = slot.state.load(Ordering::Acquire);
         let backoff = Backoff::new();
         loop {
-            let q = &self.quotas[quota_of(s)];
-            if tag(s) == 0 {
+            let t = tag(s);
+            if t == 0 {
                 if s & FROZEN != 0 {
                     return Outcome::Frozen;
                 }
@@ -782,6 +788,7 @@ where
                 }
                 continue;
             }
+            let q = &self.by_tag[t];
             if q.inf {
                 return Outcome::Done(Ok(()));
             }
@@ -825,7 +832,7 @@ where
         let q = quota_of(s);
         // After the `Acquire` load that saw DEAD: at least the time of the sweep that wrote
         // it (module docs, step 2).
-        let x = self.quotas[q].units(self.base, self.birth(now));
+        let x = self.by_tag[q + 1].units(self.base, self.birth(now));
         match slot
             .state
             .compare_exchange(s, live(q, x), Ordering::Relaxed, Ordering::Acquire)
@@ -866,7 +873,7 @@ where
         // User code (to_owned, classify) runs before the lock.
         let owned = key.to_owned();
         let q = (self.classify)(&owned);
-        let q = if q < self.quotas.len() { q } else { 0 };
+        let q = if q < self.quota_count { q } else { 0 };
         let _w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
         let guard = reclaim::pin();
         let mut table = self.table(&guard);
@@ -878,7 +885,7 @@ where
         }
         // Under `writer`, after any resize that purged an earlier incarnation of the key:
         // the judged time of its eviction is visible here (module docs, step 2).
-        let x = self.quotas[q].units(self.base, self.birth(now));
+        let x = self.by_tag[q + 1].units(self.base, self.birth(now));
         table.claim(hash, owned, live(q, x));
         room.1 = true;
         true
@@ -997,9 +1004,9 @@ where
             .find(hash, key)
             .map_or(EMPTY, |slot| slot.state.load(Ordering::Acquire));
         if tag(s) == 0 {
-            return f64::from(self.quotas[0].burst);
+            return f64::from(self.by_tag[1].burst);
         }
-        let q = &self.quotas[quota_of(s)];
+        let q = &self.by_tag[tag(s)];
         if q.inf {
             return f64::from(q.burst);
         }
@@ -1098,7 +1105,7 @@ where
                 dead_slots += 1;
                 continue;
             }
-            let quota = &self.quotas[q];
+            let quota = &self.by_tag[q + 1];
             if s & X_MASK <= quota.units(self.base, now)
                 && slot
                     .state
@@ -1220,8 +1227,7 @@ where
             .field("len", &self.len())
             .field(
                 "quotas",
-                &self
-                    .quotas
+                &self.by_tag[1..=self.quota_count]
                     .iter()
                     .map(|q| (q.limit, q.burst))
                     .collect::<Vec<_>>(),
@@ -1437,11 +1443,23 @@ where
         let table = Box::into_raw(Box::new(Table::new(min_slots)));
         Ok(KeyedTokenBucket {
             table: AtomicPtr::new(table),
-            quotas: self
-                .quotas
-                .iter()
-                .map(|&(limit, burst)| Quota::new(limit, burst))
-                .collect(),
+            by_tag: {
+                let quotas: Vec<Quota> = self
+                    .quotas
+                    .iter()
+                    .map(|&(limit, burst)| Quota::new(limit, burst))
+                    .collect();
+                // Tag t is quota t - 1; tag 0 and unused tags repeat quota 0 (the builder
+                // always has it), never read for a live word.
+                Box::new(std::array::from_fn(|t| {
+                    if (1..=quotas.len()).contains(&t) {
+                        quotas[t - 1]
+                    } else {
+                        quotas[0]
+                    }
+                }))
+            },
+            quota_count: self.quotas.len(),
             classify: self.classify,
             hasher: self.hasher,
             base: now,
