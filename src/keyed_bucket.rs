@@ -6,7 +6,7 @@
 //! # The state word
 //! Each key is a GCRA ("virtual scheduling") token bucket, the same bucket as
 //! [`TokenBucket`](crate::TokenBucket)'s `allow`: `x` is the key's *theoretical arrival
-//! time*, counted in the units of [`Scale`] (one token is exactly `2^k` units, so grants never
+//! time*, counted in the units of `src/scale.rs` (one token is exactly `2^k` units, so grants never
 //! drift) from one fixed **base** for the whole map (the clock reading at construction).
 //! Readings before the base count as the base.
 //!
@@ -140,7 +140,7 @@
 //! # HashDoS
 //! Keys are usually chosen by clients (IP addresses, API keys), and linear probing degrades
 //! to linear scans if many keys collide. The default hasher is std's
-//! [`RandomState`](std::collections::hash_map::RandomState) (SipHash-1-3 with a random
+//! [`RandomState`] (SipHash-1-3 with a random
 //! per-process key, a keyed PRF): without the key an attacker cannot predict which slots its
 //! keys land in, so it cannot build long probe chains however many keys it sends, and
 //! [`KeyedTokenBucketBuilder::max_keys`] bounds how many it can hold. A faster hasher can be
