@@ -996,7 +996,7 @@ where
             .is_some_and(|slot| tag(slot.state.load(Ordering::Acquire)) != 0)
     }
 
-    /// The tokens `key` holds at `now` (its burst if the key is absent or evicted); may be
+    /// The tokens `key` holds at `now` (quota 0's burst if the key is absent or evicted); may be
     /// negative for a reading older than the key's last grant.
     ///
     /// ```
