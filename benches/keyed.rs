@@ -19,6 +19,12 @@
 //!   (`TokenBucket::compact`: no cache padding, the layout meant for many keys), against the
 //!   same governor cell.
 //!
+//! * `keyed_inline_hot`, `keyed_inline_random`: the same two workloads on
+//!   [`KeyedTokenBucket`] (the state inline, one word per key; 1e9/s with a burst of
+//!   `u32::MAX`, governor's quota) with std's SipHash (`turnstile`, the default, as
+//!   governor's), with a seeded foldhash (`turnstile_foldhash`, not in `scripts/bench-ratios`'
+//!   columns), against governor in the same group.
+//!
 //! Per-operation figures as in every turnstile bench (`benches/harness`): the slowest thread's
 //! time per operation, clock read included. Summarize with `scripts/bench-ratios`. Bytes per
 //! key are measured by `tests/keyed_memory.rs`.
@@ -31,7 +37,7 @@ mod harness;
 use criterion::{black_box, criterion_group, criterion_main, Criterion};
 use governor::{Quota, RateLimiter};
 use harness::{cell, nz, THREADS};
-use turnstile::{Idle, Keyed, Limit, Limiter, TokenBucket};
+use turnstile::{Idle, Keyed, KeyedTokenBucket, Limit, Limiter, TokenBucket};
 
 const KEYS: u64 = 100_000;
 
@@ -161,9 +167,85 @@ fn random_cells<L: Limiter + Idle + 'static>(
     }
 }
 
+/// The inline map at governor's quota, hashing with `hasher`.
+fn inline_keyed<S: std::hash::BuildHasher>(hasher: S) -> KeyedTokenBucket<u64, S> {
+    KeyedTokenBucket::builder(Limit::per_second(1e9).expect("valid limit"), u32::MAX)
+        .hasher(hasher)
+        .sweep_every(Duration::MAX)
+        .build()
+        .expect("valid keyed limiter")
+}
+
+fn keyed_inline_hot(c: &mut Criterion) {
+    for threads in THREADS {
+        let mut g = c.benchmark_group(format!("keyed_inline_hot/{threads}t"));
+
+        let k = inline_keyed(std::collections::hash_map::RandomState::new());
+        cell(&mut g, "turnstile", threads, || {
+            let _ = black_box(black_box(&k).check(&7));
+        });
+        assert!(k.check(&7).is_ok(), "keyed_inline_hot ran dry");
+
+        let k = inline_keyed(foldhash::fast::RandomState::default());
+        cell(&mut g, "turnstile_foldhash", threads, || {
+            let _ = black_box(black_box(&k).check(&7));
+        });
+        assert!(k.check(&7).is_ok(), "keyed_inline_hot ran dry");
+
+        let gov = governor_keyed();
+        cell(&mut g, "governor", threads, || {
+            let _ = black_box(black_box(&gov).check_key(&7));
+        });
+        assert!(
+            gov.check_key(&7).is_ok(),
+            "keyed_inline_hot governor ran dry"
+        );
+
+        g.finish();
+    }
+}
+
+fn keyed_inline_random(c: &mut Criterion) {
+    for threads in THREADS {
+        let mut g = c.benchmark_group(format!("keyed_inline_random/{threads}t"));
+
+        let k = inline_keyed(std::collections::hash_map::RandomState::new());
+        for key in 0..KEYS {
+            assert!(k.check(&key).is_ok());
+        }
+        cell(&mut g, "turnstile", threads, || {
+            let _ = black_box(black_box(&k).check(&random_key()));
+        });
+        assert_eq!(k.len() as u64, KEYS);
+        drop(k);
+
+        let k = inline_keyed(foldhash::fast::RandomState::default());
+        for key in 0..KEYS {
+            assert!(k.check(&key).is_ok());
+        }
+        cell(&mut g, "turnstile_foldhash", threads, || {
+            let _ = black_box(black_box(&k).check(&random_key()));
+        });
+        assert_eq!(k.len() as u64, KEYS);
+        drop(k);
+
+        let gov = governor_keyed();
+        for key in 0..KEYS {
+            assert!(gov.check_key(&key).is_ok());
+        }
+        cell(&mut g, "governor", threads, || {
+            let _ = black_box(black_box(&gov).check_key(&random_key()));
+        });
+        assert_eq!(gov.len() as u64, KEYS);
+
+        g.finish();
+    }
+}
+
 criterion_group! {
     name = benches;
     config = harness::config();
-    targets = keyed_hot, keyed_hot_deny, keyed_random, keyed_random_compact
+    targets = keyed_hot, keyed_hot_deny, keyed_random, keyed_random_compact, keyed_inline_hot,
+        keyed_inline_random
 }
 criterion_main!(benches);

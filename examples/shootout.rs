@@ -18,9 +18,10 @@
 //! limiter (a dev-dependency only) behind a small adapter. Phase 3 runs every other algorithm
 //! (uber's leaky bucket, Guava's SmoothBursty and SmoothWarmingUp, go-zero's fixed window, the
 //! sliding window, the water-level meter) against its own mutex twin at the phase-1 rate, each
-//! checked against its own budget. Phase 4 runs `Keyed` (a token bucket per key) against
-//! governor's keyed limiter, on 10 000 clients picked at random and on one hot client, and
-//! checks every key's budget. With the defaults the whole run takes about 21 × 1.5 s.
+//! checked against its own budget. Phase 4 runs `Keyed` (a token bucket per key) and
+//! `KeyedTokenBucket` (one word per key, inline) against governor's keyed limiter, on 10 000
+//! clients picked at random and on one hot client, and checks every key's budget. With the
+//! defaults the whole run takes about 23 × 1.5 s.
 //!
 //! Exit status: 1 if any turnstile limiter grants more than its budget (plus one request).
 
@@ -34,8 +35,8 @@ use governor::clock::{Clock as _, QuantaClock as GovClock, QuantaInstant, Refere
 use governor::state::{InMemoryState, NotKeyed};
 use governor::{Quota, RateLimiter};
 use turnstile::{
-    reference, Denied, FixedWindow, Keyed, LeakyBucket, LeakyMeter, Limit, Limiter, Nanos,
-    SlidingWindow, SmoothBursty, SmoothWarmingUp, TokenBucket,
+    reference, Denied, FixedWindow, Keyed, KeyedTokenBucket, LeakyBucket, LeakyMeter, Limit,
+    Limiter, Nanos, SlidingWindow, SmoothBursty, SmoothWarmingUp, TokenBucket,
 };
 
 /// Checks between two looks at the stop flag.
@@ -671,8 +672,9 @@ fn phase3(args: &Args, threads: usize, dur: Duration) -> bool {
     over
 }
 
-/// Phase 4: per-key limiters, turnstile's `Keyed` against governor's keyed limiter (dashmap),
-/// each key a token bucket (turnstile's in the `Compact` layout meant for keyed maps). First `KEYS` clients picked at random by every thread, each with a
+/// Phase 4: per-key limiters, turnstile's `Keyed` (each key a token bucket in the `Compact`
+/// layout meant for keyed maps) and `KeyedTokenBucket` (each key one word inline) against
+/// governor's keyed limiter (dashmap). First `KEYS` clients picked at random by every thread, each with a
 /// small budget; then one hot client with the phase-1 rate. Every key's grants are counted and
 /// checked against its own budget. Returns whether turnstile went over.
 fn phase4(threads: usize, dur: Duration) -> bool {
@@ -714,6 +716,19 @@ fn phase4(threads: usize, dur: Duration) -> bool {
             burst,
             ours.len(),
         );
+        drop(ours);
+        let inline = KeyedTokenBucket::new(limit, burst);
+        let s = run_keyed(threads, dur, keys, |k| inline.check(&k).is_ok());
+        over |= !keyed_row(
+            &mut t,
+            &format!("turnstile inline, {label}"),
+            &s,
+            threads,
+            rate,
+            burst,
+            inline.len(),
+        );
+        drop(inline);
         let gov = RateLimiter::keyed(
             Quota::per_second(NonZeroU32::new(rate).expect("nonzero"))
                 .allow_burst(NonZeroU32::new(burst).expect("nonzero")),

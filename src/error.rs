@@ -50,6 +50,10 @@ pub enum ConfigError {
     /// A keyed limiter's `max_keys` was zero: no key could ever be admitted.
     #[error("max_keys is 0; a keyed limiter needs room for at least one key")]
     ZeroMaxKeys,
+    /// A `KeyedTokenBucket` was given more quotas than its state word can name (at most
+    /// `keyed_bucket::MAX_QUOTAS`, 15).
+    #[error("{0} quotas; a keyed token bucket holds at most 15")]
+    TooManyQuotas(usize),
 }
 
 /// Why a wait did not (or will not) end with the requested tokens.

@@ -23,6 +23,7 @@
 //! | [`SlidingWindow`] | the sliding-window counter | [`sliding_window`] |
 //! | [`LeakyMeter`] | the water-level leaky bucket (a meter) | [`leaky_meter`] |
 //! | [`Keyed`] | any of the above, per key (per IP, user, API key) | [`keyed`] |
+//! | [`KeyedTokenBucket`] | a token bucket per key, its state inline (one word per key) | [`keyed_bucket`] |
 //!
 //! Every limiter has a mutex-based twin in [`reference`](mod@reference) that follows the upstream code
 //! literally; the tests compare the two on random operation sequences, and the benchmarks
@@ -54,6 +55,8 @@ mod config_slots;
 mod error;
 #[cfg(feature = "keyed")]
 pub mod keyed;
+#[cfg(feature = "keyed")]
+pub mod keyed_bucket;
 pub mod leaky_bucket;
 pub mod leaky_meter;
 mod limit;
@@ -71,6 +74,8 @@ pub use clock::{Clock, CoarseClock, ManualClock, Nanos, QuantaClock};
 pub use error::{ConfigError, WaitError};
 #[cfg(feature = "keyed")]
 pub use keyed::Keyed;
+#[cfg(feature = "keyed")]
+pub use keyed_bucket::KeyedTokenBucket;
 pub use leaky_bucket::LeakyBucket;
 pub use leaky_meter::LeakyMeter;
 pub use limit::Limit;

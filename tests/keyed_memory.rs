@@ -10,7 +10,8 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicIsize, Ordering};
 use std::time::Duration;
 
-use turnstile::{FixedWindow, Keyed, Limit, ManualClock, Nanos, TokenBucket};
+use governor::{Quota, RateLimiter};
+use turnstile::{FixedWindow, Keyed, KeyedTokenBucket, Limit, ManualClock, Nanos, TokenBucket};
 
 /// Bytes currently allocated by the process.
 struct Counting;
@@ -135,4 +136,68 @@ fn many_keys_then_idle_give_memory_back() {
     held_then_freed("TokenBucket (Compact)", |_| {
         TokenBucket::compact_with_clock(Limit::per_second(10.0).unwrap(), 5, ManualClock::default())
     });
+    inline_keyed_token_bucket_against_governor();
+}
+
+/// The inline map (one word per key) against governor's keyed limiter (dashmap + GCRA), the
+/// same keys: bytes per key held, and the inline map's memory back after eviction. Called
+/// from the one test (the allocation counter is the whole process's: two tests running at
+/// once would count each other's).
+fn inline_keyed_token_bucket_against_governor() {
+    let base = live();
+    let gov = RateLimiter::keyed(Quota::per_second(std::num::NonZeroU32::new(10).unwrap()));
+    for key in 0..KEYS {
+        assert!(gov.check_key(&key).is_ok());
+    }
+    assert_eq!(gov.len() as u64, KEYS);
+    let gov_per_key = (live() - base) as f64 / KEYS as f64;
+    drop(gov);
+
+    let base = live();
+    let k: KeyedTokenBucket<u64, _, _> =
+        KeyedTokenBucket::builder(Limit::per_second(10.0).unwrap(), 1)
+            .sweep_every(Duration::MAX)
+            .clock(ManualClock::default())
+            .build()
+            .unwrap();
+    let empty = live() - base;
+    for key in 0..KEYS {
+        assert!(k.check_n_at(&key, Nanos::ZERO, 1).is_ok());
+    }
+    assert_eq!(k.len() as u64, KEYS);
+    // Let the epoch collector free the tables replaced while growing.
+    for i in 0..10_000u64 {
+        let _ = k.check_n_at(&(i % KEYS), Nanos::ZERO, 1);
+    }
+    let per_key = (live() - base) as f64 / KEYS as f64;
+    let slots = k.capacity();
+    let sweep = std::time::Instant::now();
+    assert_eq!(k.evict_idle_at(Nanos::ZERO), 0, "nothing is idle yet");
+    eprintln!("  a sweep of {KEYS} busy keys took {:?}", sweep.elapsed());
+    let sweep = std::time::Instant::now();
+    assert_eq!(k.evict_idle_at(Nanos::new(SEC)) as u64, KEYS);
+    eprintln!(
+        "  a sweep evicting {KEYS} keys (and rebuilding the table) took {:?}",
+        sweep.elapsed()
+    );
+    assert!(k.is_empty());
+    for i in 0..10_000u64 {
+        let _ = k.check_n_at(&(KEYS + (i % 2)), Nanos::new(SEC), 1);
+        if i % 1000 == 0 {
+            std::thread::yield_now();
+        }
+    }
+    let left = live() - base - empty;
+    eprintln!(
+        "KeyedTokenBucket: {per_key:.1} bytes per key held ({slots} slots), {left} bytes left \
+         after evicting all; governor: {gov_per_key:.1} bytes per key"
+    );
+    assert!(
+        per_key <= gov_per_key,
+        "{per_key:.1} bytes per key against governor's {gov_per_key:.1}"
+    );
+    assert!(
+        left < LEFT_MAX,
+        "{left} bytes left after evicting {KEYS} keys"
+    );
 }
