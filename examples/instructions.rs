@@ -21,6 +21,10 @@
 //!   a fake clock) and `check_key(&7)`. Limits as in `tb-allow`.
 //! * `keyed-random`: 100 000 keys inserted during setup, then each check picks a key from a
 //!   fixed xorshift sequence (the same in every run and for both crates).
+//! * `inline-hot`, `inline-random` (and `-foldhash`): the same two workloads on
+//!   `KeyedTokenBucket` (the state inline, one word per key), 1e9/s with a burst of `u32::MAX`
+//!   (governor's quota), with std's SipHash (the default, as governor's) or a seeded foldhash;
+//!   the governor side is that of `keyed-hot` / `keyed-random`.
 //! * `tb-allow-clock`, `tb-deny-clock`, `keyed-hot-clock`: the same with each crate's default
 //!   real clock (turnstile `TokenBucket::new` + `allow()`, `Keyed::check`; governor
 //!   `RateLimiter::direct`/`keyed` + `check`/`check_key`). Under valgrind the clock read is
@@ -38,12 +42,14 @@ use std::time::Duration;
 
 use governor::clock::FakeRelativeClock;
 use governor::{Quota, RateLimiter};
-use turnstile::{Keyed, Limit, ManualClock, Nanos, TokenBucket};
+use turnstile::{Keyed, KeyedTokenBucket, Limit, ManualClock, Nanos, TokenBucket};
 
 /// The fixed time of every clock-free turnstile check (1 s after the origin).
 const NOW: Nanos = Nanos::new(1_000_000_000);
 /// Keys of the `keyed-random` cell.
 const KEYS: u64 = 100_000;
+/// The inline map's always-granting quota: governor's, 1e9/s with a burst of `u32::MAX`.
+const OK_LIMIT_INLINE: f64 = 1e9;
 
 fn limit(per_second: f64) -> Limit {
     Limit::per_second(per_second).expect("valid limit")
@@ -100,8 +106,59 @@ fn ts_keyed(clock: &ManualClock) -> Keyed<u64, TokenBucket<ManualClock>, ManualC
         .expect("valid keyed limiter")
 }
 
+fn ts_inline<S: std::hash::BuildHasher>(
+    clock: &ManualClock,
+    hasher: S,
+) -> KeyedTokenBucket<u64, S, ManualClock> {
+    KeyedTokenBucket::builder(limit(OK_LIMIT_INLINE), u32::MAX)
+        .hasher(hasher)
+        .clock(clock.clone())
+        .sweep_every(Duration::MAX)
+        .build()
+        .expect("valid keyed limiter")
+}
+
+/// The inline map's hot key: one key checked over and over at a fixed time.
+fn inline_hot<S: std::hash::BuildHasher>(hasher: S, ops: u64) {
+    let k = ts_inline(&ManualClock::new(NOW), hasher);
+    measured(ops, || {
+        let _ = black_box(black_box(&k).check_n_at(black_box(&7), black_box(NOW), 1));
+    });
+    assert!(k.check_n_at(&7, NOW, 1).is_ok(), "inline-hot ran dry");
+}
+
+/// The inline map over `KEYS` keys inserted first, checked in the xorshift order.
+fn inline_random<S: std::hash::BuildHasher>(hasher: S, ops: u64) {
+    let k = ts_inline(&ManualClock::new(NOW), hasher);
+    for key in 0..KEYS {
+        assert!(k.check_n_at(&key, NOW, 1).is_ok());
+    }
+    let mut x = SEED;
+    measured(ops, || {
+        x = xorshift(x);
+        let _ = black_box(black_box(&k).check_n_at(&(x % KEYS), black_box(NOW), 1));
+    });
+    assert_eq!(k.len() as u64, KEYS, "inline-random added or lost keys");
+}
+
 fn run(cell: &str, imp: &str, ops: u64) -> Result<(), String> {
     match (cell, imp) {
+        ("inline-hot", "turnstile") => {
+            inline_hot(std::collections::hash_map::RandomState::new(), ops)
+        }
+        ("inline-random", "turnstile") => {
+            inline_random(std::collections::hash_map::RandomState::new(), ops)
+        }
+        ("inline-hot-foldhash", "turnstile") => {
+            inline_hot(foldhash::fast::RandomState::default(), ops)
+        }
+        ("inline-random-foldhash", "turnstile") => {
+            inline_random(foldhash::fast::RandomState::default(), ops)
+        }
+        ("inline-hot" | "inline-hot-foldhash", "governor") => return run("keyed-hot", imp, ops),
+        ("inline-random" | "inline-random-foldhash", "governor") => {
+            return run("keyed-random", imp, ops)
+        }
         ("tb-allow", "turnstile") => {
             let tb = ts_ok(ManualClock::new(NOW));
             measured(ops, || {
