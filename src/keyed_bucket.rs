@@ -174,7 +174,7 @@ use crate::error::ConfigError;
 use crate::limit::Limit;
 use crate::limiter::Denied;
 use crate::scale::{Scale, D_MAX, TAU_MAX};
-use crate::sync::{retry_hint, AtomicU64, Mutex, Ordering};
+use crate::sync::{retry_hint, AtomicU64, Mutex, Ordering}; // Mutex: inserts of new keys and resizes only, never a check of an existing key
 
 #[cfg(not(loom))]
 use std::sync::atomic::{AtomicPtr, AtomicUsize};

@@ -42,7 +42,6 @@
 //! whole number of nanoseconds (10/s, 1000/s, 1e8/s) every multiple of `T` converts to
 //! exactly the units of that many tokens, so grants fall due at the exact nanosecond.
 
-#![allow(dead_code)] // used by the 64-bit limiters landing next (issue #9)
 use crate::limit::Limit;
 
 /// Left shift applied to a nanosecond count before the multiplication; `m < 2^J`.
@@ -140,18 +139,12 @@ impl Scale {
     /// Units in `d` nanoseconds (`d <= D_MAX`), rounded down.
     #[inline(always)]
     pub(crate) fn units(&self, d: u64) -> u64 {
-        debug_assert!(d <= D_MAX);
-        (((d << J) as u128 * self.mul as u128) >> 64) as u64
+        units(d, self.mul)
     }
 
     /// Units in `d` nanoseconds for any `d`, as a `u128` (off the hot path).
     pub(crate) fn units_wide(&self, d: u64) -> u128 {
         ((d as u128) * (self.mul as u128)) >> (64 - J)
-    }
-
-    /// Units in `d` nanoseconds, saturating at `u64::MAX`.
-    pub(crate) fn units_saturating(&self, d: u64) -> u64 {
-        u64::try_from(self.units_wide(d)).unwrap_or(u64::MAX)
     }
 
     /// Nanoseconds in `u` units, rounded down.
@@ -166,12 +159,14 @@ impl Scale {
         let one = 1u128 << self.per_shift;
         (p >> self.per_shift) + u128::from(p & (one - 1) != 0)
     }
+}
 
-    /// The units in one token.
-    #[inline(always)]
-    pub(crate) fn unit_per_token(&self) -> u64 {
-        self.one
-    }
+/// Units in `d <= D_MAX` nanoseconds at multiplier `mul`, rounded down: the high half of
+/// `(d << J) * mul`. The one conversion every 64-bit limiter word's hot path makes.
+#[inline(always)]
+pub(crate) fn units(d: u64, mul: u64) -> u64 {
+    debug_assert!(d <= D_MAX);
+    (((d << J) as u128 * mul as u128) >> 64) as u64
 }
 
 /// `x = mant * 2^exp` exactly, for a finite positive `f64`.

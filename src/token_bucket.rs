@@ -139,7 +139,7 @@ use crate::clock::{Clock, Nanos, QuantaClock};
 use crate::error::WaitError;
 use crate::limit::Limit;
 use crate::limiter::{Compact, Denied, Idle, Layout, Limiter, Padded};
-use crate::scale::{Scale, D_MAX, J, TAU_MAX};
+use crate::scale::{Scale, D_MAX, TAU_MAX};
 use crate::sync::{fence, AtomicU64, Mutex, Ordering}; // Mutex: reconfiguration only, never the hot path
 /// A lock-free token bucket: `limit` tokens per second, at most `burst` at once, with the API
 /// and semantics of Go's `rate.Limiter` (deviations in the [module docs](self)).
@@ -1186,10 +1186,10 @@ struct Hot {
 }
 
 impl Hot {
-    /// `units(d)`: see [`Scale::units`] (the multiplier inline, for the hot path).
+    /// `units(d)` at this configuration's multiplier (see `scale::units`).
     #[inline(always)]
     fn units(&self, d: u64) -> u64 {
-        (((d << J) as u128 * self.mul as u128) >> 64) as u64
+        crate::scale::units(d, self.mul)
     }
 }
 
