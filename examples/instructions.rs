@@ -127,18 +127,25 @@ fn inline_hot<S: std::hash::BuildHasher>(hasher: S, ops: u64) {
     assert!(k.check_n_at(&7, NOW, 1).is_ok(), "inline-hot ran dry");
 }
 
-/// The inline map over `KEYS` keys inserted first, checked in the xorshift order.
-fn inline_random<S: std::hash::BuildHasher>(hasher: S, ops: u64) {
-    let k = ts_inline(&ManualClock::new(NOW), hasher);
+/// A random-key cell: `KEYS` keys inserted with `check` first, then `ops` checks on keys from
+/// the xorshift sequence; `len` must still be `KEYS` afterwards.
+fn random_keys(ops: u64, check: impl Fn(u64) -> bool, len: impl Fn() -> usize, cell: &str) {
     for key in 0..KEYS {
-        assert!(k.check_n_at(&key, NOW, 1).is_ok());
+        assert!(check(key), "{cell}: key {key} refused while inserting");
     }
     let mut x = SEED;
     measured(ops, || {
         x = xorshift(x);
-        let _ = black_box(black_box(&k).check_n_at(&(x % KEYS), black_box(NOW), 1));
+        black_box(check(x % KEYS));
     });
-    assert_eq!(k.len() as u64, KEYS, "inline-random added or lost keys");
+    assert_eq!(len() as u64, KEYS, "{cell} added or lost keys");
+}
+
+/// The inline map over `KEYS` keys inserted first, checked in the xorshift order.
+fn inline_random<S: std::hash::BuildHasher>(hasher: S, ops: u64) {
+    let k = ts_inline(&ManualClock::new(NOW), hasher);
+    let check = |key| black_box(&k).check_n_at(&key, black_box(NOW), 1).is_ok();
+    random_keys(ops, check, || k.len(), "inline-random");
 }
 
 fn run(cell: &str, imp: &str, ops: u64) -> Result<(), String> {
@@ -205,31 +212,13 @@ fn run(cell: &str, imp: &str, ops: u64) -> Result<(), String> {
         }
         ("keyed-random", "turnstile") => {
             let k = ts_keyed(&ManualClock::new(NOW));
-            for key in 0..KEYS {
-                assert!(k.check_n_at(&key, NOW, 1).is_ok());
-            }
-            let mut x = SEED;
-            measured(ops, || {
-                x = xorshift(x);
-                let _ = black_box(black_box(&k).check_n_at(&(x % KEYS), black_box(NOW), 1));
-            });
-            assert_eq!(k.len() as u64, KEYS, "keyed-random added or lost keys");
+            let check = |key| black_box(&k).check_n_at(&key, black_box(NOW), 1).is_ok();
+            random_keys(ops, check, || k.len(), "keyed-random");
         }
         ("keyed-random", "governor") => {
             let g = RateLimiter::dashmap_with_clock(gov_ok_quota(), FakeRelativeClock::default());
-            for key in 0..KEYS {
-                assert!(g.check_key(&key).is_ok());
-            }
-            let mut x = SEED;
-            measured(ops, || {
-                x = xorshift(x);
-                let _ = black_box(black_box(&g).check_key(&(x % KEYS)));
-            });
-            assert_eq!(
-                g.len() as u64,
-                KEYS,
-                "keyed-random governor added or lost keys"
-            );
+            let check = |key| black_box(&g).check_key(&key).is_ok();
+            random_keys(ops, check, || g.len(), "keyed-random governor");
         }
         ("tb-allow-clock", "turnstile") => {
             let tb = TokenBucket::new(limit(1e10), u32::MAX);
