@@ -15,22 +15,18 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Barrier, Mutex};
+use std::sync::Mutex;
 use std::time::Duration;
+
+use common::stale_race::{
+    per_key, stale_race, token_bucket_excess, CHECKS, FORCE_EVERY, MAX_STALE, WORKERS,
+};
 
 use turnstile::keyed_bucket::KeyedTokenBucket;
 use turnstile::{Clock, Limit, ManualClock, Nanos};
 
-const MS: u64 = 1_000_000;
 const SEC: u64 = 1_000_000_000;
 const KEYS: u32 = 64;
-const WORKERS: u64 = 3;
-const CHECKS: u64 = 12_000;
-/// Every this many checks a worker forces the stale-after-eviction interleaving itself.
-const FORCE_EVERY: u64 = 16;
-/// Readings are up to this stale.
-const MAX_STALE: u64 = 1_500 * MS;
 const LIMIT: f64 = 20.0;
 const BURST: u32 = 3;
 
@@ -44,35 +40,9 @@ fn map(clock: &ManualClock) -> Map {
         .unwrap()
 }
 
-/// Each key's grants, `(reading, n)` sorted by reading.
-fn per_key(grants: &[(u32, u64, u32)]) -> Vec<Vec<(u64, u32)>> {
-    let mut keys = vec![Vec::new(); KEYS as usize];
-    for &(key, t, n) in grants {
-        keys[key as usize].push((t, n));
-    }
-    for g in &mut keys {
-        g.sort_unstable();
-    }
-    keys
-}
-
-/// Grants with readings in `[a, b]` at most `burst + limit * (b - a)`, for every pair of
-/// grant readings, in O(n) with prefix sums. Returns the worst excess over the burst (<= 0).
-fn worst_excess(grants: &[(u64, u32)]) -> f64 {
-    let per_ns = LIMIT / SEC as f64;
-    let (mut before, mut min_start, mut worst) = (0.0f64, f64::INFINITY, f64::NEG_INFINITY);
-    for &(t, n) in grants {
-        min_start = min_start.min(before - per_ns * t as f64);
-        before += f64::from(n);
-        let end = before - per_ns * t as f64;
-        worst = worst.max(end - min_start - f64::from(BURST));
-    }
-    worst
-}
-
 fn assert_budget(grants: &[(u32, u64, u32)]) {
-    for (key, g) in per_key(grants).iter().enumerate() {
-        let excess = worst_excess(g);
+    for (key, g) in per_key(grants, KEYS).iter().enumerate() {
+        let excess = token_bucket_excess(g, LIMIT, f64::from(BURST));
         assert!(
             excess <= 1e-6,
             "key {key}: {excess} tokens over burst + limit * span ({} grants)",
@@ -85,60 +55,14 @@ fn assert_budget(grants: &[(u32, u64, u32)]) {
 fn stale_readings_racing_a_tight_sweeper() {
     let clock = ManualClock::new(Nanos::new(10 * SEC));
     let k = map(&clock);
-    let stop = AtomicBool::new(false);
-    let (forced, swept) = (AtomicU64::new(0), AtomicU64::new(0));
-    let all = Mutex::new(Vec::new());
-    let start = Barrier::new(WORKERS as usize + 1);
-    std::thread::scope(|s| {
-        let workers: Vec<_> = (0..WORKERS)
-            .map(|id| {
-                let (k, clock, forced, all, start) = (&k, &clock, &forced, &all, &start);
-                s.spawn(move || {
-                    let mut x = common::rng_seed(id + 1);
-                    let mut rand = move || common::xorshift(&mut x);
-                    let mut mine = Vec::new();
-                    start.wait();
-                    for i in 0..CHECKS {
-                        clock.advance(Duration::from_nanos(rand() % (3 * MS)));
-                        let key = (rand() % u64::from(KEYS)) as u32;
-                        let n = 1 + (rand() % 2) as u32;
-                        let reading = if i % FORCE_EVERY == 0 {
-                            // Forced: read, let the key go idle, evict, then use the reading.
-                            let reading = clock.now();
-                            clock.advance(Duration::from_nanos(200 * MS + rand() % MAX_STALE));
-                            k.evict_idle();
-                            forced.fetch_add(1, Ordering::Relaxed);
-                            reading
-                        } else if rand() % 2 == 0 {
-                            clock.now()
-                        } else {
-                            clock
-                                .now()
-                                .saturating_sub(Duration::from_nanos(rand() % MAX_STALE))
-                        };
-                        if k.check_n_at(&key, reading, n).is_ok() {
-                            mine.push((key, reading.as_u64(), n));
-                        }
-                    }
-                    all.lock().unwrap().extend(mine);
-                })
-            })
-            .collect();
-        let (k, stop, swept, start) = (&k, &stop, &swept, &start);
-        let sweeper = s.spawn(move || {
-            start.wait();
-            while !stop.load(Ordering::Relaxed) {
-                swept.fetch_add(k.evict_idle() as u64, Ordering::Relaxed);
-            }
-        });
-        for w in workers {
-            w.join().unwrap();
-        }
-        stop.store(true, Ordering::Relaxed);
-        sweeper.join().unwrap();
-    });
-    let grants = all.into_inner().unwrap();
-    assert_eq!(forced.into_inner(), WORKERS * CHECKS.div_ceil(FORCE_EVERY));
+    let r = stale_race(
+        &clock,
+        KEYS,
+        |key, reading, n| k.check_n_at(&key, reading, n).is_ok(),
+        || k.evict_idle(),
+    );
+    let grants = r.grants;
+    assert_eq!(r.forced, WORKERS * CHECKS.div_ceil(FORCE_EVERY));
     assert!(
         k.resizes() >= 3,
         "64 keys grow a 16-slot table at least 3 times"
@@ -147,7 +71,7 @@ fn stale_readings_racing_a_tight_sweeper() {
     eprintln!(
         "{} grants, {} evictions by the sweeper, {} table replacements",
         grants.len(),
-        swept.into_inner(),
+        r.swept,
         k.resizes()
     );
 }

@@ -15,12 +15,14 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Barrier, Mutex};
 use std::time::Duration;
 
+use common::stale_race::{
+    per_key, stale_race, token_bucket_excess, Race, CHECKS, FORCE_EVERY, WORKERS,
+};
+
 use turnstile::{
-    Clock, FixedWindow, Idle, Keyed, LeakyBucket, LeakyMeter, Limit, Limiter, ManualClock, Nanos,
+    FixedWindow, Idle, Keyed, LeakyBucket, LeakyMeter, Limit, Limiter, ManualClock, Nanos,
     SlidingWindow, SmoothBursty, SmoothWarmingUp, TokenBucket,
 };
 
@@ -223,112 +225,20 @@ fn a_stale_reading_after_an_eviction_smooth_warming_up() {
     );
 }
 
-// ---- the race ----------------------------------------------------------------------------
+// ---- the race (tests/common/stale_race.rs) -------------------------------------------
 
 const KEYS: u32 = 4;
-const WORKERS: u64 = 3;
-const CHECKS: u64 = 12_000;
-/// Every this many checks a worker forces the interleaving itself.
-const FORCE_EVERY: u64 = 16;
-/// Readings are up to this stale.
-const MAX_STALE: u64 = 1_500 * MS;
 
-/// Grants `(key, reading, n)` of a race of stale checks against a sweeper, and how many of
-/// them were forced stale-after-eviction checks.
-struct Race {
-    grants: Vec<(u32, u64, u32)>,
-    forced: u64,
-    swept: u64,
-}
-
+/// The race on a `Keyed` map of `factory`'s limiters.
 fn race<L: Limiter + Idle + 'static>(factory: impl Fn(&u32) -> L + Send + Sync + 'static) -> Race {
     let clock = ManualClock::new(at(10 * SEC));
     let k = map(&clock, factory);
-    let stop = AtomicBool::new(false);
-    let (forced, swept) = (AtomicU64::new(0), AtomicU64::new(0));
-    let all = Mutex::new(Vec::new());
-    let start = Barrier::new(WORKERS as usize + 1);
-    std::thread::scope(|s| {
-        let workers: Vec<_> = (0..WORKERS)
-            .map(|id| {
-                let (k, clock, forced, all, start) = (&k, &clock, &forced, &all, &start);
-                s.spawn(move || {
-                    let mut x = common::rng_seed(id + 1);
-                    let mut rand = move || common::xorshift(&mut x);
-                    let mut mine = Vec::new();
-                    start.wait();
-                    for i in 0..CHECKS {
-                        clock.advance(Duration::from_nanos(rand() % (3 * MS)));
-                        let key = (rand() % u64::from(KEYS)) as u32;
-                        let n = 1 + (rand() % 2) as u32;
-                        let reading = if i % FORCE_EVERY == 0 {
-                            // Forced: read, let the key go idle, evict, then use the reading.
-                            let reading = clock.now();
-                            clock.advance(Duration::from_nanos(200 * MS + rand() % MAX_STALE));
-                            k.evict_idle();
-                            forced.fetch_add(1, Ordering::Relaxed);
-                            reading
-                        } else if rand() % 2 == 0 {
-                            clock.now()
-                        } else {
-                            clock
-                                .now()
-                                .saturating_sub(Duration::from_nanos(rand() % MAX_STALE))
-                        };
-                        if k.check_n_at(&key, reading, n).is_ok() {
-                            mine.push((key, reading.as_u64(), n));
-                        }
-                    }
-                    all.lock().unwrap().extend(mine);
-                })
-            })
-            .collect();
-        let (k, stop, swept, start) = (&k, &stop, &swept, &start);
-        let sweeper = s.spawn(move || {
-            start.wait();
-            while !stop.load(Ordering::Relaxed) {
-                swept.fetch_add(k.evict_idle() as u64, Ordering::Relaxed);
-            }
-        });
-        for w in workers {
-            w.join().unwrap();
-        }
-        stop.store(true, Ordering::Relaxed);
-        sweeper.join().unwrap();
-    });
-    Race {
-        grants: all.into_inner().unwrap(),
-        forced: forced.into_inner(),
-        swept: swept.into_inner(),
-    }
-}
-
-/// Each key's grants, `(reading, n)` sorted by reading.
-fn per_key(grants: &[(u32, u64, u32)]) -> Vec<Vec<(u64, u32)>> {
-    let mut keys = vec![Vec::new(); KEYS as usize];
-    for &(key, t, n) in grants {
-        keys[key as usize].push((t, n));
-    }
-    for g in &mut keys {
-        g.sort_unstable();
-    }
-    keys
-}
-
-/// Token bucket: grants with readings in `[a, b]` at most `burst + limit * (b - a)`, for every
-/// pair of grant readings, in O(n): with prefix sums `S`, `S_j - S_(i-1) - limit * (t_j - t_i)`
-/// is at most `burst` for every `i <= j`. Returns the worst excess over the burst (<= 0).
-fn token_bucket_bound(grants: &[(u64, u32)], limit_per_sec: f64, burst: f64) -> f64 {
-    let per_ns = limit_per_sec / SEC as f64;
-    let (mut before, mut min_start, mut worst) = (0.0f64, f64::INFINITY, f64::NEG_INFINITY);
-    for &(t, n) in grants {
-        // Start a span at this grant: what came before it, less the refill up to it.
-        min_start = min_start.min(before - per_ns * t as f64);
-        before += f64::from(n);
-        let end = before - per_ns * t as f64;
-        worst = worst.max(end - min_start - burst);
-    }
-    worst
+    stale_race(
+        &clock,
+        KEYS,
+        |key, reading, n| k.check_n_at(&key, reading, n).is_ok(),
+        || k.evict_idle(),
+    )
 }
 
 #[test]
@@ -342,8 +252,8 @@ fn stale_readings_racing_a_tight_sweeper_token_bucket() {
         )
     });
     assert_eq!(r.forced, WORKERS * CHECKS.div_ceil(FORCE_EVERY));
-    for (key, grants) in per_key(&r.grants).iter().enumerate() {
-        let excess = token_bucket_bound(grants, limit, f64::from(burst));
+    for (key, grants) in per_key(&r.grants, KEYS).iter().enumerate() {
+        let excess = token_bucket_excess(grants, limit, f64::from(burst));
         assert!(
             excess <= 1e-6,
             "key {key}: {excess} tokens over burst + limit * span ({} grants)",
@@ -373,7 +283,7 @@ fn stale_readings_racing_a_tight_sweeper_leaky_bucket() {
     });
     let t = i128::from(SEC / u64::from(rate));
     let m = i128::from(slack) * t;
-    for (key, grants) in per_key(&r.grants).iter().enumerate() {
+    for (key, grants) in per_key(&r.grants, KEYS).iter().enumerate() {
         let permits: Vec<u64> = grants
             .iter()
             .flat_map(|&(t, n)| std::iter::repeat_n(t, n as usize))

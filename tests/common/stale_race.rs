@@ -1,0 +1,124 @@
+//! The keyed maps' race of stale readings against a tight sweeper, shared by
+//! `tests/keyed_stress.rs` (`Keyed` over every limiter) and `tests/keyed_bucket_stress.rs`
+//! (`KeyedTokenBucket`), and the token bucket's budget over a key's grants.
+#![allow(dead_code)] // not every test binary uses every helper
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Barrier, Mutex};
+use std::time::Duration;
+
+use turnstile::{Clock, ManualClock, Nanos};
+
+const MS: u64 = 1_000_000;
+const SEC: u64 = 1_000_000_000;
+pub const WORKERS: u64 = 3;
+pub const CHECKS: u64 = 12_000;
+/// Every this many checks a worker forces the stale-after-eviction interleaving itself.
+pub const FORCE_EVERY: u64 = 16;
+/// Readings are up to this stale.
+pub const MAX_STALE: u64 = 1_500 * MS;
+
+/// Grants `(key, reading, n)` of a race of stale checks against a sweeper, how many of them
+/// were forced stale-after-eviction checks, and how many keys the sweeper evicted.
+pub struct Race {
+    pub grants: Vec<(u32, u64, u32)>,
+    pub forced: u64,
+    pub swept: u64,
+}
+
+/// `WORKERS` threads make `CHECKS` checks each (`check(key, reading, n)`, true if granted) on
+/// `keys` random keys at readings up to `MAX_STALE` old, moving `clock` on, while a sweeper
+/// calls `evict` in a loop. Every `FORCE_EVERY` checks a worker forces the interleaving
+/// itself: it reads the clock, lets the key go idle, evicts, then uses the reading.
+pub fn stale_race(
+    clock: &ManualClock,
+    keys: u32,
+    check: impl Fn(u32, Nanos, u32) -> bool + Sync,
+    evict: impl Fn() -> usize + Sync,
+) -> Race {
+    let stop = AtomicBool::new(false);
+    let (forced, swept) = (AtomicU64::new(0), AtomicU64::new(0));
+    let all = Mutex::new(Vec::new());
+    let start = Barrier::new(WORKERS as usize + 1);
+    let (check, evict) = (&check, &evict);
+    std::thread::scope(|s| {
+        let workers: Vec<_> = (0..WORKERS)
+            .map(|id| {
+                let (forced, all, start) = (&forced, &all, &start);
+                s.spawn(move || {
+                    let mut x = super::rng_seed(id + 1);
+                    let mut rand = move || super::xorshift(&mut x);
+                    let mut mine = Vec::new();
+                    start.wait();
+                    for i in 0..CHECKS {
+                        clock.advance(Duration::from_nanos(rand() % (3 * MS)));
+                        let key = (rand() % u64::from(keys)) as u32;
+                        let n = 1 + (rand() % 2) as u32;
+                        let reading = if i % FORCE_EVERY == 0 {
+                            let reading = clock.now();
+                            clock.advance(Duration::from_nanos(200 * MS + rand() % MAX_STALE));
+                            evict();
+                            forced.fetch_add(1, Ordering::Relaxed);
+                            reading
+                        } else if rand() % 2 == 0 {
+                            clock.now()
+                        } else {
+                            clock
+                                .now()
+                                .saturating_sub(Duration::from_nanos(rand() % MAX_STALE))
+                        };
+                        if check(key, reading, n) {
+                            mine.push((key, reading.as_u64(), n));
+                        }
+                    }
+                    all.lock().unwrap().extend(mine);
+                })
+            })
+            .collect();
+        let (stop, swept, start) = (&stop, &swept, &start);
+        let sweeper = s.spawn(move || {
+            start.wait();
+            while !stop.load(Ordering::Relaxed) {
+                swept.fetch_add(evict() as u64, Ordering::Relaxed);
+            }
+        });
+        for w in workers {
+            w.join().unwrap();
+        }
+        stop.store(true, Ordering::Relaxed);
+        sweeper.join().unwrap();
+    });
+    Race {
+        grants: all.into_inner().unwrap(),
+        forced: forced.into_inner(),
+        swept: swept.into_inner(),
+    }
+}
+
+/// Each of `keys` keys' grants, `(reading, n)` sorted by reading.
+pub fn per_key(grants: &[(u32, u64, u32)], keys: u32) -> Vec<Vec<(u64, u32)>> {
+    let mut per = vec![Vec::new(); keys as usize];
+    for &(key, t, n) in grants {
+        per[key as usize].push((t, n));
+    }
+    for g in &mut per {
+        g.sort_unstable();
+    }
+    per
+}
+
+/// Token bucket: grants with readings in `[a, b]` at most `burst + limit * (b - a)`, for every
+/// pair of grant readings, in O(n): with prefix sums `S`, `S_j - S_(i-1) - limit * (t_j - t_i)`
+/// is at most `burst` for every `i <= j`. Returns the worst excess over the burst (<= 0).
+pub fn token_bucket_excess(grants: &[(u64, u32)], limit_per_sec: f64, burst: f64) -> f64 {
+    let per_ns = limit_per_sec / SEC as f64;
+    let (mut before, mut min_start, mut worst) = (0.0f64, f64::INFINITY, f64::NEG_INFINITY);
+    for &(t, n) in grants {
+        // Start a span at this grant: what came before it, less the refill up to it.
+        min_start = min_start.min(before - per_ns * t as f64);
+        before += f64::from(n);
+        let end = before - per_ns * t as f64;
+        worst = worst.max(end - min_start - burst);
+    }
+    worst
+}
