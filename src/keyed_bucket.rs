@@ -52,21 +52,22 @@
 //! prototypes, this 2-core VM, `u64` keys, instructions per check): `scc::HashIndex` with the
 //! word inline 180, `DashMap` inline 119 (and it takes a shard read lock per lookup), a bare
 //! table of this shape 35. This one, with its epoch pin, sweep check, quota table and
-//! revival paths, takes ~140 per granted check with foldhash and ~230 with SipHash
-//! (cachegrind, clock-free). `benches/keyed.rs` (`keyed_inline_*`) against governor's keyed
-//! limiter, ns per check, median of 3 runs (ratio to governor, min–max):
+//! revival paths, takes 161 per granted check with foldhash and 243 with SipHash, where
+//! governor's keyed check takes 289 (`scripts/instructions`, clock-free, loop included).
+//! `RUNS=3 scripts/bench-runs keyed` (`keyed_inline_*`) against governor's keyed limiter, ns
+//! per check, median of 3 runs (ratio to governor, median and min–max), 2026-11-30:
 //!
 //! | cell | SipHash (default) | foldhash | governor |
 //! |---|---|---|---|
-//! | hot key, 1 thread | 43.8 (0.81, 0.76–0.91) | 23.5 (0.45, 0.45–0.49) | 49.4 |
-//! | hot key, 2 threads | 88.0 (0.71, 0.55–1.10) | 66.2 (0.50, 0.34–0.84) | 139 |
-//! | 100k random keys, 1 thread | 69.4 (0.40, 0.37–0.53) | 64.9 (0.39, 0.35–0.41) | 168 |
-//! | 100k random keys, 2 threads | 106 (0.56, 0.42–0.70) | 79.4 (0.45, 0.40–0.52) | 192 |
+//! | hot key, 1 thread | 54.8 (0.91, 0.70–0.95) | 32.4 (0.56, 0.53–0.58) | 57.7 |
+//! | hot key, 2 threads | 110.6 (0.42, 0.35–0.64) | 70.3 (0.26, 0.22–0.45) | 265.3 |
+//! | 100k random keys, 1 thread | 111.4 (0.76, 0.67–0.82) | 77.3 (0.64, 0.45–0.68) | 161.1 |
+//! | 100k random keys, 2 threads | 199.3 (0.62, 0.59–1.95) | 136.2 (0.52, 0.48–0.70) | 261.9 |
 //!
-//! The hot key at one thread is at its floor here: a quanta clock read (13.5 ns), the hash
-//! (SipHash 18.5 ns), the epoch pin (4.3 ns) and one CAS (4.4 ns) add up to 40.7 ns. With
-//! governor's own hasher (SipHash), the clock and the hash alone are 0.65 of governor's
-//! check.
+//! The hot key at one thread is near its floor: a quanta clock read (13.5 ns), the hash
+//! (SipHash 18.5 ns), the epoch pin (4.3 ns) and one CAS (4.4 ns), timed one by one during
+//! development (no script keeps those), add up to 40.7 ns; the clock and the hash alone are
+//! more than half of governor's check, which hashes with SipHash too.
 //!
 //! The protocol (every atomic below is the slot's `state` unless named):
 //!
