@@ -162,10 +162,11 @@ impl Scale {
 }
 
 /// Units in `d <= D_MAX` nanoseconds at multiplier `mul`, rounded down: the high half of
-/// `(d << J) * mul`. The one conversion every 64-bit limiter word's hot path makes.
+/// `(d << J) * mul`. The one conversion every 64-bit limiter word's hot path makes. With
+/// `mul = 0` (a limit that never refills) any `d` gives 0.
 #[inline(always)]
 pub(crate) fn units(d: u64, mul: u64) -> u64 {
-    debug_assert!(d <= D_MAX);
+    debug_assert!(d <= D_MAX || mul == 0);
     (((d << J) as u128 * mul as u128) >> 64) as u64
 }
 
