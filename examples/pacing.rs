@@ -59,7 +59,7 @@ fn run(rate: u32, slack: u32, sleep: Sleep, seconds: f64) -> Row {
     let clock = QuantaClock::new();
     let lb = LeakyBucket::builder(rate)
         .slack(slack)
-        .clock(clock.clone())
+        .clock(clock)
         .build()
         .expect("valid rate");
     let run_for = Duration::from_secs_f64(seconds);

@@ -23,17 +23,19 @@
 //!
 //! **The state word** (`state`, one `AtomicU64`, cache-padded):
 //! ```text
-//!  63   62      57 56                                                  0
-//! +----+----------+-----------------------------------------------------+
-//! | gen: 7 bits   | x: tat in units, 57 bits                            |
-//! +----+----------+-----------------------------------------------------+
+//!  63 62   61    57 56                                                  0
+//! +--+----+--------+-----------------------------------------------------+
+//! |0 | gen: 6 bits | x: tat in units, 57 bits                            |
+//! +--+----+--------+-----------------------------------------------------+
 //! ```
 //! `x` is `tat` in the units of configuration `gen`, offset so that the bucket is full at
 //! `u(now)` exactly when `x <= u(now) - tau`. A check of `n` at `now` is, in integers:
 //! `x' = max(x, u - tau) + n * one`, granted iff `x' <= u (+ the caller's maximum wait)`; as
 //! `n * one < 2^63`, `x' <= u` also proves `n <= burst`, so the hot path has no branch for it.
-//! Bit 63, the top bit of `gen`, is its parity (the slot): `gen` counts with that bit as its
-//! lowest digit (`gen_after`). Under a zero or infinite limit nothing refills (`u = tau` for
+//! Bit 62, the top bit of `gen`, is its parity (the slot): `gen` counts with that bit as its
+//! lowest digit (`gen_after`). Bit 63 stays clear so that the hot path can compute in the
+//! word's own coordinates, `gen` bits and all, with no sum reaching 2^64: it never masks `x`
+//! out nor puts `gen` back, and a denial checks that the whole word is unchanged. Under a zero or infinite limit nothing refills (`u = tau` for
 //! ever: the scale's multiplier is zero) and `x = tau - tokens * one` simply stores the tokens.
 //!
 //! **Precision and range.** A unit is at most 1/16 ns above 7.5/s, so a clock reading is
@@ -51,9 +53,10 @@
 //! never refills (acts as a zero limit).
 //!
 //! **Configurations** live in two slots of plain atomic words beside the state word, one per
-//! `gen` parity: the hot five words (`shape`, `base`, `mul`, `tau`, `dmax`) that a check reads,
-//! then the cold ones (burst and flags, the scale's inverse, epoch, limit, since, and the
-//! token-coordinate origin) that only reservations, cancels and reconfigurations read. Only `set_limit` /
+//! `gen` parity, interleaved field by field (`Slots`): the hot five words (the negated
+//! `base`, `lim`, `mul`, `tau`, `one`) that a check reads, then the cold ones (burst and
+//! flags, the scale's inverse, epoch, limit, since, and the token-coordinate origin) that
+//! only reservations, cancels and reconfigurations read. Only `set_limit` /
 //! `set_burst` (and a rebase) write slots; they are serialized among themselves by a mutex the
 //! hot path never touches. A reconfiguration writes the slot of `gen + 1`, then converts the
 //! state (tokens at `now` under the old configuration, re-expressed in the new one) and
@@ -71,7 +74,7 @@
 //! * A **denial** (and a zero-token request, and everything under an infinite limit) writes
 //!   nothing: after reading the slot it reloads the word and accepts its answer if `gen` has
 //!   not moved. It then linearizes at its first load.
-//! * **ABA bound.** `gen` has 7 bits: a grant could commit against a stale slot only if 128
+//! * **ABA bound.** `gen` has 6 bits: a grant could commit against a stale slot only if 64
 //!   reconfigurations ran (each taking the mutex and a CAS) between its load and its CAS *and*
 //!   left `x` bit-for-bit where it was. A reservation also keeps its 32-bit `epoch` (in the
 //!   slot), so a cancel is confused only by 2^32 reconfigurations, not by `gen` wrapping.
@@ -166,8 +169,8 @@ pub struct TokenBucket<C: Clock = QuantaClock, P: Layout = Padded> {
     /// Cache-padded unless `P` is [`Compact`] (for the many buckets of a keyed map).
     state: P::Cell<AtomicU64>,
     /// The configuration of each `gen` parity (see the module docs).
-    slots: [Slot; 2],
-    /// Each configuration's cold words, apart so that a slot is 64 bytes (one shift picks it).
+    slots: Slots,
+    /// Each configuration's cold words, apart from the hot ones.
     colds: [ColdSlot; 2],
     /// Serializes `set_limit`/`set_burst` only; `allow`, `reserve` and `cancel` never take it.
     reconfig: Mutex<()>, // off the hot path: serializes reconfigurations only
@@ -238,10 +241,11 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
         let cfg = Config::new(0, limit, burst, Nanos::ZERO, 0, Some(0));
         // The bucket starts full: rate.go's tokens = burst with last = the zero time.
         let x = cfg.x_from_tokens(f64::from(burst), Nanos::ZERO);
-        let slots = [Slot::default(), Slot::default()];
+        let slots = Slots::default();
         let colds = [ColdSlot::default(), ColdSlot::default()];
         SlotRef {
-            slot: &slots[0],
+            slots: &slots,
+            i: 0,
             cold: &colds[0],
         }
         .write(&cfg);
@@ -594,10 +598,11 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
     /// The slot of `word`'s generation.
     #[inline(always)]
     fn slot(&self, word: u64) -> SlotRef<'_> {
-        // The parity is the word's top bit: a shift selects the slot without a branch.
-        let i = (word >> 63) as usize;
+        // A shift and a mask select the slot without a branch.
+        let i = ((word >> PARITY_SHIFT) & 1) as usize;
         SlotRef {
-            slot: &self.slots[i],
+            slots: &self.slots,
+            i,
             cold: &self.colds[i],
         }
     }
@@ -609,6 +614,14 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
     fn still_current(&self, word: u64) -> bool {
         fence(Ordering::Acquire);
         gen_of(self.state.load(Ordering::Relaxed)) == gen_of(word)
+    }
+
+    /// [`TokenBucket::still_current`] for the hot path: the whole word unchanged, which
+    /// implies the same generation and costs one compare (a moved word goes the slow way).
+    #[inline(always)]
+    fn unchanged(&self, word: u64) -> bool {
+        fence(Ordering::Acquire);
+        self.state.load(Ordering::Relaxed) == word
     }
 
     /// The state word and the configuration of its generation, consistent with each other.
@@ -637,18 +650,22 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
         // (`lim = 0`), to the slow path.
         if d < hot.lim {
             let v = hot.units(d);
-            let x = x_of(word);
-            // x < 2^57, v <= 2^56 + 1, n << k < 2^63: no overflow. Granted only if
-            // x2 <= due, which implies n <= burst (n << k <= tau).
-            let x2 = x.max(v) + u64::from(n) * hot.one;
-            let due = v + hot.tau;
-            if x2 <= due && n != 0 {
+            // In the word's own coordinates (its generation bits on top), so that neither `x`
+            // is masked out nor the generation put back: `new = gw + max(x, v) + n * one`
+            // and `due_w = gw + due`. gw <= 2^63 - 2^57 (bit 63 clear), x < 2^57,
+            // v + tau < 2^57, n * one < 2^63: no sum overflows, so `new <= due_w` is exactly
+            // `x2 <= due`, which also implies n <= burst (n << k <= tau) and no carry out of x.
+            let gw = word & GEN_MASK;
+            let now_w = gw + v;
+            let due_w = now_w + hot.tau;
+            let new = word.max(now_w) + u64::from(n) * hot.one;
+            let (x2, due) = (new - gw, due_w - gw);
+            if new <= due_w && n != 0 {
                 let cold = if MODE == RESERVE {
                     slot.cold()
                 } else {
                     Cold::default()
                 };
-                let new = (word & GEN_MASK) | x2;
                 if self
                     .state
                     .compare_exchange_weak(word, new, Ordering::AcqRel, Ordering::Acquire)
@@ -661,7 +678,7 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
                         cfg: Config { hot, cold },
                     };
                 }
-            } else if MODE == ALLOW && x2 > due && self.still_current(word) {
+            } else if MODE == ALLOW && new > due_w && self.unchanged(word) {
                 return Decision::Denied {
                     retry_at: None,
                     limit: 0.0,
@@ -851,9 +868,10 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
             // The slot of `gen` was last that of `gen - 2`; a reader still holding such a word
             // must see `gen - 1` on its validating reload if it reads any word written here.
             fence(Ordering::Release);
-            let i = (gen >> (63 - GEN_SHIFT)) as usize;
+            let i = ((gen >> (PARITY_SHIFT - GEN_SHIFT)) & 1) as usize;
             SlotRef {
-                slot: &self.slots[i],
+                slots: &self.slots,
+                i,
                 cold: &self.colds[i],
             }
             .write(&next);
@@ -1100,18 +1118,21 @@ enum Check {
 /// Bits of the state word.
 const GEN_SHIFT: u32 = 57;
 const X_MAX: u64 = (1 << GEN_SHIFT) - 1;
-const GEN_MASK: u64 = !X_MAX;
+/// `gen`'s six bits, 57..=62; bit 63 is always clear (see *The state word*).
+const GEN_MASK: u64 = 63 << GEN_SHIFT;
+/// The word's bit that is `gen`'s parity (the slot).
+const PARITY_SHIFT: u32 = 62;
 
-/// The generation after `gen` (7 bits, as `gen_of` returns them). The slot parity is the top
-/// bit (bit 63 of the word), so the count runs with that bit as its lowest digit: the
-/// parity alternates on every step and the whole field repeats after 128.
+/// The generation after `gen` (6 bits, as `gen_of` returns them). The slot parity is the top
+/// bit (bit 62 of the word), so the count runs with that bit as its lowest digit: the
+/// parity alternates on every step and the whole field repeats after 64.
 fn gen_after(gen: u64) -> u64 {
-    let parity = gen >> 6;
-    let high = gen & 63;
+    let parity = gen >> 5;
+    let high = gen & 31;
     if parity == 0 {
-        gen | 64
+        gen | 32
     } else {
-        (high + 1) & 63
+        (high + 1) & 31
     }
 }
 
@@ -1519,20 +1540,24 @@ impl Config {
     }
 }
 
-/// One configuration's words (see *Configurations* in the module docs): the five hot words
-/// first, then the cold ones a reservation needs; 64 bytes, so the slot of a word is one
-/// shift away.
+/// Both configurations' words (see *Configurations* in the module docs), interleaved: each
+/// field is a pair indexed by the parity, so a word's slot is its parity bit shifted down
+/// and the field's address one scaled index (no multiply by a slot size). The four hottest
+/// pairs fill the first 64 bytes; `one` opens the second line, with the words a reservation
+/// needs.
 #[derive(Default)]
-struct Slot {
-    base: AtomicU64,
-    lim: AtomicU64,
-    mul: AtomicU64,
-    tau: AtomicU64,
-    one: AtomicU64,
-    shape: AtomicU64,
-    per: AtomicU64,
+struct Slots {
+    /// `base`, negated: the hot path's `now - base` is then one add, not a copy and a
+    /// subtract.
+    neg_base: [AtomicU64; 2],
+    lim: [AtomicU64; 2],
+    mul: [AtomicU64; 2],
+    tau: [AtomicU64; 2],
+    one: [AtomicU64; 2],
+    shape: [AtomicU64; 2],
+    per: [AtomicU64; 2],
     /// `epoch | inf_gen << 32`.
-    meta: AtomicU64,
+    meta: [AtomicU64; 2],
 }
 
 /// The rest of a configuration's words: only reconfigurations, cancels and reports read them.
@@ -1547,32 +1572,34 @@ struct ColdSlot {
 /// The two halves of one configuration's slot.
 #[derive(Clone, Copy)]
 struct SlotRef<'a> {
-    slot: &'a Slot,
+    slots: &'a Slots,
+    /// The parity, 0 or 1.
+    i: usize,
     cold: &'a ColdSlot,
 }
 
 impl SlotRef<'_> {
     #[inline(always)]
     fn hot(&self) -> Hot {
-        let s = self.slot;
+        let (s, i) = (self.slots, self.i);
         Hot {
-            base: s.base.load(Ordering::Relaxed),
-            lim: s.lim.load(Ordering::Relaxed),
-            mul: s.mul.load(Ordering::Relaxed),
-            tau: s.tau.load(Ordering::Relaxed),
-            one: s.one.load(Ordering::Relaxed),
+            base: s.neg_base[i].load(Ordering::Relaxed).wrapping_neg(),
+            lim: s.lim[i].load(Ordering::Relaxed),
+            mul: s.mul[i].load(Ordering::Relaxed),
+            tau: s.tau[i].load(Ordering::Relaxed),
+            one: s.one[i].load(Ordering::Relaxed),
         }
     }
 
     fn cold(&self) -> Cold {
-        let (s, c) = (self.slot, self.cold);
-        let meta = s.meta.load(Ordering::Relaxed);
+        let (s, i, c) = (self.slots, self.i, self.cold);
+        let meta = s.meta[i].load(Ordering::Relaxed);
         let origin = (u128::from(c.origin_hi.load(Ordering::Relaxed)) << 64
             | u128::from(c.origin_lo.load(Ordering::Relaxed))) as i128;
-        let shape = s.shape.load(Ordering::Relaxed);
+        let shape = s.shape[i].load(Ordering::Relaxed);
         Cold {
             shape,
-            per: s.per.load(Ordering::Relaxed),
+            per: s.per[i].load(Ordering::Relaxed),
             per_shift: ((shape >> 48) & 0xff) as u32,
             epoch: meta as u32,
             inf_gen: (meta >> 32) as u32,
@@ -1592,15 +1619,15 @@ impl SlotRef<'_> {
 
     /// Relaxed stores: the writer's fence and CAS order them (module docs, *Orderings*).
     fn write(&self, c: &Config) {
-        let (s, d, h) = (self.slot, self.cold, &c.hot);
-        s.base.store(h.base, Ordering::Relaxed);
-        s.lim.store(h.lim, Ordering::Relaxed);
-        s.mul.store(h.mul, Ordering::Relaxed);
-        s.tau.store(h.tau, Ordering::Relaxed);
-        s.one.store(h.one, Ordering::Relaxed);
-        s.shape.store(c.shape, Ordering::Relaxed);
-        s.per.store(c.per, Ordering::Relaxed);
-        s.meta.store(
+        let (s, i, d, h) = (self.slots, self.i, self.cold, &c.hot);
+        s.neg_base[i].store(h.base.wrapping_neg(), Ordering::Relaxed);
+        s.lim[i].store(h.lim, Ordering::Relaxed);
+        s.mul[i].store(h.mul, Ordering::Relaxed);
+        s.tau[i].store(h.tau, Ordering::Relaxed);
+        s.one[i].store(h.one, Ordering::Relaxed);
+        s.shape[i].store(c.shape, Ordering::Relaxed);
+        s.per[i].store(c.per, Ordering::Relaxed);
+        s.meta[i].store(
             u64::from(c.epoch) | (u64::from(c.inf_gen) << 32),
             Ordering::Relaxed,
         );
@@ -1609,5 +1636,33 @@ impl SlotRef<'_> {
         let origin = c.origin.unwrap_or(i128::MIN) as u128;
         d.origin_lo.store(origin as u64, Ordering::Relaxed);
         d.origin_hi.store((origin >> 64) as u64, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The generation count visits all 64 values before it repeats, its parity (the slot)
+    /// alternates on every step, and a word built from any of them keeps bit 63 clear.
+    #[test]
+    fn generations_cycle_through_64_with_alternating_parity() {
+        let mut seen = [false; 64];
+        let mut gen = 0;
+        for step in 0..64 {
+            assert!(
+                !seen[gen as usize],
+                "generation {gen} repeats at step {step}"
+            );
+            seen[gen as usize] = true;
+            let word = (gen << GEN_SHIFT) | X_MAX;
+            assert_eq!(word >> 63, 0, "generation {gen} sets bit 63");
+            assert_eq!(word & GEN_MASK, gen << GEN_SHIFT);
+            let next = gen_after(gen);
+            assert_ne!(next >> 5, gen >> 5, "parity stays at {gen} -> {next}");
+            assert_eq!((word >> PARITY_SHIFT) & 1, gen >> 5);
+            gen = next;
+        }
+        assert_eq!(gen, 0);
     }
 }

@@ -217,7 +217,7 @@ fn concurrent_reconfiguration_never_grants_more_than_the_largest_budget() {
     let (lo, hi, small, big) = (50_000.0, 200_000.0, 200_000, 300_000);
     let clock = QuantaClock::new();
     let t0 = clock.now();
-    let l = TokenBucket::with_clock(Limit::per_second(hi).unwrap(), big, clock.clone());
+    let l = TokenBucket::with_clock(Limit::per_second(hi).unwrap(), big, clock);
     let lr = &l;
     let got = hammer(
         &l,
