@@ -23,21 +23,26 @@
 //!   [`KeyedTokenBucket`] (the state inline, one word per key; 1e9/s with a burst of
 //!   `u32::MAX`, governor's quota) with std's SipHash (`turnstile`, the default, as
 //!   governor's), with a seeded foldhash (`turnstile_foldhash`, not in `scripts/bench-ratios`'
-//!   columns), against governor in the same group.
+//!   columns), against governor in the same group. `keyed_inline_hot` also has `floor`: the
+//!   physical floor of a keyed check with the default hasher (SipHash of the key, a clock
+//!   read and one CAS, no table).
 //!
 //! Per-operation figures as in every turnstile bench (`benches/harness`): the slowest thread's
 //! time per operation, clock read included. Summarize with `scripts/bench-ratios`. Bytes per
 //! key are measured by `tests/keyed_memory.rs`.
 
 use std::cell::Cell;
+use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 mod harness;
 
 use criterion::{black_box, criterion_group, criterion_main, Criterion};
+use crossbeam_utils::CachePadded;
 use governor::{Quota, RateLimiter};
 use harness::{cell, nz, THREADS};
-use turnstile::{Idle, Keyed, KeyedTokenBucket, Limit, Limiter, TokenBucket};
+use turnstile::{Clock, Idle, Keyed, KeyedTokenBucket, Limit, Limiter, QuantaClock, TokenBucket};
 
 const KEYS: u64 = 100_000;
 
@@ -200,6 +205,28 @@ fn keyed_inline_hot(c: &mut Criterion) {
             gov.check_key(&7).is_ok(),
             "keyed_inline_hot governor ran dry"
         );
+
+        // The physical floor of a keyed check with the default hasher: hash the key (SipHash,
+        // as both maps do), read the clock, one CAS on a word of its own; no table at all.
+        let (hasher, clock) = (
+            std::collections::hash_map::RandomState::new(),
+            QuantaClock::new(),
+        );
+        let word = CachePadded::new(AtomicU64::new(0));
+        cell(&mut g, "floor", threads, || {
+            let h = black_box(&hasher).hash_one(black_box(&7u64));
+            let now = black_box(&clock).now();
+            let w = black_box(&word);
+            let mut cur = w.load(Ordering::Acquire);
+            while let Err(actual) = w.compare_exchange_weak(
+                cur,
+                cur.wrapping_add((now.as_u64() ^ h) | 1),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                cur = actual;
+            }
+        });
 
         g.finish();
     }
