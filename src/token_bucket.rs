@@ -166,10 +166,9 @@ use crate::sync::{fence, AtomicU64, Mutex, Ordering}; // Mutex: reconfiguration 
 /// assert!(tb.allow());
 /// ```
 pub struct TokenBucket<C: Clock = QuantaClock, P: Layout = Padded> {
-    /// Cache-padded unless `P` is [`Compact`] (for the many buckets of a keyed map).
-    state: P::Cell<AtomicU64>,
-    /// The configuration of each `gen` parity (see the module docs).
-    slots: Slots,
+    /// The state word and both configurations, cache-padded unless `P` is [`Compact`] (for
+    /// the many buckets of a keyed map).
+    core: P::Cell<Core>,
     /// Each configuration's cold words, apart from the hot ones.
     colds: [ColdSlot; 2],
     /// Serializes `set_limit`/`set_burst` only; `allow`, `reserve` and `cancel` never take it.
@@ -250,8 +249,10 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
         }
         .write(&cfg);
         TokenBucket {
-            state: P::cell(AtomicU64::new(x)),
-            slots,
+            core: P::cell(Core {
+                state: AtomicU64::new(x),
+                slots,
+            }),
             colds,
             reconfig: Mutex::new(()), // see the field: reconfiguration only
             clock,
@@ -601,7 +602,7 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
         // A shift and a mask select the slot without a branch.
         let i = ((word >> PARITY_SHIFT) & 1) as usize;
         SlotRef {
-            slots: &self.slots,
+            slots: &self.core.slots,
             i,
             cold: &self.colds[i],
         }
@@ -613,7 +614,7 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
     #[inline(always)]
     fn still_current(&self, word: u64) -> bool {
         fence(Ordering::Acquire);
-        gen_of(self.state.load(Ordering::Relaxed)) == gen_of(word)
+        gen_of(self.core.state.load(Ordering::Relaxed)) == gen_of(word)
     }
 
     /// [`TokenBucket::still_current`] for the hot path: the whole word unchanged, which
@@ -621,13 +622,13 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
     #[inline(always)]
     fn unchanged(&self, word: u64) -> bool {
         fence(Ordering::Acquire);
-        self.state.load(Ordering::Relaxed) == word
+        self.core.state.load(Ordering::Relaxed) == word
     }
 
     /// The state word and the configuration of its generation, consistent with each other.
     fn snapshot(&self) -> (u64, Config) {
         loop {
-            let word = self.state.load(Ordering::Acquire);
+            let word = self.core.state.load(Ordering::Acquire);
             let cfg = self.slot(word).config();
             if self.still_current(word) {
                 return (word, cfg);
@@ -642,7 +643,7 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
     /// whole configuration (read before the CAS, so the CAS validates it).
     #[inline(always)]
     fn take<const MODE: u8>(&self, now: Nanos, n: u32, max_wait: u64) -> Decision {
-        let word = self.state.load(Ordering::Acquire);
+        let word = self.core.state.load(Ordering::Acquire);
         let slot = self.slot(word);
         let hot = slot.hot();
         let d = now.as_u64().wrapping_sub(hot.base);
@@ -667,6 +668,7 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
                     Cold::default()
                 };
                 if self
+                    .core
                     .state
                     .compare_exchange_weak(word, new, Ordering::AcqRel, Ordering::Acquire)
                     .is_ok()
@@ -693,12 +695,12 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
     #[inline(never)]
     fn take_slow<const MODE: u8>(&self, now: Nanos, n: u32, max_wait: u64) -> Decision {
         let backoff = Backoff::new();
-        let mut word = self.state.load(Ordering::Acquire);
+        let mut word = self.core.state.load(Ordering::Acquire);
         loop {
             let cfg = self.slot(word).config();
             match cfg.check(x_of(word), now, n, max_wait) {
                 Check::Take { x, due } if n != 0 => {
-                    match self.state.compare_exchange_weak(
+                    match self.core.state.compare_exchange_weak(
                         word,
                         (word & GEN_MASK) | x,
                         Ordering::AcqRel,
@@ -765,7 +767,7 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
                 Check::Far => self.rebase(now),
             }
             // The configuration moved under us (or a rebase ran): start again from the word.
-            word = self.state.load(Ordering::Acquire);
+            word = self.core.state.load(Ordering::Acquire);
         }
     }
 
@@ -775,7 +777,7 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
             return;
         }
         let backoff = Backoff::new();
-        let mut word = self.state.load(Ordering::Acquire);
+        let mut word = self.core.state.load(Ordering::Acquire);
         loop {
             let cfg = self.slot(word).config();
             let x = x_of(word);
@@ -785,7 +787,7 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
                 None
             } else if cfg.is_far(now) {
                 self.rebase(now);
-                word = self.state.load(Ordering::Acquire);
+                word = self.core.state.load(Ordering::Acquire);
                 continue;
             } else {
                 cfg.give_back(x, r)
@@ -795,10 +797,10 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
                 if self.still_current(word) {
                     return;
                 }
-                word = self.state.load(Ordering::Acquire);
+                word = self.core.state.load(Ordering::Acquire);
                 continue;
             };
-            match self.state.compare_exchange_weak(
+            match self.core.state.compare_exchange_weak(
                 word,
                 (word & GEN_MASK) | new_x,
                 Ordering::AcqRel,
@@ -842,7 +844,7 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
         f: impl Fn(&Config) -> (Limit, u32),
     ) {
         let backoff = Backoff::new();
-        let mut word = self.state.load(Ordering::Acquire);
+        let mut word = self.core.state.load(Ordering::Acquire);
         loop {
             // Only this writer changes generations, so the slot of `word` is intact.
             let cur = self.slot(word).config();
@@ -870,12 +872,12 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
             fence(Ordering::Release);
             let i = ((gen >> (PARITY_SHIFT - GEN_SHIFT)) & 1) as usize;
             SlotRef {
-                slots: &self.slots,
+                slots: &self.core.slots,
                 i,
                 cold: &self.colds[i],
             }
             .write(&next);
-            match self.state.compare_exchange_weak(
+            match self.core.state.compare_exchange_weak(
                 word,
                 (gen << GEN_SHIFT) | new_x,
                 Ordering::AcqRel,
@@ -1540,12 +1542,23 @@ impl Config {
     }
 }
 
+/// The state word and, beside it, both configurations: a check reads the word's line and the
+/// next (the five hot pairs end at byte 88), where a word and slots apart took three. A
+/// grant's CAS takes the word's line exclusive, but every check needs that line anyway; the
+/// configuration words in it change only on reconfiguration.
+#[repr(C)]
+struct Core {
+    state: AtomicU64,
+    slots: Slots,
+}
+
 /// Both configurations' words (see *Configurations* in the module docs), interleaved: each
 /// field is a pair indexed by the parity, so a word's slot is its parity bit shifted down
 /// and the field's address one scaled index (no multiply by a slot size). The four hottest
 /// pairs fill the first 64 bytes; `one` opens the second line, with the words a reservation
 /// needs.
 #[derive(Default)]
+#[repr(C)]
 struct Slots {
     /// `base`, negated: the hot path's `now - base` is then one add, not a copy and a
     /// subtract.
