@@ -51,14 +51,12 @@ impl Nanos {
 
     /// `self + d`, saturating at [`Nanos::MAX`].
     pub fn saturating_add(self, d: Duration) -> Nanos {
-        let d = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
-        Nanos(self.0.saturating_add(d))
+        Nanos(self.0.saturating_add(Nanos::from_duration(d).0))
     }
 
     /// `self - d`, saturating at [`Nanos::ZERO`].
     pub fn saturating_sub(self, d: Duration) -> Nanos {
-        let d = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
-        Nanos(self.0.saturating_sub(d))
+        Nanos(self.0.saturating_sub(Nanos::from_duration(d).0))
     }
 
     /// The time from `earlier` to `self`, or zero if `earlier` is later.
@@ -296,7 +294,7 @@ impl ManualClock {
 
     /// Moves the time forward by `d`, saturating.
     pub fn advance(&self, d: Duration) {
-        let d = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        let d = Nanos::from_duration(d).0;
         let _ = self
             .now
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |t| {

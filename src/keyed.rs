@@ -818,7 +818,7 @@ where
     /// assert!(k.is_empty());
     /// ```
     pub fn sweep_every(mut self, every: Duration) -> Self {
-        self.sweep_every = u64::try_from(every.as_nanos()).unwrap_or(u64::MAX);
+        self.sweep_every = Nanos::from_duration(every).as_u64();
         self
     }
 

@@ -452,10 +452,6 @@ fn epoch(word: u128) -> u32 {
     (word as u32) & EPOCH_MASK
 }
 
-fn duration_ns(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
-}
-
 fn check_rate(rate: f64) -> Result<f64, ConfigError> {
     if rate.is_nan() || rate <= 0.0 {
         Err(ConfigError::RateNotPositive(rate)) // NaN, zeros and negatives
@@ -624,7 +620,11 @@ impl<C: Clock> Core<C> {
             return Err(WaitError::ZeroPermits);
         }
         Ok(
-            match self.take(now.as_u64(), n, Some(duration_ns(timeout))) {
+            match self.take(
+                now.as_u64(),
+                n,
+                Some(Nanos::from_duration(timeout).as_u64()),
+            ) {
                 Take::Granted(ns) => Some(Duration::from_nanos(ns)),
                 Take::Denied(_) => None,
                 Take::Never => return Err(self.never(n)),
@@ -954,7 +954,7 @@ impl<C: Clock> SmoothWarmingUpBuilder<C, LockFree> {
     pub fn build(self) -> Result<SmoothWarmingUp<C>, ConfigError> {
         let (rate, warmup, cf, clock) = self.validated()?;
         let kind = Kind::WarmingUp {
-            warmup_ns: duration_ns(warmup) as f64,
+            warmup_ns: Nanos::from_duration(warmup).as_u64() as f64,
             cold_factor: cf,
         };
         // Cold: all max_permits stored (Guava: old max 0 -> maxPermits).

@@ -269,7 +269,7 @@ impl<C: Clock> Sometimes<C> {
     #[must_use]
     pub fn interval(mut self, d: Duration) -> Sometimes<C> {
         self.interval = d;
-        self.interval_nanos = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        self.interval_nanos = Nanos::from_duration(d).as_u64();
         self
     }
 

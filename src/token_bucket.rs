@@ -378,7 +378,7 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
         n: u32,
         max_wait: Duration,
     ) -> Reservation<'_, C, P> {
-        self.reserve_within(now, n, wait_nanos(max_wait))
+        self.reserve_within(now, n, Nanos::from_duration(max_wait).as_u64())
     }
 
     /// What `n` tokens would cost now; see [`TokenBucket::peek_n_at`].
@@ -1185,11 +1185,6 @@ fn coord_offset(x: u64, tau: u64, one: u64) -> i128 {
 /// `now >= base`: a reading before the base wraps to at least `2^64 - base`.
 fn wrap_free(base: u64) -> u64 {
     (u64::MAX - base).saturating_add(1)
-}
-
-/// A whole `Duration` as nanoseconds, saturating.
-fn wait_nanos(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// The words every check reads.

@@ -676,7 +676,7 @@ impl<C: Clock, K> Builder<C, K> {
         if self.period.is_zero() {
             return Err(ConfigError::ZeroPeriod);
         }
-        let period = u64::try_from(self.period.as_nanos()).unwrap_or(u64::MAX);
+        let period = Nanos::from_duration(self.period).as_u64();
         let shift = match self.align {
             None => None,
             Some(offset) if offset.unsigned_abs() >= 86_400 => {
