@@ -870,13 +870,8 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
             // The slot of `gen` was last that of `gen - 2`; a reader still holding such a word
             // must see `gen - 1` on its validating reload if it reads any word written here.
             fence(Ordering::Release);
-            let i = ((gen >> (PARITY_SHIFT - GEN_SHIFT)) & 1) as usize;
-            SlotRef {
-                slots: &self.core.slots,
-                i,
-                cold: &self.colds[i],
-            }
-            .write(&next);
+            // The slot of the word this CAS installs.
+            self.slot(gen << GEN_SHIFT).write(&next);
             match self.core.state.compare_exchange_weak(
                 word,
                 (gen << GEN_SHIFT) | new_x,
@@ -1549,9 +1544,9 @@ struct Core {
 
 /// Both configurations' words (see *Configurations* in the module docs), interleaved: each
 /// field is a pair indexed by the parity, so a word's slot is its parity bit shifted down
-/// and the field's address one scaled index (no multiply by a slot size). The four hottest
-/// pairs fill the first 64 bytes; `one` opens the second line, with the words a reservation
-/// needs.
+/// and the field's address one scaled index (no multiply by a slot size). The five hot pairs
+/// come first (in [`Core`], after the state word, they end at byte 88), then the words a
+/// reservation needs.
 #[derive(Default)]
 #[repr(C)]
 struct Slots {
