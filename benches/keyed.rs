@@ -33,15 +33,16 @@
 
 use std::cell::Cell;
 use std::hash::BuildHasher;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 mod harness;
 
-use criterion::{black_box, criterion_group, criterion_main, Criterion};
+use criterion::measurement::WallTime;
+use criterion::{black_box, criterion_group, criterion_main, BenchmarkGroup, Criterion};
 use crossbeam_utils::CachePadded;
 use governor::{Quota, RateLimiter};
-use harness::{cell, nz, THREADS};
+use harness::{cell, floor_cas, nz, THREADS};
 use turnstile::{Clock, Idle, Keyed, KeyedTokenBucket, Limit, Limiter, QuantaClock, TokenBucket};
 
 const KEYS: u64 = 100_000;
@@ -151,25 +152,48 @@ fn random_cells<L: Limiter + Idle + 'static>(
         let mut g = c.benchmark_group(format!("{name}/{threads}t"));
 
         let k = make();
-        for key in 0..KEYS {
-            assert!(k.check(&key).is_ok());
-        }
-        cell(&mut g, "turnstile", threads, || {
-            let _ = black_box(black_box(&k).check(&random_key()));
-        });
-        assert_eq!(k.len() as u64, KEYS);
-
-        let gov = governor_keyed();
-        for key in 0..KEYS {
-            assert!(gov.check_key(&key).is_ok());
-        }
-        cell(&mut g, "governor", threads, || {
-            let _ = black_box(black_box(&gov).check_key(&random_key()));
-        });
-        assert_eq!(gov.len() as u64, KEYS);
+        random_cell(
+            &mut g,
+            "turnstile",
+            threads,
+            |key| k.check(&key).is_ok(),
+            || k.len(),
+        );
+        drop(k);
+        governor_random_cell(&mut g, threads);
 
         g.finish();
     }
+}
+
+/// Cell `id`: fills a map with `KEYS` keys through `check`, then checks random ones; no key
+/// may be added or lost (`len`).
+fn random_cell(
+    g: &mut BenchmarkGroup<'_, WallTime>,
+    id: &str,
+    threads: usize,
+    check: impl Fn(u64) -> bool + Sync,
+    len: impl Fn() -> usize,
+) {
+    for key in 0..KEYS {
+        assert!(check(key));
+    }
+    cell(g, id, threads, || {
+        let _ = black_box(check(black_box(random_key())));
+    });
+    assert_eq!(len() as u64, KEYS);
+}
+
+/// governor's keyed limiter as `random_cell`'s `governor` cell.
+fn governor_random_cell(g: &mut BenchmarkGroup<'_, WallTime>, threads: usize) {
+    let gov = governor_keyed();
+    random_cell(
+        g,
+        "governor",
+        threads,
+        |key| gov.check_key(&key).is_ok(),
+        || gov.len(),
+    );
 }
 
 /// The inline map at governor's quota, hashing with `hasher`.
@@ -216,16 +240,7 @@ fn keyed_inline_hot(c: &mut Criterion) {
         cell(&mut g, "floor", threads, || {
             let h = black_box(&hasher).hash_one(black_box(&7u64));
             let now = black_box(&clock).now();
-            let w = black_box(&word);
-            let mut cur = w.load(Ordering::Acquire);
-            while let Err(actual) = w.compare_exchange_weak(
-                cur,
-                cur.wrapping_add((now.as_u64() ^ h) | 1),
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
-                cur = actual;
-            }
+            floor_cas(black_box(&word), now.as_u64() ^ h);
         });
 
         g.finish();
@@ -237,33 +252,21 @@ fn keyed_inline_random(c: &mut Criterion) {
         let mut g = c.benchmark_group(format!("keyed_inline_random/{threads}t"));
 
         let k = inline_keyed(std::collections::hash_map::RandomState::new());
-        for key in 0..KEYS {
-            assert!(k.check(&key).is_ok());
-        }
-        cell(&mut g, "turnstile", threads, || {
-            let _ = black_box(black_box(&k).check(&random_key()));
-        });
-        assert_eq!(k.len() as u64, KEYS);
+        random_cell(
+            &mut g,
+            "turnstile",
+            threads,
+            |key| k.check(&key).is_ok(),
+            || k.len(),
+        );
         drop(k);
 
         let k = inline_keyed(foldhash::fast::RandomState::default());
-        for key in 0..KEYS {
-            assert!(k.check(&key).is_ok());
-        }
-        cell(&mut g, "turnstile_foldhash", threads, || {
-            let _ = black_box(black_box(&k).check(&random_key()));
-        });
-        assert_eq!(k.len() as u64, KEYS);
+        let check = |key| k.check(&key).is_ok();
+        random_cell(&mut g, "turnstile_foldhash", threads, check, || k.len());
         drop(k);
 
-        let gov = governor_keyed();
-        for key in 0..KEYS {
-            assert!(gov.check_key(&key).is_ok());
-        }
-        cell(&mut g, "governor", threads, || {
-            let _ = black_box(black_box(&gov).check_key(&random_key()));
-        });
-        assert_eq!(gov.len() as u64, KEYS);
+        governor_random_cell(&mut g, threads);
 
         g.finish();
     }

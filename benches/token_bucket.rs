@@ -41,7 +41,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crossbeam_utils::CachePadded;
 use governor::{Quota, RateLimiter};
-use harness::{cell, nz, THREADS};
+use harness::{cell, floor_cas, nz, THREADS};
 use turnstile::{reference, Clock, Limit, QuantaClock, TokenBucket};
 
 fn limit(per_second: f64) -> Limit {
@@ -107,16 +107,7 @@ fn allow_ok(c: &mut Criterion) {
         let (clock, word) = (QuantaClock::new(), CachePadded::new(AtomicU64::new(0)));
         cell(&mut g, "floor", threads, || {
             let now = black_box(&clock).now();
-            let w = black_box(&word);
-            let mut cur = w.load(Ordering::Acquire);
-            while let Err(actual) = w.compare_exchange_weak(
-                cur,
-                cur.wrapping_add(now.as_u64() | 1),
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
-                cur = actual;
-            }
+            floor_cas(black_box(&word), now.as_u64());
         });
 
         g.finish();

@@ -9,6 +9,7 @@
 #![allow(dead_code)] // each bench uses a subset
 
 use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
@@ -54,6 +55,21 @@ pub fn cell<F: Fn() + Sync>(g: &mut BenchmarkGroup<'_, WallTime>, id: &str, thre
     g.bench_function(id, |b| {
         b.iter_custom(|iters| contended(threads, iters, &op))
     });
+}
+
+/// The CAS of a `floor` cell: one load and a CAS loop on `word`, adding `v | 1` (the value a
+/// limiter's grant would compute from the time it read).
+#[inline(always)]
+pub fn floor_cas(word: &AtomicU64, v: u64) {
+    let mut cur = word.load(Ordering::Acquire);
+    while let Err(actual) = word.compare_exchange_weak(
+        cur,
+        cur.wrapping_add(v | 1),
+        Ordering::AcqRel,
+        Ordering::Acquire,
+    ) {
+        cur = actual;
+    }
 }
 
 /// A nonzero `u32` for governor's quotas.
