@@ -111,12 +111,14 @@
 //!   `r.limit * (lastEvent - timeToAct)` from times truncated to whole nanoseconds, so:
 //!   - the two agree, to the token, for the latest reservation (at any limit) and for one
 //!     whose later reservations were made under its own limit, before or after a
-//!     `set_limit` (the reproductions of issue #8 in `tests/token_bucket_semantics.rs`);
+//!     `set_limit`, with no time spent under another limit in between (the reproductions
+//!     of issue #8 in `tests/token_bucket_semantics.rs`);
 //!   - after an earlier cancel, rate.go's `lastEvent` still counts tokens that cancel gave
 //!     back, so it restores less than later reservations left free (golang/go#56924,
 //!     #69419); turnstile restores exactly that;
 //!   - rate.go values reservations made under a *different* limit at the cancelled one's
-//!     limit; turnstile counts their tokens;
+//!     limit, and so also the refill of time spent under another limit before a later
+//!     reservation (it moved that reservation's act time); turnstile counts their tokens;
 //!   - turnstile never restores more than the reservation took, which rate.go does when
 //!     `lastEvent` lies before the reservation's time (a zero-token reservation moves it
 //!     there, or a raised limit lets a later take act earlier);

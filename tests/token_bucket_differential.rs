@@ -200,8 +200,11 @@ struct Held<'a> {
     id: u64,
     /// The limit it was made under.
     limit: f64,
-    /// A later take was made under another limit (rate.go values it at this one's).
+    /// A later take was made under another limit, or after time passed under another limit
+    /// (rate.go values its act time, which that refill moved, at this one's).
     mixed: bool,
+    /// Time has passed under another limit since it was made; a later take makes it `mixed`.
+    refilled_elsewhere: bool,
     /// An infinite limit was set after it.
     crossed_inf: bool,
     /// The bucket was seen full, or a burst was cut below its tokens, after it.
@@ -216,7 +219,10 @@ fn took(held: &mut [Held<'_>], latest: &mut Option<u64>, limit: f64, id: Option<
     }
     *latest = id;
     // Even a zero-token take moves rate.go's `lastEvent` (to when the deficit is repaid).
-    for h in held.iter_mut().filter(|h| h.limit != limit) {
+    for h in held
+        .iter_mut()
+        .filter(|h| h.limit != limit || h.refilled_elsewhere)
+    {
         h.mixed = true;
     }
 }
@@ -255,6 +261,11 @@ fn run(
             Step::Seconds(s) => (s * 1e9) as u64,
         };
         now = now + Duration::from_nanos(dt);
+        if dt > 0 {
+            for h in held.iter_mut().filter(|h| h.limit != limit) {
+                h.refilled_elsewhere = true;
+            }
+        }
         let ctx = || {
             format!(
                 "op {i} {op:?} at {now:?} (limit {limit}, burst {})",
@@ -320,6 +331,7 @@ fn run(
                             id: next_id,
                             limit,
                             mixed: false,
+                            refilled_elsewhere: false,
                             crossed_inf: false,
                             crossed_cap: false,
                         });
@@ -433,6 +445,11 @@ fn run(
                     ),
                     (None, None) => {}
                     (None, Some(y)) if y.as_u64() >= FAR => {}
+                    // At a zero limit the answer is now or never, and the tokens sat on `n`
+                    // within tolerance: both are right (as for a reservation, above).
+                    _ if limit == 0.0 && tol.tokens_close(before, f64::from(*n)) => {
+                        return Ok(Stop::Borderline);
+                    }
                     (x, y) => {
                         return Err(TestCaseError::fail(format!(
                             "{}: peek ours {x:?} twin {y:?}",
@@ -495,6 +512,61 @@ fn cancels_across_reconfigurations_agree_with_the_twin() {
     assert!(completed * 10 >= total * 7, "{stats:?}");
 }
 
+/// The shrunk case a random run of `cancels_across_reconfigurations_agree_with_the_twin`
+/// found: reservation A of 3 at 56/s, a round trip through another limit with 1 ns spent
+/// there (it refills 2.5e-5 tokens), a later reservation of 1 at 56/s, then A's cancel.
+/// turnstile restores 3 - 1 = 2; rate.go's time-based count restores 2.0000253, because the
+/// refill under the other limit moved the later act time and rate.go values that at A's
+/// limit. A documented deviation (`src/token_bucket.rs`, *Cancel*), so the run stops there.
+#[test]
+fn a_refill_under_another_limit_is_a_cancel_deviation() {
+    let limit = |l| Limit::per_second(l).unwrap();
+    let ops = [
+        (Step::Same, Op::Allow { n: 0 }),
+        (
+            Step::Same,
+            Op::Reserve {
+                n: 0,
+                max_wait: None,
+            },
+        ),
+        (Step::Same, Op::SetLimit { limit: limit(56.0) }),
+        (
+            Step::Same,
+            Op::Reserve {
+                n: 2,
+                max_wait: None,
+            },
+        ),
+        (
+            Step::Same,
+            Op::Reserve {
+                n: 3,
+                max_wait: None,
+            },
+        ),
+        (
+            Step::Same,
+            Op::SetLimit {
+                limit: limit(25403.651471510988),
+            },
+        ),
+        (Step::Nanos(1), Op::SetLimit { limit: limit(56.0) }),
+        (
+            Step::Same,
+            Op::Reserve {
+                n: 1,
+                max_wait: None,
+            },
+        ),
+        (Step::Same, Op::Cancel { idx: 2 }),
+    ];
+    assert_eq!(
+        run(limit(14058802.412229968), 4, 0, &ops).unwrap(),
+        Stop::CancelMixedLimits
+    );
+}
+
 /// The seed's vectors where rate.go and turnstile must agree exactly, run on both.
 #[test]
 fn twin_and_lock_free_agree_on_a_scripted_sequence() {
@@ -528,5 +600,39 @@ fn twin_and_lock_free_agree_on_a_scripted_sequence() {
     assert_eq!(
         run(Limit::per_second(10.0).unwrap(), 3, 1_000_000_000, &ops).unwrap(),
         Stop::Completed
+    );
+}
+
+/// The shrunk case a random run of `lock_free_bucket_agrees_with_its_mutex_twin` found: a
+/// peek of the whole burst just after `set_limit(0)`, with the tokens on the burst within
+/// the two states' tolerance. At a zero limit the answer is now or never, so the two differ
+/// there and both are right.
+#[test]
+fn a_peek_on_the_burst_at_a_zero_limit_is_borderline() {
+    let limit = |l| Limit::per_second(l).unwrap();
+    let allow = |n| Op::Allow { n };
+    let ops = [
+        (Step::Same, allow(2)),
+        (Step::Tokens(1.4573625176257599), allow(2)),
+        (Step::Tokens(0.3092009963322877), Op::Cancel { idx: 0 }),
+        (Step::Tokens(0.9789907863883037), allow(0)),
+        (
+            Step::Same,
+            Op::SetLimit {
+                limit: limit(0.008044259049551944),
+            },
+        ),
+        (Step::Tokens(0.4075878193449824), allow(1)),
+        (Step::Seconds(4.1007066382987905), allow(0)),
+        (Step::Tokens(0.33855708658799777), allow(0)),
+        (Step::Tokens(0.3718544277422371), allow(2)),
+        (Step::Tokens(0.33512140098957144), allow(2)),
+        (Step::Tokens(2.985464830696095), Op::Cancel { idx: 0 }),
+        (Step::Same, Op::SetLimit { limit: limit(0.0) }),
+        (Step::Same, Op::Peek { n: 3 }),
+    ];
+    assert_eq!(
+        run(limit(280047973.51562107), 3, 172780044717, &ops).unwrap(),
+        Stop::Borderline
     );
 }
