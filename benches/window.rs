@@ -29,13 +29,13 @@ fn take_ok(c: &mut Criterion) {
 
         let w = FixedWindow::new(u32::MAX, Duration::from_secs(1)).unwrap();
         cell(&mut g, "turnstile", threads, || {
-            black_box(black_box(&w).take());
+            let _ = black_box(black_box(&w).take());
         });
         assert!(w.take().is_permitted(), "fixed_take_ok window ran dry");
 
         let twin = reference::FixedWindow::new(u32::MAX, Duration::from_secs(1)).unwrap();
         cell(&mut g, "mutex_twin", threads, || {
-            black_box(black_box(&twin).take());
+            let _ = black_box(black_box(&twin).take());
         });
         assert!(twin.take().is_permitted(), "fixed_take_ok twin ran dry");
 
@@ -50,14 +50,14 @@ fn take_deny(c: &mut Criterion) {
         let w = FixedWindow::new(1, HOUR).unwrap();
         assert_eq!(w.take(), Outcome::HitQuota);
         cell(&mut g, "turnstile", threads, || {
-            black_box(black_box(&w).take());
+            let _ = black_box(black_box(&w).take());
         });
         assert_eq!(w.take(), Outcome::OverQuota);
 
         let twin = reference::FixedWindow::new(1, HOUR).unwrap();
         assert_eq!(twin.take(), Outcome::HitQuota);
         cell(&mut g, "mutex_twin", threads, || {
-            black_box(black_box(&twin).take());
+            let _ = black_box(black_box(&twin).take());
         });
         assert_eq!(twin.take(), Outcome::OverQuota);
 

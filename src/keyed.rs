@@ -128,6 +128,7 @@
 //! evicted to make room: that would hand their owners a fresh quota.
 
 use std::borrow::Borrow;
+use std::convert::Infallible;
 use std::fmt;
 use std::hash::Hash;
 use std::time::Duration;
@@ -138,6 +139,18 @@ use crate::clock::{Clock, Nanos, QuantaClock};
 use crate::error::ConfigError;
 use crate::limiter::{Denied, Idle, Limiter};
 use crate::sync::{fence, AtomicU32, AtomicU64, Ordering};
+
+/// A map's configuration function, fallible or (with `E = Infallible`) not.
+type Factory<K, L, E> = Box<dyn Fn(&K) -> Result<L, E> + Send + Sync>;
+
+/// The value of a result that cannot be an error (`Result::into_ok`, unstable in std).
+#[inline(always)]
+fn into_ok<T>(r: Result<T, Infallible>) -> T {
+    match r {
+        Ok(t) => t,
+        Err(never) => match never {},
+    }
+}
 
 const LIVE: u32 = 0;
 const RETIRING: u32 = 1;
@@ -179,13 +192,15 @@ pub enum WhenFull {
 /// let denied = per_user.check("alice").unwrap_err();
 /// assert!(denied.retry_after().unwrap() <= Duration::from_secs(1));
 /// ```
-pub struct Keyed<K, L, C: Clock = QuantaClock>
+pub struct Keyed<K, L, C: Clock = QuantaClock, E = Infallible>
 where
     K: Eq + Hash + Clone + Send + Sync + 'static,
     L: Limiter + Idle + 'static,
 {
     map: map::Map<K, L>,
-    factory: Box<dyn Fn(&K) -> L + Send + Sync>,
+    /// The configuration function; `E` is `Infallible` unless built by [`Keyed::try_new`] or
+    /// [`Keyed::try_builder`].
+    factory: Factory<K, L, E>,
     /// Live entries plus reservations for entries being inserted; never above `max_keys`.
     len: AtomicU64,
     max_keys: u64,
@@ -314,6 +329,85 @@ where
     /// ```
     pub fn builder(factory: impl Fn(&K) -> L + Send + Sync + 'static) -> KeyedBuilder<K, L> {
         KeyedBuilder {
+            factory: Box::new(move |k: &K| Ok(factory(k))),
+            max_keys: u64::MAX,
+            when_full: WhenFull::Deny,
+            sweep_every: DEFAULT_SWEEP_EVERY.as_nanos() as u64,
+            clock: QuantaClock::new(),
+        }
+    }
+}
+
+impl<K, L, E> Keyed<K, L, QuantaClock, E>
+where
+    K: Eq + Hash + Clone + Send + Sync + 'static,
+    L: Limiter + Idle + 'static,
+    E: 'static,
+{
+    /// Per-key limiters built by a **fallible** `factory`, so that a bad per-key
+    /// configuration (a quota read from a database, a tier that does not exist) is an error
+    /// the request sees rather than a panic: [`Keyed::try_check`] and its kin return the
+    /// factory's error for such a key, as `Err(e)` around the check's own result.
+    ///
+    /// A key whose factory failed is not inserted and holds no room under `max_keys`; its
+    /// next check runs the factory again (so a fixed configuration takes effect at once, and
+    /// a failing factory should be cheap). Keys the factory accepts behave exactly as in
+    /// [`Keyed::new`]. The infallible `check` methods are not offered on such a map: the type
+    /// makes the caller handle `E`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::{ConfigError, FixedWindow, Keyed};
+    ///
+    /// // Quotas per tier; an unknown tier, or a quota of 0, is a configuration error.
+    /// let per_tier = Keyed::try_new(|tier: &String| {
+    ///     let quota = match tier.as_str() {
+    ///         "free" => 2,
+    ///         "pro" => 100,
+    ///         "broken" => 0,
+    ///         other => return Err(format!("unknown tier {other:?}")),
+    ///     };
+    ///     FixedWindow::new(quota, Duration::from_secs(60)).map_err(|e| e.to_string())
+    /// });
+    /// assert_eq!(per_tier.try_check("free"), Ok(Ok(())));
+    /// assert!(per_tier.try_check("gold").is_err()); // the factory's error: a 500, say
+    /// assert!(per_tier.try_check("broken").is_err());
+    /// assert_eq!(per_tier.len(), 1);
+    ///
+    /// // In a handler: `?` passes a configuration error on; a denial is a value to answer.
+    /// fn handle(k: &Keyed<String, FixedWindow, turnstile::QuantaClock, String>) -> Result<u16, String> {
+    ///     Ok(match k.try_check("free")? {
+    ///         Ok(()) => 200,
+    ///         Err(_denied) => 429,
+    ///     })
+    /// }
+    /// assert_eq!(handle(&per_tier), Ok(200));
+    /// assert_eq!(handle(&per_tier), Ok(429));
+    /// ```
+    pub fn try_new(factory: impl Fn(&K) -> Result<L, E> + Send + Sync + 'static) -> Self {
+        Self::try_builder(factory)
+            .build()
+            .unwrap_or_else(|_| unreachable!("the defaults are valid"))
+    }
+
+    /// A builder for a map with a fallible `factory` ([`Keyed::try_new`]): the options of
+    /// [`Keyed::builder`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::{ConfigError, FixedWindow, Keyed, ManualClock, Nanos};
+    /// let k = Keyed::try_builder(|q: &u32| FixedWindow::new(*q, Duration::from_secs(1)))
+    ///     .max_keys(10)
+    ///     .clock(ManualClock::default())
+    ///     .build()
+    ///     .unwrap();
+    /// assert_eq!(k.try_check_n_at(&3, Nanos::ZERO, 3), Ok(Ok(())));
+    /// assert_eq!(k.try_check_n_at(&0, Nanos::ZERO, 1), Err(ConfigError::ZeroQuota));
+    /// ```
+    pub fn try_builder(
+        factory: impl Fn(&K) -> Result<L, E> + Send + Sync + 'static,
+    ) -> KeyedBuilder<K, L, QuantaClock, E> {
+        KeyedBuilder {
             factory: Box::new(factory),
             max_keys: u64::MAX,
             when_full: WhenFull::Deny,
@@ -326,11 +420,12 @@ where
 /// How often idle keys are swept by default.
 pub const DEFAULT_SWEEP_EVERY: Duration = Duration::from_secs(10);
 
-impl<K, L, C> Keyed<K, L, C>
+impl<K, L, C, E> Keyed<K, L, C, E>
 where
     K: Eq + Hash + Clone + Send + Sync + 'static,
     L: Limiter + Idle + 'static,
     C: Clock,
+    E: 'static,
 {
     /// The clock every check reads (the keys' limiters are always called with its time).
     ///
@@ -345,6 +440,23 @@ where
     /// ```
     pub fn clock(&self) -> &C {
         &self.clock
+    }
+
+    /// The limiter's clock reading now: the time its plain (non-`_at`) methods use. An
+    /// inherent method, so reading it needs no [`Clock`] import.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::{FixedWindow, Keyed, ManualClock, Nanos};
+    ///
+    /// let l = Keyed::builder(|_: &u8| FixedWindow::new(1, Duration::from_secs(1)).unwrap())
+    ///     .clock(ManualClock::new(Nanos::new(7)))
+    ///     .build()
+    ///     .unwrap();
+    /// assert_eq!(l.now(), Nanos::new(7));
+    /// ```
+    pub fn now(&self) -> Nanos {
+        self.clock.now()
     }
 
     /// Keys currently held (evicted keys no longer count).
@@ -385,7 +497,16 @@ where
     pub fn max_keys(&self) -> u64 {
         self.max_keys
     }
+}
 
+/// The checks of a map whose factory cannot fail ([`Keyed::new`], [`Keyed::builder`]); a map
+/// built by [`Keyed::try_new`] offers [`Keyed::try_check`] and its kin instead.
+impl<K, L, C> Keyed<K, L, C>
+where
+    K: Eq + Hash + Clone + Send + Sync + 'static,
+    L: Limiter + Idle + 'static,
+    C: Clock,
+{
     /// One permit for `key` now.
     ///
     /// ```
@@ -440,11 +561,7 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        self.maybe_sweep(now, false);
-        match self.with_at(key, now, |l| l.check_n_at(now, n), |r| r.is_ok()) {
-            Some(r) => r,
-            None => self.full(now),
-        }
+        into_ok(self.try_check_n_at(key, now, n))
     }
 
     /// Runs `f` on `key`'s limiter (building it if the key is new): for the limiter's own API,
@@ -464,6 +581,105 @@ where
     /// assert_eq!(k.with(&1, |w| w.status().remaining), Some(1));
     /// ```
     pub fn with<Q, R>(&self, key: &Q, f: impl Fn(&L) -> R) -> Option<R>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        into_ok(self.try_with(key, f))
+    }
+}
+
+impl<K, L, C, E> Keyed<K, L, C, E>
+where
+    K: Eq + Hash + Clone + Send + Sync + 'static,
+    L: Limiter + Idle + 'static,
+    C: Clock,
+    E: 'static,
+{
+    /// One permit for `key` now, on a map with a fallible factory ([`Keyed::try_new`]):
+    /// `Err(e)` if the key is new and its factory failed with `e` (nothing is inserted, no
+    /// panic), else `Ok` of the check's own result, as [`Keyed::check`]'s.
+    ///
+    /// The two layers keep two different things apart: `Err(e)` is a configuration problem
+    /// (answer it as a server error, log it, pass it on with `?`), while `Ok(Err(denied))`
+    /// is the limiter working as intended (answer `429` with
+    /// [`Denied::retry_after_secs`]).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::{ConfigError, FixedWindow, Keyed};
+    /// // The key is the quota: 0 is a bad configuration.
+    /// let k = Keyed::try_new(|q: &u32| FixedWindow::new(*q, Duration::from_secs(60)));
+    /// assert_eq!(k.try_check(&1), Ok(Ok(())));
+    /// assert!(matches!(k.try_check(&1), Ok(Err(_)))); // denied
+    /// assert_eq!(k.try_check(&0), Err(ConfigError::ZeroQuota));
+    /// ```
+    pub fn try_check<Q>(&self, key: &Q) -> Result<Result<(), Denied>, E>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        self.try_check_n_at(key, self.clock.now(), 1)
+    }
+
+    /// `n` permits for `key` now; see [`Keyed::try_check`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::{ConfigError, FixedWindow, Keyed};
+    /// let k = Keyed::try_new(|q: &u32| FixedWindow::new(*q, Duration::from_secs(60)));
+    /// assert_eq!(k.try_check_n(&3, 3), Ok(Ok(())));
+    /// assert_eq!(k.try_check_n(&0, 1), Err(ConfigError::ZeroQuota));
+    /// ```
+    pub fn try_check_n<Q>(&self, key: &Q, n: u32) -> Result<Result<(), Denied>, E>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        self.try_check_n_at(key, self.clock.now(), n)
+    }
+
+    /// `n` permits for `key` at `now`; see [`Keyed::try_check`] and [`Keyed::check_n_at`].
+    /// A new key that finds the map full gets the full-map policy's answer without its
+    /// factory being run.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::{ConfigError, FixedWindow, Keyed, ManualClock, Nanos};
+    /// let k = Keyed::try_builder(|q: &u32| FixedWindow::new(*q, Duration::from_secs(1)))
+    ///     .clock(ManualClock::default())
+    ///     .build()
+    ///     .unwrap();
+    /// assert_eq!(k.try_check_n_at(&1, Nanos::ZERO, 1), Ok(Ok(())));
+    /// let denied = k.try_check_n_at(&1, Nanos::ZERO, 1).unwrap().unwrap_err();
+    /// assert_eq!(denied.retry_after_secs(), Some(1));
+    /// assert_eq!(k.try_check_n_at(&0, Nanos::ZERO, 1), Err(ConfigError::ZeroQuota));
+    /// ```
+    pub fn try_check_n_at<Q>(&self, key: &Q, now: Nanos, n: u32) -> Result<Result<(), Denied>, E>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        self.maybe_sweep(now, false);
+        Ok(
+            match self.with_at(key, now, |l| l.check_n_at(now, n), |r| r.is_ok())? {
+                Some(r) => r,
+                None => self.full(now),
+            },
+        )
+    }
+
+    /// [`Keyed::with`] on a map with a fallible factory: `Err(e)` if the key is new and its
+    /// factory failed with `e`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::{ConfigError, FixedWindow, Keyed};
+    /// let k = Keyed::try_new(|q: &u32| FixedWindow::new(*q, Duration::from_secs(60)));
+    /// assert_eq!(k.try_with(&5, |w| w.status().remaining), Ok(Some(5)));
+    /// assert_eq!(k.try_with(&0, |w| w.status().remaining), Err(ConfigError::ZeroQuota));
+    /// ```
+    pub fn try_with<Q, R>(&self, key: &Q, f: impl Fn(&L) -> R) -> Result<Option<R>, E>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
@@ -590,14 +806,15 @@ where
     }
 
     /// The retry loop: finds or builds the key's entry and runs `f` on it under the eviction
-    /// protocol. `None`: the key is new and the map is full.
+    /// protocol. `Ok(None)`: the key is new and the map is full; `Err`: the key is new and
+    /// its factory failed.
     fn with_at<Q, R>(
         &self,
         key: &Q,
         now: Nanos,
         f: impl Fn(&L) -> R,
         wrote: impl Fn(&R) -> bool,
-    ) -> Option<R>
+    ) -> Result<Option<R>, E>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
@@ -608,7 +825,7 @@ where
                 let guard = map::Guard::new();
                 if let Some(slot) = self.map.get(key, &guard) {
                     if let Some(r) = slot.run(&f, &wrote) {
-                        return Some(r);
+                        return Ok(Some(r));
                     }
                     // Evicted under us: help remove it, then use the key's new entry.
                     self.map.remove_same(key, slot.id());
@@ -616,15 +833,16 @@ where
                     continue;
                 }
             }
-            if !self.insert(key, now) {
-                return None;
+            if !self.insert(key, now)? {
+                return Ok(None);
             }
         }
     }
 
-    /// Builds and inserts `key`'s limiter; false if the map is full (after an early sweep).
+    /// Builds and inserts `key`'s limiter; false if the map is full (after an early sweep),
+    /// `Err` if the factory failed (the room reserved for the key is given back).
     /// Returns true also when another thread inserted the key first.
-    fn insert<Q>(&self, key: &Q, now: Nanos) -> bool
+    fn insert<Q>(&self, key: &Q, now: Nanos) -> Result<bool, E>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
@@ -632,11 +850,11 @@ where
         if !self.reserve() {
             self.maybe_sweep(now, true);
             if !self.reserve() {
-                return false;
+                return Ok(false);
             }
         }
         // Gives the room back unless the key goes in: if it was inserted first by another
-        // thread, or if the factory (user code) panics.
+        // thread, or if the factory (user code) fails or panics.
         struct Room<'a>(&'a AtomicU64, bool);
         impl Drop for Room<'_> {
             fn drop(&mut self) {
@@ -647,14 +865,14 @@ where
         }
         let mut room = Room(&self.len, false);
         let key = key.to_owned();
-        let mut limiter = (self.factory)(&key);
+        let mut limiter = (self.factory)(&key)?;
         room.1 = self.map.insert_with(key, || {
             // Under the key's bucket lock, so after the removal of any limiter the key had:
             // the judged time of that eviction is visible here (module docs, step 2).
             limiter.born_at(self.birth(now));
             std::sync::Arc::new(Slot::new(limiter))
         });
-        true
+        Ok(true)
     }
 
     /// The birth time of a limiter built for a check at `now`: `now`, or the latest time a
@@ -733,11 +951,12 @@ where
     }
 }
 
-impl<K, L, C> fmt::Debug for Keyed<K, L, C>
+impl<K, L, C, E> fmt::Debug for Keyed<K, L, C, E>
 where
     K: Eq + Hash + Clone + Send + Sync + 'static,
     L: Limiter + Idle + 'static,
     C: Clock,
+    E: 'static,
 {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Keyed")
@@ -751,19 +970,20 @@ where
 
 /// Options for a [`Keyed`].
 #[must_use = "a builder does nothing until `build` is called"]
-pub struct KeyedBuilder<K, L, C: Clock = QuantaClock> {
-    factory: Box<dyn Fn(&K) -> L + Send + Sync>,
+pub struct KeyedBuilder<K, L, C: Clock = QuantaClock, E = Infallible> {
+    factory: Factory<K, L, E>,
     max_keys: u64,
     when_full: WhenFull,
     sweep_every: u64,
     clock: C,
 }
 
-impl<K, L, C> KeyedBuilder<K, L, C>
+impl<K, L, C, E> KeyedBuilder<K, L, C, E>
 where
     K: Eq + Hash + Clone + Send + Sync + 'static,
     L: Limiter + Idle + 'static,
     C: Clock,
+    E: 'static,
 {
     /// Holds at most `max_keys` keys; what happens to a new key beyond that is
     /// [`KeyedBuilder::when_full`]'s policy. Zero is [`ConfigError::ZeroMaxKeys`].
@@ -833,7 +1053,7 @@ where
     ///     .unwrap();
     /// assert_eq!(k.clock().now(), Nanos::new(2));
     /// ```
-    pub fn clock<D: Clock>(self, clock: D) -> KeyedBuilder<K, L, D> {
+    pub fn clock<D: Clock>(self, clock: D) -> KeyedBuilder<K, L, D, E> {
         KeyedBuilder {
             factory: self.factory,
             max_keys: self.max_keys,
@@ -854,7 +1074,7 @@ where
     ///     .unwrap_err();
     /// assert_eq!(err, ConfigError::ZeroMaxKeys);
     /// ```
-    pub fn build(self) -> Result<Keyed<K, L, C>, ConfigError> {
+    pub fn build(self) -> Result<Keyed<K, L, C, E>, ConfigError> {
         if self.max_keys == 0 {
             return Err(ConfigError::ZeroMaxKeys);
         }
@@ -873,7 +1093,7 @@ where
     }
 }
 
-impl<K, L, C: Clock> fmt::Debug for KeyedBuilder<K, L, C> {
+impl<K, L, C: Clock, E> fmt::Debug for KeyedBuilder<K, L, C, E> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("KeyedBuilder")
             .field("max_keys", &self.max_keys)

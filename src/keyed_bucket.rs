@@ -638,6 +638,22 @@ where
         &self.clock
     }
 
+    /// The limiter's clock reading now: the time its plain (non-`_at`) methods use. An
+    /// inherent method, so reading it needs no [`Clock`] import.
+    ///
+    /// ```
+    /// use turnstile::{KeyedTokenBucket, Limit, ManualClock, Nanos};
+    ///
+    /// let l = KeyedTokenBucket::<u8>::builder(Limit::per_second(1.0).unwrap(), 1)
+    ///     .clock(ManualClock::new(Nanos::new(7)))
+    ///     .build()
+    ///     .unwrap();
+    /// assert_eq!(l.now(), Nanos::new(7));
+    /// ```
+    pub fn now(&self) -> Nanos {
+        self.clock.now()
+    }
+
     /// Keys currently held (evicted keys no longer count).
     ///
     /// ```

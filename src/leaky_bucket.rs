@@ -321,6 +321,19 @@ impl<C: Clock> LeakyBucket<C> {
         &self.clock
     }
 
+    /// The limiter's clock reading now: the time its plain (non-`_at`) methods use. An
+    /// inherent method, so reading it needs no [`Clock`] import.
+    ///
+    /// ```
+    /// use turnstile::{LeakyBucket, ManualClock, Nanos};
+    ///
+    /// let l = LeakyBucket::builder(1).clock(ManualClock::new(Nanos::new(7))).build().unwrap();
+    /// assert_eq!(l.now(), Nanos::new(7));
+    /// ```
+    pub fn now(&self) -> Nanos {
+        self.clock.now()
+    }
+
     /// Permits per [`LeakyBucket::per`]; 0 for an unlimited bucket, which has no rate.
     ///
     /// ```
@@ -461,6 +474,7 @@ impl<C: Clock> LeakyBucket<C> {
     /// assert!(lb.try_take());   // the first take is immediate
     /// assert!(!lb.try_take());  // the next one is a second away
     /// ```
+    #[must_use = "a denied request must not go ahead: check the result"]
     pub fn try_take(&self) -> bool {
         self.try_take_at(self.clock.now())
     }
@@ -478,6 +492,7 @@ impl<C: Clock> LeakyBucket<C> {
     /// assert!(!lb.try_take_at(t + Duration::from_millis(99)));
     /// assert!(lb.try_take_at(t + Duration::from_millis(100)));
     /// ```
+    #[must_use = "a denied request must not go ahead: check the result"]
     pub fn try_take_at(&self, now: Nanos) -> bool {
         self.check(now, 1).is_ok()
     }

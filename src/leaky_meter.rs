@@ -145,6 +145,19 @@ impl<C: Clock> LeakyMeter<C> {
         self.bucket.clock()
     }
 
+    /// The limiter's clock reading now: the time its plain (non-`_at`) methods use. An
+    /// inherent method, so reading it needs no [`Clock`] import.
+    ///
+    /// ```
+    /// use turnstile::{LeakyMeter, Limit, ManualClock, Nanos};
+    ///
+    /// let l = LeakyMeter::with_clock(1, Limit::INF, ManualClock::new(Nanos::new(7))).unwrap();
+    /// assert_eq!(l.now(), Nanos::new(7));
+    /// ```
+    pub fn now(&self) -> Nanos {
+        self.bucket.clock().now()
+    }
+
     /// Adds one unit of water now if it fits; see [`LeakyMeter::allow_n_at`].
     ///
     /// ```
@@ -153,6 +166,7 @@ impl<C: Clock> LeakyMeter<C> {
     /// assert!(meter.allow());
     /// assert!(!meter.allow()); // full for the next 1000 s
     /// ```
+    #[must_use = "a denied request must not go ahead: check the result"]
     pub fn allow(&self) -> bool {
         self.allow_n_at(self.bucket.clock().now(), 1)
     }
@@ -166,6 +180,7 @@ impl<C: Clock> LeakyMeter<C> {
     /// assert!(!meter.allow_at(Nanos::new(99_999_999)));
     /// assert!(meter.allow_at(Nanos::new(100_000_000)));
     /// ```
+    #[must_use = "a denied request must not go ahead: check the result"]
     pub fn allow_at(&self, now: Nanos) -> bool {
         self.allow_n_at(now, 1)
     }
@@ -178,6 +193,7 @@ impl<C: Clock> LeakyMeter<C> {
     /// assert!(meter.allow_n(5));
     /// assert!(!meter.allow_n(1));
     /// ```
+    #[must_use = "a denied request must not go ahead: check the result"]
     pub fn allow_n(&self, n: u32) -> bool {
         self.allow_n_at(self.bucket.clock().now(), n)
     }
@@ -197,6 +213,7 @@ impl<C: Clock> LeakyMeter<C> {
     /// assert!(meter.allow_n_at(Nanos::new(500_000_000), 2));     // one unit leaked in 0.5 s
     /// assert!(!meter.allow_n_at(Nanos::new(500_000_000), 5));    // never fits
     /// ```
+    #[must_use = "a denied request must not go ahead: check the result"]
     pub fn allow_n_at(&self, now: Nanos, n: u32) -> bool {
         n <= self.capacity && self.bucket.allow_n_at(now, n)
     }
@@ -284,19 +301,22 @@ impl<C: Clock> Idle for LeakyMeter<C> {
     }
 }
 
-/// Shows the capacity, the leak rate and the token bucket underneath; it reads no clock.
+/// Shows the capacity, the leak rate and the water level at the clock's reading.
 ///
 /// ```
-/// use turnstile::{LeakyMeter, Limit};
-/// let meter = LeakyMeter::new(3, Limit::per_second(1.0).unwrap()).unwrap();
-/// assert!(format!("{meter:?}").starts_with("LeakyMeter { capacity: 3, leak: Limit(1/s)"));
+/// use turnstile::{LeakyMeter, Limit, ManualClock};
+/// let meter = LeakyMeter::with_clock(3, Limit::per_second(1.0).unwrap(), ManualClock::default())
+///     .unwrap();
+/// assert!(meter.allow_n(2));
+/// assert_eq!(format!("{meter:?}"), "LeakyMeter { capacity: 3, leak: 1/s, level: 2.0 }");
 /// ```
 impl<C: Clock> fmt::Debug for LeakyMeter<C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The meter's own terms: the water now, not the token bucket it is built on.
         f.debug_struct("LeakyMeter")
             .field("capacity", &self.capacity)
             .field("leak", &self.leak_rate())
-            .field("bucket", &self.bucket)
+            .field("level", &self.level())
             .finish()
     }
 }

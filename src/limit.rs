@@ -79,23 +79,35 @@ impl Limit {
     }
 }
 
-impl fmt::Debug for Limit {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.is_inf() {
-            f.write_str("Limit::INF")
-        } else {
-            write!(f, "Limit({}/s)", self.0)
-        }
-    }
-}
-
+/// `inf`, or the rate per second in the shortest form that reads back to the same `f64`:
+/// plain digits from `1e-4` up to `1e16` (`10/s`, `0.5/s`, `0/s`), scientific notation
+/// outside that range (`1e300/s` rather than 301 digits, `2.5e-7/s`). Debug prints the same,
+/// so a limiter's Debug reads `limit: 10/s`.
+///
+/// ```
+/// use std::time::Duration;
+/// use turnstile::Limit;
+///
+/// assert_eq!(Limit::per_second(10.0).unwrap().to_string(), "10/s");
+/// assert_eq!(Limit::every(Duration::from_secs(2)).to_string(), "0.5/s");
+/// assert_eq!(Limit::per_second(1e300).unwrap().to_string(), "1e300/s");
+/// assert_eq!(Limit::ZERO.to_string(), "0/s");
+/// assert_eq!(Limit::INF.to_string(), "inf");
+/// assert_eq!(format!("{:?}", Limit::INF), "inf");
+/// ```
 impl fmt::Display for Limit {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.is_inf() {
             f.write_str("inf")
         } else {
-            write!(f, "{}/s", self.0)
+            fmt::Display::fmt(&PerSec(self.0), f)
         }
+    }
+}
+
+impl fmt::Debug for Limit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
     }
 }
 
@@ -103,5 +115,29 @@ impl TryFrom<f64> for Limit {
     type Error = ConfigError;
     fn try_from(events: f64) -> Result<Limit, ConfigError> {
         Limit::per_second(events)
+    }
+}
+
+/// A rate in events per second, printed as [`Limit`] prints (`10/s`, `1e300/s`; `inf` for
+/// `+∞`): for the Debug of limiters whose rate is a plain `f64` (the smooth limiters).
+#[derive(Clone, Copy)]
+pub(crate) struct PerSec(pub(crate) f64);
+
+impl fmt::Display for PerSec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let v = self.0;
+        if v == f64::INFINITY {
+            f.write_str("inf")
+        } else if v == 0.0 || (1e-4..1e16).contains(&v.abs()) {
+            write!(f, "{v}/s")
+        } else {
+            write!(f, "{v:e}/s")
+        }
+    }
+}
+
+impl fmt::Debug for PerSec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
     }
 }

@@ -3,6 +3,7 @@
 //! and the shootout are written against it.
 
 use std::ops::Deref;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
@@ -22,6 +23,7 @@ use crate::clock::Nanos;
 /// assert_eq!(denied.retry_after(), Some(std::time::Duration::from_millis(100)));
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use = "a denial says when to retry: answer the request with it (see `retry_after_secs`)"]
 pub struct Denied {
     at: Nanos,
     retry_at: Option<Nanos>,
@@ -47,6 +49,29 @@ impl Denied {
     /// How long after the check to retry; `None` if a retry can never succeed.
     pub fn retry_after(&self) -> Option<Duration> {
         self.retry_at.map(|t| t.saturating_duration_since(self.at))
+    }
+
+    /// [`Denied::retry_after`] in whole seconds, rounded **up**: the value of an HTTP
+    /// `Retry-After` header (RFC 9110 §10.2.3 takes whole seconds, and rounding down would
+    /// send the client back before a retry can succeed). Any wait above a whole number of
+    /// seconds counts as the next second: 1 ns is 1, exactly 2 s is 2, and no wait at all
+    /// is 0. `None` if a retry can never succeed.
+    ///
+    /// ```
+    /// use turnstile::{Denied, Nanos};
+    ///
+    /// let at = Nanos::new(5_000_000_000);
+    /// assert_eq!(Denied::new(at, Some(Nanos::new(5_000_000_001))).retry_after_secs(), Some(1));
+    /// assert_eq!(Denied::new(at, Some(Nanos::new(7_000_000_000))).retry_after_secs(), Some(2));
+    /// assert_eq!(Denied::new(at, Some(at)).retry_after_secs(), Some(0));
+    /// assert_eq!(Denied::new(at, None).retry_after_secs(), None);
+    /// ```
+    pub fn retry_after_secs(&self) -> Option<u64> {
+        self.retry_at.map(|t| {
+            t.as_u64()
+                .saturating_sub(self.at.as_u64())
+                .div_ceil(1_000_000_000)
+        })
     }
 }
 
@@ -150,6 +175,163 @@ pub trait Idle {
     /// ```
     fn born_at(&mut self, b: Nanos);
 }
+
+/// A boxed limiter is a limiter: so is `Box<dyn KeyedLimiter>`, which lets one
+/// [`Keyed`](crate::Keyed) map hold different limiter types for different keys (see
+/// [`KeyedLimiter`]). Every method forwards, including the provided ones, so a limiter that
+/// overrides them keeps its overrides.
+///
+/// ```
+/// use turnstile::{Limit, Limiter, TokenBucket};
+///
+/// let l: Box<dyn Limiter> = Box::new(TokenBucket::new(Limit::per_second(1.0).unwrap(), 1));
+/// assert!(l.check().is_ok());
+/// assert!(l.check().is_err());
+/// ```
+impl<L: Limiter + ?Sized> Limiter for Box<L> {
+    #[inline]
+    fn check_n_at(&self, now: Nanos, n: u32) -> Result<(), Denied> {
+        (**self).check_n_at(now, n)
+    }
+
+    #[inline]
+    fn now(&self) -> Nanos {
+        (**self).now()
+    }
+
+    #[inline]
+    fn check_n(&self, n: u32) -> Result<(), Denied> {
+        (**self).check_n(n)
+    }
+
+    #[inline]
+    fn check(&self) -> Result<(), Denied> {
+        (**self).check()
+    }
+}
+
+/// A shared limiter is a limiter: `Arc<dyn Limiter>`, or one limiter shared by several keys
+/// of a [`Keyed`](crate::Keyed) map (a group quota), or by a map and other code.
+///
+/// ```
+/// use std::sync::Arc;
+/// use turnstile::{Limit, Limiter, TokenBucket};
+///
+/// let shared = Arc::new(TokenBucket::new(Limit::per_second(1.0).unwrap(), 1));
+/// let l: Arc<dyn Limiter> = shared.clone();
+/// assert!(l.check().is_ok());
+/// assert!(shared.check().is_err()); // one bucket
+/// ```
+impl<L: Limiter + ?Sized> Limiter for Arc<L> {
+    #[inline]
+    fn check_n_at(&self, now: Nanos, n: u32) -> Result<(), Denied> {
+        (**self).check_n_at(now, n)
+    }
+
+    #[inline]
+    fn now(&self) -> Nanos {
+        (**self).now()
+    }
+
+    #[inline]
+    fn check_n(&self, n: u32) -> Result<(), Denied> {
+        (**self).check_n(n)
+    }
+
+    #[inline]
+    fn check(&self) -> Result<(), Denied> {
+        (**self).check()
+    }
+}
+
+/// Forwards to the boxed limiter, [`Idle::born_at`] included (a box returned by a keyed map's
+/// factory is the sole owner of a fresh limiter).
+///
+/// ```
+/// use turnstile::{Idle, Limit, Limiter, ManualClock, Nanos, TokenBucket};
+///
+/// let tb = TokenBucket::with_clock(Limit::per_second(1.0).unwrap(), 1, ManualClock::default());
+/// let mut l: Box<TokenBucket<ManualClock>> = Box::new(tb);
+/// l.born_at(Nanos::new(1_000_000_000));
+/// assert!(l.check_n_at(Nanos::new(500_000_000), 1).is_err()); // dated: a stale reading
+/// ```
+impl<L: Idle + ?Sized> Idle for Box<L> {
+    #[inline]
+    fn is_idle_at(&self, now: Nanos) -> bool {
+        (**self).is_idle_at(now)
+    }
+
+    fn born_at(&mut self, b: Nanos) {
+        (**self).born_at(b)
+    }
+}
+
+/// Forwards [`Idle::is_idle_at`]; [`Idle::born_at`] dates the limiter only if this `Arc` is
+/// its sole owner ([`Arc::get_mut`]), as a freshly built one is. A limiter the factory
+/// shares (the same `Arc` cloned into several keys, a group quota) is not fresh: it keeps its
+/// state across an eviction of any key that holds it, because the key's next entry is the
+/// same limiter, so there is nothing to date and the keyed map's guarantee holds as is.
+///
+/// ```
+/// use std::sync::Arc;
+/// use turnstile::{Idle, Limit, Limiter, ManualClock, Nanos, TokenBucket};
+///
+/// let limit = Limit::per_second(1.0).unwrap();
+/// let mut fresh = Arc::new(TokenBucket::with_clock(limit, 1, ManualClock::default()));
+/// fresh.born_at(Nanos::new(1_000_000_000)); // sole owner: dated
+/// assert!(fresh.check_n_at(Nanos::new(500_000_000), 1).is_err());
+///
+/// let mut shared = Arc::new(TokenBucket::with_clock(limit, 1, ManualClock::default()));
+/// let other = shared.clone();
+/// shared.born_at(Nanos::new(1_000_000_000)); // shared: left as it is
+/// assert!(other.check_n_at(Nanos::new(500_000_000), 1).is_ok());
+/// ```
+impl<L: Idle + ?Sized> Idle for Arc<L> {
+    #[inline]
+    fn is_idle_at(&self, now: Nanos) -> bool {
+        (**self).is_idle_at(now)
+    }
+
+    fn born_at(&mut self, b: Nanos) {
+        if let Some(l) = Arc::get_mut(self) {
+            l.born_at(b);
+        }
+    }
+}
+
+/// [`Limiter`] and [`Idle`] in one object-safe trait, for the trait objects a
+/// [`Keyed`](crate::Keyed) map can hold: `Box<dyn KeyedLimiter>` (or `Arc<dyn KeyedLimiter>`)
+/// is a `Limiter + Idle`, so a map whose factory builds a different limiter type for
+/// different keys is `Keyed<K, Box<dyn KeyedLimiter>>`. (Rust allows only one non-auto trait
+/// in a `dyn` type, so `dyn Limiter + Idle` cannot be written.) Every `Limiter + Idle`
+/// implements it; nothing to implement by hand.
+///
+/// The price of the box is one allocation per key, made when the key's limiter is built
+/// (not on checks), and a virtual call per check.
+///
+/// ```
+/// use std::time::Duration;
+/// use turnstile::{FixedWindow, Keyed, KeyedLimiter, Limit, TokenBucket};
+///
+/// // Paying users get a token bucket, everyone else 2 requests a minute.
+/// let per_user: Keyed<String, Box<dyn KeyedLimiter>> =
+///     Keyed::new(|user: &String| -> Box<dyn KeyedLimiter> {
+///         if user.starts_with("paid:") {
+///             Box::new(TokenBucket::new(Limit::per_second(100.0).unwrap(), 10))
+///         } else {
+///             Box::new(FixedWindow::new(2, Duration::from_secs(60)).unwrap())
+///         }
+///     });
+/// for _ in 0..10 {
+///     assert!(per_user.check("paid:ada").is_ok());
+/// }
+/// assert!(per_user.check("free:bob").is_ok());
+/// assert!(per_user.check("free:bob").is_ok());
+/// assert!(per_user.check("free:bob").is_err());
+/// ```
+pub trait KeyedLimiter: Limiter + Idle {}
+
+impl<L: Limiter + Idle + ?Sized> KeyedLimiter for L {}
 
 /// Builder kind: the builder makes the lock-free limiter. Each limiter's builder is generic
 /// over its kind, so a lock-free limiter and its mutex twin take exactly the same options.

@@ -389,6 +389,23 @@ impl<C: Clock, P: Layout> SlidingWindow<C, P> {
         &self.clock
     }
 
+    /// The limiter's clock reading now: the time its plain (non-`_at`) methods use. An
+    /// inherent method, so reading it needs no [`Clock`] import.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::{ManualClock, Nanos, SlidingWindow};
+    ///
+    /// let l = SlidingWindow::builder(1, Duration::from_secs(1))
+    ///     .clock(ManualClock::new(Nanos::new(7)))
+    ///     .build()
+    ///     .unwrap();
+    /// assert_eq!(l.now(), Nanos::new(7));
+    /// ```
+    pub fn now(&self) -> Nanos {
+        self.clock.now()
+    }
+
     /// The most grants per aligned window.
     ///
     /// ```
@@ -423,6 +440,7 @@ impl<C: Clock, P: Layout> SlidingWindow<C, P> {
     /// assert!(sw.allow());
     /// assert!(!sw.allow());
     /// ```
+    #[must_use = "a denied request must not go ahead: check the result"]
     pub fn allow(&self) -> bool {
         self.allow_n_at(self.clock.now(), 1)
     }
@@ -442,6 +460,7 @@ impl<C: Clock, P: Layout> SlidingWindow<C, P> {
     /// assert!(!sw.allow_at(Nanos::new(1_000_000_000))); // window 0's grant weighs fully
     /// assert!(sw.allow_at(Nanos::new(2_000_000_000)));  // and is forgotten a window later
     /// ```
+    #[must_use = "a denied request must not go ahead: check the result"]
     pub fn allow_at(&self, now: Nanos) -> bool {
         self.allow_n_at(now, 1)
     }
@@ -457,6 +476,7 @@ impl<C: Clock, P: Layout> SlidingWindow<C, P> {
     /// assert!(!sw.allow_n(4));
     /// assert!(sw.allow_n(3));
     /// ```
+    #[must_use = "a denied request must not go ahead: check the result"]
     pub fn allow_n(&self, n: u32) -> bool {
         self.allow_n_at(self.clock.now(), n)
     }
@@ -484,6 +504,7 @@ impl<C: Clock, P: Layout> SlidingWindow<C, P> {
     /// assert!(sw.allow_n_at(ms(500), 0));
     /// assert!(!sw.allow_n_at(ms(9000), 5));
     /// ```
+    #[must_use = "a denied request must not go ahead: check the result"]
     pub fn allow_n_at(&self, now: Nanos, n: u32) -> bool {
         self.check(now, n).is_ok()
     }
@@ -663,13 +684,18 @@ impl<C: Clock, P: Layout> Idle for SlidingWindow<C, P> {
 
 impl<C: Clock, P: Layout> fmt::Debug for SlidingWindow<C, P> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let s = Counts::unpack(self.state.load(Ordering::Relaxed));
+        // At the clock's reading, in the algorithm's terms: the counts of the previous and
+        // the current window, and the status a response header would carry.
+        let now = self.clock.now();
+        let v = self.view(now);
+        let status = self.rule.status(&v, now);
         f.debug_struct("SlidingWindow")
             .field("quota", &self.rule.quota)
             .field("period", &self.period)
-            .field("window", &s.k)
-            .field("prev", &s.prev)
-            .field("curr", &s.curr)
+            .field("previous", &v.prev)
+            .field("current", &v.curr)
+            .field("remaining", &status.remaining)
+            .field("resets_at", &status.resets_at)
             .finish()
     }
 }

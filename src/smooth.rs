@@ -138,6 +138,7 @@ use crossbeam_utils::{Backoff, CachePadded};
 use crate::clock::{Clock, Nanos, QuantaClock};
 use crate::config_slots::ConfigSlots;
 use crate::error::{ConfigError, WaitError};
+use crate::limit::PerSec;
 use crate::limiter::{Denied, Idle, Limiter, LockFree};
 use crate::sync::{AtomicU128, Mutex, Ordering}; // Mutex: reconfiguration only, never the hot path
 
@@ -695,13 +696,14 @@ impl<C: Clock> Core<C> {
     }
 
     fn fmt(&self, name: &str, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // User terms: the rate, the store's capacity and its level now (resynced to the
+        // clock, as `stored_permits()` reports it), and when the next permit is free.
         let (word, cfg) = self.load();
         f.debug_struct(name)
-            .field("rate", &cfg.rate)
+            .field("rate", &PerSec(cfg.rate))
             .field("max_permits", &cfg.max_permits)
+            .field("stored_permits", &self.stored_permits_at(self.clock.now()))
             .field("next_free", &Nanos::new(next_free(word)))
-            .field("stored_permits", &cfg.stored(frac(word)))
-            .field("epoch", &cfg.epoch)
             .finish()
     }
 }
@@ -1130,6 +1132,40 @@ macro_rules! smooth_api {
 
 smooth_api!(SmoothBursty);
 smooth_api!(SmoothWarmingUp);
+
+impl<C: Clock> SmoothBursty<C> {
+    /// The limiter's clock reading now: the time its plain (non-`_at`) methods use. An
+    /// inherent method, so reading it needs no [`Clock`] import.
+    ///
+    /// ```
+    /// use turnstile::{ManualClock, Nanos, SmoothBursty};
+    ///
+    /// let l = SmoothBursty::builder(1.0).clock(ManualClock::new(Nanos::new(7))).build().unwrap();
+    /// assert_eq!(l.now(), Nanos::new(7));
+    /// ```
+    pub fn now(&self) -> Nanos {
+        self.core.clock.now()
+    }
+}
+
+impl<C: Clock> SmoothWarmingUp<C> {
+    /// The limiter's clock reading now: the time its plain (non-`_at`) methods use. An
+    /// inherent method, so reading it needs no [`Clock`] import.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::{ManualClock, Nanos, SmoothWarmingUp};
+    ///
+    /// let l = SmoothWarmingUp::builder(1.0, Duration::from_secs(1))
+    ///     .clock(ManualClock::new(Nanos::new(7)))
+    ///     .build()
+    ///     .unwrap();
+    /// assert_eq!(l.now(), Nanos::new(7));
+    /// ```
+    pub fn now(&self) -> Nanos {
+        self.core.clock.now()
+    }
+}
 
 impl<C: Clock> Core<C> {
     /// [`Idle::born_at`] for both smooth limiters: `next_free = b`, the store as built (a

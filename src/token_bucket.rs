@@ -266,6 +266,19 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
         &self.clock
     }
 
+    /// The limiter's clock reading now: the time its plain (non-`_at`) methods use. An
+    /// inherent method, so reading it needs no [`Clock`] import.
+    ///
+    /// ```
+    /// use turnstile::{Limit, ManualClock, Nanos, TokenBucket};
+    ///
+    /// let l = TokenBucket::with_clock(Limit::per_second(1.0).unwrap(), 1, ManualClock::new(Nanos::new(7)));
+    /// assert_eq!(l.now(), Nanos::new(7));
+    /// ```
+    pub fn now(&self) -> Nanos {
+        self.clock.now()
+    }
+
     /// The current limit.
     pub fn limit(&self) -> Limit {
         Limit::from_valid(self.snapshot().1.limit)
@@ -295,16 +308,19 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
     }
 
     /// Takes one token now if there is one.
+    #[must_use = "a denied request must not go ahead: check the result"]
     pub fn allow(&self) -> bool {
         self.allow_n_at(self.clock.now(), 1)
     }
 
     /// [`TokenBucket::allow`] at `now`.
+    #[must_use = "a denied request must not go ahead: check the result"]
     pub fn allow_at(&self, now: Nanos) -> bool {
         self.allow_n_at(now, 1)
     }
 
     /// Takes `n` tokens now if there are `n`.
+    #[must_use = "a denied request must not go ahead: check the result"]
     pub fn allow_n(&self, n: u32) -> bool {
         self.allow_n_at(self.clock.now(), n)
     }
@@ -319,6 +335,7 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
     /// assert!(!tb.allow_n_at(Nanos::ZERO, 1));
     /// assert!(tb.allow_n_at(Nanos::new(1_000_000_000), 1));
     /// ```
+    #[must_use = "a denied request must not go ahead: check the result"]
     pub fn allow_n_at(&self, now: Nanos, n: u32) -> bool {
         matches!(self.take::<ALLOW>(now, n, 0), Decision::Granted { .. })
     }
@@ -964,6 +981,7 @@ impl<C: Clock, P: Layout> fmt::Debug for TokenBucket<C, P> {
 }
 /// What [`TokenBucket::peek_n_at`] reports: nothing is consumed.
 #[derive(Debug, Clone, Copy, PartialEq)]
+#[must_use = "a peek changes nothing: it is only worth its answer"]
 pub struct Peek {
     /// Tokens in the bucket at the peek's time (negative while reservations are outstanding).
     pub tokens: f64,

@@ -91,6 +91,7 @@ use crate::sync::{AtomicU128, Ordering};
 /// assert!(!Outcome::OverQuota.is_permitted());
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[must_use = "an over-quota request must not go ahead: check the outcome"]
 pub enum Outcome {
     /// Permitted, with quota left in the window.
     Allowed,
@@ -139,6 +140,7 @@ impl Outcome {
 /// assert_eq!(s.resets_after(Nanos::new(15_000_000_000)), Duration::from_secs(45));
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use = "a status changes nothing: it is only worth its answer"]
 pub struct WindowStatus {
     /// The quota per window.
     pub quota: u32,
@@ -275,6 +277,23 @@ impl<C: Clock, P: Layout> FixedWindow<C, P> {
     /// ```
     pub fn clock(&self) -> &C {
         &self.clock
+    }
+
+    /// The limiter's clock reading now: the time its plain (non-`_at`) methods use. An
+    /// inherent method, so reading it needs no [`Clock`] import.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::{FixedWindow, ManualClock, Nanos};
+    ///
+    /// let l = FixedWindow::builder(1, Duration::from_secs(1))
+    ///     .clock(ManualClock::new(Nanos::new(7)))
+    ///     .build()
+    ///     .unwrap();
+    /// assert_eq!(l.now(), Nanos::new(7));
+    /// ```
+    pub fn now(&self) -> Nanos {
+        self.clock.now()
     }
 
     /// Requests permitted per window.
@@ -527,13 +546,14 @@ impl<C: Clock, P: Layout> Idle for FixedWindow<C, P> {
 
 impl<C: Clock, P: Layout> fmt::Debug for FixedWindow<C, P> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let (end, count) = unpack(self.state.load(Ordering::Relaxed));
+        // At the clock's reading, in the terms of a response header ([`WindowStatus`]).
+        let status = self.status_at(self.clock.now());
         f.debug_struct("FixedWindow")
             .field("quota", &self.spec.quota)
             .field("period", &self.period())
             .field("utc_offset_secs", &self.utc_offset_secs())
-            .field("window_end", &Nanos::new(end))
-            .field("count", &count)
+            .field("remaining", &status.remaining)
+            .field("resets_at", &status.resets_at)
             .finish()
     }
 }

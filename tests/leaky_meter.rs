@@ -201,11 +201,11 @@ fn idle_when_empty_of_water() {
 }
 
 #[test]
-fn debug_shows_capacity_leak_and_bucket() {
+fn debug_shows_capacity_leak_and_level() {
     let m = meter(3, 1.0);
     let s = format!("{m:?}");
     assert!(
-        s.starts_with("LeakyMeter { capacity: 3, leak: Limit(1/s), bucket: TokenBucket {"),
+        s.starts_with("LeakyMeter { capacity: 3, leak: 1/s, level: "),
         "{s}"
     );
 }

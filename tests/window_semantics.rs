@@ -129,10 +129,10 @@ fn align_matches_go_zero_calc_expire_seconds() {
         Duration::from_secs(86_400),
         Some((utc8, Duration::from_secs(1_704_124_799))),
     ) {
-        w.take_at(t(0.0));
+        let _ = w.take_at(t(0.0));
         assert_eq!(w.status_at(t(0.0)).resets_at, t(1.0), "{}", w.name());
         // One second later, a new day: a full day's window.
-        w.take_at(t(1.0));
+        let _ = w.take_at(t(1.0));
         assert_eq!(w.status_at(t(1.0)).resets_at, t(86_401.0), "{}", w.name());
         assert_eq!(w.status_at(t(1.0)).remaining, 9, "{}", w.name());
     }
@@ -144,7 +144,7 @@ fn align_matches_go_zero_calc_expire_seconds() {
             Some((utc8, Duration::from_secs(1_704_110_400))),
         ) {
             assert_eq!(w.status_at(t(0.0)).resets_at, t(expect), "{}", w.name());
-            w.take_at(t(0.0));
+            let _ = w.take_at(t(0.0));
             assert_eq!(w.status_at(t(0.0)).resets_at, t(expect), "{}", w.name());
         }
     }
@@ -241,13 +241,13 @@ fn status_reports_remaining_and_reset() {
             (fresh.quota, fresh.remaining, fresh.resets_at),
             (4, 4, t(65.0))
         );
-        w.take_at(t(10.0));
-        w.take_at(t(11.0));
+        let _ = w.take_at(t(10.0));
+        let _ = w.take_at(t(11.0));
         let s = w.status_at(t(30.0));
         assert_eq!((s.remaining, s.resets_at), (2, t(70.0)), "{}", w.name());
         assert_eq!(s.resets_after(t(30.0)), Duration::from_secs(40));
         for _ in 0..5 {
-            w.take_at(t(31.0));
+            let _ = w.take_at(t(31.0));
         }
         assert_eq!(w.status_at(t(31.0)).remaining, 0, "{}", w.name());
         assert_eq!(w.status_at(t(70.0)).remaining, 4, "{}", w.name());
@@ -275,7 +275,7 @@ fn idle_once_the_window_is_over() {
         .build()
         .unwrap();
     assert!(w.is_idle_at(t(0.0)));
-    w.take_at(t(1.0));
+    let _ = w.take_at(t(1.0));
     assert!(!w.is_idle_at(t(10.999)));
     assert!(w.is_idle_at(t(11.0)));
 }

@@ -206,6 +206,20 @@ impl<C: Clock> LeakyBucket<C> {
         &self.clock
     }
 
+    /// The limiter's clock reading now: the time its plain (non-`_at`) methods use. An
+    /// inherent method, so reading it needs no [`Clock`] import.
+    ///
+    /// ```
+    /// use turnstile::reference::LeakyBucket;
+    /// use turnstile::{ManualClock, Nanos};
+    ///
+    /// let l = LeakyBucket::builder(1).clock(ManualClock::new(Nanos::new(7))).build().unwrap();
+    /// assert_eq!(l.now(), Nanos::new(7));
+    /// ```
+    pub fn now(&self) -> Nanos {
+        self.clock.now()
+    }
+
     /// Permits per `per`; 0 for an unlimited bucket.
     ///
     /// ```
@@ -309,6 +323,7 @@ impl<C: Clock> LeakyBucket<C> {
     /// assert!(lb.try_take());
     /// assert!(!lb.try_take());
     /// ```
+    #[must_use = "a denied request must not go ahead: check the result"]
     pub fn try_take(&self) -> bool {
         self.try_take_at(self.clock.now())
     }
@@ -325,6 +340,7 @@ impl<C: Clock> LeakyBucket<C> {
     /// assert!(!lb.try_take_at(t));
     /// assert!(lb.try_take_at(t + Duration::from_millis(100)));
     /// ```
+    #[must_use = "a denied request must not go ahead: check the result"]
     pub fn try_take_at(&self, now: Nanos) -> bool {
         self.check(now, 1).is_ok()
     }
@@ -411,13 +427,19 @@ impl<C: Clock> Limiter for LeakyBucket<C> {
 
 impl<C: Clock> fmt::Debug for LeakyBucket<C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // As the lock-free bucket's Debug; `next` is Go's `state`, the time of the next
+        // permission issue (`None` before the first take).
+        if self.unlimited {
+            return f.write_str("reference::LeakyBucket(unlimited)");
+        }
         let inner = *self.lock();
+        let next = (inner.state != 0).then(|| Nanos::new(u64::try_from(inner.state).unwrap_or(0)));
         f.debug_struct("reference::LeakyBucket")
             .field("rate", &self.rate)
             .field("per", &self.per)
             .field("slack", &self.slack)
-            .field("unlimited", &self.unlimited)
-            .field("state", &inner.state)
+            .field("per_request", &self.per_request())
+            .field("next", &next)
             .finish()
     }
 }

@@ -129,6 +129,24 @@ impl<C: Clock> SlidingWindow<C> {
         &self.clock
     }
 
+    /// The limiter's clock reading now: the time its plain (non-`_at`) methods use. An
+    /// inherent method, so reading it needs no [`Clock`] import.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::reference::SlidingWindow;
+    /// use turnstile::{ManualClock, Nanos};
+    ///
+    /// let l = SlidingWindow::builder(1, Duration::from_secs(1))
+    ///     .clock(ManualClock::new(Nanos::new(7)))
+    ///     .build()
+    ///     .unwrap();
+    /// assert_eq!(l.now(), Nanos::new(7));
+    /// ```
+    pub fn now(&self) -> Nanos {
+        self.clock.now()
+    }
+
     /// The quota per window.
     ///
     /// ```
@@ -160,6 +178,7 @@ impl<C: Clock> SlidingWindow<C> {
     /// let sw = SlidingWindow::new(1, Duration::from_secs(3600)).unwrap();
     /// assert!(sw.allow() && !sw.allow());
     /// ```
+    #[must_use = "a denied request must not go ahead: check the result"]
     pub fn allow(&self) -> bool {
         self.allow_n_at(self.clock.now(), 1)
     }
@@ -175,6 +194,7 @@ impl<C: Clock> SlidingWindow<C> {
     /// assert!(!sw.allow_at(Nanos::new(1_000_000_000)));
     /// assert!(sw.allow_at(Nanos::new(2_000_000_000)));
     /// ```
+    #[must_use = "a denied request must not go ahead: check the result"]
     pub fn allow_at(&self, now: Nanos) -> bool {
         self.allow_n_at(now, 1)
     }
@@ -187,6 +207,7 @@ impl<C: Clock> SlidingWindow<C> {
     /// let sw = SlidingWindow::new(4, Duration::from_secs(3600)).unwrap();
     /// assert!(sw.allow_n(4) && !sw.allow_n(1));
     /// ```
+    #[must_use = "a denied request must not go ahead: check the result"]
     pub fn allow_n(&self, n: u32) -> bool {
         self.allow_n_at(self.clock.now(), n)
     }
@@ -202,6 +223,7 @@ impl<C: Clock> SlidingWindow<C> {
     /// assert!(sw.allow_n_at(Nanos::new(1_250_000_000), 1)); // 4 * 0.75 + 1 = 4
     /// assert!(!sw.allow_n_at(Nanos::new(1_250_000_000), 1));
     /// ```
+    #[must_use = "a denied request must not go ahead: check the result"]
     pub fn allow_n_at(&self, now: Nanos, n: u32) -> bool {
         self.check(now, n).is_ok()
     }
@@ -396,13 +418,18 @@ impl<C: Clock> Idle for SlidingWindow<C> {
 
 impl<C: Clock> fmt::Debug for SlidingWindow<C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let c = *self.lock();
+        // As the lock-free limiter's Debug, at the clock's reading.
+        let now = self.clock.now();
+        let stored = *self.lock();
+        let (c, _) = self.rolled(stored, now);
+        let status = self.status_at(now);
         f.debug_struct("reference::SlidingWindow")
             .field("quota", &self.quota)
             .field("period", &self.period)
-            .field("window", &c.window)
             .field("previous", &c.previous)
             .field("current", &c.current)
+            .field("remaining", &status.remaining)
+            .field("resets_at", &status.resets_at)
             .finish()
     }
 }

@@ -32,6 +32,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use crate::clock::{Clock, Nanos, QuantaClock};
+use crate::limit::PerSec;
 use crate::limiter::{Denied, Limiter, Twin as TwinKind};
 use crate::smooth::SmoothParams;
 use crate::{ConfigError, WaitError};
@@ -601,12 +602,20 @@ macro_rules! twin_api {
 
         impl<C: Clock> fmt::Debug for $ty<C> {
             fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                // As the lock-free limiter's Debug: Guava's fields in user terms (the rate,
+                // the store now, `nextFreeTicketMicros` as a time in nanoseconds).
                 let inner = *self.twin.lock();
-                f.debug_struct(stringify!($ty))
-                    .field("stored_permits", &inner.stored_permits)
+                let next_free = u64::try_from(inner.next_free_ticket_micros)
+                    .unwrap_or(0)
+                    .saturating_mul(1000);
+                f.debug_struct(concat!("reference::", stringify!($ty)))
+                    .field("rate", &PerSec(inner.rate()))
                     .field("max_permits", &inner.max_permits)
-                    .field("stable_interval_micros", &inner.stable_interval_micros)
-                    .field("next_free_ticket_micros", &inner.next_free_ticket_micros)
+                    .field(
+                        "stored_permits",
+                        &self.twin.stored_permits_at(self.twin.clock.now()),
+                    )
+                    .field("next_free", &Nanos::new(next_free))
                     .finish()
             }
         }
@@ -615,3 +624,39 @@ macro_rules! twin_api {
 
 twin_api!(SmoothBursty);
 twin_api!(SmoothWarmingUp);
+
+impl<C: Clock> SmoothBursty<C> {
+    /// The limiter's clock reading now: the time its plain (non-`_at`) methods use. An
+    /// inherent method, so reading it needs no [`Clock`] import.
+    ///
+    /// ```
+    /// use turnstile::reference::SmoothBursty;
+    /// use turnstile::{ManualClock, Nanos};
+    ///
+    /// let l = SmoothBursty::builder(1.0).clock(ManualClock::new(Nanos::new(7))).build().unwrap();
+    /// assert_eq!(l.now(), Nanos::new(7));
+    /// ```
+    pub fn now(&self) -> Nanos {
+        self.twin.clock.now()
+    }
+}
+
+impl<C: Clock> SmoothWarmingUp<C> {
+    /// The limiter's clock reading now: the time its plain (non-`_at`) methods use. An
+    /// inherent method, so reading it needs no [`Clock`] import.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::reference::SmoothWarmingUp;
+    /// use turnstile::{ManualClock, Nanos};
+    ///
+    /// let l = SmoothWarmingUp::builder(1.0, Duration::from_secs(1))
+    ///     .clock(ManualClock::new(Nanos::new(7)))
+    ///     .build()
+    ///     .unwrap();
+    /// assert_eq!(l.now(), Nanos::new(7));
+    /// ```
+    pub fn now(&self) -> Nanos {
+        self.twin.clock.now()
+    }
+}

@@ -259,6 +259,20 @@ impl<C: Clock> TokenBucket<C> {
         &self.clock
     }
 
+    /// The limiter's clock reading now: the time its plain (non-`_at`) methods use. An
+    /// inherent method, so reading it needs no [`Clock`] import.
+    ///
+    /// ```
+    /// use turnstile::reference::TokenBucket;
+    /// use turnstile::{Limit, ManualClock, Nanos};
+    ///
+    /// let l = TokenBucket::with_clock(Limit::per_second(1.0).unwrap(), 1, ManualClock::new(Nanos::new(7)));
+    /// assert_eq!(l.now(), Nanos::new(7));
+    /// ```
+    pub fn now(&self) -> Nanos {
+        self.clock.now()
+    }
+
     /// Nothing in this file panics with the lock held, but a poisoned mutex is used anyway
     /// rather than propagating someone else's panic.
     fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -298,16 +312,19 @@ impl<C: Clock> TokenBucket<C> {
     }
 
     /// Takes one token now if it is available (Go's `Allow()`).
+    #[must_use = "a denied request must not go ahead: check the result"]
     pub fn allow(&self) -> bool {
         self.allow_at(self.clock.now())
     }
 
     /// Takes one token at `now` if it is available (Go's `AllowN(now, 1)`).
+    #[must_use = "a denied request must not go ahead: check the result"]
     pub fn allow_at(&self, now: Nanos) -> bool {
         self.allow_n_at(now, 1)
     }
 
     /// Takes `n` tokens now if they are available.
+    #[must_use = "a denied request must not go ahead: check the result"]
     pub fn allow_n(&self, n: u32) -> bool {
         self.allow_n_at(self.clock.now(), n)
     }
@@ -315,6 +332,7 @@ impl<C: Clock> TokenBucket<C> {
     /// Takes `n` tokens at `now` if they are available with no wait; changes nothing
     /// otherwise (Go's `AllowN`, i.e. `reserveN(now, n, 0).ok`). `n == 0` is denied while the
     /// bucket is in deficit, as upstream.
+    #[must_use = "a denied request must not go ahead: check the result"]
     pub fn allow_n_at(&self, now: Nanos, n: u32) -> bool {
         self.lock().reserve_n(now, n, 0).ok
     }
@@ -518,14 +536,13 @@ impl<C: Clock> Limiter for TokenBucket<C> {
 
 impl<C: Clock> fmt::Debug for TokenBucket<C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // As the lock-free bucket's Debug: the tokens at the clock's reading.
         let inner = *self.lock();
-        f.debug_struct("TokenBucket")
+        f.debug_struct("reference::TokenBucket")
             .field("limit", &Limit::from_valid(inner.limit))
             .field("burst", &inner.burst)
-            .field("tokens", &inner.tokens)
-            .field("last", &inner.last)
-            .field("last_event", &inner.last_event)
-            .finish_non_exhaustive()
+            .field("tokens", &self.tokens_at(self.clock.now()))
+            .finish()
     }
 }
 

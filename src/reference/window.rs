@@ -94,6 +94,24 @@ impl<C: Clock> FixedWindow<C> {
         &self.clock
     }
 
+    /// The limiter's clock reading now: the time its plain (non-`_at`) methods use. An
+    /// inherent method, so reading it needs no [`Clock`] import.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::reference::FixedWindow;
+    /// use turnstile::{ManualClock, Nanos};
+    ///
+    /// let l = FixedWindow::builder(1, Duration::from_secs(1))
+    ///     .clock(ManualClock::new(Nanos::new(7)))
+    ///     .build()
+    ///     .unwrap();
+    /// assert_eq!(l.now(), Nanos::new(7));
+    /// ```
+    pub fn now(&self) -> Nanos {
+        self.clock.now()
+    }
+
     /// Requests permitted per window.
     pub fn quota(&self) -> u32 {
         self.spec.quota
@@ -218,11 +236,20 @@ impl<C: Clock> Limiter for FixedWindow<C> {
 
 impl<C: Clock> fmt::Debug for FixedWindow<C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let key = *self.key.lock().unwrap_or_else(PoisonError::into_inner);
+        // As the lock-free limiter's Debug, at the clock's reading.
+        let status = self.status_at(self.clock.now());
         f.debug_struct("reference::FixedWindow")
             .field("quota", &self.spec.quota)
             .field("period", &self.period())
-            .field("key", &key)
+            .field(
+                "utc_offset_secs",
+                &self
+                    .spec
+                    .aligned
+                    .then_some(i64::from(self.spec.utc_offset_secs)),
+            )
+            .field("remaining", &status.remaining)
+            .field("resets_at", &status.resets_at)
             .finish()
     }
 }
