@@ -170,6 +170,13 @@ pub enum WhenFull {
 /// configuration function (so keys can have different quotas) and evicted once idle. See the
 /// [module docs](self) for the map, the eviction protocol and the full-map policy.
 ///
+/// * **Different limiter types per key:** make `L` a `Box<dyn KeyedLimiter>` (or an `Arc`,
+///   to share one limiter between keys); see [`KeyedLimiter`](crate::KeyedLimiter).
+/// * **A configuration that can fail** (a quota from a database, an unknown tier): build the
+///   map with [`Keyed::try_new`] or [`Keyed::try_builder`] (the type parameter `E` is the
+///   factory's error, `Infallible` otherwise) and check with [`Keyed::try_check`], which
+///   returns the factory's error for such a key instead of panicking.
+///
 /// ```
 /// use std::net::IpAddr;
 /// use std::time::Duration;
@@ -961,7 +968,11 @@ where
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Keyed")
             .field("len", &self.len())
-            .field("max_keys", &self.max_keys)
+            // `None`: no key bound (u64::MAX).
+            .field(
+                "max_keys",
+                &(self.max_keys != u64::MAX).then_some(self.max_keys),
+            )
             .field("when_full", &self.when_full)
             .field("sweep_every", &Duration::from_nanos(self.sweep_every))
             .finish()
@@ -1096,7 +1107,11 @@ where
 impl<K, L, C: Clock, E> fmt::Debug for KeyedBuilder<K, L, C, E> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("KeyedBuilder")
-            .field("max_keys", &self.max_keys)
+            // `None`: no key bound (u64::MAX).
+            .field(
+                "max_keys",
+                &(self.max_keys != u64::MAX).then_some(self.max_keys),
+            )
             .field("when_full", &self.when_full)
             .field("sweep_every", &Duration::from_nanos(self.sweep_every))
             .finish()

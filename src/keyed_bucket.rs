@@ -1265,7 +1265,11 @@ where
                     .map(|q| (q.limit, q.burst))
                     .collect::<Vec<_>>(),
             )
-            .field("max_keys", &self.max_keys)
+            // `None`: no key bound (u64::MAX).
+            .field(
+                "max_keys",
+                &(self.max_keys != u64::MAX).then_some(self.max_keys),
+            )
             .field("when_full", &self.when_full)
             .field("sweep_every", &Duration::from_nanos(self.sweep_every))
             .finish()
@@ -1514,7 +1518,11 @@ impl<K, S, C: Clock> fmt::Debug for KeyedTokenBucketBuilder<K, S, C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("KeyedTokenBucketBuilder")
             .field("quotas", &self.quotas)
-            .field("max_keys", &self.max_keys)
+            // `None`: no key bound (u64::MAX).
+            .field(
+                "max_keys",
+                &(self.max_keys != u64::MAX).then_some(self.max_keys),
+            )
             .field("when_full", &self.when_full)
             .field("sweep_every", &Duration::from_nanos(self.sweep_every))
             .finish()

@@ -511,3 +511,31 @@ fn leaky_debug() {
         "LeakyMeter { capacity: 3, leak: 2/s, level: 2.5 }"
     );
 }
+
+#[cfg(feature = "keyed")]
+#[test]
+fn keyed_debug() {
+    use turnstile::keyed::WhenFull;
+    use turnstile::{FixedWindow, Keyed, KeyedTokenBucket};
+    let k = Keyed::new(|_: &u8| FixedWindow::new(1, Duration::from_secs(1)).unwrap());
+    assert!(k.check(&1).is_ok());
+    assert_eq!(
+        format!("{k:?}"),
+        "Keyed { len: 1, max_keys: None, when_full: Deny, sweep_every: 10s }"
+    );
+    let k = Keyed::builder(|_: &u8| FixedWindow::new(1, Duration::from_secs(1)).unwrap())
+        .max_keys(100)
+        .when_full(WhenFull::Allow);
+    assert_eq!(
+        format!("{k:?}"),
+        "KeyedBuilder { max_keys: Some(100), when_full: Allow, sweep_every: 10s }"
+    );
+    let k = KeyedTokenBucket::<u8>::builder(Limit::per_second(10.0).unwrap(), 5)
+        .build()
+        .unwrap();
+    assert_eq!(
+        format!("{k:?}"),
+        "KeyedTokenBucket { len: 0, quotas: [(10/s, 5)], max_keys: None, when_full: Deny, \
+         sweep_every: 10s }"
+    );
+}
