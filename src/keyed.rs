@@ -335,13 +335,7 @@ where
     /// assert_eq!(k.max_keys(), 100_000);
     /// ```
     pub fn builder(factory: impl Fn(&K) -> L + Send + Sync + 'static) -> KeyedBuilder<K, L> {
-        KeyedBuilder {
-            factory: Box::new(move |k: &K| Ok(factory(k))),
-            max_keys: u64::MAX,
-            when_full: WhenFull::Deny,
-            sweep_every: DEFAULT_SWEEP_EVERY.as_nanos() as u64,
-            clock: QuantaClock::new(),
-        }
+        Keyed::try_builder(move |k: &K| Ok::<L, Infallible>(factory(k)))
     }
 }
 
@@ -449,7 +443,7 @@ where
         &self.clock
     }
 
-    /// The limiter's clock reading now: the time its plain (non-`_at`) methods use. An
+    /// The map's clock reading now: the time its plain (non-`_at`) checks use. An
     /// inherent method, so reading it needs no [`Clock`] import.
     ///
     /// ```

@@ -638,7 +638,7 @@ where
         &self.clock
     }
 
-    /// The limiter's clock reading now: the time its plain (non-`_at`) methods use. An
+    /// The map's clock reading now: the time its plain (non-`_at`) checks use. An
     /// inherent method, so reading it needs no [`Clock`] import.
     ///
     /// ```
