@@ -38,11 +38,14 @@ fn draw(
     let mut threads: Vec<usize> = report.cells.iter().map(|c| c.threads).collect();
     threads.sort_unstable();
     threads.dedup();
-    let lo = *threads.first().unwrap_or(&1) as f64;
-    let hi = *threads.last().unwrap_or(&1) as f64;
-    // A log axis: thread counts are usually powers of two. Padded so end points are not on
-    // the frame, and never empty when a single thread count ran.
-    let x_range = (lo / 1.25)..(hi * 1.25);
+    // One evenly spaced slot per thread count run (they are usually powers of two), labelled
+    // with the count: no axis ticks at thread counts that did not run.
+    // A single thread count sits in the middle slot of three, so the axis is never empty.
+    let (last_slot, offset) = match threads.len() as u32 {
+        0 | 1 => (2, 1),
+        n => (n - 1, 0),
+    };
+    let slot_of = |t: usize| offset + threads.iter().position(|&x| x == t).unwrap_or(0) as u32;
 
     for (panel, limiter) in panels.iter().zip(&limiters) {
         let cells: Vec<_> = report
@@ -55,7 +58,8 @@ fn draw(
             .map(|c| c.ops_per_sec() / 1e6)
             .fold(0.0f64, f64::max)
             .max(1e-3)
-            * 1.15;
+            // Headroom for the legend in the upper left.
+            * 1.5;
         let mut chart = ChartBuilder::on(panel)
             .caption(
                 format!("{limiter} (phase {})", cells[0].phase),
@@ -64,22 +68,29 @@ fn draw(
             .margin(10)
             .x_label_area_size(35)
             .y_label_area_size(55)
-            .build_cartesian_2d(x_range.clone().log_scale(), 0f64..top)?;
+            .build_cartesian_2d((0u32..last_slot).into_segmented(), 0f64..top)?;
         chart
             .configure_mesh()
             .x_desc("threads")
             .y_desc("Mops/s")
-            .x_label_formatter(&|x| format!("{x:.0}"))
+            .x_labels(threads.len() + 1)
+            .x_label_formatter(&|x| match x {
+                SegmentValue::CenterOf(i) => threads
+                    .get(i.wrapping_sub(offset) as usize)
+                    .map_or(String::new(), |t| t.to_string()),
+                _ => String::new(),
+            })
+            .light_line_style(WHITE.mix(0.0))
             .y_label_formatter(&|y| format!("{y:.1}"))
             .draw()?;
         for imp in Impl::ALL {
-            let points: Vec<(f64, f64)> = threads
+            let points: Vec<(SegmentValue<u32>, f64)> = threads
                 .iter()
                 .filter_map(|&t| {
                     cells
                         .iter()
                         .find(|c| c.implementation == imp && c.threads == t)
-                        .map(|c| (t as f64, c.ops_per_sec() / 1e6))
+                        .map(|c| (SegmentValue::CenterOf(slot_of(t)), c.ops_per_sec() / 1e6))
                 })
                 .collect();
             if points.is_empty() {
