@@ -274,3 +274,45 @@ fn a_short_run_holds_every_turnstile_budget_and_writes_valid_json() {
         assert!(svg.contains("governor") && svg.contains("mutex_twin"));
     }
 }
+
+#[test]
+fn an_overrun_is_reported_and_fails_the_run() {
+    // No timing here: a made-up report with one turnstile cell over its budget.
+    let args = parse(&["--threads", "1", "--seconds", "1"], 2).unwrap();
+    let cell = |implementation, granted| harness::Cell {
+        phase: 1,
+        limiter: "token_bucket",
+        implementation,
+        threads: 1,
+        ops: 100,
+        granted,
+        denied: 100 - granted,
+        wall: std::time::Duration::from_secs(1),
+        budget: Some(harness::Budget {
+            scope: Scope::Limiter,
+            granted,
+            budget: 10.0,
+        }),
+        keys: None,
+    };
+    let mut report = harness::Report {
+        cores: 2,
+        // 11 is within the budget plus D2's one request; the twin's overrun is not a failure.
+        cells: vec![cell(Impl::Turnstile, 11), cell(Impl::MutexTwin, 50)],
+    };
+    assert!(report.turnstile_held());
+    report.cells[0] = cell(Impl::Turnstile, 12);
+    assert!(!report.turnstile_held());
+    let mut text = Vec::new();
+    harness::print_verdict(&report, &mut text).unwrap();
+    let text = String::from_utf8(text).unwrap();
+    assert!(text.contains("OVER: a bug in turnstile"), "{text}");
+    assert!(
+        text.contains("result: FAILED: a turnstile limiter granted more than its budget: token_bucket turnstile at 1"),
+        "{text}"
+    );
+    let json: serde_json::Value = serde_json::from_str(&harness::to_json(&args, &report)).unwrap();
+    assert_eq!(json["turnstile_budgets_held"], false);
+    assert_eq!(json["cells"][0]["held"], false);
+    assert_eq!(json["cells"][1]["held"], false);
+}
