@@ -42,7 +42,8 @@
 //! ```text
 //! {
 //!   "schema": "turnstile-shootout/1",
-//!   "cores": 2, "threads": [1, 2], "seconds_per_cell": 1, "limit": 1000000, "burst": 1000,
+//!   "cores": 2, "load_average_1m": 1.93, "threads": [1, 2], "seconds_per_cell": 1,
+//!   "limit": 1000000, "burst": 1000,
 //!   "turnstile_budgets_held": true,
 //!   "cells": [
 //!     {"phase": 1, "limiter": "token_bucket", "implementation": "turnstile", "threads": 1,
@@ -66,7 +67,9 @@
 //! budget: `budget`, `budget_scope`, `granted_against_budget` and `held` are `null`. Keyed
 //! cells (phase 4) check the key granted the most (`budget_scope` `worst_key`) against the
 //! per-key budget and give the keys left in the map (`keys`). `held` is `granted_against_budget
-//! <= budget + 1` (the one request of D2).
+//! <= budget + 1` (the one request of D2). `load_average_1m` is read from `/proc/loadavg` when
+//! the run ends (`null` elsewhere); above the core count + 0.5 the verdict warns that other work
+//! shared the cores.
 //!
 //! Exit status: 0; 1 if any turnstile limiter grants more than its budget (plus one request) at
 //! any thread count; 2 on a usage error, `--plot` without the `plot` feature, or an output file

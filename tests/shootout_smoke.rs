@@ -299,6 +299,7 @@ fn an_overrun_is_reported_and_fails_the_run() {
         cores: 2,
         // 11 is within the budget plus D2's one request; the twin's overrun is not a failure.
         cells: vec![cell(Impl::Turnstile, 11), cell(Impl::MutexTwin, 50)],
+        load: Some(9.0),
     };
     assert!(report.turnstile_held());
     report.cells[0] = cell(Impl::Turnstile, 12);
@@ -307,12 +308,14 @@ fn an_overrun_is_reported_and_fails_the_run() {
     harness::print_verdict(&report, &mut text).unwrap();
     let text = String::from_utf8(text).unwrap();
     assert!(text.contains("OVER: a bug in turnstile"), "{text}");
+    assert!(text.contains("this machine was busy"), "{text}");
     assert!(
         text.contains("result: FAILED: a turnstile limiter granted more than its budget: token_bucket turnstile at 1"),
         "{text}"
     );
     let json: serde_json::Value = serde_json::from_str(&harness::to_json(&args, &report)).unwrap();
     assert_eq!(json["turnstile_budgets_held"], false);
+    assert_eq!(json["load_average_1m"], 9.0);
     assert_eq!(json["cells"][0]["held"], false);
     assert_eq!(json["cells"][1]["held"], false);
 }
