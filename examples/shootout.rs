@@ -58,6 +58,11 @@
 //!      "ops_per_sec_ratios": [{"threads": 1, "ratio": 1.02}, {"threads": 2, "ratio": 3.1}],
 //!      "reading": "on par at 1 thread, ahead at 2 threads: as expected"},
 //!     ...
+//!   ],
+//!   "budgets": [
+//!     {"limiter": "token_bucket", "implementation": "turnstile",
+//!      "held_at_every_thread_count": true},
+//!     ...
 //!   ]
 //! }
 //! ```

@@ -257,6 +257,18 @@ fn a_short_run_holds_every_turnstile_budget_and_writes_valid_json() {
     let verdict = json["verdict"].as_array().unwrap();
     assert_eq!(verdict.len(), comps.len());
     assert!(verdict.iter().all(|v| v["reading"].is_string()));
+    // One budget line per turnstile implementation: 10 limiters, 2 of them keyed with two
+    // turnstile implementations; null only for the always-allowing phase 2.
+    let budgets = json["budgets"].as_array().unwrap();
+    assert_eq!(budgets.len(), 12);
+    for b in budgets {
+        let expected = if b["limiter"] == "token_bucket_raw" {
+            serde_json::Value::Null
+        } else {
+            serde_json::Value::Bool(true)
+        };
+        assert_eq!(b["held_at_every_thread_count"], expected, "{b}");
+    }
 
     #[cfg(feature = "plot")]
     {
@@ -318,4 +330,9 @@ fn an_overrun_is_reported_and_fails_the_run() {
     assert_eq!(json["load_average_1m"], 9.0);
     assert_eq!(json["cells"][0]["held"], false);
     assert_eq!(json["cells"][1]["held"], false);
+    assert_eq!(
+        json["budgets"],
+        serde_json::json!([{"limiter": "token_bucket", "implementation": "turnstile",
+                            "held_at_every_thread_count": false}])
+    );
 }

@@ -1494,6 +1494,41 @@ pub fn to_json(args: &Args, report: &Report) -> String {
             if i + 1 < comps.len() { "," } else { "" }
         );
     }
+    let _ = writeln!(s, "  ],");
+    // Per turnstile implementation: whether its budget held at every thread count (null for
+    // the always-allowing phase 2).
+    let _ = writeln!(s, "  \"budgets\": [");
+    let mut ours: Vec<(&'static str, Impl)> = Vec::new();
+    for c in report
+        .cells
+        .iter()
+        .filter(|c| c.implementation.is_turnstile())
+    {
+        if !ours.contains(&(c.limiter, c.implementation)) {
+            ours.push((c.limiter, c.implementation));
+        }
+    }
+    for (i, (limiter, imp)) in ours.iter().enumerate() {
+        let held: Vec<bool> = report
+            .cells
+            .iter()
+            .filter(|c| c.limiter == *limiter && c.implementation == *imp)
+            .filter_map(Cell::held)
+            .collect();
+        let _ = writeln!(
+            s,
+            "    {{\"limiter\": {}, \"implementation\": {}, \"held_at_every_thread_count\": \
+             {}}}{}",
+            json_str(limiter),
+            json_str(imp.name()),
+            if held.is_empty() {
+                "null".to_string()
+            } else {
+                held.iter().all(|h| *h).to_string()
+            },
+            if i + 1 < ours.len() { "," } else { "" }
+        );
+    }
     let _ = writeln!(s, "  ]");
     let _ = writeln!(s, "}}");
     s
