@@ -39,10 +39,11 @@ use std::time::Duration;
 mod harness;
 
 use criterion::measurement::WallTime;
-use criterion::{black_box, criterion_group, criterion_main, BenchmarkGroup, Criterion};
+use criterion::{criterion_group, criterion_main, BenchmarkGroup, Criterion};
 use crossbeam_utils::CachePadded;
 use governor::{Quota, RateLimiter};
 use harness::{cell, floor_cas, nz, THREADS};
+use std::hint::black_box;
 use turnstile::{Clock, Idle, Keyed, KeyedTokenBucket, Limit, Limiter, QuantaClock, TokenBucket};
 
 const KEYS: u64 = 100_000;

@@ -34,9 +34,10 @@ use std::time::Duration;
 
 mod harness;
 
-use criterion::{black_box, criterion_group, criterion_main, Criterion};
+use criterion::{criterion_group, criterion_main, Criterion};
 use governor::{Quota, RateLimiter};
 use harness::{cell, nz, THREADS};
+use std::hint::black_box;
 use turnstile::{reference, Clock, LeakyBucket};
 
 // ---- limiters in the state each workload needs ------------------------------------------

@@ -32,9 +32,10 @@ use std::time::Duration;
 
 mod harness;
 
-use criterion::{black_box, criterion_group, criterion_main, Criterion};
+use criterion::{criterion_group, criterion_main, Criterion};
 use governor::{Quota, RateLimiter};
 use harness::{cell, nz, THREADS};
+use std::hint::black_box;
 use turnstile::{reference, Clock, SmoothBursty, SmoothWarmingUp};
 
 /// Huge but finite: every call runs the whole reserve path, and waits stay ~0.

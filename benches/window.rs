@@ -17,8 +17,9 @@ use std::time::Duration;
 
 mod harness;
 
-use criterion::{black_box, criterion_group, criterion_main, Criterion};
+use criterion::{criterion_group, criterion_main, Criterion};
 use harness::{cell, THREADS};
+use std::hint::black_box;
 use turnstile::{reference, FixedWindow, Outcome};
 
 const HOUR: Duration = Duration::from_secs(3600);

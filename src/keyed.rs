@@ -90,7 +90,7 @@
 //! 2. `J <= B`. The sweep publishes `J` (`fetch_max` into `judged`) before it retires
 //!    anything, and it retires each entry inside the map's `retain`, with the entry's bucket
 //!    locked. `N`'s `B` is read with the key's bucket locked for `N`'s insertion
-//!    ([`scc::HashIndex::entry`]), so after `L`'s removal from that bucket. `L` was removed
+//!    ([`scc::HashIndex::entry_sync`]), so after `L`'s removal from that bucket. `L` was removed
 //!    by the sweep, or by a checking thread that saw `DEAD` and helped; that thread took the
 //!    bucket lock after reading `DEAD`, which the sweep wrote holding the lock, so after the
 //!    sweep released it. Either way the publication happens-before the read of `judged`
@@ -1123,7 +1123,7 @@ mod map {
 
     use super::Slot;
 
-    pub(super) use scc::ebr::Guard;
+    pub(super) use scc::Guard;
 
     pub(super) struct Map<K: 'static, L: 'static>(scc::HashIndex<K, Arc<Slot<L>>>);
 
@@ -1133,7 +1133,7 @@ mod map {
         }
 
         #[inline]
-        pub(super) fn get<'g, Q>(&self, key: &Q, guard: &'g Guard) -> Option<&'g Slot<L>>
+        pub(super) fn get<'g, Q>(&'g self, key: &Q, guard: &'g Guard) -> Option<&'g Slot<L>>
         where
             K: Borrow<Q>,
             Q: Hash + Eq + ?Sized,
@@ -1144,7 +1144,7 @@ mod map {
         /// Inserts `make()` unless the key is present (false then). `make` runs with the
         /// key's bucket locked: after any removal of the key, before any lookup finds it.
         pub(super) fn insert_with(&self, key: K, make: impl FnOnce() -> Arc<Slot<L>>) -> bool {
-            match self.0.entry(key) {
+            match self.0.entry_sync(key) {
                 scc::hash_index::Entry::Occupied(_) => false,
                 scc::hash_index::Entry::Vacant(v) => {
                     v.insert_entry(make());
@@ -1160,11 +1160,11 @@ mod map {
             Q: Hash + Eq + ?Sized,
         {
             self.0
-                .remove_if(key, |current| std::ptr::eq(&**current, id));
+                .remove_if_sync(key, |current| std::ptr::eq(&**current, id));
         }
 
         pub(super) fn retain(&self, mut keep: impl FnMut(&Slot<L>) -> bool) {
-            self.0.retain(|_, slot| keep(slot));
+            self.0.retain_sync(|_, slot| keep(slot));
         }
     }
 }

@@ -517,6 +517,7 @@ impl<C: Clock> LeakyBucket<C> {
     /// # }
     /// ```
     #[cfg(feature = "tokio")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
     pub async fn take_async(&self) -> Nanos {
         let now = self.clock.now();
         let permit = self.take_at(now);

@@ -49,13 +49,16 @@
 //! let _wait = r.delay();
 //! ```
 #![warn(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod clock;
 mod config_slots;
 mod error;
 #[cfg(feature = "keyed")]
+#[cfg_attr(docsrs, doc(cfg(feature = "keyed")))]
 pub mod keyed;
 #[cfg(feature = "keyed")]
+#[cfg_attr(docsrs, doc(cfg(feature = "keyed")))]
 pub mod keyed_bucket;
 pub mod leaky_bucket;
 pub mod leaky_meter;
@@ -73,8 +76,10 @@ pub mod window;
 pub use clock::{Clock, CoarseClock, ManualClock, Nanos, QuantaClock};
 pub use error::{ConfigError, WaitError};
 #[cfg(feature = "keyed")]
+#[cfg_attr(docsrs, doc(cfg(feature = "keyed")))]
 pub use keyed::Keyed;
 #[cfg(feature = "keyed")]
+#[cfg_attr(docsrs, doc(cfg(feature = "keyed")))]
 pub use keyed_bucket::KeyedTokenBucket;
 pub use leaky_bucket::LeakyBucket;
 pub use leaky_meter::LeakyMeter;

@@ -137,6 +137,8 @@ impl Scale {
     }
 
     /// Units in `d` nanoseconds (`d <= D_MAX`), rounded down.
+    // Only KeyedTokenBucket calls it: without `keyed` it would be dead code (a warning).
+    #[cfg(feature = "keyed")]
     #[inline(always)]
     pub(crate) fn units(&self, d: u64) -> u64 {
         units(d, self.mul)

@@ -1060,6 +1060,7 @@ macro_rules! smooth_api {
             /// requests ends past the end of representable time (deviation D4). Nothing is
             /// reserved either way.
             #[cfg(feature = "tokio")]
+            #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
             pub async fn acquire_async(&self, n: u32) -> Result<Duration, WaitError> {
                 let wait = self.core.reserve(self.core.clock.now(), n)?;
                 if !wait.is_zero() {

@@ -507,6 +507,7 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
     /// # }
     /// ```
     #[cfg(feature = "tokio")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
     pub async fn wait_n(&self, n: u32, deadline: Option<Nanos>) -> Result<(), WaitError> {
         let now = self.clock.now();
         let r = self.reserve_for_wait(now, n, deadline)?;

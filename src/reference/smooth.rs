@@ -549,6 +549,7 @@ macro_rules! twin_api {
             /// # Errors
             /// [`WaitError::ZeroPermits`] if `n` is 0.
             #[cfg(feature = "tokio")]
+            #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
             pub async fn acquire_async(&self, n: u32) -> Result<Duration, WaitError> {
                 let wait = self.reserve_n(n)?;
                 if !wait.is_zero() {

@@ -490,6 +490,7 @@ impl<C: Clock> TokenBucket<C> {
     /// # Panics
     /// As [`tokio::time::sleep`], if polled outside a tokio runtime with the timer enabled.
     #[cfg(feature = "tokio")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
     pub async fn wait_n(&self, n: u32, deadline: Option<Nanos>) -> Result<(), WaitError> {
         let now = self.clock.now();
         let Some((r, delay)) = self.begin_wait(now, n, deadline)? else {
