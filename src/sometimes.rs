@@ -362,8 +362,9 @@ impl<C: Clock> Sometimes<C> {
     fn decide(&self, now: impl FnOnce() -> Nanos) -> bool {
         // Relaxed: the ticket's uniqueness comes from the RMW, not from the ordering.
         let ticket = self.count.fetch_add(1, Ordering::Relaxed);
-        let by_count =
-            ticket == 0 || ticket < self.first || (self.every > 0 && ticket % self.every == 0);
+        let by_count = ticket == 0
+            || ticket < self.first
+            || (self.every > 0 && ticket.is_multiple_of(self.every));
         if self.interval_nanos == 0 {
             return by_count;
         }

@@ -134,7 +134,7 @@ mod mixed {
     fn mixed(clock: &ManualClock) -> Keyed<u32, Box<dyn KeyedLimiter>, ManualClock> {
         let c = clock.clone();
         Keyed::builder(move |k: &u32| -> Box<dyn KeyedLimiter> {
-            if k % 2 == 0 {
+            if k.is_multiple_of(2) {
                 Box::new(TokenBucket::with_clock(
                     Limit::per_second(2.0).unwrap(),
                     2,

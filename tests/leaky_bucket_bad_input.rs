@@ -78,7 +78,7 @@ fn every_operation_at_every_extreme_is_safe() {
                     let _ = twin.try_take_at(now);
                     for n in NS {
                         if let Err(d) = ours.check_n_at(now, n) {
-                            assert!(d.retry_at().map_or(true, |r| r > now && r < Nanos::MAX));
+                            assert!(d.retry_at().is_none_or(|r| r > now && r < Nanos::MAX));
                         }
                         let _ = twin.check_n_at(now, n);
                     }

@@ -351,8 +351,8 @@ macro_rules! shared_rules {
                 l.take_at(at(T0));
                 let mut fut = Box::pin(l.take_async());
                 // Poll once: the permit (at +100 ms) is taken, then the future sleeps.
-                let waker = super::noop_waker();
-                let mut cx = std::task::Context::from_waker(&waker);
+                let waker = std::task::Waker::noop();
+                let mut cx = std::task::Context::from_waker(waker);
                 assert!(fut.as_mut().poll(&mut cx).is_pending());
                 drop(fut);
                 assert_eq!(l.take_at(at(T0)), at(T0 + 200 * MS), "the permit stays taken");
@@ -376,16 +376,6 @@ macro_rules! shared_rules {
 
 shared_rules!(lock_free, turnstile::LeakyBucket);
 shared_rules!(twin, turnstile::reference::LeakyBucket);
-
-/// A waker that does nothing (`Waker::noop` is newer than the crate's MSRV).
-#[cfg(feature = "tokio")]
-fn noop_waker() -> std::task::Waker {
-    struct Noop;
-    impl std::task::Wake for Noop {
-        fn wake(self: std::sync::Arc<Self>) {}
-    }
-    std::task::Waker::from(std::sync::Arc::new(Noop))
-}
 
 // ---- turnstile only ------------------------------------------------------------------------
 

@@ -83,7 +83,7 @@ fn hammer<C: Clock>(
                         4..=6 => {
                             let n = 1 + ((r >> 40) as u32 % max_n);
                             if l.check_n_at(now, n).is_ok() {
-                                mine.extend(std::iter::repeat(now.as_u64()).take(n as usize));
+                                mine.extend(std::iter::repeat_n(now.as_u64(), n as usize));
                             }
                         }
                         _ => {
@@ -285,12 +285,12 @@ fn lockstep_drains_grant_what_the_twin_grants() {
                 let mut mine = 0u64;
                 loop {
                     let r = common::xorshift(&mut x);
-                    let n = if r % 2 == 0 {
+                    let n = if r.is_multiple_of(2) {
                         1
                     } else {
                         1 + (r >> 8) as u32 % max_n
                     };
-                    let ok = if n == 1 && (r >> 4) % 2 == 0 {
+                    let ok = if n == 1 && (r >> 4).is_multiple_of(2) {
                         l.try_take_at(t)
                     } else {
                         l.check_n_at(t, n).is_ok()
@@ -307,7 +307,7 @@ fn lockstep_drains_grant_what_the_twin_grants() {
         for (i, &want) in expected.iter().enumerate() {
             let got: u64 = per_worker.iter().map(|p| p[i]).sum();
             assert_eq!(got, want, "{threads} threads, slack {slack}: step {i}");
-            permits.extend(std::iter::repeat(times[i].as_u64()).take(got as usize));
+            permits.extend(std::iter::repeat_n(times[i].as_u64(), got as usize));
         }
         let what = format!("lockstep, {threads} threads, slack {slack}");
         check_bound(&permits, 1_000, slack, &what);

@@ -83,7 +83,7 @@ fn every_operation_at_every_extreme_is_safe_and_both_agree() {
                     let (a, b) = (ours.check_n_at(now, n), twin.check_n_at(now, n));
                     assert_eq!(a, b, "{what}: check {n} at {now:?}");
                     if let Err(d) = a {
-                        assert!(d.retry_at().map_or(true, |r| r > now), "{what}: {d:?}");
+                        assert!(d.retry_at().is_none_or(|r| r > now), "{what}: {d:?}");
                         if n > quota {
                             assert_eq!(d.retry_at(), None, "{what}: {n} can never pass");
                         }

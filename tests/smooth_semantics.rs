@@ -502,7 +502,7 @@ fn try_acquire_one_with_one_second_at_one_qps_always_succeeds() {
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
-            if x % 3 == 0 {
+            if x.is_multiple_of(3) {
                 s.sleep_ms(x % 1500);
             }
         }

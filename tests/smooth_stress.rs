@@ -351,7 +351,7 @@ fn lockstep_drains_hand_out_the_rate() {
                 loop {
                     common::xorshift(&mut x);
                     let n = 1 + (x % u64::from(MAX_N)) as u32;
-                    let ok = if (x >> 8) % 2 == 0 {
+                    let ok = if (x >> 8).is_multiple_of(2) {
                         l.check_n_at(t, n).is_ok()
                     } else {
                         l.try_acquire_at(t, n, Duration::ZERO).unwrap().is_some()

@@ -241,11 +241,11 @@ impl GoSometimes {
     fn run(&mut self, now: u64) -> bool {
         let ran = self.count == 0
             || (self.first > 0 && self.count < self.first)
-            || (self.every > 0 && self.count % self.every == 0)
+            || (self.every > 0 && self.count.is_multiple_of(self.every))
             || (self.interval > 0
                 && self
                     .last
-                    .map_or(true, |l| now as i128 - l as i128 >= self.interval as i128));
+                    .is_none_or(|l| now as i128 - l as i128 >= self.interval as i128));
         if ran && self.interval > 0 {
             self.last = Some(now);
         }

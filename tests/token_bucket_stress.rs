@@ -158,7 +158,7 @@ fn lockstep_drains_hand_out_exactly_the_budget() {
                 loop {
                     common::xorshift(&mut x);
                     let n = 1 + (x % u64::from(MAX_N)) as u32;
-                    let ok = if (x >> 8) % 2 == 0 {
+                    let ok = if (x >> 8).is_multiple_of(2) {
                         l.allow_n_at(t, n)
                     } else {
                         // Nothing to wait for: granted only from the tokens there are.

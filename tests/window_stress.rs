@@ -57,7 +57,7 @@ fn hammer<C: Clock>(
                     ops += 1;
                     let n = 1 + (common::xorshift(&mut rng) % 3) as u32;
                     let t = w.clock().now();
-                    let granted = if n == 1 && common::xorshift(&mut rng) % 2 == 0 {
+                    let granted = if n == 1 && common::xorshift(&mut rng).is_multiple_of(2) {
                         w.take_at(t).is_permitted()
                     } else {
                         w.check_n_at(t, n).is_ok()
