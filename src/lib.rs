@@ -32,7 +32,9 @@
 //! ## Time
 //! Every time-dependent method `foo` has a `foo_at(now, ..)` twin that takes the time as
 //! [`Nanos`]; the plain form reads the limiter's [`Clock`] (by default the shared
-//! [`QuantaClock`]). Tests use the `_at` forms or a [`ManualClock`].
+//! [`QuantaClock`]). Tests use the `_at` forms or a [`ManualClock`]. A wait's deadline is a
+//! [`Deadline`]: a `Duration` (a timeout from the start of the wait), an `Instant`, `None`, or
+//! [`Deadline::at`] a reading of the limiter's clock.
 //!
 //! ## Quickstart
 //! ```
@@ -52,6 +54,7 @@
 
 pub mod clock;
 mod config_slots;
+mod deadline;
 mod error;
 #[cfg(feature = "keyed")]
 pub mod keyed;
@@ -71,6 +74,7 @@ pub mod token_bucket;
 pub mod window;
 
 pub use clock::{Clock, CoarseClock, ManualClock, Nanos, QuantaClock};
+pub use deadline::Deadline;
 pub use error::{ConfigError, WaitError};
 #[cfg(feature = "keyed")]
 pub use keyed::Keyed;
