@@ -116,27 +116,44 @@ fn a_std_instant_in_the_past_has_passed() {
     );
 }
 
+/// Runs `f`, a blocking wait that should end at once, on a thread of its own, and gives up on
+/// it after a minute: a deadline that was ignored would make the wait sleep for hours, and
+/// this turns that into a failure instead of a hung test. A correct wait here never sleeps.
+fn at_once<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || tx.send(f()));
+    rx.recv_timeout(Duration::from_secs(60))
+        .expect("the wait slept: its deadline was not applied")
+}
+
 #[test]
 fn a_std_instant_counts_from_now_on_the_limiters_clock() {
     // One token every 2 hours: the next is 2 h away, past a deadline 1 h from now.
     let (l, _clock) = drained(1.0 / 7200.0, 1);
+    let l = Arc::new(l);
+    let deadline = Instant::now() + HOUR;
     assert_eq!(
-        l.wait_n_blocking(1, Instant::now() + HOUR),
+        at_once(move || l.wait_n_blocking(1, deadline)),
         Err(WaitError::WouldExceedDeadline { n: 1 })
     );
-    // A fresh bucket has a token now, within a deadline an hour away.
+    // A fresh bucket has a token now, within a deadline an hour away. Its clock reads 10
+    // hours: the hour counts from that reading, not from the clock's origin.
     let fresh = TokenBucket::with_clock(
         Limit::per_second(1.0 / 7200.0).unwrap(),
         1,
-        ManualClock::new(at(10 * SEC)),
+        ManualClock::new(Nanos::from_duration(10 * HOUR)),
     );
     assert_eq!(fresh.wait_n_blocking(1, Instant::now() + HOUR), Ok(()));
     // The quanta clock's origin is the process's first use of it, the Instant's is not: the
     // conversion goes through the two clocks' present, not their origins.
-    let quanta = TokenBucket::new(Limit::per_second(1.0 / 7200.0).unwrap(), 1);
+    let quanta = Arc::new(TokenBucket::new(
+        Limit::per_second(1.0 / 7200.0).unwrap(),
+        1,
+    ));
     assert_eq!(quanta.wait_n_blocking(1, Instant::now() + HOUR), Ok(()));
+    let deadline = Instant::now() + HOUR;
     assert_eq!(
-        quanta.wait_n_blocking(1, Instant::now() + HOUR),
+        at_once(move || quanta.wait_n_blocking(1, deadline)),
         Err(WaitError::WouldExceedDeadline { n: 1 })
     );
 }
