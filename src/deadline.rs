@@ -16,12 +16,13 @@ use crate::clock::Nanos;
 /// or any `Instant`; with feature `tokio` also a `tokio::time::Instant`), or at a reading of
 /// the limiter's own clock ([`Deadline::at`]).
 ///
-/// The waits ([`TokenBucket::wait_n_blocking`](crate::TokenBucket::wait_n_blocking) and the
-/// async [`TokenBucket::wait_n`](crate::TokenBucket::wait_n)) take `impl Into<Deadline>`, so
+/// The waits ([`TokenBucket::wait_n_blocking`](crate::TokenBucket::wait_n_blocking) and, with
+/// feature `tokio`, the async `TokenBucket::wait_n`) take `impl Into<Deadline>`, so
 /// a `Duration`, an `Instant`, a `Deadline` and `None` (no deadline) can all be passed as they
 /// are. `Option<Deadline>` converts too (`None` is [`Deadline::NONE`]); other options do not,
 /// so that a bare `None` stays unambiguous: map them, as in
-/// `timeout.map_or(Deadline::NONE, Deadline::timeout)`.
+/// `timeout.map_or(Deadline::NONE, Deadline::timeout)`. A bare [`Nanos`] does not convert
+/// either: [`Deadline::at`] says that it is a reading of the limiter's clock.
 ///
 /// An instant is converted when the wait starts, by its distance from its own clock's present
 /// added to the limiter clock's reading; an instant already past means the deadline has

@@ -87,5 +87,5 @@ pub use limiter::{Compact, Denied, Idle, Layout, Limiter, LockFree, Padded, Twin
 pub use sliding_window::SlidingWindow;
 pub use smooth::{SmoothBursty, SmoothWarmingUp};
 pub use sometimes::Sometimes;
-pub use token_bucket::{Peek, Reservation, TokenBucket};
+pub use token_bucket::{OwnedReservation, Peek, Reservation, TokenBucket};
 pub use window::{FixedWindow, Outcome, WindowStatus};

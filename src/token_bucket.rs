@@ -94,8 +94,8 @@
 //! reconfiguration.
 //!
 //! # Deviations from rate.go
-//! * **D1** a [`Reservation`] is cancelled at most once ([`Reservation::cancel`] takes it by
-//!   value).
+//! * **D1** a [`Reservation`] (or [`OwnedReservation`]) is cancelled at most once
+//!   ([`Reservation::cancel`] takes it by value).
 //! * **D2** an earlier time never creates tokens: over any history, grants never exceed
 //!   `burst + limit * (latest time - earliest time)` plus one request.
 //! * **D3** [`Limit`] is validated: no NaN or negative limits.

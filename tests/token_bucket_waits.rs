@@ -8,9 +8,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use turnstile::token_bucket::OwnedReservation;
 use turnstile::{
-    reference, Compact, Deadline, Limit, ManualClock, Nanos, QuantaClock, TokenBucket, WaitError,
+    reference, Compact, Deadline, Limit, ManualClock, Nanos, OwnedReservation, QuantaClock,
+    TokenBucket, WaitError,
 };
 
 const MS: u64 = 1_000_000;
