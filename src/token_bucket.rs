@@ -391,16 +391,49 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
     /// [`TokenBucket::reserve`] through an `Arc`: the [`OwnedReservation`] holds a clone of
     /// the `Arc` rather than a borrow, so it can move into a spawned task or thread; see
     /// [`TokenBucket::reserve_n_owned_at`].
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use turnstile::{Limit, TokenBucket};
+    /// let tb = Arc::new(TokenBucket::new(Limit::per_second(10.0).unwrap(), 1));
+    /// let r = tb.reserve_owned();
+    /// let worker = std::thread::spawn(move || {
+    ///     std::thread::sleep(r.delay()); // zero: the bucket started full
+    ///     // ... act ...
+    /// });
+    /// worker.join().unwrap();
+    /// ```
     pub fn reserve_owned(self: &Arc<Self>) -> OwnedReservation<C, P> {
         self.reserve_n_owned_at(self.clock.now(), 1)
     }
 
     /// [`TokenBucket::reserve_owned`] at `now`.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use turnstile::{Limit, ManualClock, Nanos, TokenBucket};
+    /// let tb = Arc::new(TokenBucket::with_clock(Limit::ZERO, 1, ManualClock::default()));
+    /// assert!(tb.reserve_owned_at(Nanos::ZERO).ok());
+    /// assert!(!tb.reserve_owned_at(Nanos::ZERO).ok()); // a zero limit never refills
+    /// ```
     pub fn reserve_owned_at(self: &Arc<Self>, now: Nanos) -> OwnedReservation<C, P> {
         self.reserve_n_owned_at(now, 1)
     }
 
     /// [`TokenBucket::reserve_n`] through an `Arc`; see [`TokenBucket::reserve_n_owned_at`].
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use turnstile::{Limit, ManualClock, TokenBucket};
+    /// let limit = Limit::per_second(10.0).unwrap();
+    /// let tb = Arc::new(TokenBucket::with_clock(limit, 5, ManualClock::default()));
+    /// assert!(tb.allow_n(5));
+    /// let r = tb.reserve_n_owned(3);
+    /// assert_eq!(r.delay(), Duration::from_millis(300));
+    /// std::thread::spawn(move || r.cancel()).join().unwrap(); // the 3 tokens come back
+    /// assert_eq!(tb.tokens(), 0.0);
+    /// ```
     pub fn reserve_n_owned(self: &Arc<Self>, n: u32) -> OwnedReservation<C, P> {
         self.reserve_n_owned_at(self.clock.now(), n)
     }
@@ -435,6 +468,16 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
 
     /// [`TokenBucket::reserve_n_within`] through an `Arc`; see
     /// [`TokenBucket::reserve_n_owned_at`].
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use turnstile::{Limit, TokenBucket};
+    /// let tb = Arc::new(TokenBucket::new(Limit::per_second(1.0).unwrap(), 1));
+    /// assert!(tb.reserve_n_within_owned(1, Duration::ZERO).ok()); // the bucket starts full
+    /// // The next token is about a second away.
+    /// assert!(!tb.reserve_n_within_owned(1, Duration::from_millis(10)).ok());
+    /// ```
     pub fn reserve_n_within_owned(
         self: &Arc<Self>,
         n: u32,
@@ -1185,41 +1228,59 @@ impl Ticket {
 }
 
 /// The public methods of [`Reservation`] and [`OwnedReservation`], written once: each type
-/// has a `lim` (a `&TokenBucket` or an `Arc<TokenBucket>`) and a `ticket`.
+/// has a `lim` (a `&TokenBucket` or an `Arc<TokenBucket>`) and a `ticket`. `$setup` is the
+/// start of each method's example: hidden lines that make `tb`, a bucket of 2 tokens a second
+/// and burst 1 on a manual clock reading zero, drained, and a shown line that reserves `r`,
+/// one token acting at 500 ms.
 macro_rules! reservation_methods {
-    () => {
+    ($setup:literal) => {
         /// Whether the tokens were reserved. A reservation that is not OK took nothing.
+        ///
+        #[doc = concat!("```\n", $setup, "assert!(r.ok());\n```")]
         pub fn ok(&self) -> bool {
             self.ticket.ok
         }
 
         /// The number of tokens asked for.
+        ///
+        #[doc = concat!("```\n", $setup, "assert_eq!(r.tokens(), 1);\n```")]
         pub fn tokens(&self) -> u32 {
             self.ticket.tokens
         }
 
         /// The limit when the reservation was made.
+        ///
+        #[doc = concat!("```\n", $setup, "assert_eq!(r.limit(), Limit::per_second(2.0).unwrap());\n```")]
         pub fn limit(&self) -> Limit {
             Limit::from_valid(self.ticket.limit)
         }
 
         /// When the reserved tokens are available; `None` if the reservation is not OK.
+        ///
+        #[doc = concat!("```\n", $setup, "assert_eq!(r.time_to_act(), Some(Nanos::new(500_000_000)));\n```")]
         pub fn time_to_act(&self) -> Option<Nanos> {
             self.ticket.ok.then_some(self.ticket.time_to_act)
         }
 
         /// How long after `now` to wait before acting: zero if already due, `Duration::MAX` if
         /// the reservation is not OK (rate.go's `InfDuration`).
+        ///
+        #[doc = concat!("```\n", $setup, "let later = Nanos::new(100_000_000);\n",
+            "assert_eq!(r.delay_from(later), Duration::from_millis(400));\n```")]
         pub fn delay_from(&self, now: Nanos) -> Duration {
             self.ticket.delay_from(now)
         }
 
         /// [`Self::delay_from`] the limiter's clock reading.
+        ///
+        #[doc = concat!("```\n", $setup, "assert_eq!(r.delay(), Duration::from_millis(500));\n```")]
         pub fn delay(&self) -> Duration {
             self.ticket.delay_from(self.lim.clock.now())
         }
 
         /// Gives the tokens back now; see [`Self::cancel_at`].
+        ///
+        #[doc = concat!("```\n", $setup, "r.cancel();\nassert_eq!(tb.tokens_at(Nanos::ZERO), 0.0);\n```")]
         pub fn cancel(self) {
             let now = self.lim.clock.now();
             self.cancel_at(now)
@@ -1228,6 +1289,9 @@ macro_rules! reservation_methods {
         /// Gives back, at `now`, the reserved tokens that later reservations have not already
         /// been promised. Nothing happens if the reservation is not OK or its time has passed.
         /// It consumes the reservation, so it happens at most once (deviation D1).
+        ///
+        #[doc = concat!("```\n", $setup, "r.cancel_at(Nanos::ZERO);\n",
+            "assert_eq!(tb.tokens_at(Nanos::ZERO), 0.0);\n```")]
         pub fn cancel_at(self, now: Nanos) {
             self.lim.cancel(&self.ticket, now)
         }
@@ -1235,11 +1299,28 @@ macro_rules! reservation_methods {
 }
 
 impl<C: Clock, P: Layout> Reservation<'_, C, P> {
-    reservation_methods!();
+    reservation_methods!(
+        "# use std::time::Duration;
+# use turnstile::{Limit, ManualClock, Nanos, TokenBucket};
+# let limit = Limit::per_second(2.0).unwrap();
+# let tb = TokenBucket::with_clock(limit, 1, ManualClock::default());
+# assert!(tb.allow_at(Nanos::ZERO));
+let r = tb.reserve_n_at(Nanos::ZERO, 1);
+"
+    );
 }
 
 impl<C: Clock, P: Layout> OwnedReservation<C, P> {
-    reservation_methods!();
+    reservation_methods!(
+        "# use std::sync::Arc;
+# use std::time::Duration;
+# use turnstile::{Limit, ManualClock, Nanos, TokenBucket};
+# let limit = Limit::per_second(2.0).unwrap();
+# let tb = Arc::new(TokenBucket::with_clock(limit, 1, ManualClock::default()));
+# assert!(tb.allow_at(Nanos::ZERO));
+let r = tb.reserve_n_owned_at(Nanos::ZERO, 1);
+"
+    );
 }
 
 impl<C: Clock, P: Layout> fmt::Debug for Reservation<'_, C, P> {
