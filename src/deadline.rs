@@ -218,6 +218,9 @@ impl From<tokio::time::Instant> for Deadline {
 /// let deadline = Deadline::from(timeout.map(Deadline::timeout));
 /// assert_eq!(deadline, Deadline::timeout(Duration::from_secs(1)));
 /// assert_eq!(Deadline::from(None), Deadline::NONE);
+/// // `Some(d.into())` makes an `Option<Deadline>`: a timeout, not a time since an origin.
+/// let some: Deadline = Some(Duration::from_secs(1).into()).into();
+/// assert_eq!(some, Deadline::timeout(Duration::from_secs(1)));
 /// ```
 impl From<Option<Deadline>> for Deadline {
     fn from(deadline: Option<Deadline>) -> Deadline {

@@ -58,6 +58,22 @@ fn a_timeout_counts_from_the_start_of_the_wait() {
     assert_eq!(l.wait_n_blocking(1, Duration::MAX), Ok(()));
 }
 
+/// Issue #10's call, which failed at once with `DeadlinePassed` when `Some(d.into())` made a
+/// `Nanos` counted from the clock's origin: it now means a timeout of one second.
+#[test]
+fn the_issue_call_is_a_one_second_timeout() {
+    let (l, clock) = drained(1.0, 1);
+    assert_eq!(
+        l.wait_n_blocking(1, Some(Duration::from_millis(999).into())),
+        Err(WaitError::WouldExceedDeadline { n: 1 })
+    );
+    clock.set(at(11 * SEC));
+    assert_eq!(
+        l.wait_n_blocking(1, Some(Duration::from_secs(1).into())),
+        Ok(())
+    );
+}
+
 #[test]
 fn a_timeout_keeps_rate_go_error_order() {
     let (l, _clock) = drained(1.0, 2);
