@@ -40,6 +40,17 @@ impl Nanos {
     }
 
     /// The time `d` after the origin, saturating at [`Nanos::MAX`].
+    ///
+    /// There is deliberately no `From<Duration>`: a `Duration` turned into a time point this
+    /// way counts from the clock's origin, not from now, so it is spelled out. A wait's timeout
+    /// is a [`Deadline`](crate::Deadline), which counts from the start of the wait.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::Nanos;
+    /// assert_eq!(Nanos::from_duration(Duration::from_micros(3)), Nanos::new(3_000));
+    /// assert_eq!(Nanos::from_duration(Duration::MAX), Nanos::MAX);
+    /// ```
     pub fn from_duration(d: Duration) -> Nanos {
         Nanos(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
     }
@@ -83,12 +94,6 @@ impl Sub<Nanos> for Nanos {
     type Output = Duration;
     fn sub(self, earlier: Nanos) -> Duration {
         self.saturating_duration_since(earlier)
-    }
-}
-
-impl From<Duration> for Nanos {
-    fn from(d: Duration) -> Nanos {
-        Nanos::from_duration(d)
     }
 }
 

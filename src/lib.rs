@@ -32,7 +32,9 @@
 //! ## Time
 //! Every time-dependent method `foo` has a `foo_at(now, ..)` twin that takes the time as
 //! [`Nanos`]; the plain form reads the limiter's [`Clock`] (by default the shared
-//! [`QuantaClock`]). Tests use the `_at` forms or a [`ManualClock`].
+//! [`QuantaClock`]). Tests use the `_at` forms or a [`ManualClock`]. A wait's deadline is a
+//! [`Deadline`]: a `Duration` (a timeout from the start of the wait), an `Instant`, `None`, or
+//! [`Deadline::at`] a reading of the limiter's clock.
 //!
 //! ## Quickstart
 //! ```
@@ -53,6 +55,7 @@
 
 pub mod clock;
 mod config_slots;
+mod deadline;
 mod error;
 #[cfg(feature = "keyed")]
 #[cfg_attr(docsrs, doc(cfg(feature = "keyed")))]
@@ -74,6 +77,7 @@ pub mod token_bucket;
 pub mod window;
 
 pub use clock::{Clock, CoarseClock, ManualClock, Nanos, QuantaClock};
+pub use deadline::Deadline;
 pub use error::{ConfigError, WaitError};
 #[cfg(feature = "keyed")]
 #[cfg_attr(docsrs, doc(cfg(feature = "keyed")))]
@@ -88,5 +92,5 @@ pub use limiter::{Compact, Denied, Idle, KeyedLimiter, Layout, Limiter, LockFree
 pub use sliding_window::SlidingWindow;
 pub use smooth::{SmoothBursty, SmoothWarmingUp};
 pub use sometimes::Sometimes;
-pub use token_bucket::{Peek, Reservation, TokenBucket};
+pub use token_bucket::{OwnedReservation, Peek, Reservation, TokenBucket};
 pub use window::{FixedWindow, Outcome, WindowStatus};

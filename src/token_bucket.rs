@@ -94,8 +94,8 @@
 //! reconfiguration.
 //!
 //! # Deviations from rate.go
-//! * **D1** a [`Reservation`] is cancelled at most once ([`Reservation::cancel`] takes it by
-//!   value).
+//! * **D1** a [`Reservation`] (or [`OwnedReservation`]) is cancelled at most once
+//!   ([`Reservation::cancel`] takes it by value).
 //! * **D2** an earlier time never creates tokens: over any history, grants never exceed
 //!   `burst + limit * (latest time - earliest time)` plus one request.
 //! * **D3** [`Limit`] is validated: no NaN or negative limits.
@@ -136,11 +136,13 @@
 //!   reservations, re-expressed at a much lower limit) keeps only the range's worth.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crossbeam_utils::Backoff;
 
 use crate::clock::{Clock, Nanos, QuantaClock};
+use crate::deadline::Deadline;
 use crate::error::WaitError;
 use crate::limit::Limit;
 use crate::limiter::{Compact, Denied, Idle, Layout, Limiter, Padded};
@@ -151,7 +153,10 @@ use crate::sync::{fence, AtomicU64, Mutex, Ordering}; // Mutex: reconfiguration 
 ///
 /// The bucket starts full. `allow` takes tokens now or not at all; `reserve` always takes
 /// them (when the request can ever be met) and says how long to wait; `wait_n_blocking` and
-/// `wait_n` (feature `tokio`) sleep until then.
+/// `wait_n` (feature `tokio`) sleep until then, or fail at once if that would pass their
+/// [`Deadline`] (a timeout, an instant, or none). A [`Reservation`] borrows the bucket; in an
+/// `Arc`, `reserve_owned` and friends return an [`OwnedReservation`] that can move into
+/// another task.
 ///
 /// ```
 /// use std::time::Duration;
@@ -400,6 +405,130 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
         self.reserve_within(now, n, Nanos::from_duration(max_wait).as_u64())
     }
 
+    /// [`TokenBucket::reserve`] through an `Arc`: the [`OwnedReservation`] holds a clone of
+    /// the `Arc` rather than a borrow, so it can move into a spawned task or thread; see
+    /// [`TokenBucket::reserve_n_owned_at`].
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use turnstile::{Limit, TokenBucket};
+    /// let tb = Arc::new(TokenBucket::new(Limit::per_second(10.0).unwrap(), 1));
+    /// let r = tb.reserve_owned();
+    /// let worker = std::thread::spawn(move || {
+    ///     std::thread::sleep(r.delay()); // zero: the bucket started full
+    ///     // ... act ...
+    /// });
+    /// worker.join().unwrap();
+    /// ```
+    pub fn reserve_owned(self: &Arc<Self>) -> OwnedReservation<C, P> {
+        self.reserve_n_owned_at(self.clock.now(), 1)
+    }
+
+    /// [`TokenBucket::reserve_owned`] at `now`.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use turnstile::{Limit, ManualClock, Nanos, TokenBucket};
+    /// let tb = Arc::new(TokenBucket::with_clock(Limit::ZERO, 1, ManualClock::default()));
+    /// assert!(tb.reserve_owned_at(Nanos::ZERO).ok());
+    /// assert!(!tb.reserve_owned_at(Nanos::ZERO).ok()); // a zero limit never refills
+    /// ```
+    pub fn reserve_owned_at(self: &Arc<Self>, now: Nanos) -> OwnedReservation<C, P> {
+        self.reserve_n_owned_at(now, 1)
+    }
+
+    /// [`TokenBucket::reserve_n`] through an `Arc`; see [`TokenBucket::reserve_n_owned_at`].
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use turnstile::{Limit, ManualClock, TokenBucket};
+    /// let limit = Limit::per_second(10.0).unwrap();
+    /// let tb = Arc::new(TokenBucket::with_clock(limit, 5, ManualClock::default()));
+    /// assert!(tb.allow_n(5));
+    /// let r = tb.reserve_n_owned(3);
+    /// assert_eq!(r.delay(), Duration::from_millis(300));
+    /// std::thread::spawn(move || r.cancel()).join().unwrap(); // the 3 tokens come back
+    /// assert_eq!(tb.tokens(), 0.0);
+    /// ```
+    pub fn reserve_n_owned(self: &Arc<Self>, n: u32) -> OwnedReservation<C, P> {
+        self.reserve_n_owned_at(self.clock.now(), n)
+    }
+
+    /// [`TokenBucket::reserve_n_at`] through an `Arc`: the same reservation, holding a clone
+    /// of the `Arc` instead of a borrow, so that it is `Send + 'static` (when the clock is)
+    /// and can be acted on or cancelled from another task or thread.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use turnstile::{Limit, ManualClock, Nanos, TokenBucket};
+    ///
+    /// let clock = ManualClock::default();
+    /// let tb = Arc::new(TokenBucket::with_clock(Limit::per_second(2.0).unwrap(), 1, clock));
+    /// assert!(tb.allow_at(Nanos::ZERO));
+    /// let r = tb.reserve_n_owned_at(Nanos::ZERO, 1);
+    /// assert_eq!(r.delay_from(Nanos::ZERO), Duration::from_millis(500));
+    /// // The task owns the reservation; it decides not to act and gives the token back.
+    /// tokio::spawn(async move { r.cancel_at(Nanos::ZERO) }).await.unwrap();
+    /// assert_eq!(tb.tokens_at(Nanos::ZERO), 0.0);
+    /// # }
+    /// ```
+    pub fn reserve_n_owned_at(self: &Arc<Self>, now: Nanos, n: u32) -> OwnedReservation<C, P> {
+        OwnedReservation {
+            lim: Arc::clone(self),
+            ticket: self.ticket_within(now, n, u64::MAX),
+        }
+    }
+
+    /// [`TokenBucket::reserve_n_within`] through an `Arc`; see
+    /// [`TokenBucket::reserve_n_owned_at`].
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use turnstile::{Limit, TokenBucket};
+    /// let tb = Arc::new(TokenBucket::new(Limit::per_second(1.0).unwrap(), 1));
+    /// assert!(tb.reserve_n_within_owned(1, Duration::ZERO).ok()); // the bucket starts full
+    /// // The next token is about a second away.
+    /// assert!(!tb.reserve_n_within_owned(1, Duration::from_millis(10)).ok());
+    /// ```
+    pub fn reserve_n_within_owned(
+        self: &Arc<Self>,
+        n: u32,
+        max_wait: Duration,
+    ) -> OwnedReservation<C, P> {
+        self.reserve_n_within_owned_at(self.clock.now(), n, max_wait)
+    }
+
+    /// [`TokenBucket::reserve_n_within_at`] through an `Arc`; see
+    /// [`TokenBucket::reserve_n_owned_at`].
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use turnstile::{Limit, ManualClock, Nanos, TokenBucket};
+    /// let limit = Limit::per_second(1.0).unwrap();
+    /// let tb = Arc::new(TokenBucket::with_clock(limit, 1, ManualClock::default()));
+    /// assert!(tb.allow_at(Nanos::ZERO));
+    /// let (t, n) = (Nanos::ZERO, 1);
+    /// assert!(!tb.reserve_n_within_owned_at(t, n, Duration::from_millis(999)).ok());
+    /// assert!(tb.reserve_n_within_owned_at(t, n, Duration::from_secs(1)).ok());
+    /// ```
+    pub fn reserve_n_within_owned_at(
+        self: &Arc<Self>,
+        now: Nanos,
+        n: u32,
+        max_wait: Duration,
+    ) -> OwnedReservation<C, P> {
+        OwnedReservation {
+            lim: Arc::clone(self),
+            ticket: self.ticket_within(now, n, Nanos::from_duration(max_wait).as_u64()),
+        }
+    }
+
     /// What `n` tokens would cost now; see [`TokenBucket::peek_n_at`].
     pub fn peek_n(&self, n: u32) -> Peek {
         self.peek_n_at(self.clock.now(), n)
@@ -466,27 +595,36 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
     }
 
     /// Waits until `n` tokens are available and takes them, sleeping the thread; fails at
-    /// once if that would pass `deadline`. The checks run in rate.go's order: more than the
-    /// burst ([`WaitError::ExceedsBurst`]), deadline already passed
+    /// once if that would pass `deadline`: a [`Duration`] (a timeout from the start of this
+    /// wait), a [`std::time::Instant`], `None` (no deadline), or any [`Deadline`] (such as
+    /// [`Deadline::at`] a reading of this limiter's clock). The checks run in rate.go's
+    /// order: more than the burst ([`WaitError::ExceedsBurst`]), deadline already passed
     /// ([`WaitError::DeadlinePassed`]), tokens that never arrive ([`WaitError::Never`],
     /// deviation D4), tokens that arrive after the deadline
-    /// ([`WaitError::WouldExceedDeadline`]). With no wait needed it returns without sleeping.
+    /// ([`WaitError::WouldExceedDeadline`]). A failed wait takes nothing. With no wait needed
+    /// it returns without sleeping.
     ///
     /// The sleep is [`crate::clock::sleep_until`] on the limiter's clock: a thread sleep, then
     /// a spin of at most [`crate::clock::SPIN_BEFORE_DEADLINE`] for a precise wake-up.
     ///
     /// ```
+    /// use std::time::Duration;
     /// use turnstile::{Limit, TokenBucket, WaitError};
-    /// let tb = TokenBucket::new(Limit::per_second(1000.0).unwrap(), 1);
+    /// let tb = TokenBucket::new(Limit::per_second(1.0).unwrap(), 1);
     /// tb.wait_n_blocking(1, None).unwrap();          // immediate: the bucket starts full
     /// assert_eq!(
     ///     tb.wait_n_blocking(2, None),
     ///     Err(WaitError::ExceedsBurst { n: 2, burst: 1 })
     /// );
+    /// // The next token is a second away: more than a 10 ms timeout.
+    /// assert_eq!(
+    ///     tb.wait_n_blocking(1, Duration::from_millis(10)),
+    ///     Err(WaitError::WouldExceedDeadline { n: 1 })
+    /// );
     /// ```
-    pub fn wait_n_blocking(&self, n: u32, deadline: Option<Nanos>) -> Result<(), WaitError> {
+    pub fn wait_n_blocking(&self, n: u32, deadline: impl Into<Deadline>) -> Result<(), WaitError> {
         let now = self.clock.now();
-        let r = self.reserve_for_wait(now, n, deadline)?;
+        let r = self.reserve_for_wait(now, n, deadline.into().resolve(now))?;
         if let Some(t) = r.time_to_act() {
             crate::clock::sleep_until(&self.clock, t);
         }
@@ -494,23 +632,28 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
     }
 
     /// Waits (asynchronously, on tokio's timer) until `n` tokens are available and takes
-    /// them; the checks and errors are those of [`TokenBucket::wait_n_blocking`]. Dropping
-    /// the future before it completes cancels its reservation, as rate.go does when the
-    /// context is cancelled.
+    /// them; the deadline, checks and errors are those of [`TokenBucket::wait_n_blocking`],
+    /// and the wait starts (its timeout counts, an instant is converted) when the future is
+    /// first polled. A `tokio::time::Instant` is a deadline too, measured on tokio's clock.
+    /// Dropping the future before it completes cancels its reservation, as rate.go does when
+    /// the context is cancelled.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
-    /// use turnstile::{Limit, TokenBucket};
-    /// let tb = TokenBucket::new(Limit::per_second(1000.0).unwrap(), 1);
+    /// use std::time::Duration;
+    /// use turnstile::{Limit, TokenBucket, WaitError};
+    /// let tb = TokenBucket::new(Limit::per_second(1.0).unwrap(), 1);
     /// tb.wait_n(1, None).await.unwrap();
+    /// let soon = tokio::time::Instant::now() + Duration::from_millis(10);
+    /// assert_eq!(tb.wait_n(1, soon).await, Err(WaitError::WouldExceedDeadline { n: 1 }));
     /// # }
     /// ```
     #[cfg(feature = "tokio")]
     #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
-    pub async fn wait_n(&self, n: u32, deadline: Option<Nanos>) -> Result<(), WaitError> {
+    pub async fn wait_n(&self, n: u32, deadline: impl Into<Deadline>) -> Result<(), WaitError> {
         let now = self.clock.now();
-        let r = self.reserve_for_wait(now, n, deadline)?;
+        let r = self.reserve_for_wait(now, n, deadline.into().resolve(now))?;
         let delay = r.delay_from(now);
         if delay.is_zero() {
             return Ok(());
@@ -551,7 +694,10 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
             None => u64::MAX,
         };
         match self.take::<RESERVE>(now, n, max_wait) {
-            Decision::Granted { x, due, took, cfg } => Ok(self.granted(now, n, x, due, took, &cfg)),
+            Decision::Granted { x, due, took, cfg } => Ok(Reservation {
+                lim: self,
+                ticket: Self::granted(now, n, x, due, took, &cfg),
+            }),
             Decision::Denied {
                 retry_at: None,
                 limit,
@@ -561,10 +707,16 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
     }
 
     fn reserve_within(&self, now: Nanos, n: u32, max_wait: u64) -> Reservation<'_, C, P> {
+        Reservation {
+            lim: self,
+            ticket: self.ticket_within(now, n, max_wait),
+        }
+    }
+
+    fn ticket_within(&self, now: Nanos, n: u32, max_wait: u64) -> Ticket {
         match self.take::<RESERVE>(now, n, max_wait) {
-            Decision::Granted { x, due, took, cfg } => self.granted(now, n, x, due, took, &cfg),
-            Decision::Denied { limit, .. } => Reservation {
-                lim: self,
+            Decision::Granted { x, due, took, cfg } => Self::granted(now, n, x, due, took, &cfg),
+            Decision::Denied { limit, .. } => Ticket {
                 ok: false,
                 tokens: n,
                 time_to_act: now,
@@ -582,18 +734,9 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
     /// there, if it took nothing) under `cfg`, with `due = u(now)`. It keeps the exact unit
     /// at which it acts, `max(x, due)`, and that unit's token coordinate, for a cancel under a
     /// later configuration.
-    fn granted(
-        &self,
-        now: Nanos,
-        n: u32,
-        x: u64,
-        due: u64,
-        took: bool,
-        cfg: &Config,
-    ) -> Reservation<'_, C, P> {
+    fn granted(now: Nanos, n: u32, x: u64, due: u64, took: bool, cfg: &Config) -> Ticket {
         let act = x.max(due);
-        Reservation {
-            lim: self,
+        Ticket {
             ok: true,
             tokens: n,
             time_to_act: if x > due {
@@ -791,7 +934,7 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
         }
     }
 
-    fn cancel(&self, r: &Reservation<'_, C, P>, now: Nanos) {
+    fn cancel(&self, r: &Ticket, now: Nanos) {
         // rate.go's CancelAt checks, in its order (the limit check is inside the loop).
         if !r.ok || !r.took || r.tokens == 0 || r.time_to_act < now {
             return;
@@ -991,7 +1134,10 @@ pub struct Peek {
 }
 
 /// Tokens taken from a [`TokenBucket`], to act on at [`Reservation::time_to_act`] or give back
-/// with [`Reservation::cancel`] (rate.go's `Reservation`).
+/// with [`Reservation::cancel`] (rate.go's `Reservation`). It borrows its bucket; to move one
+/// into another task or thread, reserve through an `Arc` with
+/// [`TokenBucket::reserve_owned`] and friends, which return an [`OwnedReservation`] with the
+/// same methods.
 ///
 /// ```
 /// use std::time::Duration;
@@ -1007,6 +1153,53 @@ pub struct Peek {
 #[must_use = "a reservation holds tokens: act at its time or cancel it"]
 pub struct Reservation<'a, C: Clock = QuantaClock, P: Layout = Padded> {
     lim: &'a TokenBucket<C, P>,
+    ticket: Ticket,
+}
+
+/// A [`Reservation`] that holds its bucket through an [`Arc`] instead of a borrow, so it is
+/// `Send + 'static` (when the clock is) and can move into `tokio::spawn` or
+/// `std::thread::spawn`: tokio's `Semaphore::acquire_owned` convention. Made by
+/// [`TokenBucket::reserve_owned`], [`TokenBucket::reserve_n_owned`],
+/// [`TokenBucket::reserve_n_within_owned`] and their `_at` forms. Its methods and its
+/// semantics are exactly a `Reservation`'s, including cancel at most once (cancelling
+/// consumes it). It costs one reference count on the `Arc`, taken when it is made and
+/// dropped with it; nothing else differs.
+///
+/// ```
+/// use std::sync::Arc;
+/// use turnstile::{Limit, ManualClock, Nanos, TokenBucket};
+/// let tb = Arc::new(TokenBucket::with_clock(
+///     Limit::per_second(4.0).unwrap(),
+///     1,
+///     ManualClock::default(),
+/// ));
+/// let _now = tb.reserve_owned_at(Nanos::ZERO);
+/// let later = tb.reserve_owned_at(Nanos::ZERO);
+/// assert_eq!(later.time_to_act(), Some(Nanos::new(250_000_000)));
+/// // The reservation outlives this scope's borrow of `tb`: cancel it on another thread.
+/// std::thread::spawn(move || later.cancel_at(Nanos::ZERO)).join().unwrap();
+/// assert_eq!(tb.tokens_at(Nanos::ZERO), 0.0);
+/// ```
+///
+/// Cancelling consumes it, so a second cancel does not compile:
+///
+/// ```compile_fail,E0382
+/// use std::sync::Arc;
+/// use turnstile::{Limit, TokenBucket};
+/// let tb = Arc::new(TokenBucket::new(Limit::per_second(4.0).unwrap(), 1));
+/// let r = tb.reserve_owned();
+/// r.cancel();
+/// r.cancel(); // error[E0382]: use of moved value: `r`
+/// ```
+#[must_use = "a reservation holds tokens: act at its time or cancel it"]
+pub struct OwnedReservation<C: Clock = QuantaClock, P: Layout = Padded> {
+    lim: Arc<TokenBucket<C, P>>,
+    ticket: Ticket,
+}
+
+/// What a reservation knows, whichever way it holds its bucket: [`Reservation`] and
+/// [`OwnedReservation`] are this and a handle on the bucket.
+struct Ticket {
     ok: bool,
     tokens: u32,
     time_to_act: Nanos,
@@ -1034,30 +1227,8 @@ struct Origin {
     one: u64,
 }
 
-impl<C: Clock, P: Layout> Reservation<'_, C, P> {
-    /// Whether the tokens were reserved. A reservation that is not OK took nothing.
-    pub fn ok(&self) -> bool {
-        self.ok
-    }
-
-    /// The number of tokens asked for.
-    pub fn tokens(&self) -> u32 {
-        self.tokens
-    }
-
-    /// The limit when the reservation was made.
-    pub fn limit(&self) -> Limit {
-        Limit::from_valid(self.limit)
-    }
-
-    /// When the reserved tokens are available; `None` if the reservation is not OK.
-    pub fn time_to_act(&self) -> Option<Nanos> {
-        self.ok.then_some(self.time_to_act)
-    }
-
-    /// How long after `now` to wait before acting: zero if already due, `Duration::MAX` if
-    /// the reservation is not OK (rate.go's `InfDuration`).
-    pub fn delay_from(&self, now: Nanos) -> Duration {
+impl Ticket {
+    fn delay_from(&self, now: Nanos) -> Duration {
         if self.ok {
             self.time_to_act.saturating_duration_since(now)
         } else {
@@ -1065,33 +1236,121 @@ impl<C: Clock, P: Layout> Reservation<'_, C, P> {
         }
     }
 
-    /// [`Reservation::delay_from`] the limiter's clock reading.
-    pub fn delay(&self) -> Duration {
-        self.delay_from(self.lim.clock.now())
-    }
-
-    /// Gives the tokens back now; see [`Reservation::cancel_at`].
-    pub fn cancel(self) {
-        let now = self.lim.clock.now();
-        self.cancel_at(now)
-    }
-
-    /// Gives back, at `now`, the reserved tokens that later reservations have not already
-    /// been promised. Nothing happens if the reservation is not OK or its time has passed.
-    /// It consumes the reservation, so it happens at most once (deviation D1).
-    pub fn cancel_at(self, now: Nanos) {
-        self.lim.cancel(&self, now)
-    }
-}
-
-impl<C: Clock, P: Layout> fmt::Debug for Reservation<'_, C, P> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Reservation")
+    fn debug(&self, name: &str, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct(name)
             .field("ok", &self.ok)
             .field("tokens", &self.tokens)
             .field("time_to_act", &self.time_to_act)
             .field("limit", &self.limit)
             .finish()
+    }
+}
+
+/// The public methods of [`Reservation`] and [`OwnedReservation`], written once: each type
+/// has a `lim` (a `&TokenBucket` or an `Arc<TokenBucket>`) and a `ticket`. `$setup` is the
+/// start of each method's example: hidden lines that make `tb`, a bucket of 2 tokens a second
+/// and burst 1 on a manual clock reading zero, drained, and a shown line that reserves `r`,
+/// one token acting at 500 ms.
+macro_rules! reservation_methods {
+    ($setup:literal) => {
+        /// Whether the tokens were reserved. A reservation that is not OK took nothing.
+        ///
+        #[doc = concat!("```\n", $setup, "assert!(r.ok());\n```")]
+        pub fn ok(&self) -> bool {
+            self.ticket.ok
+        }
+
+        /// The number of tokens asked for.
+        ///
+        #[doc = concat!("```\n", $setup, "assert_eq!(r.tokens(), 1);\n```")]
+        pub fn tokens(&self) -> u32 {
+            self.ticket.tokens
+        }
+
+        /// The limit when the reservation was made.
+        ///
+        #[doc = concat!("```\n", $setup, "assert_eq!(r.limit(), Limit::per_second(2.0).unwrap());\n```")]
+        pub fn limit(&self) -> Limit {
+            Limit::from_valid(self.ticket.limit)
+        }
+
+        /// When the reserved tokens are available; `None` if the reservation is not OK.
+        ///
+        #[doc = concat!("```\n", $setup, "assert_eq!(r.time_to_act(), Some(Nanos::new(500_000_000)));\n```")]
+        pub fn time_to_act(&self) -> Option<Nanos> {
+            self.ticket.ok.then_some(self.ticket.time_to_act)
+        }
+
+        /// How long after `now` to wait before acting: zero if already due, `Duration::MAX` if
+        /// the reservation is not OK (rate.go's `InfDuration`).
+        ///
+        #[doc = concat!("```\n", $setup, "let later = Nanos::new(100_000_000);\n",
+            "assert_eq!(r.delay_from(later), Duration::from_millis(400));\n```")]
+        pub fn delay_from(&self, now: Nanos) -> Duration {
+            self.ticket.delay_from(now)
+        }
+
+        /// [`Self::delay_from`] the limiter's clock reading.
+        ///
+        #[doc = concat!("```\n", $setup, "assert_eq!(r.delay(), Duration::from_millis(500));\n```")]
+        pub fn delay(&self) -> Duration {
+            self.ticket.delay_from(self.lim.clock.now())
+        }
+
+        /// Gives the tokens back now; see [`Self::cancel_at`].
+        ///
+        #[doc = concat!("```\n", $setup, "r.cancel();\nassert_eq!(tb.tokens_at(Nanos::ZERO), 0.0);\n```")]
+        pub fn cancel(self) {
+            let now = self.lim.clock.now();
+            self.cancel_at(now)
+        }
+
+        /// Gives back, at `now`, the reserved tokens that later reservations have not already
+        /// been promised. Nothing happens if the reservation is not OK or its time has passed.
+        /// It consumes the reservation, so it happens at most once (deviation D1).
+        ///
+        #[doc = concat!("```\n", $setup, "r.cancel_at(Nanos::ZERO);\n",
+            "assert_eq!(tb.tokens_at(Nanos::ZERO), 0.0);\n```")]
+        pub fn cancel_at(self, now: Nanos) {
+            self.lim.cancel(&self.ticket, now)
+        }
+    };
+}
+
+impl<C: Clock, P: Layout> Reservation<'_, C, P> {
+    reservation_methods!(
+        "# use std::time::Duration;
+# use turnstile::{Limit, ManualClock, Nanos, TokenBucket};
+# let limit = Limit::per_second(2.0).unwrap();
+# let tb = TokenBucket::with_clock(limit, 1, ManualClock::default());
+# assert!(tb.allow_at(Nanos::ZERO));
+let r = tb.reserve_n_at(Nanos::ZERO, 1);
+"
+    );
+}
+
+impl<C: Clock, P: Layout> OwnedReservation<C, P> {
+    reservation_methods!(
+        "# use std::sync::Arc;
+# use std::time::Duration;
+# use turnstile::{Limit, ManualClock, Nanos, TokenBucket};
+# let limit = Limit::per_second(2.0).unwrap();
+# let tb = Arc::new(TokenBucket::with_clock(limit, 1, ManualClock::default()));
+# assert!(tb.allow_at(Nanos::ZERO));
+let r = tb.reserve_n_owned_at(Nanos::ZERO, 1);
+"
+    );
+}
+
+impl<C: Clock, P: Layout> fmt::Debug for Reservation<'_, C, P> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.ticket.debug("Reservation", f)
+    }
+}
+
+impl<C: Clock, P: Layout> fmt::Debug for OwnedReservation<C, P> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.ticket.debug("OwnedReservation", f)
     }
 }
 
@@ -1507,7 +1766,7 @@ impl Config {
     /// r.timeToAct)`, exactly). Under `r`'s own configuration those are the stretch of `x`
     /// beyond `r`'s unit, in integers; across a `set_limit`/`set_burst` the distance between
     /// token coordinates. `None` if unknown (overflow), in which case nothing is restored.
-    fn give_back<C: Clock, P: Layout>(&self, x: u64, r: &Reservation<'_, C, P>) -> Option<i128> {
+    fn give_back(&self, x: u64, r: &Ticket) -> Option<i128> {
         let one = i128::from(self.one());
         let took = i128::from(r.tokens) * one;
         if r.limit == 0.0 {

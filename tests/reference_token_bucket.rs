@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use turnstile::reference::TokenBucket;
-use turnstile::{Limit, Limiter, ManualClock, Nanos, Peek, WaitError};
+use turnstile::{Deadline, Limit, Limiter, ManualClock, Nanos, Peek, WaitError};
 
 /// Upstream's `d`.
 const D: u64 = 100_000_000;
@@ -524,7 +524,7 @@ fn zero_limit_spends_burst_then_reserves_with_infinite_delay() {
 
     // Waits with a deadline fail without reserving.
     assert_eq!(
-        tb.wait_n_blocking(1, Some(t(0) + Duration::from_secs(3600))),
+        tb.wait_n_blocking(1, Deadline::at(t(0) + Duration::from_secs(3600))),
         Err(WaitError::WouldExceedDeadline { n: 1 })
     );
     assert_eq!(tb.tokens_at(t(1)), -1.0);
@@ -784,11 +784,11 @@ fn wait_simple_blocking() {
     let tb = new_limiter(10.0, 3);
     // already-cancelled: a deadline that has passed (deadline <= now).
     assert_eq!(
-        tb.wait_n_blocking(1, Some(t(0))),
+        tb.wait_n_blocking(1, Deadline::at(t(0))),
         Err(WaitError::DeadlinePassed { n: 1 })
     );
     assert_eq!(
-        tb.wait_n_blocking(1, Some(Nanos::ZERO)),
+        tb.wait_n_blocking(1, Deadline::at(Nanos::ZERO)),
         Err(WaitError::DeadlinePassed { n: 1 })
     );
     assert_eq!(tb.tokens_at(t(0)), 3.0);
@@ -807,25 +807,25 @@ fn wait_checks_in_upstream_order() {
     let tb = new_limiter(10.0, 3);
     // The burst check comes before the deadline check.
     assert_eq!(
-        tb.wait_n_blocking(4, Some(t(0))),
+        tb.wait_n_blocking(4, Deadline::at(t(0))),
         Err(WaitError::ExceedsBurst { n: 4, burst: 3 })
     );
     // With an Inf limit the burst check is skipped, and the deadline is checked.
     let tb = TokenBucket::with_clock(Limit::INF, 3, ManualClock::new(t(0)));
     assert_eq!(
-        tb.wait_n_blocking(4, Some(t(0))),
+        tb.wait_n_blocking(4, Deadline::at(t(0))),
         Err(WaitError::DeadlinePassed { n: 4 })
     );
-    assert_eq!(tb.wait_n_blocking(4, Some(t(1))), Ok(()));
+    assert_eq!(tb.wait_n_blocking(4, Deadline::at(t(1))), Ok(()));
 }
 
 #[test]
 fn wait_timeout_blocking() {
     // TestWaitTimeout: deadline d from now.
     let tb = new_limiter(10.0, 3);
-    assert_eq!(tb.wait_n_blocking(2, Some(t(1))), Ok(()));
+    assert_eq!(tb.wait_n_blocking(2, Deadline::at(t(1))), Ok(()));
     assert_eq!(
-        tb.wait_n_blocking(3, Some(t(1))),
+        tb.wait_n_blocking(3, Deadline::at(t(1))),
         Err(WaitError::WouldExceedDeadline { n: 3 })
     );
     // Nothing was reserved.
@@ -911,8 +911,8 @@ fn extremes_do_not_panic() {
                 r.cancel_at(Nanos::ZERO);
             }
             // Waits that do not sleep: the clock reads Nanos::MAX, so every deadline passed.
-            let _ = tb.wait_n_blocking(u32::MAX, Some(Nanos::ZERO));
-            let _ = tb.wait_n_blocking(0, Some(Nanos::MAX));
+            let _ = tb.wait_n_blocking(u32::MAX, Deadline::at(Nanos::ZERO));
+            let _ = tb.wait_n_blocking(0, Deadline::at(Nanos::MAX));
             let _ = format!("{tb:?}");
         }
     }
@@ -940,7 +940,7 @@ mod wait_async {
         // TestWaitSimple.
         let tb = new_limiter(10.0, 3);
         assert_eq!(
-            tb.wait_n(1, Some(t(0))).await,
+            tb.wait_n(1, Deadline::at(t(0))).await,
             Err(WaitError::DeadlinePassed { n: 1 })
         );
         assert_eq!(
@@ -1025,9 +1025,9 @@ mod wait_async {
     async fn wait_timeout() {
         // TestWaitTimeout.
         let tb = new_limiter(10.0, 3);
-        assert_eq!(tb.wait_n(2, Some(t(1))).await, Ok(()));
+        assert_eq!(tb.wait_n(2, Deadline::at(t(1))).await, Ok(()));
         assert_eq!(
-            tb.wait_n(3, Some(t(1))).await,
+            tb.wait_n(3, Deadline::at(t(1))).await,
             Err(WaitError::WouldExceedDeadline { n: 3 })
         );
         assert_eq!(tb.tokens_at(t(0)), 1.0);
@@ -1050,7 +1050,7 @@ mod wait_async {
         assert_eq!(tb.tokens_at(t(0)), 0.0);
         // And with a deadline it fails at once.
         assert_eq!(
-            tb.wait_n(1, Some(t(1))).await,
+            tb.wait_n(1, Deadline::at(t(1))).await,
             Err(WaitError::WouldExceedDeadline { n: 1 })
         );
     }

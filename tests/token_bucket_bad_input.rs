@@ -3,7 +3,9 @@
 
 use std::time::Duration;
 
-use turnstile::{reference, ConfigError, Limit, ManualClock, Nanos, TokenBucket, WaitError};
+use turnstile::{
+    reference, ConfigError, Deadline, Limit, ManualClock, Nanos, TokenBucket, WaitError,
+};
 
 #[test]
 fn invalid_limits_are_typed_errors_that_name_the_value() {
@@ -100,7 +102,7 @@ macro_rules! sweep {
                 // The clock reads Nanos::MAX: any deadline has passed, and the checks still
                 // come in order.
                 assert!(matches!(
-                    l.wait_n_blocking(1, Some(Nanos::MAX)),
+                    l.wait_n_blocking(1, Deadline::at(Nanos::MAX)),
                     Ok(())
                         | Err(WaitError::ExceedsBurst { .. })
                         | Err(WaitError::DeadlinePassed { .. })
@@ -144,7 +146,7 @@ fn max_tokens_from_a_max_bucket() {
 fn deadlines_at_the_end_of_time_do_not_overflow() {
     let clock = ManualClock::new(Nanos::new(5));
     let l = TokenBucket::with_clock(Limit::per_second(1.0).unwrap(), 1, clock);
-    assert_eq!(l.wait_n_blocking(1, Some(Nanos::MAX)), Ok(()));
+    assert_eq!(l.wait_n_blocking(1, Deadline::at(Nanos::MAX)), Ok(()));
     // The next token is 1 s away and the deadline allows it: reserve, then (real) sleep 1 s
     // would follow; check the reservation arithmetic instead.
     let r = l.reserve_n_within_at(Nanos::new(5), 1, Nanos::MAX - Nanos::new(5));

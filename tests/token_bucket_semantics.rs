@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use turnstile::{Limit, Limiter, ManualClock, Nanos, TokenBucket, WaitError};
+use turnstile::{Deadline, Limit, Limiter, ManualClock, Nanos, TokenBucket, WaitError};
 
 const MS: u64 = 1_000_000;
 const SEC: u64 = 1_000_000_000;
@@ -370,16 +370,16 @@ fn wait_errors_come_in_rate_go_order() {
     let l = TokenBucket::with_clock(Limit::per_second(1.0).unwrap(), 2, clock.clone());
     // Exceeds burst is checked before the deadline.
     assert_eq!(
-        l.wait_n_blocking(3, Some(at(0))),
+        l.wait_n_blocking(3, Deadline::at(at(0))),
         Err(WaitError::ExceedsBurst { n: 3, burst: 2 })
     );
     assert_eq!(
-        l.wait_n_blocking(1, Some(at(10 * SEC))),
+        l.wait_n_blocking(1, Deadline::at(at(10 * SEC))),
         Err(WaitError::DeadlinePassed { n: 1 })
     );
-    assert!(l.wait_n_blocking(2, Some(at(11 * SEC))).is_ok());
+    assert!(l.wait_n_blocking(2, Deadline::at(at(11 * SEC))).is_ok());
     assert_eq!(
-        l.wait_n_blocking(1, Some(at(10 * SEC + 999 * MS))),
+        l.wait_n_blocking(1, Deadline::at(at(10 * SEC + 999 * MS))),
         Err(WaitError::WouldExceedDeadline { n: 1 })
     );
     assert_eq!(
@@ -390,7 +390,7 @@ fn wait_errors_come_in_rate_go_order() {
     let zero = TokenBucket::with_clock(Limit::ZERO, 1, clock);
     assert!(zero.wait_n_blocking(1, None).is_ok());
     assert!(matches!(
-        zero.wait_n_blocking(1, Some(at(20 * SEC))),
+        zero.wait_n_blocking(1, Deadline::at(at(20 * SEC))),
         Err(WaitError::Never { .. })
     ));
 }

@@ -32,7 +32,7 @@ use std::time::Duration;
 use crate::clock::{Clock, Nanos, QuantaClock};
 use crate::limiter::{Denied, Limiter};
 use crate::token_bucket::Peek;
-use crate::{Limit, WaitError};
+use crate::{Deadline, Limit, WaitError};
 
 /// Go's `InfDuration`: `time.Duration(math.MaxInt64)`, in nanoseconds.
 const INF_DURATION: i64 = i64::MAX;
@@ -460,8 +460,9 @@ impl<C: Clock> TokenBucket<C> {
         Ok(Some((r, delay)))
     }
 
-    /// Waits, sleeping the thread, until `n` tokens are available (Go's `WaitN`, with an
-    /// optional `deadline` on this bucket's clock in place of the context's).
+    /// Waits, sleeping the thread, until `n` tokens are available (Go's `WaitN`, with a
+    /// [`Deadline`] in place of the context's: a `Duration` timeout from the start of the
+    /// wait, an `Instant`, `None`, or [`Deadline::at`] a reading of this bucket's clock).
     ///
     /// The checks run in upstream's order, and only the last one sleeps:
     /// 1. `n > burst` with a finite limit → [`WaitError::ExceedsBurst`];
@@ -473,10 +474,10 @@ impl<C: Clock> TokenBucket<C> {
     ///
     /// With [`Limit::ZERO`], too few tokens and no deadline this sleeps for `InfDuration`
     /// (about 292 years), as upstream blocks forever.
-    pub fn wait_n_blocking(&self, n: u32, deadline: Option<Nanos>) -> Result<(), WaitError> {
+    pub fn wait_n_blocking(&self, n: u32, deadline: impl Into<Deadline>) -> Result<(), WaitError> {
         let now = self.clock.now();
         // The reservation is spent, not cancelled: the tokens are used.
-        if let Some((_spent, delay)) = self.begin_wait(now, n, deadline)? {
+        if let Some((_spent, delay)) = self.begin_wait(now, n, deadline.into().resolve(now))? {
             std::thread::sleep(delay);
         }
         Ok(())
@@ -491,9 +492,9 @@ impl<C: Clock> TokenBucket<C> {
     /// As [`tokio::time::sleep`], if polled outside a tokio runtime with the timer enabled.
     #[cfg(feature = "tokio")]
     #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
-    pub async fn wait_n(&self, n: u32, deadline: Option<Nanos>) -> Result<(), WaitError> {
+    pub async fn wait_n(&self, n: u32, deadline: impl Into<Deadline>) -> Result<(), WaitError> {
         let now = self.clock.now();
-        let Some((r, delay)) = self.begin_wait(now, n, deadline)? else {
+        let Some((r, delay)) = self.begin_wait(now, n, deadline.into().resolve(now))? else {
             return Ok(());
         };
         let mut guard = CancelOnDrop(Some(r));
