@@ -94,3 +94,9 @@ pub use smooth::{SmoothBursty, SmoothWarmingUp};
 pub use sometimes::Sometimes;
 pub use token_bucket::{OwnedReservation, Peek, Reservation, TokenBucket};
 pub use window::{FixedWindow, Outcome, WindowStatus};
+
+/// The README's Rust blocks, run as doc tests (`cargo test --doc`), so that a snippet in it can
+/// never again fail to compile.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
