@@ -552,6 +552,16 @@ impl<C: Clock, P: Layout> SlidingWindow<C, P> {
         self.rule.status(&v, now)
     }
 
+    /// The raw state word as `(window index, prev, curr)`, for the loom models only
+    /// (`loom-tests/tests/sliding_window.rs` checks that racing checks end in the exact state of
+    /// some sequential order; `Debug` shows the state rolled to the clock, which hides it).
+    #[cfg(loom)]
+    #[doc(hidden)]
+    pub fn loom_state(&self) -> (u64, u32, u32) {
+        let s = Counts::unpack(self.state.load(Ordering::Relaxed));
+        (s.k, s.prev, s.curr)
+    }
+
     /// The state rolled to `now`, from one load.
     fn view(&self, now: Nanos) -> View {
         self.rule

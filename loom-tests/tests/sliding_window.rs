@@ -1,6 +1,6 @@
 //! loom models of the sliding window's CAS loop: every interleaving of two checks on one
 //! limiter ends in the state of some sequential order of them (read back exactly through
-//! `Debug`: `window`, `prev`, `curr`), with the decisions of that order: no grant lost, none
+//! `loom_state`: `window`, `prev`, `curr`), with the decisions of that order: no grant lost, none
 //! counted twice, the quota never exceeded, across a window boundary too.
 //! Run: RUSTFLAGS="--cfg loom" cargo test -p loom-tests --release --test sliding_window
 #![cfg(loom)]
@@ -28,11 +28,10 @@ fn t(s: u64, ms: u64) -> Nanos {
     Nanos::new(s * SEC + ms * 1_000_000)
 }
 
-/// The state word, as `Debug` shows it.
+/// The state word (`SlidingWindow::loom_state`, compiled under `--cfg loom` only).
 fn state(l: &SlidingWindow<ManualClock>) -> String {
-    let d = format!("{l:?}");
-    let from = d.find("window").expect("Debug shows the window");
-    d[from..].trim_end_matches(" }").to_string()
+    let (window, prev, curr) = l.loom_state();
+    counts(window, prev, curr)
 }
 
 fn counts(window: u64, prev: u32, curr: u32) -> String {
