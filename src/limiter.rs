@@ -142,6 +142,11 @@ pub trait Limiter: Send + Sync {
 /// assert!(!tb.is_idle_at(Nanos::ZERO));
 /// assert!(tb.is_idle_at(Nanos::new(100_000_000))); // refilled
 /// ```
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot tell when it is idle, so a keyed map cannot evict it",
+    note = "for limiters of different types per key, use `Box<dyn KeyedLimiter>` or \
+            `Arc<dyn KeyedLimiter>` (a `Limiter` that is also `Idle`), not `Box<dyn Limiter>`"
+)]
 pub trait Idle {
     /// True if replacing this limiter by a fresh one at `now` could not let more requests
     /// through.
