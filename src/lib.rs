@@ -67,6 +67,9 @@ pub mod leaky_bucket;
 pub mod leaky_meter;
 mod limit;
 mod limiter;
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+pub mod redis;
 pub mod reference;
 mod scale;
 pub mod sliding_window;

@@ -2,6 +2,7 @@
 //! proptest, counting how each one ended: ran to the end, or stopped where a named deviation
 //! applies) and the bad-input tests' extreme times.
 
+pub mod redis_server;
 pub mod stale_race;
 
 use std::collections::BTreeMap;

@@ -1,0 +1,74 @@
+//! Limiters shared by a whole fleet, on Redis (feature `redis`).
+//!
+//! go-zero's `TokenLimiter` and `PeriodLimit` live on Redis: that is how servers share one
+//! limit. This module gives the same limiters to Rust services, compatible with go-zero's keys
+//! and scripts so that Go and Rust services can share one limit, plus a precise GCRA on the
+//! Redis server's clock:
+//!
+//! | type | compatible with | state |
+//! |---|---|---|
+//! | [`TokenBucket`] | go-zero `TokenLimiter` (`{key}.tokens`, `{key}.ts`) | tokens and a whole-second timestamp |
+//! | [`FixedWindow`] | go-zero `PeriodLimit` (`prefix + key`) | a counter with a TTL |
+//! | [`Gcra`] | redis-cell's `CL.THROTTLE` answers | one key: the theoretical arrival time, on `TIME` |
+//!
+//! Every limiter is generic over its connection: a single server through redis-rs's
+//! reconnecting [`ConnectionManager`](::redis::aio::ConnectionManager), or a Redis Cluster
+//! through [`ClusterConnection`](::redis::cluster_async::ClusterConnection). Each call touches
+//! one key or keys in one hash slot, so the limiters work on a cluster unchanged. Scripts are
+//! sent once and run by `EVALSHA`; after `SCRIPT FLUSH`, a restart or a failover the server
+//! answers `NOSCRIPT` and the script is loaded again, transparently (redis-rs's
+//! [`Script`](::redis::Script)).
+//!
+//! A check answers like [`Keyed::try_check`](crate::Keyed::try_check): the outer `Result` is
+//! an infrastructure error ([`RedisLimitError`]: bad input before any round trip, or Redis
+//! itself failing), the inner one the limiter's verdict, with a [`Denied`](crate::Denied)
+//! that says when to retry.
+
+pub use ::redis::aio::ConnectionManager;
+
+use std::time::Duration;
+
+/// Why a Redis limiter could not answer. Bad input is refused before any round trip.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RedisLimitError {
+    /// The key was empty.
+    #[error("empty key: every limited client needs a non-empty key")]
+    EmptyKey,
+    /// More permits were asked for than the limiter can ever grant at once.
+    #[error("{n} permits asked for, more than the burst of {burst}: never granted")]
+    ExceedsBurst {
+        /// Permits asked for.
+        n: u32,
+        /// The most the limiter grants at once.
+        burst: u32,
+    },
+    /// Redis did not answer within the per-call timeout.
+    #[error("redis did not answer within {0:?}")]
+    Timeout(Duration),
+    /// Redis answered with an error, or the connection failed.
+    #[error("redis: {0}")]
+    Redis(#[from] ::redis::RedisError),
+    /// The script answered something this crate's script never returns.
+    #[error("unexpected reply from the limiter's script: {0}")]
+    UnexpectedReply(String),
+}
+
+impl RedisLimitError {
+    /// Whether Redis could not be reached (a connection error, a refused or dropped
+    /// connection, a timeout), as opposed to an answer: the cases a fallback covers. A script
+    /// error, bad input or an unexpected reply is not.
+    pub fn is_connectivity(&self) -> bool {
+        match self {
+            RedisLimitError::Timeout(_) => true,
+            RedisLimitError::Redis(e) => {
+                e.is_io_error()
+                    || e.is_connection_dropped()
+                    || e.is_connection_refusal()
+                    || e.is_timeout()
+                    || e.is_cluster_error()
+            }
+            _ => false,
+        }
+    }
+}

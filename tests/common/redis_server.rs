@@ -1,0 +1,263 @@
+//! Real `redis-server`s for the Redis tests: each test starts its own on a free loopback port,
+//! with no persistence, and the handle stops it when dropped. Never port 6379, never a server
+//! the test did not start.
+//!
+//! Without `redis-server` on the `PATH` a test is skipped *loudly* (a line on stderr); with
+//! `TURNSTILE_REQUIRE_REDIS=1` (set by `.ci/run`) it fails instead.
+#![allow(dead_code)] // not every test binary uses every helper
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Whether the Redis tests must run (`TURNSTILE_REQUIRE_REDIS=1`).
+pub fn required() -> bool {
+    std::env::var("TURNSTILE_REQUIRE_REDIS").is_ok_and(|v| v == "1")
+}
+
+/// Whether `redis-server` can be run here; if not, panics when Redis is required and
+/// otherwise says on stderr that `test` is skipped.
+pub fn available(test: &str) -> bool {
+    let found = Command::new("redis-server")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !found {
+        assert!(
+            !required(),
+            "{test}: redis-server is not installed and TURNSTILE_REQUIRE_REDIS=1 \
+             (apt-get install -y redis-server)"
+        );
+        eprintln!("SKIPPED {test}: redis-server is not installed (TURNSTILE_REQUIRE_REDIS=1 makes this a failure)");
+    }
+    found
+}
+
+/// A free loopback port (not 6379): bind port 0, read the port, release it.
+pub fn free_port() -> u16 {
+    loop {
+        let l = TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
+        let port = l.local_addr().unwrap().port();
+        // Cluster nodes also listen on port + 10000 (the bus port): keep both in range.
+        if port != 6379 && port < 55_000 {
+            return port;
+        }
+    }
+}
+
+/// A `redis-server` of this test's own.
+pub struct RedisServer {
+    pub port: u16,
+    child: Option<Child>,
+    dir: PathBuf,
+    extra: Vec<String>,
+}
+
+impl RedisServer {
+    /// Starts a server on a free loopback port, or returns `None` (after saying so) when
+    /// `redis-server` is missing and not required.
+    pub fn start(test: &str) -> Option<RedisServer> {
+        if !available(test) {
+            return None;
+        }
+        Some(RedisServer::start_with(free_port(), &[]))
+    }
+
+    /// Starts a server on `port` with extra `redis-server` arguments.
+    pub fn start_with(port: u16, extra: &[&str]) -> RedisServer {
+        let dir =
+            std::env::temp_dir().join(format!("turnstile-redis-{}-{port}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("a temp dir for the server");
+        let mut s = RedisServer {
+            port,
+            child: None,
+            dir,
+            extra: extra.iter().map(|a| a.to_string()).collect(),
+        };
+        s.spawn();
+        s
+    }
+
+    fn spawn(&mut self) {
+        let child = Command::new("redis-server")
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+            .args(["--protected-mode", "no", "--loglevel", "warning"])
+            .arg("--dir")
+            .arg(&self.dir)
+            .args(&self.extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn redis-server");
+        self.child = Some(child);
+        wait_until(
+            Duration::from_secs(10),
+            || ping(self.port),
+            "redis-server to answer PING",
+        );
+    }
+
+    /// The URL to connect to.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// Kills the server (SIGKILL), as a crash would.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts the server again on the same port, empty.
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+    }
+
+    /// Stops the process (SIGSTOP): connections stay open and nothing answers.
+    pub fn pause(&self) {
+        self.signal("-STOP");
+    }
+
+    /// Continues a paused process (SIGCONT).
+    pub fn resume(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, sig: &str) {
+        let pid = self.child.as_ref().expect("server running").id();
+        let ok = Command::new("kill")
+            .args([sig, &pid.to_string()])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "kill {sig} {pid}");
+    }
+
+    /// Runs one command through `redis-cli` and returns its output (trimmed).
+    pub fn cli(&self, args: &[&str]) -> String {
+        cli(self.port, args)
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        if let Some(c) = &self.child {
+            // A paused server must be continued to die cleanly.
+            let _ = Command::new("kill")
+                .args(["-CONT", &c.id().to_string()])
+                .status();
+        }
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A Redis Cluster of `masters` nodes (no replicas) on loopback, made by
+/// `redis-cli --cluster create`.
+pub struct RedisCluster {
+    pub nodes: Vec<RedisServer>,
+}
+
+impl RedisCluster {
+    /// Starts the cluster, or returns `None` (after saying so) when `redis-server` is missing
+    /// and not required.
+    pub fn start(test: &str, masters: usize) -> Option<RedisCluster> {
+        if !available(test) {
+            return None;
+        }
+        let nodes: Vec<RedisServer> = (0..masters)
+            .map(|_| {
+                let port = free_port();
+                RedisServer::start_with(
+                    port,
+                    &[
+                        "--cluster-enabled",
+                        "yes",
+                        "--cluster-config-file",
+                        &format!("nodes-{port}.conf"),
+                        "--cluster-node-timeout",
+                        "2000",
+                    ],
+                )
+            })
+            .collect();
+        let addrs: Vec<String> = nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect();
+        let mut args = vec!["--cluster", "create"];
+        args.extend(addrs.iter().map(String::as_str));
+        args.extend(["--cluster-replicas", "0", "--cluster-yes"]);
+        let out = Command::new("redis-cli")
+            .args(&args)
+            .output()
+            .expect("redis-cli --cluster create");
+        assert!(
+            out.status.success(),
+            "redis-cli --cluster create failed: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        let c = RedisCluster { nodes };
+        wait_until(
+            Duration::from_secs(20),
+            || {
+                c.nodes
+                    .iter()
+                    .all(|n| n.cli(&["cluster", "info"]).contains("cluster_state:ok"))
+            },
+            "the cluster to be ok on every node",
+        );
+        Some(c)
+    }
+
+    /// The nodes' URLs, for `redis::cluster::ClusterClient::new`.
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(RedisServer::url).collect()
+    }
+}
+
+/// `redis-cli -p port args...`, trimmed.
+pub fn cli(port: u16, args: &[&str]) -> String {
+    let out = Command::new("redis-cli")
+        .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+        .args(args)
+        .output()
+        .expect("run redis-cli");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// Whether a server on `port` answers `PING` with `PONG` within a second.
+pub fn ping(port: u16) -> bool {
+    let Ok(mut s) =
+        TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_millis(200))
+    else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
+    if s.write_all(b"PING\r\n").is_err() {
+        return false;
+    }
+    let mut buf = [0u8; 16];
+    let n = s.read(&mut buf).unwrap_or(0);
+    let _ = s.shutdown(Shutdown::Both);
+    buf[..n].starts_with(b"+PONG")
+}
+
+/// Polls `cond` every 20 ms until it holds, panicking after `limit` with `what`.
+pub fn wait_until(limit: Duration, mut cond: impl FnMut() -> bool, what: &str) {
+    let start = Instant::now();
+    while !cond() {
+        assert!(
+            start.elapsed() < limit,
+            "timed out after {limit:?} waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
