@@ -72,3 +72,37 @@ impl RedisLimitError {
         }
     }
 }
+
+/// What every Redis limiter offers, and what the fallback ([`RedisLimitError::is_connectivity`]
+/// errors answered in process) builds on.
+///
+/// `try_check_n` answers like [`Keyed::try_check_n`](crate::Keyed::try_check_n): the outer
+/// error is bad input or Redis failing, the inner `Err` a denial with its retry time. A
+/// denial's [`Denied`](crate::Denied) is dated on the process's
+/// [`QuantaClock`](crate::QuantaClock) (`checked_at` is the local reading when the answer
+/// arrived, `retry_at` that reading plus the retry-after the server computed), so
+/// `retry_after()` and `retry_after_secs()` are the server's figures.
+pub trait RedisLimiter: Send + Sync {
+    /// The in-process limiter with the same configuration, one per key: what the fallback
+    /// answers with while Redis is unreachable.
+    type Local: crate::KeyedLimiter + 'static;
+
+    /// An in-process limiter for one key with this limiter's configuration, its rate scaled by
+    /// `share` (in `(0, 1]`: `1 / fleet size` keeps a fleet in fallback near the one limit;
+    /// quotas and bursts scale too, rounded up to at least 1).
+    fn local(&self, share: f64) -> Self::Local;
+
+    /// Takes `n` permits for `key` if the shared limit has them.
+    fn try_check_n(
+        &self,
+        key: &str,
+        n: u32,
+    ) -> impl std::future::Future<Output = Result<Result<(), crate::Denied>, RedisLimitError>> + Send;
+}
+
+/// A [`Denied`](crate::Denied) from a server's retry-after, dated on the process's clock.
+pub(crate) fn denied_after(retry_after: Option<Duration>) -> crate::Denied {
+    use crate::Clock;
+    let now = crate::QuantaClock::new().now();
+    crate::Denied::new(now, retry_after.map(|d| now.saturating_add(d)))
+}
