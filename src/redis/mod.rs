@@ -101,6 +101,7 @@ pub trait RedisLimiter: Send + Sync {
 }
 
 /// A [`Denied`](crate::Denied) from a server's retry-after, dated on the process's clock.
+#[allow(dead_code)] // used by the limiters, which land next
 pub(crate) fn denied_after(retry_after: Option<Duration>) -> crate::Denied {
     use crate::Clock;
     let now = crate::QuantaClock::new().now();
