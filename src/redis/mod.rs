@@ -92,6 +92,10 @@ pub trait RedisLimiter: Send + Sync {
     /// quotas and bursts scale too, rounded up to at least 1).
     fn local(&self, share: f64) -> Self::Local;
 
+    /// One `PING` on the limiter's connection: what the fallback's health check sends every
+    /// 100 ms to learn that Redis is back.
+    fn ping(&self) -> impl std::future::Future<Output = Result<(), RedisLimitError>> + Send;
+
     /// Takes `n` permits for `key` if the shared limit has them.
     fn try_check_n(
         &self,
@@ -106,4 +110,19 @@ pub(crate) fn denied_after(retry_after: Option<Duration>) -> crate::Denied {
     use crate::Clock;
     let now = crate::QuantaClock::new().now();
     crate::Denied::new(now, retry_after.map(|d| now.saturating_add(d)))
+}
+
+/// `PING` on a connection, expecting `PONG`.
+#[allow(dead_code)] // used by the limiters, which land next
+pub(crate) async fn ping<C>(con: &C) -> Result<(), RedisLimitError>
+where
+    C: ::redis::aio::ConnectionLike + Clone + Send,
+{
+    let mut con = con.clone();
+    let pong: String = ::redis::cmd("PING").query_async(&mut con).await?;
+    if pong == "PONG" {
+        Ok(())
+    } else {
+        Err(RedisLimitError::UnexpectedReply(pong))
+    }
 }
