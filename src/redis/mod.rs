@@ -12,7 +12,7 @@
 //! | [`Gcra`] | redis-cell's `CL.THROTTLE` answers | one key: the theoretical arrival time, on `TIME` |
 //!
 //! Every limiter is generic over its connection: a single server through redis-rs's
-//! reconnecting [`ConnectionManager`](::redis::aio::ConnectionManager), or a Redis Cluster
+//! reconnecting [`ConnectionManager`], or a Redis Cluster
 //! through [`ClusterConnection`](::redis::cluster_async::ClusterConnection). Each call touches
 //! one key or keys in one hash slot, so the limiters work on a cluster unchanged. Scripts are
 //! sent once and run by `EVALSHA`; after `SCRIPT FLUSH`, a restart or a failover the server
