@@ -29,6 +29,9 @@
 //!   event with the outage's length) and ends the task. Calls in flight when Redis comes
 //!   back finish in fallback mode; the next ones go to Redis.
 //!
+//! A call that timed out was sent: a stalled Redis may still run it when it wakes, so the
+//! shared count can include a few calls that were answered in process.
+//!
 //! Latency is bounded in every case: a call costs at most the timeout (the call that detects
 //! the outage), usually one round trip, and nothing beyond an in-process check in fallback
 //! mode. The wrapped limiter's connection should reconnect promptly, or the return waits for
@@ -270,7 +273,9 @@ impl<L: RedisLimiter + 'static> Fallback<L> {
         );
         let task = tokio::spawn(monitor(Arc::downgrade(&self.inner), Instant::now()));
         let mut slot = inner.monitor.lock().unwrap_or_else(|p| p.into_inner());
-        // A previous task has already switched back and ended (only it leaves fallback mode).
+        // Any previous task has switched back (only a task leaves fallback mode) and ends. In
+        // a race with a task that ends and a new switch, this may keep the older handle: the
+        // abort is only a prompt stop on drop; the weak reference is what ends every task.
         *slot = Some(task.abort_handle());
     }
 }
