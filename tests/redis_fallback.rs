@@ -215,6 +215,7 @@ async fn redis_mode_answers_from_redis() {
         assert_eq!(get(&server, "b"), "2");
         assert_eq!(fb.mode(), Mode::Redis);
         assert_eq!(fb.switches_to_fallback(), 0);
+        assert_eq!(fb.last_switch(), None);
         assert!(
             fb.local().is_empty(),
             "no local limiter while Redis answers"
@@ -242,10 +243,13 @@ async fn a_killed_server_is_answered_in_process_and_a_restarted_one_takes_over_a
         assert_eq!(get(&server, "k"), "2");
 
         server.kill();
+        let killed = Instant::now();
         // Every call answers, from the fallback: a fresh local window of 5 (share 1).
         assert_eq!(granted(&fb, "k", 12).await, 5);
         assert_eq!(fb.mode(), Mode::Fallback);
         assert_eq!(fb.switches_to_fallback(), 1);
+        let down = fb.last_switch().expect("the switch to fallback is dated");
+        assert!(down >= killed && down <= Instant::now());
         assert_eq!(fb.local().len(), 1);
         // Bad input is still bad input in fallback mode.
         assert!(matches!(fb.check("").await, Err(RedisLimitError::EmptyKey)));
@@ -254,6 +258,7 @@ async fn a_killed_server_is_answered_in_process_and_a_restarted_one_takes_over_a
         let took = wait_for(&fb, Mode::Redis, BACK_WITHIN).await;
         eprintln!("back on Redis {took:?} after the restart answered");
         assert_eq!(fb.switches_to_redis(), 1);
+        assert!(fb.last_switch().unwrap() > down, "the return is dated");
         assert_eq!(granted(&fb, "k", 1).await, 1);
         assert_eq!(
             get(&server, "k"),
@@ -455,7 +460,7 @@ async fn the_health_check_stops_when_the_limiter_is_dropped() {
 
         drop(fb);
         // A ping in flight may finish (within the timeout); then nothing holds the limiter.
-        tokio::time::sleep(TIMEOUT + Duration::from_millis(100)).await;
+        tokio::time::sleep(TIMEOUT + Duration::from_millis(300)).await;
         assert!(
             alive.upgrade().is_none(),
             "the task keeps the limiter alive"

@@ -125,6 +125,8 @@ where
     share: f64,
     to_fallback: AtomicU64,
     to_redis: AtomicU64,
+    /// When the mode last changed.
+    last_switch: Mutex<Option<Instant>>,
     /// The running health check, aborted when the last handle goes.
     monitor: Mutex<Option<tokio::task::AbortHandle>>,
 }
@@ -158,6 +160,7 @@ impl<L: RedisLimiter + 'static> std::fmt::Debug for Fallback<L> {
             .field("share", &self.inner.share)
             .field("switches_to_fallback", &self.switches_to_fallback())
             .field("switches_to_redis", &self.switches_to_redis())
+            .field("last_switch", &self.last_switch())
             .field("local_keys", &self.inner.local.len())
             .finish_non_exhaustive()
     }
@@ -231,6 +234,16 @@ impl<L: RedisLimiter + 'static> Fallback<L> {
         self.inner.to_redis.load(Ordering::Relaxed)
     }
 
+    /// When the mode last changed (either way); `None` if it never has. With [`Fallback::mode`],
+    /// what a health endpoint reports: "in fallback since".
+    pub fn last_switch(&self) -> Option<Instant> {
+        *self
+            .inner
+            .last_switch
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+    }
+
     /// The wrapped Redis limiter.
     pub fn limiter(&self) -> &L {
         &self.inner.limiter
@@ -265,13 +278,15 @@ impl<L: RedisLimiter + 'static> Fallback<L> {
             return;
         }
         inner.to_fallback.fetch_add(1, Ordering::Relaxed);
+        let now = Instant::now();
+        *inner.last_switch.lock().unwrap_or_else(|p| p.into_inner()) = Some(now);
         tracing::warn!(
             error = %e,
             timeout = ?inner.timeout,
             share = inner.share,
             "turnstile: Redis unreachable; answering rate-limit checks in process until it answers PING"
         );
-        let task = tokio::spawn(monitor(Arc::downgrade(&self.inner), Instant::now()));
+        let task = tokio::spawn(monitor(Arc::downgrade(&self.inner), now));
         let mut slot = inner.monitor.lock().unwrap_or_else(|p| p.into_inner());
         // Any previous task has switched back (only a task leaves fallback mode) and ends. In
         // a race with a task that ends and a new switch, this may keep the older handle: the
@@ -295,6 +310,7 @@ async fn monitor<L: RedisLimiter + 'static>(weak: Weak<Inner<L>>, since: Instant
         };
         if let Ok(Ok(())) = tokio::time::timeout(inner.timeout, inner.limiter.ping()).await {
             inner.to_redis.fetch_add(1, Ordering::Relaxed);
+            *inner.last_switch.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
             inner.mode.store(REDIS, Ordering::Release);
             tracing::info!(
                 outage = ?since.elapsed(),
@@ -412,6 +428,7 @@ impl<L: RedisLimiter + 'static> FallbackBuilder<L> {
                 share,
                 to_fallback: AtomicU64::new(0),
                 to_redis: AtomicU64::new(0),
+                last_switch: Mutex::new(None),
                 monitor: Mutex::new(None),
             }),
         })
