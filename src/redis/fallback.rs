@@ -39,6 +39,50 @@
 //! `ConnectionManagerConfig::set_max_delay` (say 100 ms) keeps its reconnection backoff from
 //! delaying the first successful `PING` by seconds.
 //!
+//! # Example
+//! A stand-in for a Redis limiter whose server is down (a real one is this module's token
+//! bucket, fixed window or GCRA on a connection): every call is answered in process, with
+//! this process's share of the limit.
+//!
+//! ```
+//! use std::time::Duration;
+//! use turnstile::redis::{Fallback, Mode, RedisLimitError, RedisLimiter};
+//! use turnstile::{Denied, FixedWindow};
+//!
+//! struct Unreachable;
+//!
+//! impl RedisLimiter for Unreachable {
+//!     type Local = FixedWindow;
+//!     fn local(&self, share: f64) -> FixedWindow {
+//!         // 10 a second for the whole fleet.
+//!         FixedWindow::new((10.0 * share).ceil() as u32, Duration::from_secs(1)).unwrap()
+//!     }
+//!     async fn ping(&self) -> Result<(), RedisLimitError> {
+//!         Err(RedisLimitError::Timeout(Duration::ZERO))
+//!     }
+//!     async fn try_check_n(&self, _: &str, _: u32) -> Result<Result<(), Denied>, RedisLimitError> {
+//!         Err(RedisLimitError::Timeout(Duration::ZERO))
+//!     }
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! let limiter = Fallback::builder(Unreachable)
+//!     .timeout(Duration::from_millis(50))
+//!     .fleet_size(2) // each of 2 processes admits half the limit while Redis is down
+//!     .build()
+//!     .unwrap();
+//! let mut granted = 0;
+//! for _ in 0..10 {
+//!     // Never a connectivity error: answered in process.
+//!     granted += limiter.check("client-42").await.unwrap().is_ok() as u32;
+//! }
+//! assert_eq!(granted, 5);
+//! assert_eq!(limiter.mode(), Mode::Fallback);
+//! assert_eq!(limiter.switches_to_fallback(), 1);
+//! # }
+//! ```
+//!
 //! # The error bound in fallback mode
 //! While Redis is unreachable, each process admits what its own local limiter admits: the
 //! limit times the **share** ([`FallbackBuilder::share`], or [`FallbackBuilder::fleet_size`]
