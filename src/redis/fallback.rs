@@ -86,14 +86,15 @@
 //! # The error bound in fallback mode
 //! While Redis is unreachable, each process admits what its own local limiter admits: the
 //! limit times the **share** ([`FallbackBuilder::share`], or [`FallbackBuilder::fleet_size`]
-//! for `1 / n`; the default is 1, go-zero's behaviour). A fleet of `n` processes in fallback
-//! with share `1 / n` admits about the one limit in total (exactly, when the load is spread
-//! evenly over the processes; a process that gets more than its share of a key's traffic
-//! denies the excess even though others have room). With share 1 a fleet admits up to `n`
-//! times the limit. Quotas and bursts scale too, rounded up to at least one permit (see
-//! [`RedisLimiter::local`]). What Redis had already counted before the outage is not known
-//! to the local limiters: each starts fresh, so a key may get up to one more (local) budget
-//! across the switch.
+//! for `1 / n`; the default is 1, go-zero's behaviour). Rates, quotas and bursts scale,
+//! rounded up to at least one permit (see [`RedisLimiter::local`]), so a fleet of `n`
+//! processes in fallback with share `1 / n` admits at most `n` local budgets of
+//! `⌈limit / n⌉`: the one limit, plus less than one permit per process from the rounding. It
+//! admits that much only when the load is spread evenly: a process that gets more than its
+//! share of a key's traffic denies the excess even though others have room. With share 1 a
+//! fleet admits up to `n` times the limit. What Redis had already counted before the outage
+//! is not known to the local limiters: each starts fresh, so a key may get one more (local)
+//! budget across the switch.
 //!
 //! # The local limiters persist across outages
 //! As go-zero's rescue limiter does, the local limiters are **kept** when Redis comes back,
