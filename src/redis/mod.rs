@@ -26,6 +26,9 @@
 
 pub use ::redis::aio::ConnectionManager;
 
+pub mod fallback;
+pub use fallback::{Fallback, FallbackBuilder, Mode, DEFAULT_PING_EVERY, DEFAULT_TIMEOUT};
+
 use std::time::Duration;
 
 /// Why a Redis limiter could not answer. Bad input is refused before any round trip.
