@@ -21,7 +21,7 @@ use common::redis_server::RedisServer;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Script, Value};
 use turnstile::redis::{Fallback, Mode, RedisLimitError, RedisLimiter};
-use turnstile::{Clock, Denied, FixedWindow, QuantaClock};
+use turnstile::{Clock, ConfigError, Denied, FixedWindow, QuantaClock};
 
 /// What the counter's script does.
 #[derive(Clone, Copy)]
@@ -539,6 +539,48 @@ async fn each_switch_is_a_tracing_event() {
         assert_eq!(seen.len(), 2, "{seen:?}");
         assert!(seen[1].starts_with("INFO"), "{seen:?}");
         assert!(seen[1].contains(" outage="), "{seen:?}");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn bad_settings_are_typed_errors_not_panics() {
+    let Some(server) = RedisServer::start("bad_settings_are_typed_errors_not_panics") else {
+        return;
+    };
+    guarded(async {
+        let window = Duration::from_secs(60);
+        let counter = || Counter::new(&server, 10, window, Kind::Count);
+        let err = |b: turnstile::redis::FallbackBuilder<Counter>| b.build().unwrap_err();
+        assert_eq!(
+            err(Fallback::builder(counter().await).timeout(Duration::ZERO)),
+            ConfigError::ZeroTimeout
+        );
+        assert_eq!(
+            err(Fallback::builder(counter().await).ping_every(Duration::ZERO)),
+            ConfigError::ZeroTimeout
+        );
+        assert_eq!(
+            err(Fallback::builder(counter().await).share(1.5)),
+            ConfigError::InvalidShare(1.5)
+        );
+        assert!(matches!(
+            err(Fallback::builder(counter().await).share(f64::NAN)),
+            ConfigError::InvalidShare(s) if s.is_nan()
+        ));
+        assert_eq!(
+            err(Fallback::builder(counter().await).fleet_size(0)),
+            ConfigError::InvalidShare(f64::INFINITY)
+        );
+        // The first invalid setting is the one reported; a later valid one does not hide it.
+        assert_eq!(
+            err(Fallback::builder(counter().await).share(0.0).share(0.5)),
+            ConfigError::InvalidShare(0.0)
+        );
+        assert!(Fallback::builder(counter().await)
+            .fleet_size(4)
+            .build()
+            .is_ok());
     })
     .await;
 }

@@ -229,6 +229,7 @@ impl<L: RedisLimiter + 'static> Fallback<L> {
             ping_every: DEFAULT_PING_EVERY,
             share: 1.0,
             max_keys: None,
+            invalid: None,
         }
     }
 
@@ -377,6 +378,8 @@ where
     ping_every: Duration,
     share: f64,
     max_keys: Option<u64>,
+    /// The first invalid setting, returned by `build` (a typed error, never a panic).
+    invalid: Option<ConfigError>,
 }
 
 impl<L: RedisLimiter + 'static> std::fmt::Debug for FallbackBuilder<L> {
@@ -392,53 +395,51 @@ impl<L: RedisLimiter + 'static> std::fmt::Debug for FallbackBuilder<L> {
 
 impl<L: RedisLimiter + 'static> FallbackBuilder<L> {
     /// The most a call waits for Redis (default 100 ms) before it is answered in process
-    /// and the limiter switches to fallback mode; also bounds each health-check `PING`.
-    ///
-    /// # Panics
-    /// If `timeout` is zero: every call would time out.
+    /// and the limiter switches to fallback mode; also bounds each health-check `PING`. Zero
+    /// is refused by [`FallbackBuilder::build`] ([`ConfigError::ZeroTimeout`]): every call
+    /// would time out.
     pub fn timeout(mut self, timeout: Duration) -> Self {
-        assert!(
-            !timeout.is_zero(),
-            "Fallback timeout is 0; it must be positive"
-        );
+        if timeout.is_zero() {
+            self.refuse(ConfigError::ZeroTimeout);
+        }
         self.timeout = timeout;
         self
     }
 
     /// The interval of the health-check `PING`s while in fallback mode (default 100 ms).
-    ///
-    /// # Panics
-    /// If `every` is zero.
+    /// Zero is refused by [`FallbackBuilder::build`] ([`ConfigError::ZeroTimeout`]).
     pub fn ping_every(mut self, every: Duration) -> Self {
-        assert!(
-            !every.is_zero(),
-            "Fallback ping interval is 0; it must be positive"
-        );
+        if every.is_zero() {
+            self.refuse(ConfigError::ZeroTimeout);
+        }
         self.ping_every = every;
         self
     }
 
     /// The share of the limit each process admits in fallback mode, in `(0, 1]` (default 1):
-    /// `1 / fleet size` keeps a fleet in fallback near the one limit.
-    ///
-    /// # Panics
-    /// If `share` is not in `(0, 1]` (NaN included).
+    /// `1 / fleet size` keeps a fleet in fallback near the one limit. Anything else (NaN
+    /// included) is refused by [`FallbackBuilder::build`] ([`ConfigError::InvalidShare`]).
     pub fn share(mut self, share: f64) -> Self {
-        assert!(
-            share > 0.0 && share <= 1.0,
-            "Fallback share {share} is invalid; it must be in (0, 1]"
-        );
+        if !(share > 0.0 && share <= 1.0) {
+            self.refuse(ConfigError::InvalidShare(share));
+        }
         self.share = share;
         self
     }
 
-    /// The share for a fleet of `n` processes: `1 / n`.
-    ///
-    /// # Panics
-    /// If `n` is zero.
+    /// The share for a fleet of `n` processes: `1 / n`. Zero is refused by
+    /// [`FallbackBuilder::build`] ([`ConfigError::InvalidShare`]).
     pub fn fleet_size(self, n: u32) -> Self {
-        assert!(n > 0, "Fallback fleet size is 0; it must be at least 1");
-        self.share(1.0 / f64::from(n))
+        self.share(if n == 0 {
+            f64::INFINITY
+        } else {
+            1.0 / f64::from(n)
+        })
+    }
+
+    /// Records the first invalid setting for `build` to return.
+    fn refuse(&mut self, e: ConfigError) {
+        self.invalid.get_or_insert(e);
     }
 
     /// The most keys the local map holds ([`crate::keyed::KeyedBuilder::max_keys`]; a new
@@ -451,8 +452,12 @@ impl<L: RedisLimiter + 'static> FallbackBuilder<L> {
     /// The limiter, in Redis mode.
     ///
     /// # Errors
-    /// [`ConfigError::ZeroMaxKeys`] for `max_keys(0)`.
+    /// The first invalid setting: [`ConfigError::ZeroTimeout`], [`ConfigError::InvalidShare`],
+    /// or [`ConfigError::ZeroMaxKeys`] for `max_keys(0)`.
     pub fn build(self) -> Result<Fallback<L>, ConfigError> {
+        if let Some(e) = self.invalid {
+            return Err(e);
+        }
         let limiter = Arc::new(self.limiter);
         let share = self.share;
         let factory = {
