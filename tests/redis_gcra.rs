@@ -374,3 +374,48 @@ fn one_limit_shared_by_four_clients() {
     assert!(granted <= bound + 2.0, "{granted} > {bound} + n");
     assert!(granted >= 0.98 * bound, "{granted} < 98 % of {bound}");
 }
+
+/// The TAT as (µs, units of 10⁻¹⁸ s) from the key's string.
+fn tat_units(s: &RedisServer, key: &str) -> u128 {
+    let v = s.cli(&["get", key]);
+    let (us, frac) = v.split_once('.').expect("µs.units");
+    assert_eq!(frac.len(), 12, "{v}");
+    us.parse::<u128>().unwrap() * 1_000_000_000_000 + frac.parse::<u128>().unwrap()
+}
+
+/// Grants add exactly `n × T` to the TAT, even where `T` is no whole number of µs or ns (7 per
+/// minute: T = 8.571428571428571428... s): nothing is rounded per grant, so nothing drifts.
+#[tokio::test]
+async fn grants_add_exactly_n_times_t() {
+    let Some(s) = RedisServer::start("grants_add_exactly_n_times_t") else {
+        return;
+    };
+    let g = Gcra::new(
+        connect(&s).await,
+        Limit::per_second(7.0 / 60.0).unwrap(),
+        100_000,
+    )
+    .unwrap();
+    let key = "turnstile:gcra:exact";
+    assert!(g.throttle("exact", 1).await.unwrap().allowed);
+    let first = tat_units(&s, key);
+    let mut total = 0u128;
+    for n in [600, 1, 7, 3_333, 59] {
+        assert!(g.throttle("exact", n).await.unwrap().allowed);
+        total += u128::from(n);
+    }
+    let grown = tat_units(&s, key) - first;
+    // total × 60/7 s in units, within 10⁻¹² of it (T comes from the f64 limit, ~10⁻¹⁶
+    // relative; a T rounded to whole ns would be 7·10⁻¹¹ off, to whole µs 7·10⁻⁸).
+    let exact = total * 60_000_000_000_000_000_000 / 7;
+    assert!(
+        grown.abs_diff(exact) < exact / 1_000_000_000_000,
+        "TAT grew {grown} units for {total} permits; exact {exact}"
+    );
+    // remaining counts whole permits of that exact T.
+    let t = g.peek("exact").await.unwrap();
+    assert!(
+        t.remaining < 100_000 - 4_000 && t.remaining >= 100_000 - 4_001,
+        "{t:?}"
+    );
+}
