@@ -1,0 +1,227 @@
+//! turnstile's Redis limiters against the physical limit: checks per second and p50/p99
+//! latency on one multiplexed connection, against a plain `PING` on the same connection in the
+//! same run (issue #11's benchmark).
+//!
+//! ```text
+//! cargo run --release --example redis --features redis
+//! cargo run --release --example redis --features redis -- --seconds 1 --tasks 1,4,16
+//! cargo run --release --example redis --features redis -- --url redis://127.0.0.1:6380/
+//! cargo run --release --example redis --features redis -- --json redis-bench.json
+//! ```
+//!
+//! Without `--url` the example starts its own `redis-server` on a free loopback port (never
+//! 6379) with `--save "" --appendonly no` in a temporary directory, and kills it when it ends,
+//! also on an error or a panic (the handle kills it on drop; Ctrl-C reaches it too, as it
+//! is in the same process group). Without `redis-server` on the `PATH` it says how to install
+//! it and exits 2. With `--url` it writes keys under `turnstile:bench:*` on that server.
+//!
+//! Every cell runs on one redis-rs `ConnectionManager` (one multiplexed connection) for
+//! `--seconds` (default 2 s), at each concurrency of `--tasks` (default 1 and 16 tokio tasks,
+//! on a multi-thread runtime): `PING`; `Gcra::throttle` on one hot key; `Gcra::throttle` on
+//! random keys (`--keys`, default 10 000); `Fallback<Gcra>::check` on a hot key, in Redis mode
+//! (the wrapper's overhead); then `PING` again, so that the machine's drift shows. Every call
+//! is timed with `std::time::Instant`; p50 and p99 come from the sorted samples. The limit is
+//! so high that every check is granted, i.e. runs the script's writing path (`SET ... PX`).
+//!
+//! The verdict gives each limiter cell's throughput over PING's at the same concurrency (the
+//! mean of PING's two runs) against issue #11's target of 0.8, and what a good result looks
+//! like. Coalescing (several checks per round trip) is not built yet: every check is one
+//! `EVALSHA`, so checks per round trip is 1. `redis::TokenBucket` and `redis::FixedWindow` are
+//! not in the tree yet and have no cells. The machinery is in `examples/redis/bench.rs`, which
+//! `tests/redis_example_smoke.rs` also runs (briefly).
+//!
+//! `--json FILE` writes every cell (schema `turnstile-redis-bench/1`: `cell`, `tasks`, `round`,
+//! `ops`, `seconds`, `ops_per_sec`, `p50_ns`, `p99_ns`, `granted`, `denied`, `errors`,
+//! `first_error`, `ratio_to_ping`).
+//!
+//! Exit status: 0; 1 if any call failed; 2 on a usage error, no `redis-server`, no connection
+//! or an output file that cannot be written.
+
+use std::io::Write;
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+#[path = "redis/bench.rs"]
+mod bench;
+
+/// A `redis-server` this example started: killed (and its directory removed) on drop.
+struct Server {
+    port: u16,
+    child: Child,
+    dir: PathBuf,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A free loopback port, never 6379: bind port 0, read it, release it.
+fn free_port() -> std::io::Result<u16> {
+    loop {
+        let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        if port != 6379 {
+            return Ok(port);
+        }
+    }
+}
+
+/// Whether a server on `port` answers `PING`.
+fn answers_ping(port: u16) -> bool {
+    let Ok(mut s) =
+        TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_millis(200))
+    else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
+    if s.write_all(b"PING\r\n").is_err() {
+        return false;
+    }
+    let mut buf = [0u8; 16];
+    let n = std::io::Read::read(&mut s, &mut buf).unwrap_or(0);
+    let _ = s.shutdown(Shutdown::Both);
+    buf[..n].starts_with(b"+PONG")
+}
+
+/// Starts `redis-server` on a free loopback port with no persistence, waiting until it
+/// answers. `Err` carries the message to print; `Ok(None)` means it is not installed.
+fn start_server() -> Result<Option<Server>, String> {
+    let installed = Command::new("redis-server")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !installed {
+        return Ok(None);
+    }
+    let port = free_port().map_err(|e| format!("finding a free port: {e}"))?;
+    let dir = std::env::temp_dir().join(format!(
+        "turnstile-redis-example-{}-{port}",
+        std::process::id()
+    ));
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let child = Command::new("redis-server")
+        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+        .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+        .args(["--protected-mode", "no", "--loglevel", "warning"])
+        .arg("--dir")
+        .arg(&dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("starting redis-server: {e}"))?;
+    // From here the handle owns the process: every return below kills it.
+    let mut server = Server { port, child, dir };
+    let start = Instant::now();
+    while !answers_ping(port) {
+        if let Ok(Some(status)) = server.child.try_wait() {
+            return Err(format!(
+                "redis-server exited ({status}) before answering on port {port}"
+            ));
+        }
+        if start.elapsed() > Duration::from_secs(10) {
+            return Err(format!(
+                "redis-server did not answer on port {port} within 10 s"
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(Some(server))
+}
+
+fn main() -> ExitCode {
+    let args = match bench::parse_args(std::env::args().skip(1)) {
+        Ok(a) => a,
+        Err(e) if e.is_empty() => {
+            println!("{}", bench::usage());
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            eprintln!("redis example: {e}\n\n{}", bench::usage());
+            return ExitCode::from(2);
+        }
+    };
+    // Open the JSON file before the run, so a bad path fails now, not after the run.
+    let mut json_file = match &args.json {
+        Some(path) => match std::fs::File::create(path) {
+            Ok(f) => Some(f),
+            Err(e) => {
+                eprintln!("redis example: --json {path}: {e}");
+                return ExitCode::from(2);
+            }
+        },
+        None => None,
+    };
+
+    let (_server, url, what) = match &args.url {
+        Some(url) => (None, url.clone(), format!("server {url}")),
+        None => match start_server() {
+            Ok(Some(s)) => {
+                let url = format!("redis://127.0.0.1:{}/", s.port);
+                let what = format!("own redis-server on 127.0.0.1:{} (no persistence)", s.port);
+                (Some(s), url, what)
+            }
+            Ok(None) => {
+                eprintln!(
+                    "redis example: redis-server is not installed. Install it (Debian/Ubuntu: \
+                     `apt-get install -y redis-server`, macOS: `brew install redis`), or pass \
+                     --url redis://HOST:PORT/ to use a running server."
+                );
+                return ExitCode::from(2);
+            }
+            Err(e) => {
+                eprintln!("redis example: {e}");
+                return ExitCode::from(2);
+            }
+        },
+    };
+
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(cores)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("redis example: building the tokio runtime: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let mut out = std::io::stdout().lock();
+    let report = match runtime.block_on(bench::run_all(&args, &url, &what, cores, &mut out)) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("redis example: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if let Err(e) = bench::print_verdict(&report, &mut out) {
+        eprintln!("redis example: writing the report: {e}");
+        return ExitCode::from(2);
+    }
+    let _ = out.flush();
+    drop(out);
+    // The connection's tasks go with the runtime, before the server goes (on `_server`'s drop).
+    drop(runtime);
+
+    if let (Some(path), Some(f)) = (&args.json, json_file.as_mut()) {
+        match f.write_all(bench::to_json(&report).as_bytes()) {
+            Ok(()) => eprintln!("redis example: wrote {path}"),
+            Err(e) => {
+                eprintln!("redis example: writing {path}: {e}");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    if report.errors() > 0 {
+        return ExitCode::FAILURE;
+    }
+    ExitCode::SUCCESS
+}

@@ -1,0 +1,782 @@
+//! The Redis example's machinery: the command line, the cells, the report, the verdict and the
+//! JSON. `examples/redis.rs` runs it against a server it starts (or `--url`);
+//! `tests/redis_example_smoke.rs` includes this file as a module and runs it briefly. Nothing
+//! here writes to stdout directly: every report line goes to the `out` it is given.
+
+use std::fmt::Write as _;
+use std::io::{self, Write};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use turnstile::redis::{ConnectionManager, Fallback, Gcra, RedisLimitError};
+use turnstile::Limit;
+
+/// The target of issue #11: a check at least this fraction of PING's throughput.
+pub const TARGET: f64 = 0.8;
+
+/// The limit every limiter cell uses: high enough that every check is granted and so writes
+/// its key (the script's most expensive path), as a busy fleet limit would be most of the time.
+pub const LIMIT_PER_SEC: f64 = 1e9;
+/// The burst every limiter cell uses.
+pub const BURST: u32 = 1000;
+
+/// What one cell does per call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    /// `PING` on the same connection: one round trip and nothing else, the physical limit.
+    Ping,
+    /// `Gcra::throttle(key, 1)` on one hot key.
+    GcraHot,
+    /// `Gcra::throttle(key, 1)` on a key picked at random among `--keys`.
+    GcraRandom,
+    /// `Fallback<Gcra>::check(key)` on one hot key, in Redis mode: Gcra plus the wrapper.
+    FallbackHot,
+}
+
+impl Op {
+    /// The cell's name in the report and the JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            Op::Ping => "ping",
+            Op::GcraHot => "gcra_hot_key",
+            Op::GcraRandom => "gcra_random_keys",
+            Op::FallbackHot => "fallback_gcra_hot_key",
+        }
+    }
+
+    /// Whether the cell is a limiter check (judged against PING) rather than PING itself.
+    pub fn is_check(self) -> bool {
+        self != Op::Ping
+    }
+
+    /// The limiter cells, in the order they run between the two PING cells.
+    pub const CHECKS: [Op; 3] = [Op::GcraHot, Op::GcraRandom, Op::FallbackHot];
+}
+
+/// The command line.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Args {
+    /// `--url`: a server to use instead of starting one.
+    pub url: Option<String>,
+    /// `--seconds`: seconds per cell.
+    pub seconds: f64,
+    /// `--tasks`: the concurrency levels, in order, deduplicated.
+    pub tasks: Vec<usize>,
+    /// `--keys`: how many keys the random-keys cell picks from.
+    pub keys: usize,
+    /// `--json FILE`.
+    pub json: Option<String>,
+}
+
+/// Cells per concurrency level: PING before and after the limiter cells, and the limiter cells.
+pub const CELLS_PER_LEVEL: usize = 2 + Op::CHECKS.len();
+
+/// The default seconds per cell: the whole run (at the default `--tasks 1,16`) about 20 s.
+pub const DEFAULT_SECONDS: f64 = 2.0;
+
+impl Args {
+    /// How many cells the run has.
+    pub fn cells(&self) -> usize {
+        CELLS_PER_LEVEL * self.tasks.len()
+    }
+
+    /// How long the cells take, in seconds (without start-up).
+    pub fn expected_seconds(&self) -> f64 {
+        self.cells() as f64 * self.seconds
+    }
+}
+
+/// The usage text.
+pub fn usage() -> String {
+    format!(
+        "usage: cargo run --release --example redis --features redis -- [OPTIONS]
+
+Checks per second and p50/p99 latency of turnstile's Redis limiters on one multiplexed
+connection (redis-rs ConnectionManager), against PING on the same connection in the same run.
+Without --url it starts its own redis-server on a free loopback port (no persistence) and
+stops it at the end. Exit status: 0 ok; 1 if a cell had errors; 2 on a usage error, no
+redis-server, or no connection.
+
+options:
+  --url URL         use this server (redis://host:port/db) instead of starting one; the run
+                    writes keys under turnstile:bench:*
+  --seconds S       seconds per cell (default {DEFAULT_SECONDS}: {CELLS_PER_LEVEL} cells per \
+         task count, about {:.0} s in all)
+  --tasks LIST      concurrent tasks per cell, comma-separated (default 1,16)
+  --keys N          keys the random-keys cell picks from (default 10000)
+  --json FILE       also write every cell and the verdict as JSON to FILE
+  -h, --help        this text",
+        DEFAULT_SECONDS * (CELLS_PER_LEVEL * 2) as f64
+    )
+}
+
+/// Parses the arguments (without the program name). `Err("")` means `--help`.
+pub fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Args, String> {
+    let mut a = Args {
+        url: None,
+        seconds: DEFAULT_SECONDS,
+        tasks: vec![1, 16],
+        keys: 10_000,
+        json: None,
+    };
+    let mut it = args.into_iter();
+    while let Some(flag) = it.next() {
+        let mut value = |name: &str| it.next().ok_or_else(|| format!("{name} needs a value"));
+        match flag.as_str() {
+            "-h" | "--help" => return Err(String::new()),
+            "--url" => a.url = Some(value("--url")?),
+            "--seconds" => {
+                let v = value("--seconds")?;
+                a.seconds = v
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|s| s.is_finite() && *s > 0.0 && *s <= 3600.0)
+                    .ok_or(format!("--seconds {v}: a number of seconds in (0, 3600]"))?;
+            }
+            "--tasks" => {
+                let v = value("--tasks")?;
+                let mut tasks = Vec::new();
+                for t in v.split(',') {
+                    let n = t
+                        .trim()
+                        .parse::<usize>()
+                        .ok()
+                        .filter(|n| (1..=4096).contains(n))
+                        .ok_or(format!("--tasks {v}: task counts from 1 to 4096"))?;
+                    if !tasks.contains(&n) {
+                        tasks.push(n);
+                    }
+                }
+                a.tasks = tasks;
+            }
+            "--keys" => {
+                let v = value("--keys")?;
+                a.keys = v
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|n| (1..=10_000_000).contains(n))
+                    .ok_or(format!("--keys {v}: from 1 to 10000000"))?;
+            }
+            "--json" => a.json = Some(value("--json")?),
+            other => return Err(format!("unknown argument {other}")),
+        }
+    }
+    Ok(a)
+}
+
+/// One cell's results.
+#[derive(Debug, Clone)]
+pub struct Cell {
+    pub op: Op,
+    pub tasks: usize,
+    /// For PING: 0 for the run before the limiter cells, 1 for the one after.
+    pub round: usize,
+    pub ops: u64,
+    pub seconds: f64,
+    pub p50: Duration,
+    pub p99: Duration,
+    pub granted: u64,
+    pub denied: u64,
+    pub errors: u64,
+    pub first_error: Option<String>,
+}
+
+impl Cell {
+    pub fn ops_per_sec(&self) -> f64 {
+        self.ops as f64 / self.seconds.max(1e-9)
+    }
+}
+
+/// The whole run.
+#[derive(Debug, Clone)]
+pub struct Report {
+    pub cells: Vec<Cell>,
+    pub seconds_per_cell: f64,
+    pub keys: usize,
+    pub cores: usize,
+    pub runtime_workers: usize,
+    pub server: String,
+    pub redis_version: String,
+    pub load_start: Option<f64>,
+    pub load_end: Option<f64>,
+}
+
+impl Report {
+    /// PING's throughput at `tasks`: the mean of its runs before and after the limiter cells.
+    pub fn ping_ops_per_sec(&self, tasks: usize) -> Option<f64> {
+        let pings: Vec<f64> = self
+            .cells
+            .iter()
+            .filter(|c| c.op == Op::Ping && c.tasks == tasks)
+            .map(Cell::ops_per_sec)
+            .collect();
+        (!pings.is_empty()).then(|| pings.iter().sum::<f64>() / pings.len() as f64)
+    }
+
+    /// A cell's throughput over PING's at its concurrency.
+    pub fn ratio(&self, c: &Cell) -> Option<f64> {
+        self.ping_ops_per_sec(c.tasks)
+            .map(|p| c.ops_per_sec() / p.max(1e-9))
+    }
+
+    /// How far PING's two runs at `tasks` are apart, as a fraction of their mean: the drift
+    /// of the machine during the cells between them.
+    pub fn ping_drift(&self, tasks: usize) -> Option<f64> {
+        let pings: Vec<f64> = self
+            .cells
+            .iter()
+            .filter(|c| c.op == Op::Ping && c.tasks == tasks)
+            .map(Cell::ops_per_sec)
+            .collect();
+        if pings.len() < 2 {
+            return None;
+        }
+        let (lo, hi) = pings
+            .iter()
+            .fold((f64::MAX, f64::MIN), |(lo, hi), &p| (lo.min(p), hi.max(p)));
+        Some((hi - lo) / ((hi + lo) / 2.0).max(1e-9))
+    }
+
+    pub fn errors(&self) -> u64 {
+        self.cells.iter().map(|c| c.errors).sum()
+    }
+}
+
+/// What the tasks share.
+struct Targets {
+    con: ConnectionManager,
+    hot: Gcra,
+    random: Gcra,
+    fallback: Fallback<Gcra>,
+    keys: Vec<String>,
+}
+
+/// One call of `op`: `Ok(true)` granted (PING: answered), `Ok(false)` denied.
+async fn call(op: Op, t: &Targets, rng: &mut u64) -> Result<bool, String> {
+    match op {
+        Op::Ping => {
+            let mut con = t.con.clone();
+            let pong: String = ::redis::cmd("PING")
+                .query_async(&mut con)
+                .await
+                .map_err(|e| e.to_string())?;
+            if pong == "PONG" {
+                Ok(true)
+            } else {
+                Err(format!("PING answered {pong:?}"))
+            }
+        }
+        Op::GcraHot => t
+            .hot
+            .throttle("hot", 1)
+            .await
+            .map(|th| th.allowed)
+            .map_err(|e| e.to_string()),
+        Op::GcraRandom => {
+            let i = (xorshift(rng) % t.keys.len() as u64) as usize;
+            t.random
+                .throttle(&t.keys[i], 1)
+                .await
+                .map(|th| th.allowed)
+                .map_err(|e| e.to_string())
+        }
+        Op::FallbackHot => t
+            .fallback
+            .check("hot")
+            .await
+            .map(|v| v.is_ok())
+            .map_err(|e: RedisLimitError| e.to_string()),
+    }
+}
+
+fn xorshift(x: &mut u64) -> u64 {
+    *x ^= *x << 13;
+    *x ^= *x >> 7;
+    *x ^= *x << 17;
+    *x
+}
+
+/// What one task counted.
+struct TaskResult {
+    samples: Vec<u64>,
+    granted: u64,
+    denied: u64,
+    errors: u64,
+    first_error: Option<String>,
+}
+
+/// Runs one cell: `tasks` tasks calling `op` in a loop for `seconds`, each call timed.
+async fn run_cell(
+    op: Op,
+    tasks: usize,
+    round: usize,
+    seconds: f64,
+    targets: &Arc<Targets>,
+) -> Cell {
+    // One untimed call first: loads the script (NOSCRIPT, then SCRIPT LOAD) outside the cell.
+    let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+    let _ = call(op, targets, &mut seed).await;
+    let span = Duration::from_secs_f64(seconds);
+    let start = Instant::now();
+    let deadline = start + span;
+    let handles: Vec<_> = (0..tasks)
+        .map(|i| {
+            let targets = targets.clone();
+            tokio::spawn(async move {
+                let mut rng = 0x9E37_79B9_7F4A_7C15u64 ^ (i as u64 + 1);
+                let mut r = TaskResult {
+                    samples: Vec::with_capacity(1 << 14),
+                    granted: 0,
+                    denied: 0,
+                    errors: 0,
+                    first_error: None,
+                };
+                loop {
+                    let t0 = Instant::now();
+                    if t0 >= deadline {
+                        break;
+                    }
+                    let outcome = call(op, &targets, &mut rng).await;
+                    let ns = t0.elapsed().as_nanos().min(u128::from(u64::MAX)) as u64;
+                    match outcome {
+                        Ok(true) => r.granted += 1,
+                        Ok(false) => r.denied += 1,
+                        Err(e) => {
+                            r.errors += 1;
+                            r.first_error.get_or_insert(e);
+                            // Do not spin on a dead server.
+                            tokio::time::sleep(Duration::from_millis(1)).await;
+                            continue;
+                        }
+                    }
+                    r.samples.push(ns);
+                }
+                r
+            })
+        })
+        .collect();
+    let mut samples = Vec::new();
+    let (mut granted, mut denied, mut errors, mut first_error) = (0, 0, 0, None);
+    for h in handles {
+        match h.await {
+            Ok(r) => {
+                samples.extend(r.samples);
+                granted += r.granted;
+                denied += r.denied;
+                errors += r.errors;
+                if first_error.is_none() {
+                    first_error = r.first_error;
+                }
+            }
+            Err(e) => {
+                errors += 1;
+                first_error.get_or_insert(format!("task failed: {e}"));
+            }
+        }
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    samples.sort_unstable();
+    Cell {
+        op,
+        tasks,
+        round,
+        ops: granted + denied,
+        seconds: elapsed,
+        p50: Duration::from_nanos(percentile(&samples, 0.50)),
+        p99: Duration::from_nanos(percentile(&samples, 0.99)),
+        granted,
+        denied,
+        errors,
+        first_error,
+    }
+}
+
+/// The `p` quantile of sorted samples (nearest rank); 0 for none.
+pub fn percentile(sorted: &[u64], p: f64) -> u64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let rank = (p * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+/// The 1-minute load average, where `/proc/loadavg` exists.
+pub fn load_average() -> Option<f64> {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// Connects to `url` and runs every cell, printing each as it ends. Must run inside a tokio
+/// runtime (the example's is multi-thread; the smoke test's may be either).
+pub async fn run_all(
+    args: &Args,
+    url: &str,
+    server: &str,
+    runtime_workers: usize,
+    out: &mut dyn Write,
+) -> Result<Report, String> {
+    let client = ::redis::Client::open(url).map_err(|e| format!("{url}: {e}"))?;
+    let con = ConnectionManager::new(client)
+        .await
+        .map_err(|e| format!("connecting to {url}: {e}"))?;
+    let info: String = ::redis::cmd("INFO")
+        .arg("server")
+        .query_async(&mut con.clone())
+        .await
+        .map_err(|e| format!("INFO server: {e}"))?;
+    let redis_version = info
+        .lines()
+        .find_map(|l| l.strip_prefix("redis_version:"))
+        .unwrap_or("?")
+        .trim()
+        .to_string();
+    let limit = Limit::per_second(LIMIT_PER_SEC).map_err(|e| e.to_string())?;
+    let gcra = |prefix: &str| {
+        Gcra::builder(limit, BURST)
+            .prefix(prefix)
+            .build(con.clone())
+            .map_err(|e| e.to_string())
+    };
+    let targets = Arc::new(Targets {
+        con: con.clone(),
+        hot: gcra("turnstile:bench:gcra_hot:")?,
+        random: gcra("turnstile:bench:gcra_random:")?,
+        fallback: Fallback::builder(gcra("turnstile:bench:fallback:")?)
+            // A generous timeout: a loaded machine must not flip the wrapper into fallback
+            // mode (the cell would then measure the local limiter, not Redis).
+            .timeout(Duration::from_secs(2))
+            .build()
+            .map_err(|e| e.to_string())?,
+        keys: (0..args.keys).map(|i| format!("client{i}")).collect(),
+    });
+
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let load_start = load_average();
+    let w = |e: io::Error| e.to_string();
+    writeln!(
+        out,
+        "turnstile redis bench: {server}, redis {redis_version}, one multiplexed connection \
+         (ConnectionManager)\n{cores} cores, {runtime_workers} runtime worker thread{}, \
+         1-minute load {} at the start\n{} cells of {:.2} s (about {:.0} s); tasks {:?}; \
+         limit {LIMIT_PER_SEC:e}/s burst {BURST} (every check granted: the script's writing \
+         path); {} keys for gcra_random_keys",
+        if runtime_workers == 1 { "" } else { "s" },
+        load_start.map_or("unknown".to_string(), |l| format!("{l:.2}")),
+        args.cells(),
+        args.seconds,
+        args.expected_seconds(),
+        args.tasks,
+        args.keys,
+    )
+    .map_err(w)?;
+    writeln!(
+        out,
+        "\n{:<22} {:>5} {:>12} {:>10} {:>10} {:>8} {:>7}",
+        "cell", "tasks", "checks/s", "p50", "p99", "vs PING", "errors"
+    )
+    .map_err(w)?;
+
+    let mut cells = Vec::new();
+    for &tasks in &args.tasks {
+        let mut order = vec![(Op::Ping, 0)];
+        order.extend(Op::CHECKS.iter().map(|&op| (op, 0)));
+        order.push((Op::Ping, 1));
+        for (op, round) in order {
+            let c = run_cell(op, tasks, round, args.seconds, &targets).await;
+            let vs = if op == Op::Ping {
+                "-".to_string()
+            } else {
+                let ping = cells
+                    .iter()
+                    .find(|p: &&Cell| p.op == Op::Ping && p.tasks == tasks)
+                    .map_or(0.0, Cell::ops_per_sec);
+                format!("{:.2}x", c.ops_per_sec() / ping.max(1e-9))
+            };
+            let name = if op == Op::Ping && round == 1 {
+                "ping (again)"
+            } else {
+                op.name()
+            };
+            writeln!(
+                out,
+                "{:<22} {:>5} {:>12} {:>10} {:>10} {:>8} {:>7}",
+                name,
+                tasks,
+                thousands(c.ops_per_sec()),
+                fmt_dur(c.p50),
+                fmt_dur(c.p99),
+                vs,
+                c.errors
+            )
+            .map_err(w)?;
+            cells.push(c);
+        }
+    }
+    if targets.fallback.switches_to_fallback() > 0 {
+        writeln!(
+            out,
+            "note: the Fallback cell switched to fallback mode {} time(s): part of it measured \
+             the local limiter, not Redis",
+            targets.fallback.switches_to_fallback()
+        )
+        .map_err(w)?;
+    }
+    Ok(Report {
+        cells,
+        seconds_per_cell: args.seconds,
+        keys: args.keys,
+        cores,
+        runtime_workers,
+        server: server.to_string(),
+        redis_version,
+        load_start,
+        load_end: load_average(),
+    })
+}
+
+/// `12345.6` as `12,346`.
+pub fn thousands(x: f64) -> String {
+    let n = x.round().max(0.0) as u64;
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, ch) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(ch);
+    }
+    out
+}
+
+/// A latency in µs with one decimal, or ms above 10 ms.
+pub fn fmt_dur(d: Duration) -> String {
+    let us = d.as_secs_f64() * 1e6;
+    if us >= 10_000.0 {
+        format!("{:.1} ms", us / 1000.0)
+    } else {
+        format!("{us:.1} µs")
+    }
+}
+
+/// The verdict word of a limiter cell against the target.
+pub fn verdict_word(ratio: f64) -> &'static str {
+    if ratio >= TARGET {
+        "meets the 0.8x target"
+    } else {
+        "BELOW the 0.8x target"
+    }
+}
+
+/// Prints the verdict: per limiter cell its ratio to PING against the 0.8 target, what a good
+/// result looks like, the load note and the result line.
+pub fn print_verdict(report: &Report, out: &mut dyn Write) -> io::Result<()> {
+    writeln!(
+        out,
+        "\nverdict: checks/s over PING's checks/s at the same concurrency (PING: the mean of its \
+         runs before and after the limiter cells); target >= {TARGET:.2}x"
+    )?;
+    writeln!(
+        out,
+        "{:<22} {:>5} {:>12} {:>12} {:>8}  reading",
+        "cell", "tasks", "checks/s", "PING/s", "ratio"
+    )?;
+    for c in report.cells.iter().filter(|c| c.op.is_check()) {
+        let ping = report.ping_ops_per_sec(c.tasks).unwrap_or(0.0);
+        let ratio = report.ratio(c).unwrap_or(0.0);
+        let reading = if c.errors > 0 {
+            format!(
+                "ERRORS: {} failed call(s), first: {}",
+                c.errors,
+                c.first_error.as_deref().unwrap_or("?")
+            )
+        } else {
+            verdict_word(ratio).to_string()
+        };
+        writeln!(
+            out,
+            "{:<22} {:>5} {:>12} {:>12} {:>7.2}x  {reading}",
+            c.op.name(),
+            c.tasks,
+            thousands(c.ops_per_sec()),
+            thousands(ping),
+            ratio
+        )?;
+    }
+    let mut tasks: Vec<usize> = report.cells.iter().map(|c| c.tasks).collect();
+    tasks.dedup();
+    for t in tasks {
+        if let Some(d) = report.ping_drift(t) {
+            writeln!(
+                out,
+                "PING's two runs at {t} task{} differ by {:.0}% (the machine's drift during the \
+                 cells between them{})",
+                if t == 1 { "" } else { "s" },
+                d * 100.0,
+                if d > 0.1 {
+                    ": more than 10%, treat the ratios at this concurrency as rough"
+                } else {
+                    ""
+                }
+            )?;
+        }
+    }
+    writeln!(
+        out,
+        "checks per round trip: 1.00 in every cell. Coalescing (several checks in one round \
+         trip) is not built yet (issue #11): every check is its own EVALSHA round trip."
+    )?;
+    writeln!(
+        out,
+        "\nwhat a good result looks like:
+  - a check is one EVALSHA round trip, exactly as a PING is one round trip; what differs is
+    the script's work on the server (TIME, GET, arithmetic, SET PX) and the client's work
+    (building the call, parsing the reply). At >= 0.80x of PING the script costs little next
+    to the round trip, which is the physical limit of any limiter on Redis without coalescing.
+  - 1 task: latency-bound (one call in flight), so checks/s is about 1 / p50; the ratio shows
+    the script's extra microseconds over an already small round trip (loopback), the harshest
+    setting for the ratio. Over a real network the round trip grows and the ratio nears 1.00x.
+  - 16 tasks: redis-rs pipelines the calls of all tasks on the one connection, so throughput
+    is bound by the server's and the client's CPU rather than the round trip; the script's
+    cost shows most here.
+  - gcra_random_keys should be close to gcra_hot_key (a key lookup is cheap); the Fallback
+    cell close to Gcra's (its overhead in Redis mode is one atomic load and a timer).
+  - on a shared 2-core machine the server, the client and other work compete for the cores:
+    ratios move by 10-20% from run to run; rerun with a larger --seconds before trusting a
+    BELOW."
+    )?;
+    let busy = |l: Option<f64>| l.is_some_and(|l| l > report.cores as f64 + 0.5);
+    if busy(report.load_start) || busy(report.load_end) {
+        writeln!(
+            out,
+            "\nnote: this machine was busy: 1-minute load average {} at the start and {} at the \
+             end on {} cores (this run included), so other work shared the cores; treat the \
+             figures as rough.",
+            report
+                .load_start
+                .map_or("unknown".to_string(), |l| format!("{l:.2}")),
+            report
+                .load_end
+                .map_or("unknown".to_string(), |l| format!("{l:.2}")),
+            report.cores
+        )?;
+    }
+    let checks: Vec<&Cell> = report.cells.iter().filter(|c| c.op.is_check()).collect();
+    let meeting = checks
+        .iter()
+        .filter(|c| report.ratio(c).is_some_and(|r| r >= TARGET))
+        .count();
+    if report.errors() > 0 {
+        writeln!(
+            out,
+            "\nresult: FAILED: {} call(s) failed (see the verdict)",
+            report.errors()
+        )
+    } else {
+        writeln!(
+            out,
+            "\nresult: no errors; {meeting} of {} limiter cells at >= {TARGET:.2}x of PING",
+            checks.len()
+        )
+    }
+}
+
+// ---- JSON -------------------------------------------------------------------------------------
+
+fn json_str(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for ch in s.chars() {
+        match ch {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+fn json_f64(x: f64) -> String {
+    if x.is_finite() {
+        format!("{x}")
+    } else {
+        "null".to_string()
+    }
+}
+
+fn json_opt_f64(x: Option<f64>) -> String {
+    x.map_or("null".to_string(), json_f64)
+}
+
+/// The run as JSON (schema `turnstile-redis-bench/1`).
+pub fn to_json(report: &Report) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "{{");
+    let _ = writeln!(s, "  \"schema\": \"turnstile-redis-bench/1\",");
+    let _ = writeln!(
+        s,
+        "  \"server\": {}, \"redis_version\": {},",
+        json_str(&report.server),
+        json_str(&report.redis_version)
+    );
+    let _ = writeln!(
+        s,
+        "  \"cores\": {}, \"runtime_workers\": {}, \"load_average_1m_start\": {}, \
+         \"load_average_1m_end\": {},",
+        report.cores,
+        report.runtime_workers,
+        json_opt_f64(report.load_start),
+        json_opt_f64(report.load_end)
+    );
+    let _ = writeln!(
+        s,
+        "  \"seconds_per_cell\": {}, \"keys\": {}, \"limit\": {}, \"burst\": {}, \"target\": {},",
+        json_f64(report.seconds_per_cell),
+        report.keys,
+        json_f64(LIMIT_PER_SEC),
+        BURST,
+        json_f64(TARGET)
+    );
+    let _ = writeln!(s, "  \"coalescing\": false, \"checks_per_round_trip\": 1,");
+    let _ = writeln!(s, "  \"cells\": [");
+    for (i, c) in report.cells.iter().enumerate() {
+        let ratio = if c.op.is_check() {
+            json_opt_f64(report.ratio(c))
+        } else {
+            "null".to_string()
+        };
+        let _ = writeln!(
+            s,
+            "    {{\"cell\": {}, \"tasks\": {}, \"round\": {}, \"ops\": {}, \"seconds\": {}, \
+             \"ops_per_sec\": {}, \"p50_ns\": {}, \"p99_ns\": {}, \"granted\": {}, \
+             \"denied\": {}, \"errors\": {}, \"first_error\": {}, \"ratio_to_ping\": {}}}{}",
+            json_str(c.op.name()),
+            c.tasks,
+            c.round,
+            c.ops,
+            json_f64(c.seconds),
+            json_f64(c.ops_per_sec()),
+            c.p50.as_nanos(),
+            c.p99.as_nanos(),
+            c.granted,
+            c.denied,
+            c.errors,
+            c.first_error
+                .as_deref()
+                .map_or("null".to_string(), json_str),
+            ratio,
+            if i + 1 == report.cells.len() { "" } else { "," }
+        );
+    }
+    let _ = writeln!(s, "  ]");
+    let _ = writeln!(s, "}}");
+    s
+}
