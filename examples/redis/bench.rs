@@ -179,6 +179,12 @@ pub struct Cell {
     pub denied: u64,
     pub errors: u64,
     pub first_error: Option<String>,
+    /// The server's own time per call of the cell's command (`PING` or `EVALSHA`, from
+    /// `INFO commandstats` before and after the cell), in µs; `None` if it could not be read.
+    pub server_us_per_call: Option<f64>,
+    /// The share of the cell's wall time the server spent running the cell's command
+    /// (1.0: the server's one thread was busy with it throughout).
+    pub server_busy: Option<f64>,
 }
 
 impl Cell {
@@ -296,6 +302,27 @@ fn xorshift(x: &mut u64) -> u64 {
     *x
 }
 
+/// The server's `(calls, usec)` for `command` (lower case, e.g. `evalsha`), from
+/// `INFO commandstats`; `None` if it could not be read.
+async fn command_stats(con: &ConnectionManager, command: &str) -> Option<(u64, u64)> {
+    let info: String = ::redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut con.clone())
+        .await
+        .ok()?;
+    let prefix = format!("cmdstat_{command}:");
+    let Some(line) = info.lines().find_map(|l| l.strip_prefix(prefix.as_str())) else {
+        // Not called yet.
+        return Some((0, 0));
+    };
+    let field = |name: &str| {
+        line.split(',')
+            .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+    };
+    Some((field("calls")?, field("usec")?))
+}
+
 /// What one task counted.
 struct TaskResult {
     samples: Vec<u64>,
@@ -316,6 +343,8 @@ async fn run_cell(
     // One untimed call first: loads the script (NOSCRIPT, then SCRIPT LOAD) outside the cell.
     let mut seed = 0x9E37_79B9_7F4A_7C15u64;
     let _ = call(op, targets, &mut seed).await;
+    let command = if op == Op::Ping { "ping" } else { "evalsha" };
+    let stats_before = command_stats(&targets.con, command).await;
     let span = Duration::from_secs_f64(seconds);
     let start = Instant::now();
     let deadline = start + span;
@@ -375,6 +404,14 @@ async fn run_cell(
         }
     }
     let elapsed = start.elapsed().as_secs_f64();
+    let stats_after = command_stats(&targets.con, command).await;
+    let (server_us_per_call, server_busy) = match (stats_before, stats_after) {
+        (Some((c0, u0)), Some((c1, u1))) if c1 > c0 => (
+            Some(u1.saturating_sub(u0) as f64 / (c1 - c0) as f64),
+            Some(u1.saturating_sub(u0) as f64 / 1e6 / elapsed.max(1e-9)),
+        ),
+        _ => (None, None),
+    };
     samples.sort_unstable();
     Cell {
         op,
@@ -388,6 +425,8 @@ async fn run_cell(
         denied,
         errors,
         first_error,
+        server_us_per_call,
+        server_busy,
     }
 }
 
@@ -475,8 +514,8 @@ pub async fn run_all(
     .map_err(w)?;
     writeln!(
         out,
-        "\n{:<22} {:>5} {:>12} {:>10} {:>10} {:>8} {:>7}",
-        "cell", "tasks", "checks/s", "p50", "p99", "vs PING", "errors"
+        "\n{:<22} {:>5} {:>12} {:>10} {:>10} {:>8} {:>12} {:>9} {:>7}",
+        "cell", "tasks", "checks/s", "p50", "p99", "vs PING", "srv µs/call", "srv busy", "errors"
     )
     .map_err(w)?;
 
@@ -503,13 +542,17 @@ pub async fn run_all(
             };
             writeln!(
                 out,
-                "{:<22} {:>5} {:>12} {:>10} {:>10} {:>8} {:>7}",
+                "{:<22} {:>5} {:>12} {:>10} {:>10} {:>8} {:>12} {:>9} {:>7}",
                 name,
                 tasks,
                 thousands(c.ops_per_sec()),
                 fmt_dur(c.p50),
                 fmt_dur(c.p99),
                 vs,
+                c.server_us_per_call
+                    .map_or("-".to_string(), |u| format!("{u:.2}")),
+                c.server_busy
+                    .map_or("-".to_string(), |b| format!("{:.0}%", b * 100.0)),
                 c.errors
             )
             .map_err(w)?;
@@ -544,7 +587,7 @@ pub fn thousands(x: f64) -> String {
     let s = n.to_string();
     let mut out = String::new();
     for (i, ch) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i) % 3 == 0 {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
             out.push(',');
         }
         out.push(ch);
@@ -642,6 +685,12 @@ pub fn print_verdict(report: &Report, out: &mut dyn Write) -> io::Result<()> {
   - 16 tasks: redis-rs pipelines the calls of all tasks on the one connection, so throughput
     is bound by the server's and the client's CPU rather than the round trip; the script's
     cost shows most here.
+  - srv µs/call is the server's own time per call of the cell's command (PING or EVALSHA,
+    from INFO commandstats around the cell); srv busy is that time over the cell's wall time.
+    A script that reads TIME and GETs and SETs a key costs the server some 10-20 µs against
+    PING's 0.1-0.3 µs: where srv busy nears 100% the server's one thread is the limit, and
+    checks/s cannot pass 1 / (srv µs/call) without coalescing. Lower srv busy with a low
+    ratio means the client's side (or the machine's other work) is the limit.
   - gcra_random_keys should be close to gcra_hot_key (a key lookup is cheap); the Fallback
     cell close to Gcra's (its overhead in Redis mode is one atomic load and a timer).
   - on a shared 2-core machine the server, the client and other work compete for the cores:
@@ -757,7 +806,8 @@ pub fn to_json(report: &Report) -> String {
             s,
             "    {{\"cell\": {}, \"tasks\": {}, \"round\": {}, \"ops\": {}, \"seconds\": {}, \
              \"ops_per_sec\": {}, \"p50_ns\": {}, \"p99_ns\": {}, \"granted\": {}, \
-             \"denied\": {}, \"errors\": {}, \"first_error\": {}, \"ratio_to_ping\": {}}}{}",
+             \"denied\": {}, \"errors\": {}, \"first_error\": {}, \"ratio_to_ping\": {}, \
+             \"server_us_per_call\": {}, \"server_busy\": {}}}{}",
             json_str(c.op.name()),
             c.tasks,
             c.round,
@@ -773,6 +823,8 @@ pub fn to_json(report: &Report) -> String {
                 .as_deref()
                 .map_or("null".to_string(), json_str),
             ratio,
+            json_opt_f64(c.server_us_per_call),
+            json_opt_f64(c.server_busy),
             if i + 1 == report.cells.len() { "" } else { "," }
         );
     }
