@@ -16,12 +16,16 @@
 //! it and exits 2. With `--url` it writes keys under `turnstile:bench:*` on that server.
 //!
 //! Every cell runs on one redis-rs `ConnectionManager` (one multiplexed connection) for
-//! `--seconds` (default 2 s), at each concurrency of `--tasks` (default 1 and 16 tokio tasks,
-//! on a multi-thread runtime): `PING`; `Gcra::throttle` on one hot key; `Gcra::throttle` on
-//! random keys (`--keys`, default 10 000); `Fallback<Gcra>::check` on a hot key, in Redis mode
-//! (the wrapper's overhead); then `PING` again, so that the machine's drift shows. Every call
-//! is timed with `std::time::Instant`; p50 and p99 come from the sorted samples. The limit is
-//! so high that every check is granted, i.e. runs the script's writing path (`SET ... PX`).
+//! `--seconds` (default 2 s, about 24 s in all), at each concurrency of `--tasks` (default 1
+//! and 16 tokio tasks, on a multi-thread runtime): `PING`; `EVALSHA` of a script that only returns 1 (a
+//! reference: the scripting engine's own cost, the floor of any one-script-per-check limiter);
+//! `Gcra::throttle` on one hot key; `Gcra::throttle` on random keys (`--keys`, default 10 000);
+//! `Fallback<Gcra>::check` on a hot key, in Redis mode (the wrapper's overhead); then `PING`
+//! again, so that the machine's drift shows. Every call is timed with `std::time::Instant`;
+//! p50 and p99 come from the sorted samples. The limit is so high that every check is granted,
+//! i.e. runs the script's writing path (`SET ... PX`). Each cell also gives the server's own
+//! time per call of its command and how busy that kept the server (`INFO commandstats` read
+//! before and after the cell).
 //!
 //! The verdict gives each limiter cell's throughput over PING's at the same concurrency (the
 //! mean of PING's two runs) against issue #11's target of 0.8, and what a good result looks
@@ -32,7 +36,7 @@
 //!
 //! `--json FILE` writes every cell (schema `turnstile-redis-bench/1`: `cell`, `tasks`, `round`,
 //! `ops`, `seconds`, `ops_per_sec`, `p50_ns`, `p99_ns`, `granted`, `denied`, `errors`,
-//! `first_error`, `ratio_to_ping`).
+//! `first_error`, `ratio_to_ping`, `server_us_per_call`, `server_busy`).
 //!
 //! Exit status: 0; 1 if any call failed; 2 on a usage error, no `redis-server`, no connection
 //! or an output file that cannot be written.

@@ -25,6 +25,9 @@ pub const BURST: u32 = 1000;
 pub enum Op {
     /// `PING` on the same connection: one round trip and nothing else, the physical limit.
     Ping,
+    /// `EVALSHA` of a script that only returns 1, on one key: the scripting engine's own cost,
+    /// a reference (the floor of any limiter that is one script per check), not judged.
+    ScriptNoop,
     /// `Gcra::throttle(key, 1)` on one hot key.
     GcraHot,
     /// `Gcra::throttle(key, 1)` on a key picked at random among `--keys`.
@@ -38,15 +41,16 @@ impl Op {
     pub fn name(self) -> &'static str {
         match self {
             Op::Ping => "ping",
+            Op::ScriptNoop => "evalsha_return_1",
             Op::GcraHot => "gcra_hot_key",
             Op::GcraRandom => "gcra_random_keys",
             Op::FallbackHot => "fallback_gcra_hot_key",
         }
     }
 
-    /// Whether the cell is a limiter check (judged against PING) rather than PING itself.
+    /// Whether the cell is a limiter check (judged against PING), rather than a reference.
     pub fn is_check(self) -> bool {
-        self != Op::Ping
+        !matches!(self, Op::Ping | Op::ScriptNoop)
     }
 
     /// The limiter cells, in the order they run between the two PING cells.
@@ -68,10 +72,11 @@ pub struct Args {
     pub json: Option<String>,
 }
 
-/// Cells per concurrency level: PING before and after the limiter cells, and the limiter cells.
-pub const CELLS_PER_LEVEL: usize = 2 + Op::CHECKS.len();
+/// Cells per concurrency level: PING before and after the others, the no-op script and the
+/// limiter cells.
+pub const CELLS_PER_LEVEL: usize = 3 + Op::CHECKS.len();
 
-/// The default seconds per cell: the whole run (at the default `--tasks 1,16`) about 20 s.
+/// The default seconds per cell: the whole run (at the default `--tasks 1,16`) about 24 s.
 pub const DEFAULT_SECONDS: f64 = 2.0;
 
 impl Args {
@@ -251,6 +256,7 @@ impl Report {
 /// What the tasks share.
 struct Targets {
     con: ConnectionManager,
+    noop: ::redis::Script,
     hot: Gcra,
     random: Gcra,
     fallback: Fallback<Gcra>,
@@ -271,6 +277,15 @@ async fn call(op: Op, t: &Targets, rng: &mut u64) -> Result<bool, String> {
             } else {
                 Err(format!("PING answered {pong:?}"))
             }
+        }
+        Op::ScriptNoop => {
+            let mut con = t.con.clone();
+            t.noop
+                .key("turnstile:bench:noop")
+                .invoke_async::<i64>(&mut con)
+                .await
+                .map(|one| one == 1)
+                .map_err(|e| e.to_string())
         }
         Op::GcraHot => t
             .hot
@@ -482,6 +497,7 @@ pub async fn run_all(
     };
     let targets = Arc::new(Targets {
         con: con.clone(),
+        noop: ::redis::Script::new("return 1"),
         hot: gcra("turnstile:bench:gcra_hot:")?,
         random: gcra("turnstile:bench:gcra_random:")?,
         fallback: Fallback::builder(gcra("turnstile:bench:fallback:")?)
@@ -514,27 +530,18 @@ pub async fn run_all(
     .map_err(w)?;
     writeln!(
         out,
-        "\n{:<22} {:>5} {:>12} {:>10} {:>10} {:>8} {:>12} {:>9} {:>7}",
-        "cell", "tasks", "checks/s", "p50", "p99", "vs PING", "srv µs/call", "srv busy", "errors"
+        "\n{:<22} {:>5} {:>12} {:>10} {:>10} {:>12} {:>9} {:>7}",
+        "cell", "tasks", "checks/s", "p50", "p99", "srv µs/call", "srv busy", "errors"
     )
     .map_err(w)?;
 
     let mut cells = Vec::new();
     for &tasks in &args.tasks {
-        let mut order = vec![(Op::Ping, 0)];
+        let mut order = vec![(Op::Ping, 0), (Op::ScriptNoop, 0)];
         order.extend(Op::CHECKS.iter().map(|&op| (op, 0)));
         order.push((Op::Ping, 1));
         for (op, round) in order {
             let c = run_cell(op, tasks, round, args.seconds, &targets).await;
-            let vs = if op == Op::Ping {
-                "-".to_string()
-            } else {
-                let ping = cells
-                    .iter()
-                    .find(|p: &&Cell| p.op == Op::Ping && p.tasks == tasks)
-                    .map_or(0.0, Cell::ops_per_sec);
-                format!("{:.2}x", c.ops_per_sec() / ping.max(1e-9))
-            };
             let name = if op == Op::Ping && round == 1 {
                 "ping (again)"
             } else {
@@ -542,13 +549,12 @@ pub async fn run_all(
             };
             writeln!(
                 out,
-                "{:<22} {:>5} {:>12} {:>10} {:>10} {:>8} {:>12} {:>9} {:>7}",
+                "{:<22} {:>5} {:>12} {:>10} {:>10} {:>12} {:>9} {:>7}",
                 name,
                 tasks,
                 thousands(c.ops_per_sec()),
                 fmt_dur(c.p50),
                 fmt_dur(c.p99),
-                vs,
                 c.server_us_per_call
                     .map_or("-".to_string(), |u| format!("{u:.2}")),
                 c.server_busy
@@ -627,7 +633,7 @@ pub fn print_verdict(report: &Report, out: &mut dyn Write) -> io::Result<()> {
         "{:<22} {:>5} {:>12} {:>12} {:>8}  reading",
         "cell", "tasks", "checks/s", "PING/s", "ratio"
     )?;
-    for c in report.cells.iter().filter(|c| c.op.is_check()) {
+    for c in report.cells.iter().filter(|c| c.op != Op::Ping) {
         let ping = report.ping_ops_per_sec(c.tasks).unwrap_or(0.0);
         let ratio = report.ratio(c).unwrap_or(0.0);
         let reading = if c.errors > 0 {
@@ -636,6 +642,8 @@ pub fn print_verdict(report: &Report, out: &mut dyn Write) -> io::Result<()> {
                 c.errors,
                 c.first_error.as_deref().unwrap_or("?")
             )
+        } else if !c.op.is_check() {
+            "reference: a script that does nothing (not judged)".to_string()
         } else {
             verdict_word(ratio).to_string()
         };
@@ -691,6 +699,8 @@ pub fn print_verdict(report: &Report, out: &mut dyn Write) -> io::Result<()> {
     PING's 0.1-0.3 µs: where srv busy nears 100% the server's one thread is the limit, and
     checks/s cannot pass 1 / (srv µs/call) without coalescing. Lower srv busy with a low
     ratio means the client's side (or the machine's other work) is the limit.
+  - evalsha_return_1 (a script that only returns 1) is the floor of any limiter that runs one
+    script per check: its ratio is the most a limiter script can reach here.
   - gcra_random_keys should be close to gcra_hot_key (a key lookup is cheap); the Fallback
     cell close to Gcra's (its overhead in Redis mode is one atomic load and a timer).
   - on a shared 2-core machine the server, the client and other work compete for the cores:
@@ -797,7 +807,7 @@ pub fn to_json(report: &Report) -> String {
     let _ = writeln!(s, "  \"coalescing\": false, \"checks_per_round_trip\": 1,");
     let _ = writeln!(s, "  \"cells\": [");
     for (i, c) in report.cells.iter().enumerate() {
-        let ratio = if c.op.is_check() {
+        let ratio = if c.op != Op::Ping {
             json_opt_f64(report.ratio(c))
         } else {
             "null".to_string()
