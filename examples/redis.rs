@@ -36,7 +36,7 @@
 //!
 //! `--json FILE` writes every cell (schema `turnstile-redis-bench/1`: `cell`, `tasks`, `round`,
 //! `ops`, `seconds`, `ops_per_sec`, `p50_ns`, `p99_ns`, `granted`, `denied`, `errors`,
-//! `first_error`, `ratio_to_ping`, `server_us_per_call`, `server_busy`).
+//! `first_error`, `ratio_to_ping`, `p50_ratio_to_ping`, `server_us_per_call`, `server_busy`).
 //!
 //! Exit status: 0; 1 if any call failed; 2 on a usage error, no `redis-server`, no connection
 //! or an output file that cannot be written.

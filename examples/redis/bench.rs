@@ -248,6 +248,22 @@ impl Report {
         Some((hi - lo) / ((hi + lo) / 2.0).max(1e-9))
     }
 
+    /// PING's p50 over a cell's p50 at its concurrency (the mean of PING's runs' p50s): a
+    /// second reading of the ratio, steadier than throughput on a machine whose other work
+    /// stalls the run now and then (a stall moves the throughput, not the median).
+    pub fn p50_ratio(&self, c: &Cell) -> Option<f64> {
+        let p50s: Vec<f64> = self
+            .cells
+            .iter()
+            .filter(|p| p.op == Op::Ping && p.tasks == c.tasks)
+            .map(|p| p.p50.as_secs_f64())
+            .collect();
+        if p50s.is_empty() || c.p50.is_zero() {
+            return None;
+        }
+        Some(p50s.iter().sum::<f64>() / p50s.len() as f64 / c.p50.as_secs_f64())
+    }
+
     pub fn errors(&self) -> u64 {
         self.cells.iter().map(|c| c.errors).sum()
     }
@@ -626,12 +642,14 @@ pub fn print_verdict(report: &Report, out: &mut dyn Write) -> io::Result<()> {
     writeln!(
         out,
         "\nverdict: checks/s over PING's checks/s at the same concurrency (PING: the mean of its \
-         runs before and after the limiter cells); target >= {TARGET:.2}x"
+         runs before and after the limiter cells); target >= {TARGET:.2}x\n\
+         (p50 ratio: PING's p50 over the cell's, steadier under stalls; the verdict reads the \
+         throughput ratio)"
     )?;
     writeln!(
         out,
-        "{:<22} {:>5} {:>12} {:>12} {:>8}  reading",
-        "cell", "tasks", "checks/s", "PING/s", "ratio"
+        "{:<22} {:>5} {:>12} {:>12} {:>8} {:>9}  reading",
+        "cell", "tasks", "checks/s", "PING/s", "ratio", "p50 ratio"
     )?;
     for c in report.cells.iter().filter(|c| c.op != Op::Ping) {
         let ping = report.ping_ops_per_sec(c.tasks).unwrap_or(0.0);
@@ -649,12 +667,15 @@ pub fn print_verdict(report: &Report, out: &mut dyn Write) -> io::Result<()> {
         };
         writeln!(
             out,
-            "{:<22} {:>5} {:>12} {:>12} {:>7.2}x  {reading}",
+            "{:<22} {:>5} {:>12} {:>12} {:>7.2}x {:>9}  {reading}",
             c.op.name(),
             c.tasks,
             thousands(c.ops_per_sec()),
             thousands(ping),
-            ratio
+            ratio,
+            report
+                .p50_ratio(c)
+                .map_or("-".to_string(), |r| format!("{r:.2}x")),
         )?;
     }
     let mut tasks: Vec<usize> = report.cells.iter().map(|c| c.tasks).collect();
@@ -817,7 +838,7 @@ pub fn to_json(report: &Report) -> String {
             "    {{\"cell\": {}, \"tasks\": {}, \"round\": {}, \"ops\": {}, \"seconds\": {}, \
              \"ops_per_sec\": {}, \"p50_ns\": {}, \"p99_ns\": {}, \"granted\": {}, \
              \"denied\": {}, \"errors\": {}, \"first_error\": {}, \"ratio_to_ping\": {}, \
-             \"server_us_per_call\": {}, \"server_busy\": {}}}{}",
+             \"p50_ratio_to_ping\": {}, \"server_us_per_call\": {}, \"server_busy\": {}}}{}",
             json_str(c.op.name()),
             c.tasks,
             c.round,
@@ -833,6 +854,11 @@ pub fn to_json(report: &Report) -> String {
                 .as_deref()
                 .map_or("null".to_string(), json_str),
             ratio,
+            if c.op != Op::Ping {
+                json_opt_f64(report.p50_ratio(c))
+            } else {
+                "null".to_string()
+            },
             json_opt_f64(c.server_us_per_call),
             json_opt_f64(c.server_busy),
             if i + 1 == report.cells.len() { "" } else { "," }
