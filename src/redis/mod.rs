@@ -26,6 +26,9 @@
 
 pub use ::redis::aio::ConnectionManager;
 
+pub mod token_bucket;
+pub use token_bucket::TokenBucket;
+
 use std::time::Duration;
 
 /// Why a Redis limiter could not answer. Bad input is refused before any round trip.
