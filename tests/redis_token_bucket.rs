@@ -491,6 +491,35 @@ async fn idle_keys_expire_and_start_full() {
     }
 }
 
+/// One key of a pair gone (evicted, or deleted by hand): a missing tokens key reads as a full
+/// bucket and a missing timestamp as 0 (a full refill), as in go-zero's script.
+#[tokio::test]
+async fn half_a_pair_reads_as_go_zero_reads_it() {
+    let Some(s) = RedisServer::start("half_a_pair_reads_as_go_zero_reads_it") else {
+        return;
+    };
+    let mut con = manager(&s).await;
+    let tb = TokenBucket::new(con.clone(), 1, 10).unwrap();
+    let now = 1000;
+    for gone in [0, 1] {
+        let key = format!("half{gone}");
+        let (k, twin) = (tb.keys(&key), keys("", &format!("twin{gone}")));
+        assert!(verdict(tb.try_check_n_at(&key, now, 10).await).is_ok());
+        assert!(go_zero(&mut con, &twin, 1, 10, now, 10).await.unwrap());
+        let _: () = redis::pipe()
+            .del(&k[gone])
+            .del(&twin[gone])
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        // Same second: only the missing key's default can make 10 tokens.
+        assert!(verdict(tb.try_check_n_at(&key, now, 10).await).is_ok());
+        assert!(go_zero(&mut con, &twin, 1, 10, now, 10).await.unwrap());
+        assert_eq!(stored(&mut con, &k).await, full(0, now as i64, 20));
+        assert_eq!(stored(&mut con, &twin).await, full(0, now as i64, 20));
+    }
+}
+
 #[tokio::test]
 async fn bad_input_is_a_typed_error_before_any_round_trip() {
     let Some(mut s) = RedisServer::start("bad_input_is_a_typed_error_before_any_round_trip") else {
