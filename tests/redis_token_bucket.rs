@@ -634,6 +634,73 @@ async fn try_check_uses_the_callers_clock_in_whole_seconds() {
     assert!(tb.try_check("clock").await.is_ok());
 }
 
+/// 4 clients (connections of their own, 2 tasks each) hammer one key on the real clock from
+/// just after a second boundary to just before the next-but-one: one whole-second refill
+/// happens, so exactly burst + rate permits are granted, never more (the script is atomic).
+#[tokio::test]
+async fn four_clients_share_one_limit() {
+    let Some(s) = RedisServer::start("four_clients_share_one_limit") else {
+        return;
+    };
+    let unix = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+    };
+    let (rate, burst) = (100u32, 100u32);
+    let mut clients = Vec::new();
+    for _ in 0..4 {
+        clients.push(TokenBucket::new(manager(&s).await, rate, burst).unwrap());
+    }
+    // Start 20 ms into a second, stop 900 ms into the next one.
+    let now = unix();
+    let start = Duration::from_secs(now.as_secs() + 1) + Duration::from_millis(20);
+    tokio::time::sleep(start.saturating_sub(now)).await;
+    let stop = Duration::from_secs(start.as_secs() + 1) + Duration::from_millis(900);
+    let mut tasks = tokio::task::JoinSet::new();
+    for tb in &clients {
+        for _ in 0..2 {
+            let tb = tb.clone();
+            tasks.spawn(async move {
+                let (mut granted, mut calls, mut seconds) = (0u32, 0u32, Vec::new());
+                // (whole second before the call, whole second after it)
+                while unix() < stop {
+                    let before = unix().as_secs();
+                    let ok = verdict(tb.try_check("shared").await).is_ok();
+                    seconds.push((before, unix().as_secs()));
+                    granted += u32::from(ok);
+                    calls += 1;
+                    if !ok {
+                        tokio::task::yield_now().await;
+                    }
+                }
+                (granted, calls, seconds)
+            });
+        }
+    }
+    let (mut granted, mut calls, mut last) = (0, 0, 0);
+    while let Some(r) = tasks.join_next().await {
+        let (g, c, seconds) = r.unwrap();
+        granted += g;
+        calls += c;
+        assert!(seconds.iter().all(|&(a, _)| a >= start.as_secs()));
+        last = seconds.iter().map(|&(_, b)| b).fold(last, u64::max);
+    }
+    assert!(calls > granted, "demand exceeded the limit: {calls} calls");
+    // Never more than a full bucket plus one refill per second boundary.
+    let boundaries = (last - start.as_secs()) as u32;
+    assert!(
+        granted <= burst + rate * boundaries,
+        "{granted} in {calls} calls"
+    );
+    if boundaries == 1 {
+        // Demand exceeded the rate throughout: the limit was reached exactly.
+        assert_eq!(granted, burst + rate, "{calls} calls");
+    } else {
+        eprintln!("four_clients_share_one_limit: a call stalled past the second boundary");
+    }
+}
+
 #[tokio::test]
 async fn local_is_an_in_process_bucket_with_a_share() {
     let Some(s) = RedisServer::start("local_is_an_in_process_bucket_with_a_share") else {
