@@ -647,7 +647,7 @@ async fn four_clients_share_one_limit() {
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap()
     };
-    let (rate, burst) = (100u32, 100u32);
+    let (rate, burst) = (100u32, 150u32);
     let mut clients = Vec::new();
     for _ in 0..4 {
         clients.push(TokenBucket::new(manager(&s).await, rate, burst).unwrap());
