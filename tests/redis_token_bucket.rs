@@ -1,7 +1,8 @@
 //! `turnstile::redis::TokenBucket` against real redis-servers: go-zero's TokenLimiter vectors
 //! (seed-semantics §4.3), go-zero's own script text (tests/data/go-zero/tokenscript.lua) run
 //! side by side on the same server, a Go-style writer sharing a key with the Rust limiter,
-//! expiry, bad input, NOSCRIPT reloads and a 3-master cluster with a slot migration.
+//! four clients sharing one limit, expiry, bad input, NOSCRIPT reloads and a 3-master cluster
+//! with a slot migration. Each test starts its own server(s).
 #![cfg(feature = "redis")]
 
 mod common;
@@ -724,7 +725,7 @@ async fn local_is_an_in_process_bucket_with_a_share() {
     assert!(l.check_n(5).is_err());
 }
 
-/// Calls on a cluster, given a key: the limiter on `con` takes a drained bucket to denial.
+/// A fresh key's full bucket taken in one call, then a denial.
 async fn drain<C: ConnectionLike + Clone + Send + Sync + 'static>(tb: &TokenBucket<C>, key: &str) {
     assert!(
         verdict(tb.try_check_n_at(key, 1000, tb.burst()).await).is_ok(),
