@@ -26,6 +26,9 @@
 
 pub use ::redis::aio::ConnectionManager;
 
+pub mod window;
+pub use window::FixedWindow;
+
 use std::time::Duration;
 
 /// Why a Redis limiter could not answer. Bad input is refused before any round trip.
