@@ -690,4 +690,29 @@ async fn script_flush_between_calls() {
         assert_eq!(st.remaining, (1 - round as i64).max(0) as u32);
     }
     assert_eq!(get(&mut con, "k").await, Some(4));
+
+    // In the steady state a call is one EVALSHA: no script text is sent, nothing loaded.
+    let _ = w.take("k").await.unwrap(); // loads the take script, flushed in the last round
+    s.cli(&["config", "resetstat"]);
+    for _ in 0..3 {
+        let _ = w.take("k").await.unwrap();
+        let _ = w.status("k").await.unwrap();
+    }
+    assert_eq!(calls(&s, "evalsha"), 6);
+    assert_eq!((calls(&s, "eval"), calls(&s, "script|load")), (0, 0));
+    // After a flush, the one call that meets NOSCRIPT loads its script once.
+    s.cli(&["script", "flush"]);
+    let _ = w.take("k").await.unwrap();
+    let _ = w.take("k").await.unwrap();
+    assert_eq!((calls(&s, "eval"), calls(&s, "script|load")), (0, 1));
+}
+
+/// How many times `cmd` ran since the last `CONFIG RESETSTAT` (`INFO commandstats`).
+fn calls(s: &RedisServer, cmd: &str) -> u64 {
+    let stats = s.cli(&["info", "commandstats"]);
+    let prefix = format!("cmdstat_{cmd}:calls=");
+    stats
+        .lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .map_or(0, |rest| rest.split(',').next().unwrap().parse().unwrap())
 }
