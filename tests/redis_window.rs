@@ -57,8 +57,15 @@ async fn get(con: &mut ConnectionManager, key: &str) -> Option<i64> {
     redis::cmd("GET").arg(key).query_async(con).await.unwrap()
 }
 
-async fn ttl(con: &mut ConnectionManager, key: &str) -> i64 {
-    redis::cmd("TTL").arg(key).query_async(con).await.unwrap()
+/// The key's TTL is `secs` seconds, less what the test's own round trips took since it was
+/// set (up to a second, so a loaded machine does not fail the test).
+async fn ttl_is(con: &mut ConnectionManager, key: &str, secs: u64) {
+    let left = pttl(con, key).await;
+    let full = secs as i64 * 1000;
+    assert!(
+        left <= full && left > full - 1000,
+        "{key}: PTTL {left} ms, expected a TTL of {secs} s"
+    );
 }
 
 async fn pttl(con: &mut ConnectionManager, key: &str) -> i64 {
@@ -114,8 +121,8 @@ async fn go_zero_table_quota_5_window_100() {
             "counter after call {call}"
         );
         assert_eq!(get(&mut con, "twin").await, Some(call));
-        assert_eq!(ttl(&mut con, "k").await, 100, "TTL after call {call}");
-        assert_eq!(ttl(&mut con, "twin").await, 100);
+        ttl_is(&mut con, "k", 100).await;
+        ttl_is(&mut con, "twin", 100).await;
     }
     assert!(w.take("k").await.unwrap() == Outcome::OverQuota);
 }
@@ -159,7 +166,7 @@ async fn the_ttl_is_set_on_the_first_hit_only() {
         .unwrap();
     assert!(a.take_at("a", 1_704_110_400).await.unwrap().is_permitted()); // 4 h to local midnight
     assert!(a.take_at("a", 1_704_124_800).await.unwrap().is_permitted()); // a new local day would be 86 400
-    assert_eq!(ttl(&mut con, "a").await, 14_400);
+    ttl_is(&mut con, "a", 14_400).await;
 }
 
 /// go-zero's own script and turnstile's, side by side on twin keys over pseudo-random
@@ -214,7 +221,7 @@ async fn matches_go_zeros_own_script_on_random_sequences() {
             );
             let (p, q) = (pttl(&mut con, &ours).await, pttl(&mut con, &theirs).await);
             assert!(
-                p > 0 && q > 0 && (p - q).abs() <= 100,
+                p > 0 && q > 0 && (p - q).abs() <= 1000,
                 "{at}: PTTL {p} vs {q}"
             );
         }
@@ -255,7 +262,7 @@ async fn one_key_shared_by_go_zero_and_turnstile() {
                 "round {round} call {call} by go-zero: {by_go}"
             );
             assert_eq!(get(&mut con, &full).await, Some(call));
-            assert_eq!(ttl(&mut con, &full).await, 100);
+            ttl_is(&mut con, &full, 100).await;
             let st = w.status(&key).await.unwrap();
             assert_eq!(st.remaining, (4 - call).max(0) as u32);
         }
@@ -284,27 +291,26 @@ async fn alignment_with_an_explicit_utc_offset() {
         day8.take_at("a", 1_704_124_799).await.unwrap(),
         Outcome::Allowed
     );
-    assert_eq!(ttl(&mut con, "a").await, 1);
     let left = pttl(&mut con, "a").await;
-    assert!((900..=1000).contains(&left), "PTTL {left}");
+    assert!(left == -2 || (1..=1000).contains(&left), "PTTL {left}");
     assert_eq!(
         day8.take_at("b", 1_704_124_800).await.unwrap(),
         Outcome::Allowed
     );
-    assert_eq!(ttl(&mut con, "b").await, 86_400);
+    ttl_is(&mut con, "b", 86_400).await;
     // 20:00 in UTC+8 → 4 h; with period 60 → 60.
     assert_eq!(
         day8.take_at("c", 1_704_110_400).await.unwrap(),
         Outcome::Allowed
     );
-    assert_eq!(ttl(&mut con, "c").await, 14_400);
+    ttl_is(&mut con, "c", 14_400).await;
     let minute8 = aligned(60, UTC8);
     assert!(minute8
         .take_at("d", 1_704_110_400)
         .await
         .unwrap()
         .is_permitted());
-    assert_eq!(ttl(&mut con, "d").await, 60);
+    ttl_is(&mut con, "d", 60).await;
     // UTC-5: 12:00 UTC is 07:00 local, 17 h to local midnight.
     let day_minus5 = aligned(DAY, -5 * 3600);
     assert!(day_minus5
@@ -312,7 +318,7 @@ async fn alignment_with_an_explicit_utc_offset() {
         .await
         .unwrap()
         .is_permitted());
-    assert_eq!(ttl(&mut con, "e").await, 17 * 3600);
+    ttl_is(&mut con, "e", 17 * 3600).await;
     // UTC itself: 12:00 UTC, 12 h.
     let day0 = aligned(DAY, 0);
     assert_eq!(day0.utc_offset_secs(), Some(0));
@@ -321,14 +327,14 @@ async fn alignment_with_an_explicit_utc_offset() {
         .await
         .unwrap()
         .is_permitted());
-    assert_eq!(ttl(&mut con, "f").await, 12 * 3600);
+    ttl_is(&mut con, "f", 12 * 3600).await;
     // Unaligned windows ignore the time: a whole period from the first hit.
     assert!(window(con.clone(), 5, DAY)
         .take_at("g", 1_704_124_799)
         .await
         .unwrap()
         .is_permitted());
-    assert_eq!(ttl(&mut con, "g").await, 86_400);
+    ttl_is(&mut con, "g", 86_400).await;
     // A status with no window open says when the window a request would open ends.
     let st = day8.status_at("fresh", 1_704_124_799).await.unwrap();
     assert_eq!(
@@ -365,11 +371,11 @@ async fn status_remaining_and_reset() {
     for _ in 0..2 {
         let _ = w.take("k").await.unwrap();
     }
-    pexpire(&mut con, "k", 12_345).await;
+    pexpire(&mut con, "k", 12_800).await;
     let st = w.status("k").await.unwrap();
     assert_eq!((st.quota, st.remaining), (5, 3));
     let ms = st.resets_after.as_millis();
-    assert!((12_300..=12_345).contains(&ms), "resets after {ms} ms");
+    assert!((12_001..=12_800).contains(&ms), "resets after {ms} ms");
     assert_eq!(st.reset_secs(), 13, "rounded up");
     for _ in 0..5 {
         let _ = w.take("k").await.unwrap();
@@ -395,12 +401,8 @@ async fn status_remaining_and_reset() {
     );
     assert_eq!(pttl(&mut con, "bare").await, -1, "a status writes nothing");
     assert_eq!(w.take("bare").await.unwrap(), Outcome::Allowed);
-    assert_eq!(
-        ttl(&mut con, "bare").await,
-        100,
-        "the take gave it a window"
-    );
-    // A counter that is no number is an error, not a panic.
+    ttl_is(&mut con, "bare", 100).await; // the take gave it a window
+                                         // A counter that is no number is an error, not a panic.
     let _: () = redis::cmd("SET")
         .arg("junk")
         .arg("x")
@@ -551,7 +553,7 @@ async fn bad_input_and_d14_config_errors() {
     assert_eq!(w.period(), Duration::from_secs(2));
     assert!(w.take("r").await.unwrap().is_permitted());
     let left = pttl(&mut con, "r").await;
-    assert!((1_900..=2_000).contains(&left), "PTTL {left}");
+    assert!((1_600..=2_000).contains(&left), "PTTL {left}");
     assert_eq!(
         b(1, Duration::from_secs(2)).build().unwrap().period(),
         Duration::from_secs(2)
@@ -579,14 +581,14 @@ async fn redis_limiter_denials_ping_and_local() {
     let denied = w.try_check_n("k", 1).await.unwrap().unwrap_err();
     let after = denied.retry_after().unwrap();
     assert!(
-        after > Duration::from_secs(99) && after <= Duration::from_secs(100),
+        after > Duration::from_secs(98) && after <= Duration::from_secs(100),
         "{after:?}"
     );
     pexpire(&mut con, "p:k", 5_000).await;
     let denied = w.try_check_n("k", 2).await.unwrap().unwrap_err();
     let after = denied.retry_after().unwrap();
     assert!(
-        after > Duration::from_millis(4_900) && after <= Duration::from_secs(5),
+        after > Duration::from_millis(4_100) && after <= Duration::from_secs(5),
         "{after:?}"
     );
     assert_eq!(denied.retry_after_secs(), Some(5));
