@@ -630,6 +630,47 @@ async fn redis_limiter_denials_ping_and_local() {
     assert_eq!(local.utc_offset_secs(), Some(UTC8));
 }
 
+/// One key shared by 4 clients (separate connections, 2 tasks each) taking as fast as they
+/// can: the window grants exactly its quota in all (HitQuota once), whoever asks, and the
+/// counter holds every call.
+#[tokio::test]
+async fn one_limit_shared_by_four_clients() {
+    let Some(s) = RedisServer::start("one_limit_shared_by_four_clients") else {
+        return;
+    };
+    let mut con = manager(&s).await;
+    let mut tasks = Vec::new();
+    for _ in 0..4 {
+        let w = std::sync::Arc::new(window(manager(&s).await, 200, 100));
+        for _ in 0..2 {
+            let w = w.clone();
+            tasks.push(tokio::spawn(async move {
+                let (mut permitted, mut hit, mut calls) = (0u32, 0u32, 0i64);
+                loop {
+                    calls += 1;
+                    match w.take("shared").await.unwrap() {
+                        Outcome::Allowed => permitted += 1,
+                        Outcome::HitQuota => {
+                            permitted += 1;
+                            hit += 1;
+                        }
+                        Outcome::OverQuota => return (permitted, hit, calls),
+                    }
+                }
+            }));
+        }
+    }
+    let (mut permitted, mut hit, mut calls) = (0, 0, 0);
+    for t in tasks {
+        let (p, h, c) = t.await.unwrap();
+        permitted += p;
+        hit += h;
+        calls += c;
+    }
+    assert_eq!((permitted, hit), (200, 1));
+    assert_eq!(get(&mut con, "shared").await, Some(calls));
+}
+
 /// Many keys over the slots of a 3-master cluster, through a `ClusterConnection`: every key's
 /// window works on whichever node owns it, and the keys land on every node.
 #[tokio::test]
