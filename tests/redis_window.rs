@@ -558,6 +558,14 @@ async fn bad_input_and_d14_config_errors() {
         b(1, Duration::from_secs(2)).build().unwrap().period(),
         Duration::from_secs(2)
     );
+    // Beyond what EXPIRE takes: Redis's error, typed, not a panic nor a connectivity error.
+    let forever = b(1, Duration::MAX).build().unwrap();
+    assert_eq!(forever.period(), Duration::from_secs(u64::MAX));
+    let e = forever.take("forever").await.unwrap_err();
+    assert!(
+        matches!(e, RedisLimitError::Redis(_)) && !e.is_connectivity(),
+        "{e}"
+    );
 }
 
 /// The `RedisLimiter` face: a denial's retry-after is the key's remaining TTL; `ping`;

@@ -278,7 +278,11 @@ impl<C> Builder<C> {
             // |offset| < 86 400 fits an i32.
             Some(offset) => Some(offset as i32),
         };
-        let period_secs = self.period.as_secs() + u64::from(self.period.subsec_nanos() > 0);
+        // Saturating: `Duration::MAX` is u64::MAX s and a fraction.
+        let period_secs = self
+            .period
+            .as_secs()
+            .saturating_add(u64::from(self.period.subsec_nanos() > 0));
         Ok(FixedWindow {
             con: self.con,
             quota: self.quota,
@@ -327,7 +331,9 @@ impl<C> FixedWindow<C> {
         self.quota
     }
 
-    /// The window length, in whole seconds (rounded up from the configured period).
+    /// The window length, in whole seconds (rounded up from the configured period). A period
+    /// longer than Redis's `EXPIRE` takes (about 292 million years) makes every take a
+    /// [`RedisLimitError::Redis`] ("invalid expire time").
     pub fn period(&self) -> Duration {
         Duration::from_secs(self.period_secs)
     }
