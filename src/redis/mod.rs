@@ -26,9 +26,6 @@
 
 pub use ::redis::aio::ConnectionManager;
 
-pub mod window;
-pub use window::FixedWindow;
-
 use std::time::Duration;
 
 /// Why a Redis limiter could not answer. Bad input is refused before any round trip.
@@ -129,3 +126,6 @@ where
         Err(RedisLimitError::UnexpectedReply(pong))
     }
 }
+
+pub mod window;
+pub use window::FixedWindow;
