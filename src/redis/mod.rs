@@ -129,3 +129,6 @@ where
         Err(RedisLimitError::UnexpectedReply(pong))
     }
 }
+
+pub mod window;
+pub use window::FixedWindow;
