@@ -50,6 +50,10 @@ pub enum ConfigError {
     /// A keyed limiter's `max_keys` was zero: no key could ever be admitted.
     #[error("max_keys is 0; a keyed limiter needs room for at least one key")]
     ZeroMaxKeys,
+    /// A Redis window's period was not a whole number of seconds (go-zero's unit, Redis's
+    /// `EXPIRE`), or longer than `EXPIRE` takes.
+    #[error("period {0:?} is not a whole number of seconds up to 9.2e15 s; a Redis window's period is whole seconds")]
+    InvalidPeriod(std::time::Duration),
     /// A Redis fallback's timeout or health-check interval was zero.
     #[error("a timeout or interval of 0; it must be positive")]
     ZeroTimeout,

@@ -15,9 +15,8 @@
 //!   UTC shifted by an explicit offset: `expire = period - ((now_unix + offset) % period)`,
 //!   in `[1, period]` seconds (go-zero's `calcExpireSeconds`).
 //! * **Periods are whole seconds**, go-zero's unit (its `EXPIRE`): a period with a fraction
-//!   of a second is **rounded up** to the next whole second (1.5 s counts as 2 s, 1 ms as
-//!   1 s), never down, so the limiter is never looser than asked. [`FixedWindow::period`]
-//!   returns the rounded period.
+//!   of a second, or longer than `EXPIRE` takes (2^63 ms), is refused with
+//!   [`ConfigError::InvalidPeriod`] rather than silently rounded.
 //! * **`take_n`** (an extension; go-zero only takes one at a time) is `INCRBY n`, counted
 //!   like `n` go-zero calls *at once*: the outcome is the one of the last of them, and a
 //!   refused `take_n` still counts all `n` (go-zero's every-call-counts rule, which the
@@ -247,8 +246,8 @@ impl<C> Builder<C> {
 
     /// The limiter, or the first setting that cannot be used (deviation D14):
     /// [`ConfigError::ZeroQuota`], [`ConfigError::ZeroPeriod`] or
-    /// [`ConfigError::InvalidUtcOffset`]. A period with a fraction of a second is rounded up
-    /// to whole seconds.
+    /// [`ConfigError::InvalidUtcOffset`], or [`ConfigError::InvalidPeriod`] for a period that is
+    /// not a whole number of seconds (or is longer than Redis's `EXPIRE` takes).
     ///
     /// ```
     /// use std::time::Duration;
@@ -261,7 +260,10 @@ impl<C> Builder<C> {
     ///     b(1, Duration::from_secs(1)).align(-86_400).build().unwrap_err(),
     ///     ConfigError::InvalidUtcOffset(-86_400)
     /// );
-    /// assert_eq!(b(1, Duration::from_millis(1_500)).build().unwrap().period(), Duration::from_secs(2));
+    /// assert_eq!(
+    ///     b(1, Duration::from_millis(1_500)).build().unwrap_err(),
+    ///     ConfigError::InvalidPeriod(Duration::from_millis(1_500))
+    /// );
     /// ```
     pub fn build(self) -> Result<FixedWindow<C>, ConfigError> {
         if self.quota == 0 {
@@ -278,11 +280,11 @@ impl<C> Builder<C> {
             // |offset| < 86 400 fits an i32.
             Some(offset) => Some(offset as i32),
         };
-        // Saturating: `Duration::MAX` is u64::MAX s and a fraction.
-        let period_secs = self
-            .period
-            .as_secs()
-            .saturating_add(u64::from(self.period.subsec_nanos() > 0));
+        // EXPIRE takes seconds whose milliseconds fit an i64.
+        if self.period.subsec_nanos() != 0 || self.period.as_secs() > i64::MAX as u64 / 1000 {
+            return Err(ConfigError::InvalidPeriod(self.period));
+        }
+        let period_secs = self.period.as_secs();
         Ok(FixedWindow {
             con: self.con,
             quota: self.quota,
@@ -331,9 +333,7 @@ impl<C> FixedWindow<C> {
         self.quota
     }
 
-    /// The window length, in whole seconds (rounded up from the configured period). A period
-    /// longer than Redis's `EXPIRE` takes (about 292 million years) makes every take a
-    /// [`RedisLimitError::Redis`] ("invalid expire time").
+    /// The window length (whole seconds).
     pub fn period(&self) -> Duration {
         Duration::from_secs(self.period_secs)
     }
