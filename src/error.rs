@@ -50,6 +50,17 @@ pub enum ConfigError {
     /// A keyed limiter's `max_keys` was zero: no key could ever be admitted.
     #[error("max_keys is 0; a keyed limiter needs room for at least one key")]
     ZeroMaxKeys,
+    /// A Redis window's period was not a whole number of seconds (go-zero's unit, Redis's
+    /// `EXPIRE`), or longer than `EXPIRE` takes.
+    #[error("period {0:?} is not a whole number of seconds up to 9.2e15 s; a Redis window's period is whole seconds")]
+    InvalidPeriod(std::time::Duration),
+    /// A Redis fallback's timeout or health-check interval was zero.
+    #[error("a timeout or interval of 0; it must be positive")]
+    ZeroTimeout,
+    /// A Redis fallback's share of the limit was outside `(0, 1]` (a fleet size of 0 is an
+    /// infinite share).
+    #[error("share {0} is out of range; it must be in (0, 1], e.g. 1 / fleet size")]
+    InvalidShare(f64),
     /// A `KeyedTokenBucket` was given more quotas than its state word can name (at most
     /// `keyed_bucket::MAX_QUOTAS`, 15).
     #[error("{0} quotas; a keyed token bucket holds at most 15")]

@@ -12,7 +12,7 @@
 //! | [`Gcra`] | redis-cell's `CL.THROTTLE` answers | one key: the theoretical arrival time, on `TIME` |
 //!
 //! Every limiter is generic over its connection: a single server through redis-rs's
-//! reconnecting [`ConnectionManager`](::redis::aio::ConnectionManager), or a Redis Cluster
+//! reconnecting [`ConnectionManager`], or a Redis Cluster
 //! through [`ClusterConnection`](::redis::cluster_async::ClusterConnection). Each call touches
 //! one key or keys in one hash slot, so the limiters work on a cluster unchanged. Scripts are
 //! sent once and run by `EVALSHA`; after `SCRIPT FLUSH`, a restart or a failover the server
@@ -25,6 +25,9 @@
 //! that says when to retry.
 
 pub use ::redis::aio::ConnectionManager;
+
+pub mod fallback;
+pub use fallback::{Fallback, FallbackBuilder, Mode, DEFAULT_PING_EVERY, DEFAULT_TIMEOUT};
 
 pub mod token_bucket;
 pub use token_bucket::TokenBucket;
@@ -129,3 +132,6 @@ where
         Err(RedisLimitError::UnexpectedReply(pong))
     }
 }
+
+pub mod window;
+pub use window::FixedWindow;

@@ -1,0 +1,486 @@
+//! [`Fallback`]: any [`RedisLimiter`] that keeps answering when Redis does not (go-zero's
+//! "rescue" limiter, improved).
+//!
+//! # What the caller sees
+//! [`Fallback::check_n`] answers like the wrapped limiter's
+//! [`try_check_n`](RedisLimiter::try_check_n), with one difference: **a connectivity error
+//! never reaches the caller**.
+//!
+//! * **Redis mode** (the normal one): the call goes to the wrapped limiter, bounded by the
+//!   per-call timeout ([`FallbackBuilder::timeout`], default 100 ms). Its verdict (grant, or
+//!   a [`Denied`] with the server's retry-after) is returned as is. So is every error that is
+//!   not a connectivity problem ([`RedisLimitError::is_connectivity`] false: bad input, a
+//!   script error, an unexpected reply): those are bugs or misconfigurations that an
+//!   in-process limiter would only hide, and hiding them is how go-zero's rescue mode
+//!   *flaps* on a script that always fails (seed semantics §4.3, the ttl = 0 case).
+//! * **The switch**: a connectivity error or a timeout moves the limiter to **fallback
+//!   mode**, and *that same call* is answered in process; a `tracing::warn!` event carries
+//!   the error.
+//! * **Fallback mode**: every call is answered by an in-process limiter of the key
+//!   ([`RedisLimiter::local`], built with the configured share, in a [`Keyed`] map), with no
+//!   round trip: a grant, or a [`Denied`] with the local limiter's retry time. An empty key is
+//!   still an error ([`RedisLimitError::EmptyKey`]), as in Redis mode. More permits than the
+//!   local limiter's burst or quota is a denial that can never succeed
+//!   ([`Denied::retry_after`] `None`), where Redis mode answers
+//!   [`RedisLimitError::ExceedsBurst`].
+//! * **The return**: a background task (one at a time, started by the switch) sends
+//!   [`RedisLimiter::ping`] every 100 ms ([`FallbackBuilder::ping_every`]), each bounded by
+//!   the same timeout; the first `PONG` switches back to Redis mode (a `tracing::info!`
+//!   event with the outage's length) and ends the task. Calls in flight when Redis comes
+//!   back finish in fallback mode; the next ones go to Redis.
+//!
+//! A call that timed out was sent: a stalled Redis may still run it when it wakes, so the
+//! shared count can include a few calls that were answered in process.
+//!
+//! Latency is bounded in every case: a call costs at most the timeout (the call that detects
+//! the outage), usually one round trip, and nothing beyond an in-process check in fallback
+//! mode. The wrapped limiter's connection should reconnect promptly, or the return waits for
+//! it: with redis-rs's `ConnectionManager`, a short
+//! `ConnectionManagerConfig::set_max_delay` (say 100 ms) keeps its reconnection backoff from
+//! delaying the first successful `PING` by seconds.
+//!
+//! # Example
+//! A stand-in for a Redis limiter whose server is down (a real one is this module's token
+//! bucket, fixed window or GCRA on a connection): every call is answered in process, with
+//! this process's share of the limit.
+//!
+//! ```
+//! use std::time::Duration;
+//! use turnstile::redis::{Fallback, Mode, RedisLimitError, RedisLimiter};
+//! use turnstile::{Denied, FixedWindow};
+//!
+//! struct Unreachable;
+//!
+//! impl RedisLimiter for Unreachable {
+//!     type Local = FixedWindow;
+//!     fn local(&self, share: f64) -> FixedWindow {
+//!         // 10 a second for the whole fleet.
+//!         FixedWindow::new((10.0 * share).ceil() as u32, Duration::from_secs(1)).unwrap()
+//!     }
+//!     async fn ping(&self) -> Result<(), RedisLimitError> {
+//!         Err(RedisLimitError::Timeout(Duration::ZERO))
+//!     }
+//!     async fn try_check_n(&self, _: &str, _: u32) -> Result<Result<(), Denied>, RedisLimitError> {
+//!         Err(RedisLimitError::Timeout(Duration::ZERO))
+//!     }
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! let limiter = Fallback::builder(Unreachable)
+//!     .timeout(Duration::from_millis(50))
+//!     .fleet_size(2) // each of 2 processes admits half the limit while Redis is down
+//!     .build()
+//!     .unwrap();
+//! let mut granted = 0;
+//! for _ in 0..10 {
+//!     // Never a connectivity error: answered in process.
+//!     granted += limiter.check("client-42").await.unwrap().is_ok() as u32;
+//! }
+//! assert_eq!(granted, 5);
+//! assert_eq!(limiter.mode(), Mode::Fallback);
+//! assert_eq!(limiter.switches_to_fallback(), 1);
+//! # }
+//! ```
+//!
+//! # The error bound in fallback mode
+//! While Redis is unreachable, each process admits what its own local limiter admits: the
+//! limit times the **share** ([`FallbackBuilder::share`], or [`FallbackBuilder::fleet_size`]
+//! for `1 / n`; the default is 1, go-zero's behaviour). Rates, quotas and bursts scale,
+//! rounded up to at least one permit (see [`RedisLimiter::local`]), so a fleet of `n`
+//! processes in fallback with share `1 / n` admits at most `n` local budgets of
+//! `⌈limit / n⌉`: the one limit, plus less than one permit per process from the rounding. It
+//! admits that much only when the load is spread evenly: a process that gets more than its
+//! share of a key's traffic denies the excess even though others have room. With share 1 a
+//! fleet admits up to `n` times the limit. What Redis had already counted before the outage
+//! is not known to the local limiters: each starts fresh, so a key may get one more (local)
+//! budget across the switch.
+//!
+//! # The local limiters persist across outages
+//! As go-zero's rescue limiter does, the local limiters are **kept** when Redis comes back,
+//! not cleared: a connection that flaps would otherwise hand every process a fresh budget at
+//! each flap. They cost nothing while Redis answers, and the [`Keyed`] map evicts each one
+//! once it is idle (a fresh one would be as strict), at its periodic sweeps, which run in
+//! fallback mode; [`Fallback::local`] gives the map for an explicit
+//! [`Keyed::evict_idle`] or a bound on keys ([`FallbackBuilder::max_keys`]).
+//!
+//! # Cost and design
+//! The mode is one atomic byte. In Redis mode a call adds one `Acquire` load of it and the
+//! timeout's timer to the wrapped limiter's call. The switch to fallback is a
+//! compare-and-swap from Redis to fallback mode: the one call that wins it counts the switch,
+//! logs it and spawns the health-check task, so there is only ever one task, however many
+//! calls fail at once; only that task switches back, and it ends when it does. The task holds
+//! the limiter only through a weak reference (upgraded for each ping), and dropping the last
+//! [`Fallback`] handle aborts it: no task outlives its limiter by more than one ping.
+//!
+//! The health check needs a tokio runtime, as the wrapped limiter's connection and the
+//! timeout already do: call [`Fallback::check_n`] from within one. If that runtime shuts down
+//! during an outage the task goes with it and the limiter stays in fallback mode.
+
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use super::{RedisLimitError, RedisLimiter};
+use crate::{ConfigError, Denied, Keyed};
+
+// The mode lives in a std atomic rather than `crate::sync`'s: the Redis module is not
+// model-checked under loom (it is async and talks to a server), and the word is a flag, not
+// a CAS protocol over limiter state.
+const REDIS: u8 = 0;
+const FALLBACK: u8 = 1;
+
+/// The default per-call timeout of [`Fallback`].
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(100);
+
+/// The default interval of [`Fallback`]'s health-check `PING`s (go-zero's `pingInterval`).
+pub const DEFAULT_PING_EVERY: Duration = Duration::from_millis(100);
+
+/// Where a [`Fallback`]'s answers come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Mode {
+    /// From Redis, through the wrapped limiter: the fleet's one limit.
+    Redis,
+    /// From this process's local limiters, while Redis is unreachable.
+    Fallback,
+}
+
+/// A [`RedisLimiter`] that answers from in-process limiters while Redis is unreachable, and
+/// goes back to Redis as soon as it answers `PING` again. See the [module docs](self) for
+/// what the caller sees in each mode and the error bound in fallback mode.
+///
+/// Cloning is cheap and shares everything: the mode, the local limiters and the wrapped
+/// limiter.
+pub struct Fallback<L>
+where
+    L: RedisLimiter + 'static,
+{
+    inner: Arc<Inner<L>>,
+}
+
+struct Inner<L>
+where
+    L: RedisLimiter + 'static,
+{
+    mode: AtomicU8,
+    limiter: Arc<L>,
+    local: Keyed<String, L::Local>,
+    timeout: Duration,
+    ping_every: Duration,
+    share: f64,
+    to_fallback: AtomicU64,
+    to_redis: AtomicU64,
+    /// When the mode last changed.
+    last_switch: Mutex<Option<Instant>>,
+    /// The running health check, aborted when the last handle goes.
+    monitor: Mutex<Option<tokio::task::AbortHandle>>,
+}
+
+impl<L: RedisLimiter + 'static> Drop for Inner<L> {
+    fn drop(&mut self) {
+        let handle = match self.monitor.get_mut() {
+            Ok(m) => m.take(),
+            Err(poisoned) => poisoned.into_inner().take(),
+        };
+        if let Some(h) = handle {
+            h.abort();
+        }
+    }
+}
+
+impl<L: RedisLimiter + 'static> Clone for Fallback<L> {
+    fn clone(&self) -> Self {
+        Fallback {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+impl<L: RedisLimiter + 'static> std::fmt::Debug for Fallback<L> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Fallback")
+            .field("mode", &self.mode())
+            .field("timeout", &self.inner.timeout)
+            .field("ping_every", &self.inner.ping_every)
+            .field("share", &self.inner.share)
+            .field("switches_to_fallback", &self.switches_to_fallback())
+            .field("switches_to_redis", &self.switches_to_redis())
+            .field("last_switch", &self.last_switch())
+            .field("local_keys", &self.inner.local.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<L: RedisLimiter + 'static> Fallback<L> {
+    /// Wraps `limiter` with the defaults: a 100 ms timeout per call, a `PING` every 100 ms
+    /// while in fallback, a share of 1 (each process in fallback admits the whole limit) and
+    /// no bound on local keys.
+    pub fn new(limiter: L) -> Fallback<L> {
+        Fallback::builder(limiter)
+            .build()
+            .unwrap_or_else(|_| unreachable!("the defaults are valid"))
+    }
+
+    /// A builder, for the timeout, the share, the ping interval and the local map's bound.
+    pub fn builder(limiter: L) -> FallbackBuilder<L> {
+        FallbackBuilder {
+            limiter,
+            timeout: DEFAULT_TIMEOUT,
+            ping_every: DEFAULT_PING_EVERY,
+            share: 1.0,
+            max_keys: None,
+            invalid: None,
+        }
+    }
+
+    /// One permit for `key`: [`Fallback::check_n`] with `n = 1`.
+    pub async fn check(&self, key: &str) -> Result<Result<(), Denied>, RedisLimitError> {
+        self.check_n(key, 1).await
+    }
+
+    /// Takes `n` permits for `key`: from Redis through the wrapped limiter (within the
+    /// timeout), or from the key's local limiter while Redis is unreachable. The outer error
+    /// is never a connectivity error: it is bad input or an error Redis answered with (see
+    /// the [module docs](self)); the inner `Err` is a denial with its retry time.
+    pub async fn check_n(&self, key: &str, n: u32) -> Result<Result<(), Denied>, RedisLimitError> {
+        let inner = &*self.inner;
+        if inner.mode.load(Ordering::Acquire) == REDIS {
+            let e = match tokio::time::timeout(inner.timeout, inner.limiter.try_check_n(key, n))
+                .await
+            {
+                Ok(Ok(verdict)) => return Ok(verdict),
+                Ok(Err(e)) if !e.is_connectivity() => return Err(e),
+                Ok(Err(e)) => e,
+                Err(_elapsed) => RedisLimitError::Timeout(inner.timeout),
+            };
+            self.switch_to_fallback(&e);
+        }
+        if key.is_empty() {
+            return Err(RedisLimitError::EmptyKey);
+        }
+        Ok(inner.local.check_n(key, n))
+    }
+
+    /// Where answers come from now.
+    pub fn mode(&self) -> Mode {
+        if self.inner.mode.load(Ordering::Acquire) == REDIS {
+            Mode::Redis
+        } else {
+            Mode::Fallback
+        }
+    }
+
+    /// How many times this limiter has switched from Redis to fallback mode.
+    pub fn switches_to_fallback(&self) -> u64 {
+        self.inner.to_fallback.load(Ordering::Relaxed)
+    }
+
+    /// How many times this limiter has switched back from fallback to Redis mode.
+    pub fn switches_to_redis(&self) -> u64 {
+        self.inner.to_redis.load(Ordering::Relaxed)
+    }
+
+    /// When the mode last changed (either way); `None` if it never has. With [`Fallback::mode`],
+    /// what a health endpoint reports: "in fallback since".
+    pub fn last_switch(&self) -> Option<Instant> {
+        *self
+            .inner
+            .last_switch
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The wrapped Redis limiter.
+    pub fn limiter(&self) -> &L {
+        &self.inner.limiter
+    }
+
+    /// The local limiters, one per key that was checked in fallback mode: for
+    /// [`Keyed::len`], [`Keyed::evict_idle`] or a key's limiter ([`Keyed::with`]).
+    pub fn local(&self) -> &Keyed<String, L::Local> {
+        &self.inner.local
+    }
+
+    /// The per-call timeout.
+    pub fn timeout(&self) -> Duration {
+        self.inner.timeout
+    }
+
+    /// The share of the limit each local limiter gets.
+    pub fn share(&self) -> f64 {
+        self.inner.share
+    }
+
+    /// Moves to fallback mode after `e`, unless another call already did; the call that
+    /// moves it starts the health check.
+    #[cold]
+    fn switch_to_fallback(&self, e: &RedisLimitError) {
+        let inner = &*self.inner;
+        if inner
+            .mode
+            .compare_exchange(REDIS, FALLBACK, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            return;
+        }
+        inner.to_fallback.fetch_add(1, Ordering::Relaxed);
+        let now = Instant::now();
+        *inner.last_switch.lock().unwrap_or_else(|p| p.into_inner()) = Some(now);
+        tracing::warn!(
+            error = %e,
+            timeout = ?inner.timeout,
+            share = inner.share,
+            "turnstile: Redis unreachable; answering rate-limit checks in process until it answers PING"
+        );
+        let task = tokio::spawn(monitor(Arc::downgrade(&self.inner), now));
+        let mut slot = inner.monitor.lock().unwrap_or_else(|p| p.into_inner());
+        // Any previous task has switched back (only a task leaves fallback mode) and ends. In
+        // a race with a task that ends and a new switch, this may keep the older handle: the
+        // abort is only a prompt stop on drop; the weak reference is what ends every task.
+        *slot = Some(task.abort_handle());
+    }
+}
+
+/// The health check: a `PING` every `ping_every`, each within the timeout, until one
+/// answers; then back to Redis mode. Ends early when the limiter is dropped.
+async fn monitor<L: RedisLimiter + 'static>(weak: Weak<Inner<L>>, since: Instant) {
+    let Some(every) = weak.upgrade().map(|i| i.ping_every) else {
+        return;
+    };
+    let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        let Some(inner) = weak.upgrade() else {
+            return;
+        };
+        if let Ok(Ok(())) = tokio::time::timeout(inner.timeout, inner.limiter.ping()).await {
+            inner.to_redis.fetch_add(1, Ordering::Relaxed);
+            *inner.last_switch.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+            inner.mode.store(REDIS, Ordering::Release);
+            tracing::info!(
+                outage = ?since.elapsed(),
+                "turnstile: Redis answers PING again; rate-limit checks go to Redis"
+            );
+            return;
+        }
+    }
+}
+
+/// Configures a [`Fallback`]: [`Fallback::builder`].
+#[must_use = "a builder does nothing until .build()"]
+pub struct FallbackBuilder<L>
+where
+    L: RedisLimiter + 'static,
+{
+    limiter: L,
+    timeout: Duration,
+    ping_every: Duration,
+    share: f64,
+    max_keys: Option<u64>,
+    /// The first invalid setting, returned by `build` (a typed error, never a panic).
+    invalid: Option<ConfigError>,
+}
+
+impl<L: RedisLimiter + 'static> std::fmt::Debug for FallbackBuilder<L> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FallbackBuilder")
+            .field("timeout", &self.timeout)
+            .field("ping_every", &self.ping_every)
+            .field("share", &self.share)
+            .field("max_keys", &self.max_keys)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<L: RedisLimiter + 'static> FallbackBuilder<L> {
+    /// The most a call waits for Redis (default 100 ms) before it is answered in process
+    /// and the limiter switches to fallback mode; also bounds each health-check `PING`. Zero
+    /// is refused by [`FallbackBuilder::build`] ([`ConfigError::ZeroTimeout`]): every call
+    /// would time out.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        if timeout.is_zero() {
+            self.refuse(ConfigError::ZeroTimeout);
+        }
+        self.timeout = timeout;
+        self
+    }
+
+    /// The interval of the health-check `PING`s while in fallback mode (default 100 ms).
+    /// Zero is refused by [`FallbackBuilder::build`] ([`ConfigError::ZeroTimeout`]).
+    pub fn ping_every(mut self, every: Duration) -> Self {
+        if every.is_zero() {
+            self.refuse(ConfigError::ZeroTimeout);
+        }
+        self.ping_every = every;
+        self
+    }
+
+    /// The share of the limit each process admits in fallback mode, in `(0, 1]` (default 1):
+    /// `1 / fleet size` keeps a fleet in fallback near the one limit. Anything else (NaN
+    /// included) is refused by [`FallbackBuilder::build`] ([`ConfigError::InvalidShare`]).
+    pub fn share(mut self, share: f64) -> Self {
+        if !(share > 0.0 && share <= 1.0) {
+            self.refuse(ConfigError::InvalidShare(share));
+        }
+        self.share = share;
+        self
+    }
+
+    /// The share for a fleet of `n` processes: `1 / n`. Zero is refused by
+    /// [`FallbackBuilder::build`] ([`ConfigError::InvalidShare`]).
+    pub fn fleet_size(self, n: u32) -> Self {
+        self.share(if n == 0 {
+            f64::INFINITY
+        } else {
+            1.0 / f64::from(n)
+        })
+    }
+
+    /// Records the first invalid setting for `build` to return.
+    fn refuse(&mut self, e: ConfigError) {
+        self.invalid.get_or_insert(e);
+    }
+
+    /// The most keys the local map holds ([`crate::keyed::KeyedBuilder::max_keys`]; a new
+    /// key that finds it full is denied). Unbounded by default.
+    pub fn max_keys(mut self, max_keys: u64) -> Self {
+        self.max_keys = Some(max_keys);
+        self
+    }
+
+    /// The limiter, in Redis mode.
+    ///
+    /// # Errors
+    /// The first invalid setting: [`ConfigError::ZeroTimeout`], [`ConfigError::InvalidShare`],
+    /// or [`ConfigError::ZeroMaxKeys`] for `max_keys(0)`.
+    pub fn build(self) -> Result<Fallback<L>, ConfigError> {
+        if let Some(e) = self.invalid {
+            return Err(e);
+        }
+        let limiter = Arc::new(self.limiter);
+        let share = self.share;
+        let factory = {
+            let limiter = limiter.clone();
+            move |_: &String| limiter.local(share)
+        };
+        let mut local = Keyed::builder(factory);
+        if let Some(max) = self.max_keys {
+            local = local.max_keys(max);
+        }
+        Ok(Fallback {
+            inner: Arc::new(Inner {
+                mode: AtomicU8::new(REDIS),
+                limiter,
+                local: local.build()?,
+                timeout: self.timeout,
+                ping_every: self.ping_every,
+                share,
+                to_fallback: AtomicU64::new(0),
+                to_redis: AtomicU64::new(0),
+                last_switch: Mutex::new(None),
+                monitor: Mutex::new(None),
+            }),
+        })
+    }
+}
