@@ -12,7 +12,7 @@ use std::time::Duration;
 use common::redis_server::{RedisCluster, RedisServer};
 use redis::aio::{ConnectionLike, ConnectionManager};
 use turnstile::redis::token_bucket::{keys, ttl, SCRIPT};
-use turnstile::redis::{RedisLimitError, RedisLimiter, TokenBucket};
+use turnstile::redis::{Fallback, Mode, RedisLimitError, RedisLimiter, TokenBucket};
 use turnstile::{ConfigError, Denied, Limiter};
 
 /// go-zero's `core/limit/tokenscript.lua`, verbatim.
@@ -577,6 +577,55 @@ async fn bad_input_is_a_typed_error_before_any_round_trip() {
         .unwrap()
         .unwrap_err();
     assert!(e.is_connectivity(), "{e:?}");
+}
+
+/// In a `Fallback`: rate 10, burst 4 (go-zero's ttl 0, its limiter forever in rescue mode)
+/// stays on Redis; a dead server is answered in process with the fleet share; a restarted
+/// one takes over again.
+#[tokio::test]
+async fn in_a_fallback_d12_limits_stay_on_redis() {
+    let Some(mut s) = RedisServer::start("in_a_fallback_d12_limits_stay_on_redis") else {
+        return;
+    };
+    let config = redis::aio::ConnectionManagerConfig::new()
+        .set_max_delay(Duration::from_millis(50))
+        .set_connection_timeout(Some(Duration::from_millis(200)));
+    let con = redis::Client::open(s.url())
+        .unwrap()
+        .get_connection_manager_with_config(config)
+        .await
+        .unwrap();
+    let tb = TokenBucket::new(con, 10, 4).unwrap();
+    let f = Fallback::builder(tb)
+        .timeout(Duration::from_millis(300))
+        .fleet_size(2)
+        .build()
+        .unwrap();
+    for _ in 0..20 {
+        f.check("k").await.expect("answered by Redis");
+    }
+    assert_eq!((f.mode(), f.switches_to_fallback()), (Mode::Redis, 0));
+    assert_eq!(s.cli(&["ttl", "{k}.tokens"]), "1", "D12: a TTL of 1 s");
+
+    s.kill();
+    // Answered in process: burst ceil(4 / 2) = 2, 5 a second.
+    assert!(f.check("k").await.unwrap().is_ok());
+    assert_eq!(f.mode(), Mode::Fallback);
+    assert!(f.check("k").await.unwrap().is_ok());
+    assert!(f.check("k").await.unwrap().is_err());
+
+    s.restart();
+    // The fallback's PING task switches back (polled without blocking the runtime).
+    let restarted = std::time::Instant::now();
+    while f.mode() != Mode::Redis {
+        assert!(
+            restarted.elapsed() < Duration::from_secs(5),
+            "still in fallback"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    f.check("k").await.expect("answered by Redis");
+    assert_eq!(s.cli(&["exists", "{k}.tokens"]), "1");
 }
 
 #[tokio::test]
