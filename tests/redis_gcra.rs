@@ -437,3 +437,23 @@ async fn grants_add_exactly_n_times_t() {
         "{t:?}"
     );
 }
+
+/// Two configurations on one key (a rolling deploy that lowers the burst): the new one reads
+/// the old one's TAT as fewer permits, never as an error.
+#[tokio::test]
+async fn a_key_from_another_configuration_reads_as_fewer_permits() {
+    let Some(s) = RedisServer::start("a_key_from_another_configuration_reads_as_fewer_permits")
+    else {
+        return;
+    };
+    let con = connect(&s).await;
+    let old = Gcra::new(con.clone(), per_minute(), 10).unwrap();
+    let new = Gcra::new(con, per_minute(), 2).unwrap();
+    assert!(old.throttle("deploy", 10).await.unwrap().allowed);
+    let t = new.throttle("deploy", 1).await.unwrap();
+    assert!(!t.allowed && t.remaining == 0 && t.limit == 2, "{t:?}");
+    // 10 minutes below full, 2 of capacity: one permit in 9 minutes.
+    assert!(about(t.retry_after.unwrap(), 9 * MINUTE), "{t:?}");
+    assert!(about(t.reset_after, 10 * MINUTE), "{t:?}");
+    assert_eq!(new.peek("deploy").await.unwrap().remaining, 0);
+}
