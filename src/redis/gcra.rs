@@ -68,10 +68,12 @@
 //! integers: µs since the epoch (~1.8·10¹⁵) plus at most `tau` (< 2⁵² µs) is below 2⁵³, and
 //! a sum of two unit parts is below 2·10¹². So nothing drifts: `T` is rounded once, to
 //! 10⁻¹⁸ s from the `f64` limit (relative error below 10⁻⁹ up to 10⁹ permits/s, ~10⁻¹⁶
-//! below 10⁶/s), and every grant adds exactly `n × T`. The only other rounding is the server clock's microsecond, at the two ends of a
-//! span: the grants over any span are within `1 + limit × 1 µs` of exact, i.e. **within one
-//! permit for limits up to 10⁶/s** (finer than `max(1, 10⁻⁶ × expected)`); above that the
-//! error is `limit × 1 µs` permits per span end, still without drift.
+//! below 10⁶/s), and every grant adds exactly `n × T`. The only other rounding is the server
+//! clock's whole µs, at the two ends of a span: a saturated limit grants over a span the
+//! exact `burst + limit × span` to within one request plus `limit × 2 µs` permits, i.e.
+//! **within one request for limits up to 5·10⁵/s** (finer than `max(1, 10⁻⁶ × expected)`
+//! for any span); above that the µs clock adds up to `limit × 2 µs` permits per span, still
+//! without drift (`tests/redis_gcra.rs`: `grants_add_exactly_n_times_t`).
 //!
 //! Limits: any positive finite [`Limit`] and `burst ≥ 1`. `T` is at least one unit (limits
 //! above 10¹⁸/s act as 10¹⁸/s) and `tau` at most 2⁵² µs (142 years): a burst that would take
