@@ -25,6 +25,8 @@
 //! that says when to retry.
 
 pub use ::redis::aio::ConnectionManager;
+pub mod gcra;
+pub use gcra::{Gcra, GcraBuilder, Throttle};
 
 pub mod fallback;
 pub use fallback::{Fallback, FallbackBuilder, Mode, DEFAULT_PING_EVERY, DEFAULT_TIMEOUT};
