@@ -25,14 +25,16 @@
 //! that says when to retry.
 
 pub use ::redis::aio::ConnectionManager;
-pub mod gcra;
-pub use gcra::{Gcra, GcraBuilder, Throttle};
 
 pub mod fallback;
-pub use fallback::{Fallback, FallbackBuilder, Mode, DEFAULT_PING_EVERY, DEFAULT_TIMEOUT};
-
+pub mod gcra;
 pub mod token_bucket;
+pub mod window;
+
+pub use fallback::{Fallback, FallbackBuilder, Mode, DEFAULT_PING_EVERY, DEFAULT_TIMEOUT};
+pub use gcra::{Gcra, GcraBuilder, Throttle};
 pub use token_bucket::TokenBucket;
+pub use window::FixedWindow;
 
 use std::time::Duration;
 
@@ -113,7 +115,6 @@ pub trait RedisLimiter: Send + Sync {
 }
 
 /// A [`Denied`](crate::Denied) from a server's retry-after, dated on the process's clock.
-#[allow(dead_code)] // used by the limiters, which land next
 pub(crate) fn denied_after(retry_after: Option<Duration>) -> crate::Denied {
     use crate::Clock;
     let now = crate::QuantaClock::new().now();
@@ -121,7 +122,6 @@ pub(crate) fn denied_after(retry_after: Option<Duration>) -> crate::Denied {
 }
 
 /// `PING` on a connection, expecting `PONG`.
-#[allow(dead_code)] // used by the limiters, which land next
 pub(crate) async fn ping<C>(con: &C) -> Result<(), RedisLimitError>
 where
     C: ::redis::aio::ConnectionLike + Clone + Send,
@@ -134,6 +134,3 @@ where
         Err(RedisLimitError::UnexpectedReply(pong))
     }
 }
-
-pub mod window;
-pub use window::FixedWindow;
