@@ -14,8 +14,9 @@ pub enum ConfigError {
     /// The limit was positive but subnormal: its interval between events overflows.
     #[error("limit {0} is subnormal; its interval between events is not a finite number")]
     SubnormalLimit(f64),
-    /// A leaky bucket's rate was zero (uber-go/ratelimit divides by it; deviation D6).
-    #[error("rate is 0; a leaky bucket needs at least one permit per period")]
+    /// A rate of permits was zero: a leaky bucket's (uber-go/ratelimit divides by it;
+    /// deviation D6) or a Redis token bucket's (go-zero divides by it).
+    #[error("rate is 0; the limiter needs at least one permit per period")]
     ZeroRate,
     /// A period was zero: a leaky bucket's `per` (deviation D6) or a window's length
     /// (deviation D14).
@@ -44,12 +45,17 @@ pub enum ConfigError {
     /// A window's alignment offset from UTC was a day or more either way (deviation D14).
     #[error("UTC offset {0} s is out of range; it must be less than a day (86400 s) either way")]
     InvalidUtcOffset(i64),
-    /// A leaky meter's capacity was zero: it could never hold a unit of water.
-    #[error("capacity is 0; a leaky meter needs a capacity of at least 1")]
+    /// A capacity was zero: a leaky meter's (it could never hold a unit of water) or a Redis
+    /// token bucket's burst (it could never grant a permit).
+    #[error("capacity is 0; the limiter needs a capacity of at least 1")]
     ZeroCapacity,
     /// A keyed limiter's `max_keys` was zero: no key could ever be admitted.
     #[error("max_keys is 0; a keyed limiter needs room for at least one key")]
     ZeroMaxKeys,
+    /// A Redis window's period was not a whole number of seconds (go-zero's unit, Redis's
+    /// `EXPIRE`), or longer than `EXPIRE` takes.
+    #[error("period {0:?} is not a whole number of seconds up to 9.2e15 s; a Redis window's period is whole seconds")]
+    InvalidPeriod(std::time::Duration),
     /// A Redis fallback's timeout or health-check interval was zero.
     #[error("a timeout or interval of 0; it must be positive")]
     ZeroTimeout,

@@ -181,73 +181,66 @@ pub trait Idle {
     fn born_at(&mut self, b: Nanos);
 }
 
-/// A boxed limiter is a limiter: so is `Box<dyn KeyedLimiter>`, which lets one
-/// [`Keyed`](crate::Keyed) map hold different limiter types for different keys (see
-/// [`KeyedLimiter`]). Every method forwards, including the provided ones, so a limiter that
-/// overrides them keeps its overrides.
-///
-/// ```
-/// use turnstile::{Limit, Limiter, TokenBucket};
-///
-/// let l: Box<dyn Limiter> = Box::new(TokenBucket::new(Limit::per_second(1.0).unwrap(), 1));
-/// assert!(l.check().is_ok());
-/// assert!(l.check().is_err());
-/// ```
-impl<L: Limiter + ?Sized> Limiter for Box<L> {
-    #[inline]
-    fn check_n_at(&self, now: Nanos, n: u32) -> Result<(), Denied> {
-        (**self).check_n_at(now, n)
-    }
+/// A pointer to a limiter is a limiter: every method forwards, so a limiter's own overrides
+/// (a `check_n` that reads its clock once) are kept.
+macro_rules! forward_limiter {
+    ($(#[$doc:meta])* $ptr:ident) => {
+        $(#[$doc])*
+        impl<L: Limiter + ?Sized> Limiter for $ptr<L> {
+            #[inline]
+            fn check_n_at(&self, now: Nanos, n: u32) -> Result<(), Denied> {
+                (**self).check_n_at(now, n)
+            }
 
-    #[inline]
-    fn now(&self) -> Nanos {
-        (**self).now()
-    }
+            #[inline]
+            fn now(&self) -> Nanos {
+                (**self).now()
+            }
 
-    #[inline]
-    fn check_n(&self, n: u32) -> Result<(), Denied> {
-        (**self).check_n(n)
-    }
+            #[inline]
+            fn check_n(&self, n: u32) -> Result<(), Denied> {
+                (**self).check_n(n)
+            }
 
-    #[inline]
-    fn check(&self) -> Result<(), Denied> {
-        (**self).check()
-    }
+            #[inline]
+            fn check(&self) -> Result<(), Denied> {
+                (**self).check()
+            }
+        }
+    };
 }
 
-/// A shared limiter is a limiter: `Arc<dyn Limiter>`, or one limiter shared by several keys
-/// of a [`Keyed`](crate::Keyed) map (a group quota), or by a map and other code.
-///
-/// ```
-/// use std::sync::Arc;
-/// use turnstile::{Limit, Limiter, TokenBucket};
-///
-/// let shared = Arc::new(TokenBucket::new(Limit::per_second(1.0).unwrap(), 1));
-/// let l: Arc<dyn Limiter> = shared.clone();
-/// assert!(l.check().is_ok());
-/// assert!(shared.check().is_err()); // one bucket
-/// ```
-impl<L: Limiter + ?Sized> Limiter for Arc<L> {
-    #[inline]
-    fn check_n_at(&self, now: Nanos, n: u32) -> Result<(), Denied> {
-        (**self).check_n_at(now, n)
-    }
+forward_limiter!(
+    /// A boxed limiter is a limiter: so is `Box<dyn KeyedLimiter>`, which lets one
+    /// [`Keyed`](crate::Keyed) map hold different limiter types for different keys (see
+    /// [`KeyedLimiter`]). Every method forwards, including the provided ones, so a limiter that
+    /// overrides them keeps its overrides.
+    ///
+    /// ```
+    /// use turnstile::{Limit, Limiter, TokenBucket};
+    ///
+    /// let l: Box<dyn Limiter> = Box::new(TokenBucket::new(Limit::per_second(1.0).unwrap(), 1));
+    /// assert!(l.check().is_ok());
+    /// assert!(l.check().is_err());
+    /// ```
+    Box
+);
 
-    #[inline]
-    fn now(&self) -> Nanos {
-        (**self).now()
-    }
-
-    #[inline]
-    fn check_n(&self, n: u32) -> Result<(), Denied> {
-        (**self).check_n(n)
-    }
-
-    #[inline]
-    fn check(&self) -> Result<(), Denied> {
-        (**self).check()
-    }
-}
+forward_limiter!(
+    /// A shared limiter is a limiter: `Arc<dyn Limiter>`, or one limiter shared by several keys
+    /// of a [`Keyed`](crate::Keyed) map (a group quota), or by a map and other code.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use turnstile::{Limit, Limiter, TokenBucket};
+    ///
+    /// let shared = Arc::new(TokenBucket::new(Limit::per_second(1.0).unwrap(), 1));
+    /// let l: Arc<dyn Limiter> = shared.clone();
+    /// assert!(l.check().is_ok());
+    /// assert!(shared.check().is_err()); // one bucket
+    /// ```
+    Arc
+);
 
 /// Forwards to the boxed limiter, [`Idle::born_at`] included (a box returned by a keyed map's
 /// factory is the sole owner of a fresh limiter).

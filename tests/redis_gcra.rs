@@ -30,6 +30,14 @@ async fn connect(s: &RedisServer) -> ConnectionManager {
     ConnectionManager::new(client).await.expect("connect")
 }
 
+/// How many `SET`s the server has run (the script's writes included).
+fn sets(s: &RedisServer) -> u64 {
+    s.cli(&["info", "commandstats"])
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_set:calls="))
+        .map_or(0, |rest| rest.split(',').next().unwrap().parse().unwrap())
+}
+
 /// `d` is within a second below `expected` (the real time spent between calls).
 fn about(d: Duration, expected: Duration) -> bool {
     d <= expected && d > expected.saturating_sub(Duration::from_secs(1))
@@ -98,6 +106,8 @@ async fn a_peek_takes_nothing() {
     assert_eq!(s.cli(&["exists", "p:k"]), "0", "a peek creates no key");
     assert_eq!(g.throttle("k", 1).await.unwrap().remaining, 3);
     let tat = s.cli(&["get", "p:k"]);
+    let sets_before = sets(&s);
+    assert!(sets_before > 0);
     for _ in 0..5 {
         let t = g.peek("k").await.unwrap();
         assert!(t.allowed && t.retry_after.is_none(), "{t:?}");
@@ -107,6 +117,7 @@ async fn a_peek_takes_nothing() {
         assert_eq!(g.try_check_n("k", 0).await.unwrap(), Ok(()));
     }
     assert_eq!(s.cli(&["get", "p:k"]), tat, "peeks write nothing");
+    assert_eq!(sets(&s), sets_before, "peeks write nothing");
     assert_eq!(g.throttle("k", 3).await.unwrap().remaining, 0);
     assert_eq!(g.peek("k").await.unwrap().remaining, 0);
 }
@@ -143,6 +154,7 @@ async fn a_denial_writes_nothing() {
     assert!(g.throttle("d", 2).await.unwrap().allowed);
     let tat = s.cli(&["get", "turnstile:gcra:d"]);
     let pttl: i64 = s.cli(&["pttl", "turnstile:gcra:d"]).parse().unwrap();
+    let sets_before = sets(&s);
     for n in [1, 2, 1, 1] {
         let t = g.throttle("d", n).await.unwrap();
         assert!(!t.allowed, "{t:?}");
@@ -153,6 +165,7 @@ async fn a_denial_writes_nothing() {
         tat,
         "the TAT is unchanged"
     );
+    assert_eq!(sets(&s), sets_before, "no write at all");
     let after: i64 = s.cli(&["pttl", "turnstile:gcra:d"]).parse().unwrap();
     assert!(
         after <= pttl && after > 0,
@@ -330,13 +343,18 @@ fn one_limit_shared_by_four_clients() {
                     .build()
                     .unwrap();
                 rt.block_on(async move {
-                    let client = redis::Client::open(url).unwrap();
-                    let con = ConnectionManager::new(client).await.unwrap();
-                    let g =
-                        Arc::new(Gcra::new(con, Limit::per_second(RATE).unwrap(), BURST).unwrap());
-                    g.peek("shared").await.unwrap(); // script loaded, connection warm
+                    // Setup errors wait for the barriers before they panic: no hang.
+                    let setup = async {
+                        let client = redis::Client::open(url)?;
+                        let con = ConnectionManager::new(client).await?;
+                        let g = Gcra::new(con, Limit::per_second(RATE).unwrap(), BURST).unwrap();
+                        g.peek("shared").await?; // script loaded, connection warm
+                        Ok::<_, Box<dyn std::error::Error>>(Arc::new(g))
+                    }
+                    .await;
                     ready.wait();
                     go.wait();
+                    let g = setup.expect("client setup");
                     let end = Instant::now() + RUN;
                     let tasks: Vec<_> = (0..2u32)
                         .map(|t| {
@@ -418,4 +436,24 @@ async fn grants_add_exactly_n_times_t() {
         t.remaining < 100_000 - 4_000 && t.remaining >= 100_000 - 4_001,
         "{t:?}"
     );
+}
+
+/// Two configurations on one key (a rolling deploy that lowers the burst): the new one reads
+/// the old one's TAT as fewer permits, never as an error.
+#[tokio::test]
+async fn a_key_from_another_configuration_reads_as_fewer_permits() {
+    let Some(s) = RedisServer::start("a_key_from_another_configuration_reads_as_fewer_permits")
+    else {
+        return;
+    };
+    let con = connect(&s).await;
+    let old = Gcra::new(con.clone(), per_minute(), 10).unwrap();
+    let new = Gcra::new(con, per_minute(), 2).unwrap();
+    assert!(old.throttle("deploy", 10).await.unwrap().allowed);
+    let t = new.throttle("deploy", 1).await.unwrap();
+    assert!(!t.allowed && t.remaining == 0 && t.limit == 2, "{t:?}");
+    // 10 minutes below full, 2 of capacity: one permit in 9 minutes.
+    assert!(about(t.retry_after.unwrap(), 9 * MINUTE), "{t:?}");
+    assert!(about(t.reset_after, 10 * MINUTE), "{t:?}");
+    assert_eq!(new.peek("deploy").await.unwrap().remaining, 0);
 }

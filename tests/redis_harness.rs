@@ -37,3 +37,58 @@ fn a_three_master_cluster_covers_every_slot() {
     assert!(info.contains("cluster_slots_assigned:16384"), "{info}");
     assert!(info.contains("cluster_known_nodes:3"), "{info}");
 }
+
+/// `turnstile::redis::connect` reconnects within the 100 ms backoff it sets: a restarted
+/// server answers the same connection again well within a second.
+#[tokio::test]
+async fn connect_reconnects_promptly_after_a_restart() {
+    use std::time::{Duration, Instant};
+    let Some(mut s) = RedisServer::start("connect_reconnects_promptly_after_a_restart") else {
+        return;
+    };
+    let mut con = turnstile::redis::connect(&s.url()).await.unwrap();
+    let pong: String = redis::cmd("PING").query_async(&mut con).await.unwrap();
+    assert_eq!(pong, "PONG");
+    s.restart();
+    let start = Instant::now();
+    loop {
+        let r: redis::RedisResult<String> = redis::cmd("PING").query_async(&mut con).await;
+        if r.is_ok() {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(3),
+            "no reconnect: {r:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// `turnstile::redis::connect_cluster` reaches every master: a limiter's keys spread over
+/// the slots all answer.
+#[tokio::test]
+async fn connect_cluster_reaches_every_master() {
+    use turnstile::redis::{Gcra, RedisLimiter};
+    use turnstile::Limit;
+    let Some(c) = RedisCluster::start("connect_cluster_reaches_every_master", 3) else {
+        return;
+    };
+    let urls = c.urls();
+    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let con = turnstile::redis::connect_cluster(&urls).await.unwrap();
+    // One a minute: each key lives a minute after its grant, long enough to be counted.
+    let gcra = Gcra::new(con, Limit::every(std::time::Duration::from_secs(60)), 5).unwrap();
+    for k in 0..30 {
+        assert!(gcra
+            .try_check_n(&format!("client-{k}"), 1)
+            .await
+            .unwrap()
+            .is_ok());
+    }
+    let holding = c
+        .nodes
+        .iter()
+        .filter(|n| n.cli(&["dbsize"]).parse::<u64>().unwrap() > 0)
+        .count();
+    assert_eq!(holding, 3, "keys on every master");
+}

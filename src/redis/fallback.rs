@@ -35,9 +35,8 @@
 //! Latency is bounded in every case: a call costs at most the timeout (the call that detects
 //! the outage), usually one round trip, and nothing beyond an in-process check in fallback
 //! mode. The wrapped limiter's connection should reconnect promptly, or the return waits for
-//! it: with redis-rs's `ConnectionManager`, a short
-//! `ConnectionManagerConfig::set_max_delay` (say 100 ms) keeps its reconnection backoff from
-//! delaying the first successful `PING` by seconds.
+//! it: [`connect`](super::connect) sets redis-rs's `ConnectionManager` to retry within
+//! 100 ms (its default backoff can delay the first successful `PING` by seconds).
 //!
 //! # Example
 //! A stand-in for a Redis limiter whose server is down (a real one is this module's token

@@ -25,13 +25,57 @@
 //! that says when to retry.
 
 pub use ::redis::aio::ConnectionManager;
-pub mod gcra;
-pub use gcra::{Gcra, GcraBuilder, Throttle};
 
 pub mod fallback;
+pub mod gcra;
+pub mod token_bucket;
+pub mod window;
+
 pub use fallback::{Fallback, FallbackBuilder, Mode, DEFAULT_PING_EVERY, DEFAULT_TIMEOUT};
+pub use gcra::{Gcra, GcraBuilder, Throttle};
+pub use token_bucket::TokenBucket;
+pub use window::FixedWindow;
 
 use std::time::Duration;
+
+/// A reconnecting connection to one Redis server, set up for limiters: after a restart or an
+/// outage it reconnects within 100 ms (redis-rs's default backoff can wait seconds, which
+/// would keep a [`Fallback`] in fallback that long), a connection attempt gives up after
+/// 500 ms, and calls carry no response timeout of their own ([`Fallback`] puts its per-call
+/// timeout around each check). Equivalent to redis-rs's
+/// `Client::get_connection_manager_with_config` with those settings; build your own
+/// [`ConnectionManager`] for others.
+///
+/// ```no_run
+/// # async fn f() -> Result<(), turnstile::redis::RedisLimitError> {
+/// let con = turnstile::redis::connect("redis://127.0.0.1:6379/").await?;
+/// # Ok(()) }
+/// ```
+pub async fn connect(url: &str) -> Result<ConnectionManager, RedisLimitError> {
+    let config = ::redis::aio::ConnectionManagerConfig::new()
+        .set_min_delay(Duration::from_millis(20))
+        .set_max_delay(Duration::from_millis(100))
+        .set_connection_timeout(Some(Duration::from_millis(500)))
+        .set_response_timeout(None);
+    let client = ::redis::Client::open(url)?;
+    Ok(client.get_connection_manager_with_config(config).await?)
+}
+
+/// A connection to a Redis Cluster, from the URLs of some of its nodes (redis-rs's
+/// `ClusterClient`, which follows `MOVED` and `ASK` redirections). Every turnstile Redis
+/// limiter touches one slot per call, so it runs on a cluster unchanged.
+///
+/// ```no_run
+/// # async fn f() -> Result<(), turnstile::redis::RedisLimitError> {
+/// let con = turnstile::redis::connect_cluster(&["redis://10.0.0.1:7000/", "redis://10.0.0.2:7000/"]).await?;
+/// # Ok(()) }
+/// ```
+pub async fn connect_cluster(
+    urls: &[&str],
+) -> Result<::redis::cluster_async::ClusterConnection, RedisLimitError> {
+    let client = ::redis::cluster::ClusterClient::new(urls.to_vec())?;
+    Ok(client.get_async_connection().await?)
+}
 
 /// Why a Redis limiter could not answer. Bad input is refused before any round trip.
 #[derive(Debug, thiserror::Error)]
@@ -110,7 +154,6 @@ pub trait RedisLimiter: Send + Sync {
 }
 
 /// A [`Denied`](crate::Denied) from a server's retry-after, dated on the process's clock.
-#[allow(dead_code)] // used by the limiters, which land next
 pub(crate) fn denied_after(retry_after: Option<Duration>) -> crate::Denied {
     use crate::Clock;
     let now = crate::QuantaClock::new().now();
@@ -118,7 +161,6 @@ pub(crate) fn denied_after(retry_after: Option<Duration>) -> crate::Denied {
 }
 
 /// `PING` on a connection, expecting `PONG`.
-#[allow(dead_code)] // used by the limiters, which land next
 pub(crate) async fn ping<C>(con: &C) -> Result<(), RedisLimitError>
 where
     C: ::redis::aio::ConnectionLike + Clone + Send,

@@ -1,0 +1,384 @@
+//! A token bucket shared by a fleet on Redis, compatible with go-zero's `TokenLimiter`.
+//!
+//! # Compatibility
+//! [`TokenBucket`] keeps go-zero's state, in go-zero's keys, with go-zero's arithmetic, so a Go
+//! service on go-zero's `limit.NewTokenLimiter(rate, burst, store, key)` and a Rust service on
+//! `TokenBucket::new(con, rate, burst)` with the same `rate`, `burst` and key share **one**
+//! limit:
+//!
+//! - **Keys** ([`keys`]): `{key}.tokens` (the tokens left, an integer) and `{key}.ts` (the
+//!   caller's clock in whole Unix seconds at the last call). The `{…}` hash tag puts both in one
+//!   Redis Cluster slot. With a [prefix](TokenBucket::with_prefix) the tag holds `prefix + key`;
+//!   without one the layout is exactly go-zero's.
+//! - **Script** ([`SCRIPT`]): go-zero's `core/limit/tokenscript.lua` with the same arguments
+//!   (`rate`, `burst`, `now`, `n`): a missing key reads as a full bucket, `rate` tokens are
+//!   added per whole second of the callers' clocks since the stored timestamp (capped at
+//!   `burst`), `n` are taken if there are that many, and **both keys are always rewritten by
+//!   `SETEX`**, denials included, so idle keys expire by themselves.
+//! - **Time**: the caller's clock, in whole Unix seconds (go-zero's `now.Unix()`), not Redis's
+//!   `TIME`. [`TokenBucket::try_check_n_at`] takes that time explicitly.
+//! - `n = 0` is allowed (and, as upstream, still refreshes the keys).
+//!
+//! # Deviations (from `seed-semantics.md`)
+//! - **D12**: the keys' TTL is `max(1, floor(2·burst/rate))` seconds ([`ttl`]). go-zero's
+//!   `floor(2·burst/rate)` is 0 whenever `2·burst < rate` (e.g. rate 10, burst 4); `SETEX` then
+//!   fails with "invalid expire time" and go-zero silently lives in its in-process rescue
+//!   limiter forever. Here such limits work on Redis.
+//! - **D13**: the stored timestamp is never rewound. In go-zero a caller whose clock is behind
+//!   the stored timestamp gets no refill (as here) but writes its smaller time back, so the next
+//!   caller with the right time refills again: clocks that disagree mint tokens. Here the stored
+//!   timestamp stays the larger one.
+//! - More than `burst` permits (`n > burst`) can never be granted: go-zero runs the script and
+//!   denies (rewriting the keys); here it is [`RedisLimitError::ExceedsBurst`] before any round
+//!   trip, as is an empty key ([`RedisLimitError::EmptyKey`]). A zero rate (go-zero divides by
+//!   zero) or a zero burst is a [`ConfigError`] at construction.
+//! - The script answers more than go-zero's boolean: also the tokens left and the stored
+//!   timestamp, from which a denial's retry-after is computed (the time, in whole seconds of
+//!   the caller's clock, at which `n` tokens will exist if nobody else takes any). What it
+//!   stores is exactly what go-zero's script stores, apart from D12 and D13.
+//!
+//! Both fixes only ever matter where go-zero misbehaves, so Go services running go-zero's own
+//! script and Rust services running this one on one key agree call by call while the callers'
+//! clocks agree (the tests run go-zero's script text side by side with this limiter).
+//!
+//! # Granularity
+//! As upstream, tokens arrive `rate` at a time at each whole second of the callers' clocks: a
+//! client that drains the bucket just before a second boundary and again just after it gets up
+//! to about `2 × burst` permits within a moment (go-zero#1451). For a limit that is smooth
+//! within the second and immune to clock skew, use the GCRA on the Redis server's clock.
+//!
+//! # Cluster
+//! Both keys of a call share their hash tag, hence their slot, so the limiter works unchanged
+//! on a Redis Cluster through
+//! [`ClusterConnection`](::redis::cluster_async::ClusterConnection), which follows `MOVED` and
+//! `ASK` redirections when slots migrate. (A key whose hash tag would be empty, i.e.
+//! `prefix + key` starting with `}`, hashes its two Redis keys to different slots and fails on a
+//! cluster with `CROSSSLOT`, as it does in go-zero.)
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use turnstile::redis::{RedisLimiter, TokenBucket};
+//!
+//! let client = redis::Client::open("redis://127.0.0.1:6380/")?;
+//! let con = client.get_connection_manager().await?;
+//! // 100 permits per second, bursts of 200: go-zero's NewTokenLimiter(100, 200, store, key).
+//! let limiter = TokenBucket::new(con, 100, 200)?;
+//! match limiter.try_check("user:42").await? {
+//!     Ok(()) => { /* serve */ }
+//!     Err(denied) => println!("retry in {:?} s", denied.retry_after_secs()),
+//! }
+//! # Ok(()) }
+//! ```
+
+use std::sync::LazyLock;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use ::redis::aio::ConnectionLike;
+use ::redis::Script;
+
+use super::{ConnectionManager, RedisLimitError, RedisLimiter};
+use crate::{Compact, ConfigError, Denied, Limit, QuantaClock};
+
+/// The limiter's Lua script: go-zero's `tokenscript.lua` (MIT, Copyright (c) 2022 zeromicro)
+/// with D12 (`ttl` at least 1) and D13 (the stored timestamp never rewound), answering
+/// `{allowed (1 or 0), tokens after the call, stored timestamp}` instead of go-zero's boolean.
+///
+/// `KEYS = [tokens key, timestamp key]` ([`keys`]), `ARGV = [rate, burst, now (whole Unix
+/// seconds), n]`, exactly as go-zero passes them.
+///
+/// ```
+/// use turnstile::redis::token_bucket::SCRIPT;
+/// assert!(SCRIPT.contains(r#"redis.call("setex", KEYS[2], ttl, ts)"#));
+/// ```
+pub const SCRIPT: &str = r#"-- turnstile::redis::TokenBucket: go-zero's core/limit/tokenscript.lua
+-- (MIT, Copyright (c) 2022 zeromicro), the same state in the same keys, with
+-- D12 (ttl >= 1) and D13 (the timestamp is never rewound) fixed, answering
+-- {allowed, tokens after, stored timestamp} for the caller's retry-after.
+-- KEYS[1] as tokens_key
+-- KEYS[2] as timestamp_key
+local rate = tonumber(ARGV[1])
+local capacity = tonumber(ARGV[2])
+local now = tonumber(ARGV[3])
+local requested = tonumber(ARGV[4])
+local fill_time = capacity/rate
+-- D12: go-zero's floor(fill_time*2) is 0 when 2*capacity < rate, and SETEX fails
+local ttl = math.max(1, math.floor(fill_time*2))
+local last_tokens = tonumber(redis.call("get", KEYS[1]))
+if last_tokens == nil then
+    last_tokens = capacity
+end
+
+local last_refreshed = tonumber(redis.call("get", KEYS[2]))
+if last_refreshed == nil then
+    last_refreshed = 0
+end
+
+local delta = math.max(0, now-last_refreshed)
+local filled_tokens = math.min(capacity, last_tokens+(delta*rate))
+local allowed = filled_tokens >= requested
+local new_tokens = filled_tokens
+if allowed then
+    new_tokens = filled_tokens - requested
+end
+-- D13: a caller whose clock is behind does not rewind the stored timestamp
+local ts = math.max(now, last_refreshed)
+
+redis.call("setex", KEYS[1], ttl, new_tokens)
+redis.call("setex", KEYS[2], ttl, ts)
+
+if allowed then
+    return {1, new_tokens, ts}
+end
+return {0, new_tokens, ts}
+"#;
+
+static LOADED: LazyLock<Script> = LazyLock::new(|| Script::new(SCRIPT));
+
+/// The two Redis keys of `key` under `prefix`: `{prefix+key}.tokens` and `{prefix+key}.ts`,
+/// go-zero's `tokenFormat` and `timestampFormat`.
+///
+/// ```
+/// use turnstile::redis::token_bucket::keys;
+/// assert_eq!(keys("", "api"), ["{api}.tokens".to_string(), "{api}.ts".to_string()]);
+/// assert_eq!(keys("rl:", "bob"), ["{rl:bob}.tokens".to_string(), "{rl:bob}.ts".to_string()]);
+/// ```
+pub fn keys(prefix: &str, key: &str) -> [String; 2] {
+    [
+        format!("{{{prefix}{key}}}.tokens"),
+        format!("{{{prefix}{key}}}.ts"),
+    ]
+}
+
+/// The keys' TTL in seconds for a limit: `max(1, floor(2·burst/rate))`, computed as the
+/// script does (D12: go-zero's is 0 when `2·burst < rate`).
+///
+/// ```
+/// use turnstile::redis::token_bucket::ttl;
+/// assert_eq!(ttl(5, 10), 4);
+/// assert_eq!(ttl(3, 4), 2);
+/// assert_eq!(ttl(10, 4), 1); // go-zero: 0, and every SETEX fails
+/// ```
+pub fn ttl(rate: u32, burst: u32) -> u64 {
+    // Lua's `math.floor(capacity/rate*2)` in doubles, the same expression.
+    let t = (f64::from(burst) / f64::from(rate) * 2.0).floor();
+    if t.is_finite() && t >= 1.0 {
+        t as u64
+    } else {
+        1
+    }
+}
+
+/// A token bucket on Redis shared by every process that uses the same keys, compatible with
+/// go-zero's `TokenLimiter` (see the [module docs](self) for the compatibility, the deviations
+/// and the 1 s granularity).
+///
+/// Generic over the connection: a single server through the reconnecting
+/// [`ConnectionManager`] (the default) or a Redis Cluster through
+/// [`ClusterConnection`](::redis::cluster_async::ClusterConnection). Cloning is cheap when the
+/// connection's is (both are handles on one multiplexed connection).
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// use turnstile::redis::TokenBucket;
+///
+/// let nodes = vec!["redis://127.0.0.1:7000/", "redis://127.0.0.1:7001/"];
+/// let con = redis::cluster::ClusterClient::new(nodes)?.get_async_connection().await?;
+/// let limiter = TokenBucket::new(con, 10, 20)?.with_prefix("api:");
+/// // Keys {api:alice}.tokens and {api:alice}.ts, at a time of the caller's choosing:
+/// assert!(limiter.try_check_n_at("alice", 1_700_000_000, 20).await?.is_ok());
+/// assert!(limiter.try_check_n_at("alice", 1_700_000_000, 1).await?.is_err());
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct TokenBucket<C = ConnectionManager> {
+    con: C,
+    rate: u32,
+    burst: u32,
+    prefix: String,
+}
+
+impl<C> TokenBucket<C>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    /// A limiter of `rate` tokens per second and `burst` capacity on `con`, with no key
+    /// prefix: go-zero's `NewTokenLimiter(rate, burst, store, key)` for every key it is called
+    /// with. Nothing is sent to Redis until the first check.
+    ///
+    /// # Errors
+    /// [`ConfigError::ZeroRate`] for a zero rate (go-zero divides by it),
+    /// [`ConfigError::ZeroCapacity`] for a zero burst (nothing could ever be granted).
+    pub fn new(con: C, rate: u32, burst: u32) -> Result<Self, ConfigError> {
+        if rate == 0 {
+            return Err(ConfigError::ZeroRate);
+        }
+        if burst == 0 {
+            return Err(ConfigError::ZeroCapacity);
+        }
+        Ok(TokenBucket {
+            con,
+            rate,
+            burst,
+            prefix: String::new(),
+        })
+    }
+
+    /// Prefixes every key: a call with `key` uses `{prefix+key}.tokens` and `{prefix+key}.ts`.
+    /// A go-zero service shares the limit by passing `prefix + key` to `NewTokenLimiter`.
+    pub fn with_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// Tokens added per whole second.
+    pub fn rate(&self) -> u32 {
+        self.rate
+    }
+
+    /// The bucket's capacity: the most permits one call can take.
+    pub fn burst(&self) -> u32 {
+        self.burst
+    }
+
+    /// The key prefix (empty by default).
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// The two Redis keys of `key` (with the prefix): see [`keys`].
+    pub fn keys(&self, key: &str) -> [String; 2] {
+        keys(&self.prefix, key)
+    }
+
+    /// The keys' TTL in seconds: see [`ttl`].
+    pub fn ttl(&self) -> u64 {
+        ttl(self.rate, self.burst)
+    }
+
+    /// The connection the limiter uses.
+    pub fn connection(&self) -> &C {
+        &self.con
+    }
+
+    /// One permit for `key` now: [`RedisLimiter::try_check_n`] with `n = 1`.
+    pub async fn try_check(&self, key: &str) -> Result<Result<(), Denied>, RedisLimitError> {
+        self.try_check_n(key, 1).await
+    }
+
+    /// Takes `n` permits for `key` at `now_unix_secs` (the caller's clock in whole Unix
+    /// seconds, go-zero's `now.Unix()`) if the shared bucket has them. A denial's retry-after
+    /// counts from the start of that second.
+    ///
+    /// # Errors
+    /// [`RedisLimitError::EmptyKey`] and [`RedisLimitError::ExceedsBurst`] before any round
+    /// trip; [`RedisLimitError::Redis`] when Redis fails.
+    pub async fn try_check_n_at(
+        &self,
+        key: &str,
+        now_unix_secs: u64,
+        n: u32,
+    ) -> Result<Result<(), Denied>, RedisLimitError> {
+        self.check(key, Duration::from_secs(now_unix_secs), n).await
+    }
+
+    /// The check at `now` since the Unix epoch; the script sees its whole seconds.
+    async fn check(
+        &self,
+        key: &str,
+        now: Duration,
+        n: u32,
+    ) -> Result<Result<(), Denied>, RedisLimitError> {
+        if key.is_empty() {
+            return Err(RedisLimitError::EmptyKey);
+        }
+        if n > self.burst {
+            return Err(RedisLimitError::ExceedsBurst {
+                n,
+                burst: self.burst,
+            });
+        }
+        let secs = now.as_secs();
+        let [tokens_key, ts_key] = self.keys(key);
+        let mut con = self.con.clone();
+        let reply: Vec<i64> = LOADED
+            .key(tokens_key)
+            .key(ts_key)
+            .arg(self.rate)
+            .arg(self.burst)
+            .arg(secs)
+            .arg(n)
+            .invoke_async(&mut con)
+            .await?;
+        let &[allowed, tokens, ts] = reply.as_slice() else {
+            return Err(RedisLimitError::UnexpectedReply(format!("{reply:?}")));
+        };
+        match allowed {
+            1 => Ok(Ok(())),
+            0 => Ok(Err(super::denied_after(Some(
+                self.retry_after(now, n, tokens, ts),
+            )))),
+            _ => Err(RedisLimitError::UnexpectedReply(format!("{reply:?}"))),
+        }
+    }
+
+    /// When `n` tokens will exist after a denial that left `tokens` with the timestamp `ts`:
+    /// `rate` arrive at each whole second after `ts`, so at second `ts + ceil((n - tokens) /
+    /// rate)` of the caller's clock. Counted from `now` (which `ts` is never behind, unless
+    /// the stored timestamp is ahead of the caller's clock, in which case the wait includes
+    /// the difference).
+    fn retry_after(&self, now: Duration, n: u32, tokens: i64, ts: i64) -> Duration {
+        let missing = i64::from(n).saturating_sub(tokens).max(1) as u64;
+        let seconds = missing.div_ceil(u64::from(self.rate));
+        let at = Duration::from_secs((ts.max(0) as u64).saturating_add(seconds));
+        at.saturating_sub(now)
+    }
+}
+
+impl<C> RedisLimiter for TokenBucket<C>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    type Local = crate::TokenBucket<QuantaClock, Compact>;
+
+    /// An in-process [`TokenBucket`](crate::TokenBucket) (compact layout, starting full as
+    /// go-zero's rescue limiter does) with `rate × share` tokens per second and a burst of
+    /// `max(1, ceil(burst × share))`. A `share` outside `(0, 1]` (or NaN) counts as 1.
+    fn local(&self, share: f64) -> Self::Local {
+        let share = if share > 0.0 && share <= 1.0 {
+            share
+        } else {
+            1.0
+        };
+        let limit = Limit::per_second(f64::from(self.rate) * share).unwrap_or(Limit::ZERO);
+        let burst = (f64::from(self.burst) * share).ceil().max(1.0) as u32;
+        crate::TokenBucket::compact(limit, burst)
+    }
+
+    fn ping(&self) -> impl std::future::Future<Output = Result<(), RedisLimitError>> + Send {
+        super::ping(&self.con)
+    }
+
+    /// Takes `n` permits for `key` at the caller's clock (the system time, whole Unix
+    /// seconds, as go-zero's `time.Now().Unix()`); a denial's retry-after counts from the
+    /// exact time of the call.
+    fn try_check_n(
+        &self,
+        key: &str,
+        n: u32,
+    ) -> impl std::future::Future<Output = Result<Result<(), Denied>, RedisLimitError>> + Send {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or(Duration::ZERO);
+        self.check(key, now, n)
+    }
+}
+
+impl<C> std::fmt::Debug for TokenBucket<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("redis::TokenBucket")
+            .field("rate", &self.rate)
+            .field("burst", &self.burst)
+            .field("prefix", &self.prefix)
+            .finish_non_exhaustive()
+    }
+}
