@@ -8,7 +8,9 @@ use std::io::{self, Write};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use turnstile::redis::{ConnectionManager, Fallback, Gcra, RedisLimitError};
+use turnstile::redis::{
+    ConnectionManager, Fallback, FixedWindow, Gcra, RedisLimitError, RedisLimiter, TokenBucket,
+};
 use turnstile::Limit;
 
 /// The target of issue #11: a check at least this fraction of PING's throughput.
@@ -19,6 +21,13 @@ pub const TARGET: f64 = 0.8;
 pub const LIMIT_PER_SEC: f64 = 1e9;
 /// The burst every limiter cell uses.
 pub const BURST: u32 = 1000;
+
+/// `redis::TokenBucket`'s rate (tokens per whole second) and burst in the benchmark: never
+/// denying at any rate reached here.
+pub const TB_RATE: u32 = 1_000_000_000;
+pub const TB_BURST: u32 = 1_000_000;
+/// `redis::FixedWindow`'s quota per 1 s window in the benchmark: never reached here.
+pub const WINDOW_QUOTA: u32 = 1_000_000_000;
 
 /// What one cell does per call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,6 +43,12 @@ pub enum Op {
     GcraRandom,
     /// `Fallback<Gcra>::check(key)` on one hot key, in Redis mode: Gcra plus the wrapper.
     FallbackHot,
+    /// `redis::TokenBucket` (go-zero's `TokenLimiter` script) `try_check_n(key, 1)` on one hot
+    /// key.
+    TokenBucketHot,
+    /// `redis::FixedWindow` (go-zero's `PeriodLimit` script) `try_check_n(key, 1)` on one hot
+    /// key.
+    FixedWindowHot,
 }
 
 impl Op {
@@ -45,6 +60,8 @@ impl Op {
             Op::GcraHot => "gcra_hot_key",
             Op::GcraRandom => "gcra_random_keys",
             Op::FallbackHot => "fallback_gcra_hot_key",
+            Op::TokenBucketHot => "token_bucket_hot_key",
+            Op::FixedWindowHot => "fixed_window_hot_key",
         }
     }
 
@@ -54,7 +71,13 @@ impl Op {
     }
 
     /// The limiter cells, in the order they run between the two PING cells.
-    pub const CHECKS: [Op; 3] = [Op::GcraHot, Op::GcraRandom, Op::FallbackHot];
+    pub const CHECKS: [Op; 5] = [
+        Op::GcraHot,
+        Op::GcraRandom,
+        Op::FallbackHot,
+        Op::TokenBucketHot,
+        Op::FixedWindowHot,
+    ];
 }
 
 /// The command line.
@@ -77,7 +100,7 @@ pub struct Args {
 pub const CELLS_PER_LEVEL: usize = 3 + Op::CHECKS.len();
 
 /// The default seconds per cell: the whole run (at the default `--tasks 1,16`) about 24 s.
-pub const DEFAULT_SECONDS: f64 = 2.0;
+pub const DEFAULT_SECONDS: f64 = 1.5;
 
 impl Args {
     /// How many cells the run has.
@@ -276,6 +299,8 @@ struct Targets {
     hot: Gcra,
     random: Gcra,
     fallback: Fallback<Gcra>,
+    token_bucket: TokenBucket,
+    fixed_window: FixedWindow,
     keys: Vec<String>,
 }
 
@@ -323,6 +348,18 @@ async fn call(op: Op, t: &Targets, rng: &mut u64) -> Result<bool, String> {
             .await
             .map(|v| v.is_ok())
             .map_err(|e: RedisLimitError| e.to_string()),
+        Op::TokenBucketHot => t
+            .token_bucket
+            .try_check_n("hot", 1)
+            .await
+            .map(|v| v.is_ok())
+            .map_err(|e| e.to_string()),
+        Op::FixedWindowHot => t
+            .fixed_window
+            .try_check_n("hot", 1)
+            .await
+            .map(|v| v.is_ok())
+            .map_err(|e| e.to_string()),
     }
 }
 
@@ -489,8 +526,7 @@ pub async fn run_all(
     runtime_workers: usize,
     out: &mut dyn Write,
 ) -> Result<Report, String> {
-    let client = ::redis::Client::open(url).map_err(|e| format!("{url}: {e}"))?;
-    let con = ConnectionManager::new(client)
+    let con = turnstile::redis::connect(url)
         .await
         .map_err(|e| format!("connecting to {url}: {e}"))?;
     let info: String = ::redis::cmd("INFO")
@@ -520,6 +556,14 @@ pub async fn run_all(
             // A generous timeout: a loaded machine must not flip the wrapper into fallback
             // mode (the cell would then measure the local limiter, not Redis).
             .timeout(Duration::from_secs(2))
+            .build()
+            .map_err(|e| e.to_string())?,
+        // go-zero's whole-second token bucket and fixed window, also set never to deny.
+        token_bucket: TokenBucket::new(con.clone(), TB_RATE, TB_BURST)
+            .map_err(|e| e.to_string())?
+            .with_prefix("turnstile:bench:token_bucket:"),
+        fixed_window: FixedWindow::builder(con.clone(), WINDOW_QUOTA, Duration::from_secs(1))
+            .prefix("turnstile:bench:fixed_window:")
             .build()
             .map_err(|e| e.to_string())?,
         keys: (0..args.keys).map(|i| format!("client{i}")).collect(),
@@ -724,6 +768,9 @@ pub fn print_verdict(report: &Report, out: &mut dyn Write) -> io::Result<()> {
     script per check: its ratio is the most a limiter script can reach here.
   - gcra_random_keys should be close to gcra_hot_key (a key lookup is cheap); the Fallback
     cell close to Gcra's (its overhead in Redis mode is one atomic load and a timer).
+    token_bucket_hot_key (go-zero's TokenLimiter script: two GETs and two SETEXs, the client's
+    clock) and fixed_window_hot_key (go-zero's PeriodLimit script: INCRBY and PTTL, EXPIRE on a
+    new window) are judged the same way and show what go-zero's scripts cost next to Gcra's.
   - on a shared 2-core machine the server, the client and other work compete for the cores:
     ratios move by 10-20% from run to run; rerun with a larger --seconds before trusting a
     BELOW."
