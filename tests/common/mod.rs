@@ -2,6 +2,8 @@
 //! proptest, counting how each one ended: ran to the end, or stopped where a named deviation
 //! applies) and the bad-input tests' extreme times.
 
+#[cfg(feature = "redis")]
+pub mod redis_counter;
 pub mod redis_server;
 pub mod stale_race;
 

@@ -1,0 +1,86 @@
+//! `Fallback`'s switches are `tracing` events: a warning with the error on the way to the
+//! fallback, an info with the outage's length on the way back. Alone in its own test binary:
+//! `tracing` caches each call site's interest process-wide when it is first hit, and another
+//! test's thread hitting the same call site first, with no subscriber, while this one installs
+//! its own, can leave the site disabled for this test (a rare, real race seen in CI).
+#![cfg(feature = "redis")]
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::redis_counter::*;
+use common::redis_server::RedisServer;
+use turnstile::redis::{Fallback, Mode};
+
+/// Records every event of turnstile's with its level and fields, as `LEVEL field=value ...` lines.
+#[derive(Clone, Default)]
+struct Events(Arc<std::sync::Mutex<Vec<String>>>);
+
+impl tracing::Subscriber for Events {
+    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+        true
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, event: &tracing::Event<'_>) {
+        struct Line(String);
+        impl tracing::field::Visit for Line {
+            fn record_debug(&mut self, f: &tracing::field::Field, v: &dyn std::fmt::Debug) {
+                self.0.push_str(&format!(" {}={:?}", f.name(), v));
+            }
+        }
+        if !event.metadata().target().starts_with("turnstile") {
+            return;
+        }
+        let mut line = Line(event.metadata().level().to_string());
+        event.record(&mut line);
+        self.0.lock().unwrap().push(line.0);
+    }
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
+#[tokio::test]
+async fn each_switch_is_a_tracing_event() {
+    let Some(mut server) = RedisServer::start("each_switch_is_a_tracing_event") else {
+        return;
+    };
+    // A current-thread runtime: the health check runs on this thread, under this default.
+    let events = Events::default();
+    let _guard = tracing::subscriber::set_default(events.clone());
+    guarded(async {
+        let c = Counter::new(&server, 5, Duration::from_secs(60), Kind::Count).await;
+        let fb = Fallback::builder(c).timeout(TIMEOUT).build().unwrap();
+        assert!(answered(&fb, "t").await);
+        assert!(
+            events.0.lock().unwrap().is_empty(),
+            "nothing to say in Redis mode"
+        );
+
+        server.kill();
+        assert!(answered(&fb, "t").await);
+        assert!(answered(&fb, "t").await);
+        {
+            let seen = events.0.lock().unwrap();
+            assert_eq!(seen.len(), 1, "one event for the switch: {seen:?}");
+            assert!(seen[0].starts_with("WARN"), "{seen:?}");
+            assert!(
+                seen[0].contains(" error="),
+                "the error is in the event: {seen:?}"
+            );
+        }
+
+        server.restart();
+        wait_for(&fb, Mode::Redis, BACK_WITHIN).await;
+        let seen = events.0.lock().unwrap();
+        assert_eq!(seen.len(), 2, "{seen:?}");
+        assert!(seen[1].starts_with("INFO"), "{seen:?}");
+        assert!(seen[1].contains(" outage="), "{seen:?}");
+    })
+    .await;
+}
