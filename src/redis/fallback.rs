@@ -169,6 +169,10 @@ where
     share: f64,
     to_fallback: AtomicU64,
     to_redis: AtomicU64,
+    // The two mutexes below are off the hot path: a check reads only `mode` (one atomic
+    // load); they are taken only by the one call that wins the switch's CAS, by the health
+    // check when it switches back, and by `last_switch()` and drop, so a handful of times per
+    // outage, never per check.
     /// When the mode last changed.
     last_switch: Mutex<Option<Instant>>,
     /// The running health check, aborted when the last handle goes.
