@@ -115,7 +115,7 @@ use std::time::Duration;
 use ::redis::aio::ConnectionLike;
 use ::redis::Script;
 
-use super::{denied_after, ConnectionManager, RedisLimitError, RedisLimiter};
+use super::{denied_after, ConnectionManager, RedisBatch, RedisLimitError, RedisLimiter};
 use crate::{Compact, ConfigError, Denied, Limit, QuantaClock, TokenBucket};
 
 /// Units of time per µs: a unit is 10⁻¹⁸ s.
@@ -127,17 +127,18 @@ const UNITS_PER_SEC: f64 = 1e18;
 /// The longest `tau`: 2⁵² µs (142 years), so that the script's sums stay below 2⁵³.
 const MAX_TAU: u128 = (1u128 << 52) * UNITS_PER_US;
 
-/// The GCRA script. `KEYS[1]` the limit's key; `ARGV` = `n × T` and `tau`, each as whole µs
-/// then the remaining units (10⁻¹⁸ s, below 10¹²). Returns `{allowed (1/0), d_us, d_units}`
-/// with `d = max(tat, now) - now` before the call; the caller derives remaining, retry-after
+/// The GCRA script. `KEYS[1]` the limit's key; `ARGV` = `tau`, then one `n × T` per request
+/// (a batch: [`Coalesce`](super::Coalesce)), each as whole µs then the remaining units
+/// (10⁻¹⁸ s, below 10¹²). The requests are taken one after another at the same `now`, each
+/// as if alone. Returns `{allowed (1/0), d_us, d_units}` per request, with
+/// `d = max(tat, now) - now` before that request; the caller derives remaining, retry-after
 /// and reset-after from `d`, `n × T`, `T` and `tau`.
 pub const SCRIPT: &str = r#"
 if redis.replicate_commands then redis.replicate_commands() end
 local F = 1000000000000
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local inc_us, inc_f = tonumber(ARGV[1]), tonumber(ARGV[2])
-local tau_us, tau_f = tonumber(ARGV[3]), tonumber(ARGV[4])
+local tau_us, tau_f = tonumber(ARGV[1]), tonumber(ARGV[2])
 local d_us, d_f = 0, 0
 local s = redis.call('GET', KEYS[1])
 if s then
@@ -155,22 +156,29 @@ if s then
     d_us, d_f = tat_us - now, tat_f
   end
 end
-local a_us, a_f = d_us + inc_us, d_f + inc_f
-if a_f >= F then
-  a_us, a_f = a_us + 1, a_f - F
+local out, took = {}, false
+for i = 3, #ARGV - 1, 2 do
+  local inc_us, inc_f = tonumber(ARGV[i]), tonumber(ARGV[i + 1])
+  local a_us, a_f = d_us + inc_us, d_f + inc_f
+  if a_f >= F then
+    a_us, a_f = a_us + 1, a_f - F
+  end
+  local ok = a_us < tau_us or (a_us == tau_us and a_f <= tau_f)
+  out[#out + 1] = ok and 1 or 0
+  out[#out + 1] = d_us
+  out[#out + 1] = d_f
+  if ok and (inc_us > 0 or inc_f > 0) then
+    d_us, d_f, took = a_us, a_f, true
+  end
 end
-local ok = a_us < tau_us or (a_us == tau_us and a_f <= tau_f)
-if ok and (inc_us > 0 or inc_f > 0) then
-  local up = a_us
-  if a_f > 0 then up = up + 1 end
+if took then
+  local up = d_us
+  if d_f > 0 then up = up + 1 end
   local ms = math.floor((up + 999) / 1000)
   if ms < 1 then ms = 1 end
-  redis.call('SET', KEYS[1], string.format('%d.%012d', now + a_us, a_f), 'PX', ms)
+  redis.call('SET', KEYS[1], string.format('%d.%012d', now + d_us, d_f), 'PX', ms)
 end
-if ok then
-  return {1, d_us, d_f}
-end
-return {0, d_us, d_f}
+return out
 "#;
 
 /// The answer of [`Gcra::throttle`]: redis-cell's `CL.THROTTLE` reply (see the
@@ -334,6 +342,63 @@ where
     /// [`RedisLimitError::ExceedsBurst`] for `n > burst`. Then Redis's own errors
     /// ([`RedisLimitError::Redis`]) and [`RedisLimitError::UnexpectedReply`].
     pub async fn throttle(&self, key: &str, n: u32) -> Result<Throttle, RedisLimitError> {
+        let mut answers = self.throttle_batch(key, &[n]).await?;
+        answers
+            .pop()
+            .ok_or_else(|| RedisLimitError::UnexpectedReply("no answer".into()))
+    }
+
+    /// Takes `ns[0]`, then `ns[1]`, … permits for `key` in **one** round trip: the requests
+    /// are taken one after another at the same instant of the server's clock, each answered
+    /// exactly as [`Gcra::throttle`] would have answered it alone at that instant (a denied
+    /// request takes nothing, so a later, smaller one may still pass). What
+    /// [`Coalesce`](super::Coalesce) sends for concurrent checks of one key.
+    ///
+    /// # Errors
+    /// As [`Gcra::throttle`], for any request of the batch (then none is sent).
+    pub async fn throttle_batch(
+        &self,
+        key: &str,
+        ns: &[u32],
+    ) -> Result<Vec<Throttle>, RedisLimitError> {
+        for &n in ns {
+            self.validate(key, n)?;
+        }
+        if ns.is_empty() {
+            return Ok(Vec::new());
+        }
+        if self.t == 0 {
+            // Limit::INF: no limit, no round trip.
+            let full = Throttle {
+                allowed: true,
+                limit: self.burst,
+                remaining: self.burst,
+                retry_after: None,
+                reset_after: Duration::ZERO,
+            };
+            return Ok(vec![full; ns.len()]);
+        }
+        let (tau_us, tau_f) = split(self.tau);
+        let mut invocation = self.script.key(self.redis_key(key));
+        invocation.arg(tau_us).arg(tau_f);
+        for &n in ns {
+            let (inc_us, inc_f) = split(self.t * u128::from(n));
+            invocation.arg(inc_us).arg(inc_f);
+        }
+        let mut con = self.con.clone();
+        let reply: Vec<i64> = invocation.invoke_async(&mut con).await?;
+        if reply.len() != 3 * ns.len() {
+            return Err(RedisLimitError::UnexpectedReply(format!("{reply:?}")));
+        }
+        reply
+            .chunks_exact(3)
+            .zip(ns)
+            .map(|(r, &n)| self.answer(r, self.t * u128::from(n)))
+            .collect()
+    }
+
+    /// Bad input, refused before any round trip.
+    fn validate(&self, key: &str, n: u32) -> Result<(), RedisLimitError> {
         if key.is_empty() {
             return Err(RedisLimitError::EmptyKey);
         }
@@ -343,30 +408,7 @@ where
                 burst: self.burst,
             });
         }
-        if self.t == 0 {
-            // Limit::INF: no limit, no round trip.
-            return Ok(Throttle {
-                allowed: true,
-                limit: self.burst,
-                remaining: self.burst,
-                retry_after: None,
-                reset_after: Duration::ZERO,
-            });
-        }
-        let inc = self.t * u128::from(n);
-        let (inc_us, inc_f) = split(inc);
-        let (tau_us, tau_f) = split(self.tau);
-        let mut con = self.con.clone();
-        let reply: Vec<i64> = self
-            .script
-            .key(self.redis_key(key))
-            .arg(inc_us)
-            .arg(inc_f)
-            .arg(tau_us)
-            .arg(tau_f)
-            .invoke_async(&mut con)
-            .await?;
-        self.answer(&reply, inc)
+        Ok(())
     }
 
     /// What `key` has now, taking nothing: [`Gcra::throttle`] with `n = 0` (always allowed;
@@ -440,12 +482,38 @@ where
     }
 
     async fn try_check_n(&self, key: &str, n: u32) -> Result<Result<(), Denied>, RedisLimitError> {
-        let t = self.throttle(key, n).await?;
-        Ok(if t.allowed {
-            Ok(())
-        } else {
-            Err(denied_after(t.retry_after))
-        })
+        Ok(verdict(self.throttle(key, n).await?))
+    }
+}
+
+impl<C> RedisBatch for Gcra<C>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    fn validate(&self, key: &str, n: u32) -> Result<(), RedisLimitError> {
+        Gcra::validate(self, key, n)
+    }
+
+    async fn try_check_batch(
+        &self,
+        key: &str,
+        ns: &[u32],
+    ) -> Result<Vec<Result<(), Denied>>, RedisLimitError> {
+        Ok(self
+            .throttle_batch(key, ns)
+            .await?
+            .into_iter()
+            .map(verdict)
+            .collect())
+    }
+}
+
+/// The crate-wide verdict of a [`Throttle`].
+fn verdict(t: Throttle) -> Result<(), Denied> {
+    if t.allowed {
+        Ok(())
+    } else {
+        Err(denied_after(t.retry_after))
     }
 }
 

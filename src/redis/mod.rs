@@ -26,11 +26,13 @@
 
 pub use ::redis::aio::ConnectionManager;
 
+pub mod coalesce;
 pub mod fallback;
 pub mod gcra;
 pub mod token_bucket;
 pub mod window;
 
+pub use coalesce::{Coalesce, CoalesceStats, RedisBatch, DEFAULT_MAX_BATCH};
 pub use fallback::{Fallback, FallbackBuilder, Mode, DEFAULT_PING_EVERY, DEFAULT_TIMEOUT};
 pub use gcra::{Gcra, GcraBuilder, Throttle};
 pub use token_bucket::TokenBucket;
@@ -78,7 +80,7 @@ pub async fn connect_cluster(
 }
 
 /// Why a Redis limiter could not answer. Bad input is refused before any round trip.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum RedisLimitError {
     /// The key was empty.
@@ -101,6 +103,11 @@ pub enum RedisLimitError {
     /// The script answered something this crate's script never returns.
     #[error("unexpected reply from the limiter's script: {0}")]
     UnexpectedReply(String),
+    /// A [`Coalesce`] check was queued behind a call whose future was dropped outside any
+    /// tokio runtime, so nothing could send it. Counts as connectivity: a [`Fallback`]
+    /// answers it.
+    #[error("the coalesced call this check waited for was dropped outside a runtime")]
+    Abandoned,
 }
 
 impl RedisLimitError {
@@ -109,7 +116,7 @@ impl RedisLimitError {
     /// error, bad input or an unexpected reply is not.
     pub fn is_connectivity(&self) -> bool {
         match self {
-            RedisLimitError::Timeout(_) => true,
+            RedisLimitError::Timeout(_) | RedisLimitError::Abandoned => true,
             RedisLimitError::Redis(e) => {
                 e.is_io_error()
                     || e.is_connection_dropped()
