@@ -26,11 +26,13 @@
 
 pub use ::redis::aio::ConnectionManager;
 
+pub mod blocking;
 pub mod fallback;
 pub mod gcra;
 pub mod token_bucket;
 pub mod window;
 
+pub use blocking::Blocking;
 pub use fallback::{Fallback, FallbackBuilder, Mode, DEFAULT_PING_EVERY, DEFAULT_TIMEOUT};
 pub use gcra::{Gcra, GcraBuilder, Throttle};
 pub use token_bucket::TokenBucket;
@@ -101,6 +103,11 @@ pub enum RedisLimitError {
     /// The script answered something this crate's script never returns.
     #[error("unexpected reply from the limiter's script: {0}")]
     UnexpectedReply(String),
+    /// A [`Blocking`] limiter was called (or built) on a thread where a tokio runtime is
+    /// current, where blocking would stall the runtime (and tokio panics): await the async
+    /// limiter there instead ([`Blocking::get_ref`]). Not a connectivity error.
+    #[error("a blocking Redis limiter was called inside a tokio runtime, where it must not block; await the async limiter instead (Blocking::get_ref)")]
+    InsideAsyncRuntime,
 }
 
 impl RedisLimitError {
