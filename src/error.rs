@@ -67,6 +67,11 @@ pub enum ConfigError {
     /// `keyed_bucket::MAX_QUOTAS`, 15).
     #[error("{0} quotas; a keyed token bucket holds at most 15")]
     TooManyQuotas(usize),
+    /// A `redis::Blocking` limiter was given a current-thread tokio runtime: it runs spawned
+    /// tasks (the connection's driver, the fallback's health check) only while a call is
+    /// blocked on it, so a fallback would never learn that Redis is back.
+    #[error("a current-thread runtime runs no task between calls; a blocking Redis limiter needs a multi-thread runtime")]
+    CurrentThreadRuntime,
 }
 
 /// Why a wait did not (or will not) end with the requested tokens.

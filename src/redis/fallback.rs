@@ -344,6 +344,35 @@ impl<L: RedisLimiter + 'static> Fallback<L> {
     }
 }
 
+/// A [`Fallback`] is a Redis limiter itself, so what takes any Redis limiter
+/// ([`Blocking`](super::Blocking), for one) takes it too: its checks are
+/// [`Fallback::check_n`]'s (never a connectivity error), its `PING` is the wrapped limiter's
+/// within the timeout, and its local limiter is the wrapped limiter's.
+impl<L: RedisLimiter + 'static> RedisLimiter for Fallback<L> {
+    type Local = L::Local;
+
+    /// The wrapped limiter's [`RedisLimiter::local`].
+    fn local(&self, share: f64) -> L::Local {
+        self.inner.limiter.local(share)
+    }
+
+    /// The wrapped limiter's [`RedisLimiter::ping`], within the per-call timeout
+    /// ([`RedisLimitError::Timeout`] past it). It does not change the mode: only the health
+    /// check switches back to Redis.
+    async fn ping(&self) -> Result<(), RedisLimitError> {
+        let timeout = self.inner.timeout;
+        match tokio::time::timeout(timeout, self.inner.limiter.ping()).await {
+            Ok(answer) => answer,
+            Err(_elapsed) => Err(RedisLimitError::Timeout(timeout)),
+        }
+    }
+
+    /// [`Fallback::check_n`].
+    async fn try_check_n(&self, key: &str, n: u32) -> Result<Result<(), Denied>, RedisLimitError> {
+        self.check_n(key, n).await
+    }
+}
+
 /// The health check: a `PING` every `ping_every`, each within the timeout, until one
 /// answers; then back to Redis mode. Ends early when the limiter is dropped.
 async fn monitor<L: RedisLimiter + 'static>(weak: Weak<Inner<L>>, since: Instant) {

@@ -26,12 +26,14 @@
 
 pub use ::redis::aio::ConnectionManager;
 
+pub mod blocking;
 pub mod coalesce;
 pub mod fallback;
 pub mod gcra;
 pub mod token_bucket;
 pub mod window;
 
+pub use blocking::Blocking;
 pub use coalesce::{Coalesce, CoalesceStats, RedisBatch, DEFAULT_MAX_BATCH};
 pub use fallback::{Fallback, FallbackBuilder, Mode, DEFAULT_PING_EVERY, DEFAULT_TIMEOUT};
 pub use gcra::{Gcra, GcraBuilder, Throttle};
@@ -108,6 +110,11 @@ pub enum RedisLimitError {
     /// answers it.
     #[error("the coalesced call this check waited for was dropped outside a runtime")]
     Abandoned,
+    /// A [`Blocking`] limiter was called (or built) on a thread where a tokio runtime is
+    /// current, where blocking would stall the runtime (and tokio panics): await the async
+    /// limiter there instead ([`Blocking::limiter`]). Not a connectivity error.
+    #[error("a blocking Redis limiter was called inside a tokio runtime, where it must not block; await the async limiter instead (Blocking::limiter)")]
+    InsideAsyncRuntime,
 }
 
 impl RedisLimitError {
