@@ -21,6 +21,7 @@
 //! reference: the scripting engine's own cost, the floor of any one-script-per-check limiter);
 //! `Gcra::throttle` on one hot key; `Gcra::throttle` on random keys (`--keys`, default 10 000);
 //! `Fallback<Gcra>::check` on a hot key, in Redis mode (the wrapper's overhead);
+//! `Coalesce<Gcra>::try_check_n` on a hot key (concurrent checks share a script call);
 //! `redis::TokenBucket` and `redis::FixedWindow` (go-zero's scripts) on a hot key; then `PING`
 //! again, so that the machine's drift shows. Every call is timed with `std::time::Instant`;
 //! p50 and p99 come from the sorted samples. The limit is so high that every check is granted,
@@ -30,13 +31,14 @@
 //!
 //! The verdict gives each limiter cell's throughput over PING's at the same concurrency (the
 //! mean of PING's two runs) against issue #11's target of 0.8, and what a good result looks
-//! like. Coalescing (several checks per round trip) is not built yet: every check is one
-//! `EVALSHA`, so checks per round trip is 1. The machinery is in `examples/redis/bench.rs`, which
+//! like, and each cell's checks per round trip (its checks over the server's count of its
+//! command's calls): 1 everywhere but the coalesced cell. The machinery is in `examples/redis/bench.rs`, which
 //! `tests/redis_example_smoke.rs` also runs (briefly).
 //!
-//! `--json FILE` writes every cell (schema `turnstile-redis-bench/1`: `cell`, `tasks`, `round`,
+//! `--json FILE` writes every cell (schema `turnstile-redis-bench/2`: `cell`, `tasks`, `round`,
 //! `ops`, `seconds`, `ops_per_sec`, `p50_ns`, `p99_ns`, `granted`, `denied`, `errors`,
-//! `first_error`, `ratio_to_ping`, `p50_ratio_to_ping`, `server_us_per_call`, `server_busy`).
+//! `first_error`, `ratio_to_ping`, `p50_ratio_to_ping`, `server_us_per_call`, `server_busy`,
+//! `server_calls`, `checks_per_call`).
 //!
 //! Exit status: 0; 1 if any call failed; 2 on a usage error, no `redis-server`, no connection
 //! or an output file that cannot be written.

@@ -7,11 +7,11 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Barrier};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::redis_server::RedisServer;
+use common::redis_shared;
 use turnstile::redis::{
     Coalesce, ConnectionManager, Fallback, Gcra, RedisLimitError, RedisLimiter, Throttle,
 };
@@ -232,64 +232,8 @@ fn the_shared_limit_holds_under_coalesced_load() {
     };
     const RATE: f64 = 500.0;
     const BURST: u32 = 50;
-    const RUN: Duration = Duration::from_secs(2);
-    let url = s.url();
-    let granted = Arc::new(AtomicU64::new(0));
-    let ready = Arc::new(Barrier::new(5));
-    let go = Arc::new(Barrier::new(5));
-    let threads: Vec<_> = (0..4u32)
-        .map(|c| {
-            let (url, granted) = (url.clone(), granted.clone());
-            let (ready, go) = (ready.clone(), go.clone());
-            std::thread::spawn(move || {
-                let rt = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .unwrap();
-                rt.block_on(async move {
-                    let setup = async {
-                        let con = turnstile::redis::connect(&url).await?;
-                        let g = Gcra::new(con, Limit::per_second(RATE).unwrap(), BURST).unwrap();
-                        g.peek("shared").await?;
-                        Ok::<_, RedisLimitError>(Arc::new(Coalesce::new(g)))
-                    }
-                    .await;
-                    ready.wait();
-                    go.wait();
-                    let g = setup.expect("client setup");
-                    let end = Instant::now() + RUN;
-                    let tasks: Vec<_> = (0..8u32)
-                        .map(|t| {
-                            let (g, granted) = (g.clone(), granted.clone());
-                            let n = 1 + (c + t) % 2;
-                            tokio::spawn(async move {
-                                while Instant::now() < end {
-                                    if g.try_check_n("shared", n).await.unwrap().is_ok() {
-                                        granted.fetch_add(u64::from(n), Ordering::Relaxed);
-                                    }
-                                }
-                            })
-                        })
-                        .collect();
-                    for t in tasks {
-                        t.await.unwrap();
-                    }
-                    let st = g.stats();
-                    eprintln!("client {c}: {} checks in {} calls", st.checks, st.calls);
-                });
-            })
-        })
-        .collect();
-    ready.wait();
-    let start = Instant::now();
-    go.wait();
-    for t in threads {
-        t.join().unwrap();
-    }
-    let elapsed = start.elapsed().as_secs_f64();
-    let granted = granted.load(Ordering::Relaxed) as f64;
-    let bound = f64::from(BURST) + RATE * elapsed;
-    eprintln!("{granted} permits granted over {elapsed:.3} s; bound {bound:.1}");
-    assert!(granted <= bound + 2.0, "{granted} > {bound} + n");
-    assert!(granted >= 0.98 * bound, "{granted} < 98 % of {bound}");
+    let run = redis_shared::run(&s.url(), "shared", Duration::from_secs(2), 4, 8, |con| {
+        Coalesce::new(Gcra::new(con, Limit::per_second(RATE).unwrap(), BURST).unwrap())
+    });
+    redis_shared::assert_within_the_limit(&run, RATE, BURST);
 }

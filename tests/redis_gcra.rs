@@ -10,11 +10,12 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Barrier};
-use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
 
 use common::redis_server::RedisServer;
+use common::redis_shared;
 use redis::aio::ConnectionLike;
 use turnstile::redis::{ConnectionManager, Gcra, RedisLimitError, RedisLimiter, Throttle};
 use turnstile::{ConfigError, Limit, Limiter};
@@ -327,70 +328,10 @@ fn one_limit_shared_by_four_clients() {
     };
     const RATE: f64 = 500.0;
     const BURST: u32 = 50;
-    const RUN: Duration = Duration::from_secs(2);
-    let url = s.url();
-    let granted = Arc::new(AtomicU64::new(0));
-    let calls = Arc::new(AtomicU64::new(0));
-    let ready = Arc::new(Barrier::new(5));
-    let go = Arc::new(Barrier::new(5));
-    let threads: Vec<_> = (0..4)
-        .map(|c| {
-            let (url, granted, calls) = (url.clone(), granted.clone(), calls.clone());
-            let (ready, go) = (ready.clone(), go.clone());
-            std::thread::spawn(move || {
-                let rt = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .unwrap();
-                rt.block_on(async move {
-                    // Setup errors wait for the barriers before they panic: no hang.
-                    let setup = async {
-                        let client = redis::Client::open(url)?;
-                        let con = ConnectionManager::new(client).await?;
-                        let g = Gcra::new(con, Limit::per_second(RATE).unwrap(), BURST).unwrap();
-                        g.peek("shared").await?; // script loaded, connection warm
-                        Ok::<_, Box<dyn std::error::Error>>(Arc::new(g))
-                    }
-                    .await;
-                    ready.wait();
-                    go.wait();
-                    let g = setup.expect("client setup");
-                    let end = Instant::now() + RUN;
-                    let tasks: Vec<_> = (0..2u32)
-                        .map(|t| {
-                            let (g, granted, calls) = (g.clone(), granted.clone(), calls.clone());
-                            // Clients ask for 1 or 2 permits at a time.
-                            let n = 1 + (c + t) % 2;
-                            tokio::spawn(async move {
-                                while Instant::now() < end {
-                                    calls.fetch_add(1, Ordering::Relaxed);
-                                    if g.try_check_n("shared", n).await.unwrap().is_ok() {
-                                        granted.fetch_add(u64::from(n), Ordering::Relaxed);
-                                    }
-                                }
-                            })
-                        })
-                        .collect();
-                    for t in tasks {
-                        t.await.unwrap();
-                    }
-                });
-            })
-        })
-        .collect();
-    ready.wait();
-    let start = Instant::now();
-    go.wait();
-    for t in threads {
-        t.join().unwrap();
-    }
-    let elapsed = start.elapsed().as_secs_f64();
-    let granted = granted.load(Ordering::Relaxed) as f64;
-    let calls = calls.load(Ordering::Relaxed);
-    let bound = f64::from(BURST) + RATE * elapsed;
-    eprintln!("{granted} permits granted in {calls} calls over {elapsed:.3} s; bound {bound:.1}");
-    assert!(granted <= bound + 2.0, "{granted} > {bound} + n");
-    assert!(granted >= 0.98 * bound, "{granted} < 98 % of {bound}");
+    let run = redis_shared::run(&s.url(), "shared", Duration::from_secs(2), 4, 2, |con| {
+        Gcra::new(con, Limit::per_second(RATE).unwrap(), BURST).unwrap()
+    });
+    redis_shared::assert_within_the_limit(&run, RATE, BURST);
 }
 
 /// The TAT as (µs, units of 10⁻¹⁸ s) from the key's string.

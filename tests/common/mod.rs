@@ -5,6 +5,8 @@
 #[cfg(feature = "redis")]
 pub mod redis_counter;
 pub mod redis_server;
+#[cfg(feature = "redis")]
+pub mod redis_shared;
 pub mod stale_race;
 
 use std::collections::BTreeMap;
