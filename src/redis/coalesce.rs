@@ -254,6 +254,11 @@ async fn drain<L: RedisBatch + 'static>(
                 }
             }
         }
+        // The checks just answered usually check again at once: one yield lets those woken on
+        // this worker queue up, so that the next call carries them too instead of leaving
+        // them for the one after (without it, batches alternate between the checks that
+        // were in flight and the rest).
+        tokio::task::yield_now().await;
         match shared.next_batch(&key) {
             Some(next) => batch = next,
             None => return,
