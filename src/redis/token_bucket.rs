@@ -41,6 +41,15 @@
 //! script and Rust services running this one on one key agree call by call while the callers'
 //! clocks agree (the tests run go-zero's script text side by side with this limiter).
 //!
+//! # Batches
+//! [`TokenBucket::try_check_batch_at`] decides several requests of one key in one round trip
+//! with [`BATCH_SCRIPT`]: [`SCRIPT`]'s arithmetic run once per request at the same `now`, each
+//! request seeing the tokens the previous ones left (a denied one takes nothing, so a later,
+//! smaller one may still pass), the keys written once at the end. Every verdict, and the
+//! stored state, is what the same calls of [`SCRIPT`] one after another at that `now` would
+//! give. That is what [`Coalesce`](super::Coalesce) sends for concurrent checks of one key.
+//! [`SCRIPT`] itself is unchanged, so a single check stays go-zero's script.
+//!
 //! # Granularity
 //! As upstream, tokens arrive `rate` at a time at each whole second of the callers' clocks: a
 //! client that drains the bucket just before a second boundary and again just after it gets up
@@ -76,7 +85,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use ::redis::aio::ConnectionLike;
 use ::redis::Script;
 
-use super::{ConnectionManager, RedisLimitError, RedisLimiter};
+use super::{ConnectionManager, RedisBatch, RedisLimitError, RedisLimiter};
 use crate::{Compact, ConfigError, Denied, Limit, QuantaClock};
 
 /// The limiter's Lua script: go-zero's `tokenscript.lua` (MIT, Copyright (c) 2022 zeromicro)
@@ -132,7 +141,82 @@ end
 return {0, new_tokens, ts}
 "#;
 
+/// [`SCRIPT`] for a batch of requests of one key at one `now` ([`TokenBucket::try_check_batch_at`],
+/// [`Coalesce`](super::Coalesce)): the same arithmetic, with the same D12 and D13 fixes, run
+/// once per requested count. `KEYS` as [`SCRIPT`]'s; `ARGV = [rate, burst, now, n₁, n₂, …]`.
+///
+/// A separate script rather than a loop in [`SCRIPT`], so that [`SCRIPT`] stays go-zero's
+/// text line for line. Each request reads the tokens and timestamp the previous one left (at
+/// the same `now` there is no refill between them), is allowed iff that many tokens are
+/// there, and takes them only if allowed; both keys are written once, by `SETEX` with the
+/// same TTL, after the last request, so the stored state is what the last of the same calls
+/// of [`SCRIPT`] would leave. Returns `{allowed (1 or 0), tokens after, stored timestamp}`
+/// per request, in order: each triple is [`SCRIPT`]'s reply for that request alone at that
+/// instant. No request (`#ARGV < 4`) writes nothing and returns an empty list.
+///
+/// ```
+/// use turnstile::redis::token_bucket::BATCH_SCRIPT;
+/// assert!(BATCH_SCRIPT.contains("for i = 4, #ARGV do"));
+/// ```
+pub const BATCH_SCRIPT: &str = r#"-- turnstile::redis::TokenBucket, a batch: SCRIPT (go-zero's tokenscript.lua
+-- with D12 and D13 fixed) run for ARGV[4], ARGV[5], ... in turn at the same now,
+-- each request seeing what the previous one left; the keys are written once.
+-- KEYS[1] as tokens_key
+-- KEYS[2] as timestamp_key
+if #ARGV < 4 then
+    return {}
+end
+local rate = tonumber(ARGV[1])
+local capacity = tonumber(ARGV[2])
+local now = tonumber(ARGV[3])
+local fill_time = capacity/rate
+-- D12: go-zero's floor(fill_time*2) is 0 when 2*capacity < rate, and SETEX fails
+local ttl = math.max(1, math.floor(fill_time*2))
+local last_tokens = tonumber(redis.call("get", KEYS[1]))
+if last_tokens == nil then
+    last_tokens = capacity
+end
+
+local last_refreshed = tonumber(redis.call("get", KEYS[2]))
+if last_refreshed == nil then
+    last_refreshed = 0
+end
+
+local out = {}
+for i = 4, #ARGV do
+    local requested = tonumber(ARGV[i])
+    local delta = math.max(0, now-last_refreshed)
+    local filled_tokens = math.min(capacity, last_tokens+(delta*rate))
+    local allowed = filled_tokens >= requested
+    local new_tokens = filled_tokens
+    if allowed then
+        new_tokens = filled_tokens - requested
+    end
+    -- D13: a caller whose clock is behind does not rewind the stored timestamp
+    local ts = math.max(now, last_refreshed)
+    -- what SCRIPT's SETEX would leave for the next request
+    last_tokens = new_tokens
+    last_refreshed = ts
+    out[#out + 1] = allowed and 1 or 0
+    out[#out + 1] = new_tokens
+    out[#out + 1] = ts
+end
+
+redis.call("setex", KEYS[1], ttl, last_tokens)
+redis.call("setex", KEYS[2], ttl, last_refreshed)
+
+return out
+"#;
+
 static LOADED: LazyLock<Script> = LazyLock::new(|| Script::new(SCRIPT));
+static LOADED_BATCH: LazyLock<Script> = LazyLock::new(|| Script::new(BATCH_SCRIPT));
+
+/// The caller's clock: the system time since the Unix epoch (go-zero's `time.Now()`).
+fn system_now() -> Duration {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or(Duration::ZERO)
+}
 
 /// The two Redis keys of `key` under `prefix`: `{prefix+key}.tokens` and `{prefix+key}.ts`,
 /// go-zero's `tokenFormat` and `timestampFormat`.
@@ -281,13 +365,40 @@ where
         self.check(key, Duration::from_secs(now_unix_secs), n).await
     }
 
-    /// The check at `now` since the Unix epoch; the script sees its whole seconds.
-    async fn check(
+    /// Takes `ns[0]`, then `ns[1]`, … permits for `key` at `now_unix_secs` in **one** round
+    /// trip ([`BATCH_SCRIPT`]): the requests are decided one after another at that second, each
+    /// exactly as [`TokenBucket::try_check_n_at`] would decide it alone there (a denied request
+    /// takes nothing, so a later, smaller one may still pass), and the keys end as those calls
+    /// would leave them. One verdict per request, in order; a denial's retry-after is the one
+    /// that call would give. What [`Coalesce`](super::Coalesce) sends for concurrent checks.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// use turnstile::redis::TokenBucket;
+    ///
+    /// let con = turnstile::redis::connect("redis://127.0.0.1:6380/").await?;
+    /// let limiter = TokenBucket::new(con, 1, 5)?;
+    /// // A full bucket of 5: 3 pass, 4 would need more than the 2 left, 2 still pass.
+    /// let verdicts = limiter.try_check_batch_at("bob", 1_700_000_000, &[3, 4, 2]).await?;
+    /// assert!(verdicts[0].is_ok() && verdicts[1].is_err() && verdicts[2].is_ok());
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`TokenBucket::try_check_n_at`], for any request of the batch (then none is sent).
+    /// An empty batch makes no round trip.
+    pub async fn try_check_batch_at(
         &self,
         key: &str,
-        now: Duration,
-        n: u32,
-    ) -> Result<Result<(), Denied>, RedisLimitError> {
+        now_unix_secs: u64,
+        ns: &[u32],
+    ) -> Result<Vec<Result<(), Denied>>, RedisLimitError> {
+        self.check_batch(key, Duration::from_secs(now_unix_secs), ns)
+            .await
+    }
+
+    /// Bad input, refused before any round trip (single checks and batches alike).
+    fn validate(&self, key: &str, n: u32) -> Result<(), RedisLimitError> {
         if key.is_empty() {
             return Err(RedisLimitError::EmptyKey);
         }
@@ -297,6 +408,68 @@ where
                 burst: self.burst,
             });
         }
+        Ok(())
+    }
+
+    /// The batch at `now` since the Unix epoch; the script sees its whole seconds.
+    async fn check_batch(
+        &self,
+        key: &str,
+        now: Duration,
+        ns: &[u32],
+    ) -> Result<Vec<Result<(), Denied>>, RedisLimitError> {
+        for &n in ns {
+            self.validate(key, n)?;
+        }
+        if ns.is_empty() {
+            return Ok(Vec::new());
+        }
+        let [tokens_key, ts_key] = self.keys(key);
+        let mut invocation = LOADED_BATCH.key(tokens_key);
+        invocation
+            .key(ts_key)
+            .arg(self.rate)
+            .arg(self.burst)
+            .arg(now.as_secs());
+        for &n in ns {
+            invocation.arg(n);
+        }
+        let mut con = self.con.clone();
+        let reply: Vec<i64> = invocation.invoke_async(&mut con).await?;
+        if reply.len() != 3 * ns.len() {
+            return Err(RedisLimitError::UnexpectedReply(format!("{reply:?}")));
+        }
+        reply
+            .chunks_exact(3)
+            .zip(ns)
+            .map(|(r, &n)| self.verdict(now, n, r))
+            .collect()
+    }
+
+    /// The verdict of a script's reply `{allowed, tokens, ts}` for a request of `n` at `now`.
+    fn verdict(
+        &self,
+        now: Duration,
+        n: u32,
+        reply: &[i64],
+    ) -> Result<Result<(), Denied>, RedisLimitError> {
+        match *reply {
+            [1, _, _] => Ok(Ok(())),
+            [0, tokens, ts] => Ok(Err(super::denied_after(Some(
+                self.retry_after(now, n, tokens, ts),
+            )))),
+            _ => Err(RedisLimitError::UnexpectedReply(format!("{reply:?}"))),
+        }
+    }
+
+    /// The check at `now` since the Unix epoch; the script sees its whole seconds.
+    async fn check(
+        &self,
+        key: &str,
+        now: Duration,
+        n: u32,
+    ) -> Result<Result<(), Denied>, RedisLimitError> {
+        self.validate(key, n)?;
         let secs = now.as_secs();
         let [tokens_key, ts_key] = self.keys(key);
         let mut con = self.con.clone();
@@ -309,16 +482,7 @@ where
             .arg(n)
             .invoke_async(&mut con)
             .await?;
-        let &[allowed, tokens, ts] = reply.as_slice() else {
-            return Err(RedisLimitError::UnexpectedReply(format!("{reply:?}")));
-        };
-        match allowed {
-            1 => Ok(Ok(())),
-            0 => Ok(Err(super::denied_after(Some(
-                self.retry_after(now, n, tokens, ts),
-            )))),
-            _ => Err(RedisLimitError::UnexpectedReply(format!("{reply:?}"))),
-        }
+        self.verdict(now, n, &reply)
     }
 
     /// When `n` tokens will exist after a denial that left `tokens` with the timestamp `ts`:
@@ -366,10 +530,30 @@ where
         key: &str,
         n: u32,
     ) -> impl std::future::Future<Output = Result<Result<(), Denied>, RedisLimitError>> + Send {
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or(Duration::ZERO);
-        self.check(key, now, n)
+        self.check(key, system_now(), n)
+    }
+}
+
+/// Batches for [`Coalesce`](super::Coalesce): [`BATCH_SCRIPT`] at the caller's clock, as
+/// [`RedisLimiter::try_check_n`] reads it.
+impl<C> RedisBatch for TokenBucket<C>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    fn validate(&self, key: &str, n: u32) -> Result<(), RedisLimitError> {
+        TokenBucket::validate(self, key, n)
+    }
+
+    /// [`TokenBucket::try_check_batch_at`] at the system time (whole Unix seconds for the
+    /// script; a denial's retry-after counts from the exact time of the call, as
+    /// [`RedisLimiter::try_check_n`]'s).
+    fn try_check_batch(
+        &self,
+        key: &str,
+        ns: &[u32],
+    ) -> impl std::future::Future<Output = Result<Vec<Result<(), Denied>>, RedisLimitError>> + Send
+    {
+        self.check_batch(key, system_now(), ns)
     }
 }
 

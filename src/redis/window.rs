@@ -25,6 +25,14 @@
 //!   `OverQuota` too (count 8), where the in-process limiter would answer `HitQuota`. A
 //!   refused `take_n(2)` at count 4 also spends the window's last unit.
 //!
+//! * **Batches** ([`FixedWindow::take_batch`], and [`Coalesce`](super::Coalesce) through
+//!   [`RedisBatch`]) are one `INCRBY` of the sum, by [`TAKE_SCRIPT`] unchanged: request `i`'s
+//!   count is the count before the batch plus the sizes of requests `0..=i`, exactly the
+//!   count its own `take_n` would have read, one after another at the batch's instant (every
+//!   call counts, so each request adds its `n` whether granted or not). The outcomes, the
+//!   counter, the TTL (set once, by the first increment of a window) and a denial's
+//!   retry-after (the key's remaining TTL) are those of the same calls one by one.
+//!
 //! # Deviations (D14 and the script)
 //! * A quota of 0 ([`ConfigError::ZeroQuota`]) and a period of 0
 //!   ([`ConfigError::ZeroPeriod`]) are errors: go-zero refuses everything with quota 0, and
@@ -83,7 +91,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use ::redis::aio::ConnectionLike;
 use ::redis::Script;
 
-use super::{ConnectionManager, RedisLimitError, RedisLimiter};
+use super::{ConnectionManager, RedisBatch, RedisLimitError, RedisLimiter};
 use crate::{ConfigError, Outcome};
 
 /// The script [`FixedWindow::take_n`] runs: go-zero's `periodscript.lua` for `n` requests at
@@ -385,7 +393,8 @@ impl<C> FixedWindow<C> {
         }
     }
 
-    /// Bad input, refused before any round trip.
+    /// Bad input, refused before any round trip: the one check of single takes, batches
+    /// ([`RedisBatch::validate`]) and status reads.
     fn check_input(&self, key: &str, n: u32) -> Result<(), RedisLimitError> {
         if key.is_empty() {
             return Err(RedisLimitError::EmptyKey);
@@ -414,6 +423,15 @@ fn outcome(count: i64, quota: u32) -> Outcome {
         std::cmp::Ordering::Less => Outcome::Allowed,
         std::cmp::Ordering::Equal => Outcome::HitQuota,
         std::cmp::Ordering::Greater => Outcome::OverQuota,
+    }
+}
+
+/// The crate-wide verdict of an outcome: `OverQuota` is a denial that says to retry when the
+/// key expires (`ttl`, its remaining time to live); `Allowed` and `HitQuota` pass.
+fn verdict(o: Outcome, ttl: Duration) -> Result<(), crate::Denied> {
+    match o {
+        Outcome::OverQuota => Err(super::denied_after(Some(ttl))),
+        _ => Ok(()),
     }
 }
 
@@ -452,15 +470,87 @@ where
         if n == 0 {
             return Ok(Outcome::Allowed);
         }
-        let (count, _) = self.incr(key, n, now_unix_secs).await?;
+        let (count, _) = self.incr(key, u64::from(n), now_unix_secs).await?;
         Ok(outcome(count, self.quota))
+    }
+
+    /// `ns[0]`, then `ns[1]`, … requests for `key` in **one** round trip: one `INCRBY` of their
+    /// sum, each request's outcome the one its own [`FixedWindow::take_n`] would get, the
+    /// takes one after another at the same instant (see the [module docs](self)): request
+    /// `i` is classified on the count before the batch plus `ns[0] + … + ns[i]`. One outcome
+    /// per request, in order; an `n = 0` request is `Allowed`, as `take_n(0)` is.
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    /// use turnstile::redis::FixedWindow;
+    /// use turnstile::Outcome::{Allowed, HitQuota, OverQuota};
+    ///
+    /// let con = turnstile::redis::connect("redis://127.0.0.1:6380/").await?;
+    /// let w = FixedWindow::new(con, 5, Duration::from_secs(60))?;
+    /// // Counts 2, 5 and 6 after one INCRBY 6 on a fresh key.
+    /// assert_eq!(w.take_batch("k", &[2, 3, 1]).await?, [Allowed, HitQuota, OverQuota]);
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`FixedWindow::take_n`], for any request of the batch (then none is sent). A batch
+    /// with nothing to count (empty, or all zeros) makes no round trip.
+    pub async fn take_batch(&self, key: &str, ns: &[u32]) -> Result<Vec<Outcome>, RedisLimitError> {
+        self.take_batch_at(key, ns, unix_now()).await
+    }
+
+    /// [`FixedWindow::take_batch`] at `now_unix_secs` (which only aligned windows read, for
+    /// the TTL of a window the batch opens), as [`FixedWindow::take_n_at`].
+    pub async fn take_batch_at(
+        &self,
+        key: &str,
+        ns: &[u32],
+        now_unix_secs: u64,
+    ) -> Result<Vec<Outcome>, RedisLimitError> {
+        Ok(self.incr_batch(key, ns, now_unix_secs).await?.0)
+    }
+
+    /// The outcomes of a batch and the key's remaining TTL after it (zero if nothing was
+    /// sent).
+    async fn incr_batch(
+        &self,
+        key: &str,
+        ns: &[u32],
+        now_unix_secs: u64,
+    ) -> Result<(Vec<Outcome>, Duration), RedisLimitError> {
+        for &n in ns {
+            self.check_input(key, n)?;
+        }
+        // Redis refuses an INCRBY beyond i64::MAX, so a sum that answered fits an i64.
+        let sum: u64 = ns.iter().map(|&n| u64::from(n)).sum();
+        if sum == 0 {
+            return Ok((vec![Outcome::Allowed; ns.len()], Duration::ZERO));
+        }
+        let (count, ttl) = self.incr(key, sum, now_unix_secs).await?;
+        // The count before the batch, then after each request in turn: what its own take_n
+        // would have read.
+        let mut running = count.saturating_sub(sum as i64);
+        let outcomes = ns
+            .iter()
+            .map(|&n| {
+                if n == 0 {
+                    // take_n(0): no round trip, always Allowed.
+                    return Outcome::Allowed;
+                }
+                running = running.saturating_add(i64::from(n));
+                outcome(running, self.quota)
+            })
+            .collect();
+        Ok((outcomes, ttl))
     }
 
     /// One run of [`TAKE_SCRIPT`]: the count after the increment and the remaining TTL.
     async fn incr(
         &self,
         key: &str,
-        n: u32,
+        n: u64,
         now_unix_secs: u64,
     ) -> Result<(i64, Duration), RedisLimitError> {
         let mut con = self.con.clone();
@@ -563,11 +653,31 @@ where
         if n == 0 {
             return Ok(Ok(()));
         }
-        let (count, ttl) = self.incr(key, n, unix_now()).await?;
-        Ok(match outcome(count, self.quota) {
-            Outcome::OverQuota => Err(super::denied_after(Some(ttl))),
-            _ => Ok(()),
-        })
+        let (count, ttl) = self.incr(key, u64::from(n), unix_now()).await?;
+        Ok(verdict(outcome(count, self.quota), ttl))
+    }
+}
+
+/// Batches for [`Coalesce`](super::Coalesce): one `INCRBY` of the sum
+/// ([`FixedWindow::take_batch`]), each request answered as [`RedisLimiter::try_check_n`]
+/// answers it alone.
+impl<C> RedisBatch for FixedWindow<C>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    fn validate(&self, key: &str, n: u32) -> Result<(), RedisLimitError> {
+        self.check_input(key, n)
+    }
+
+    /// [`FixedWindow::take_batch`], each `OverQuota` a denial that says to retry when the key
+    /// expires, as [`RedisLimiter::try_check_n`]'s.
+    async fn try_check_batch(
+        &self,
+        key: &str,
+        ns: &[u32],
+    ) -> Result<Vec<Result<(), crate::Denied>>, RedisLimitError> {
+        let (outcomes, ttl) = self.incr_batch(key, ns, unix_now()).await?;
+        Ok(outcomes.into_iter().map(|o| verdict(o, ttl)).collect())
     }
 }
 
