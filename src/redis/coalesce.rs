@@ -14,12 +14,16 @@
 //! coalescing admits neither more nor less than the same checks sent one by one in queue
 //! order at the batch's instant: every limit bound holds unchanged (for [`Gcra`](super::Gcra):
 //! granted ≤ `burst + limit × elapsed`), and a denial is never caused by a neighbour in the
-//! batch asking for more. The one difference is *when* a check is decided: a check queued
+//! batch asking for more. [`Gcra`](super::Gcra) and [`TokenBucket`](super::TokenBucket) run a
+//! script that loops over the batch; [`FixedWindow`](super::FixedWindow), where every call
+//! counts (go-zero's `PeriodLimit`), sends one `INCRBY` of the sum and classifies each request
+//! on its own running count, which is what one-by-one calls would have counted. The one difference is *when* a check is decided: a check queued
 //! behind a call in flight is sent when that call returns, so it is decided at most one call
 //! later (one round trip plus the script's run) than it would have been alone, and it may see
 //! up to that much more refill. `tests/redis_coalesce.rs` checks both: a forced batch of 200
 //! checks decides exactly what the same requests decide one by one, and the shared-limit
-//! bound holds under load.
+//! bound holds under load; `tests/redis_coalesce_compat.rs` does the same for the go-zero
+//! compatible limiters.
 //!
 //! # Cost
 //! Under no contention a check is the inner limiter's own call plus two lookups of a
@@ -81,7 +85,8 @@ pub trait RedisBatch: RedisLimiter {
 pub const DEFAULT_MAX_BATCH: usize = 512;
 
 /// Concurrent checks of one key coalesced into one round trip (see the
-/// [module docs](self)). Wraps any [`RedisBatch`] limiter ([`Gcra`](super::Gcra)) and is a
+/// [module docs](self)). Wraps any [`RedisBatch`] limiter ([`Gcra`](super::Gcra),
+/// [`TokenBucket`](super::TokenBucket), [`FixedWindow`](super::FixedWindow)) and is a
 /// [`RedisLimiter`] itself, so a [`Fallback`](super::Fallback) can wrap it in turn.
 ///
 /// Cheap to share: clone it (an `Arc`) or put it in one.
