@@ -91,7 +91,9 @@ pub use keyed_bucket::KeyedTokenBucket;
 pub use leaky_bucket::LeakyBucket;
 pub use leaky_meter::LeakyMeter;
 pub use limit::Limit;
-pub use limiter::{Compact, Denied, Idle, KeyedLimiter, Layout, Limiter, LockFree, Padded, Twin};
+pub use limiter::{
+    Compact, Denied, Idle, KeyedLimiter, Layout, Limiter, LockFree, Padded, QuotaStatus, Twin,
+};
 pub use sliding_window::SlidingWindow;
 pub use smooth::{SmoothBursty, SmoothWarmingUp};
 pub use sometimes::Sometimes;

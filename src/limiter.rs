@@ -114,6 +114,67 @@ pub trait Limiter: Send + Sync {
     fn check(&self) -> Result<(), Denied> {
         self.check_n(1)
     }
+
+    /// What a client may be told of this limit at `now`: the fields of the IETF `RateLimit`
+    /// and `RateLimit-Policy` headers (quota, window, remaining, reset), from the limiter's
+    /// own state. `None` (the default) when the limiter cannot say exactly.
+    fn quota_at(&self, now: Nanos) -> Option<QuotaStatus> {
+        let _ = now;
+        None
+    }
+
+    /// Gives back `n` permits that a successful [`Limiter::check_n_at`] took, as if that check
+    /// had not been made: for a request that another limit then refused (a per-client limit
+    /// and a global one: the refused request must take nothing from either). Returns whether
+    /// it did; `false` (the default) for a limiter that cannot undo a grant exactly, which then
+    /// keeps what it gave. Never gives back more than was taken: calling it for permits that
+    /// were not taken is a logic error that may let that many extra requests through.
+    fn refund_n_at(&self, now: Nanos, n: u32) -> bool {
+        let _ = (now, n);
+        false
+    }
+}
+
+/// A limit as a client may be told of it: the fields of the IETF RateLimit header fields
+/// (draft-ietf-httpapi-ratelimit-headers): `RateLimit-Policy: "name";q=quota;w=window` and
+/// `RateLimit: "name";r=remaining;t=reset`. What each field means for each limiter is in its
+/// [`Limiter::quota_at`].
+///
+/// ```
+/// use std::time::Duration;
+/// use turnstile::QuotaStatus;
+///
+/// let s = QuotaStatus { quota: 10, window: Duration::from_secs(1), remaining: 3, reset: Duration::from_millis(700) };
+/// assert_eq!((s.window_secs(), s.reset_secs()), (1, 1));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QuotaStatus {
+    /// `q`: the most permits the limit grants at once (a bucket's burst, a window's quota).
+    pub quota: u64,
+    /// `w`: the span the quota is measured over (a window's length; for a bucket, the time it
+    /// takes to refill from empty, `burst / rate`).
+    pub window: Duration,
+    /// `r`: permits that would be granted now.
+    pub remaining: u64,
+    /// `t`: until the quota is whole again (a bucket full, a window over).
+    pub reset: Duration,
+}
+
+impl QuotaStatus {
+    /// The window in whole seconds, rounded up (the headers carry integers), at least 1.
+    pub fn window_secs(&self) -> u64 {
+        ceil_secs(self.window).max(1)
+    }
+
+    /// The reset in whole seconds, rounded up: a client that waits that long finds the
+    /// quota whole.
+    pub fn reset_secs(&self) -> u64 {
+        ceil_secs(self.reset)
+    }
+}
+
+fn ceil_secs(d: Duration) -> u64 {
+    d.as_secs() + u64::from(d.subsec_nanos() > 0)
 }
 
 /// A limiter that can tell when it has nothing left to remember, so that a keyed map may drop
@@ -205,6 +266,16 @@ macro_rules! forward_limiter {
             #[inline]
             fn check(&self) -> Result<(), Denied> {
                 (**self).check()
+            }
+
+            #[inline]
+            fn quota_at(&self, now: Nanos) -> Option<QuotaStatus> {
+                (**self).quota_at(now)
+            }
+
+            #[inline]
+            fn refund_n_at(&self, now: Nanos, n: u32) -> bool {
+                (**self).refund_n_at(now, n)
             }
         }
     };
