@@ -77,6 +77,9 @@ pub mod smooth;
 pub mod sometimes;
 mod sync;
 pub mod token_bucket;
+#[cfg(feature = "tower")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
+pub mod tower;
 pub mod window;
 
 pub use clock::{Clock, CoarseClock, ManualClock, Nanos, QuantaClock};

@@ -1,0 +1,345 @@
+//! Key extractors: which client a request counts against.
+//!
+//! | extractor | key | from |
+//! |---|---|---|
+//! | [`PeerIp`] | `IpAddr` | the connection's peer address (axum's `ConnectInfo<SocketAddr>`, or a `SocketAddr` extension) |
+//! | [`ForwardedIp`] | `IpAddr` | `Forwarded` / `X-Forwarded-For`, **only** when the peer is a trusted proxy; else the peer |
+//! | [`Header`] | `String` | a request header's value |
+//! | [`from_fn`] | anything | a function of the request |
+//!
+//! A forged `X-Forwarded-For` must not pick the key: anyone can send the header, so
+//! [`ForwardedIp`] reads it only from a peer in its trusted proxy list, and then walks the
+//! chain from the right (the hops nearest to this server), skipping trusted proxies, to the
+//! first address that is not one: the client as the last trusted proxy saw it. Addresses a
+//! client wrote further left are never used, whatever they say.
+
+use std::hash::Hash;
+use std::net::{IpAddr, SocketAddr};
+use std::str::FromStr;
+
+use http::{HeaderName, Request};
+
+/// Reads a rate-limit key from a request; `None` when the request has none (see
+/// [`MissingKey`](super::MissingKey)).
+pub trait KeyExtractor<B>: Send + Sync + 'static {
+    /// The key.
+    type Key: Hash + Eq + Clone + Send + Sync + 'static;
+
+    /// The key of `req`, if it has one.
+    fn extract(&self, req: &Request<B>) -> Option<Self::Key>;
+}
+
+/// The peer's IP address: from axum's `ConnectInfo<SocketAddr>` (feature `axum`; serve with
+/// `into_make_service_with_connect_info::<SocketAddr>()`), or from a plain [`SocketAddr`]
+/// request extension (what a hand-written hyper server can insert).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PeerIp;
+
+/// The peer address of `req`, from the extensions [`PeerIp`] reads.
+pub fn peer_addr<B>(req: &Request<B>) -> Option<SocketAddr> {
+    #[cfg(feature = "axum")]
+    if let Some(info) = req
+        .extensions()
+        .get::<axum::extract::ConnectInfo<SocketAddr>>()
+    {
+        return Some(info.0);
+    }
+    req.extensions().get::<SocketAddr>().copied()
+}
+
+impl<B> KeyExtractor<B> for PeerIp {
+    type Key = IpAddr;
+
+    #[inline]
+    fn extract(&self, req: &Request<B>) -> Option<IpAddr> {
+        peer_addr(req).map(|a| canonical(a.ip()))
+    }
+}
+
+/// The client's address as trusted proxies report it (see the [module docs](self)): the
+/// rightmost address of `Forwarded` (its `for=` parameters; RFC 7239) or, without it,
+/// `X-Forwarded-For`, that is not itself a trusted proxy — read only when the peer is a
+/// trusted proxy. From any other peer the headers are ignored and the key is the peer's
+/// address, so a client cannot pick its own key.
+///
+/// ```
+/// use turnstile::tower::key::{Cidr, ForwardedIp};
+///
+/// let key = ForwardedIp::new(["10.0.0.0/8".parse::<Cidr>().unwrap(), "127.0.0.1/32".parse().unwrap()]);
+/// # let _ = key;
+/// ```
+#[derive(Debug, Clone)]
+pub struct ForwardedIp {
+    trusted: Vec<Cidr>,
+}
+
+impl ForwardedIp {
+    /// Trusts the proxies in `trusted` (networks, e.g. `10.0.0.0/8`, or single addresses as
+    /// `/32` or `/128`).
+    pub fn new(trusted: impl IntoIterator<Item = Cidr>) -> Self {
+        ForwardedIp {
+            trusted: trusted.into_iter().collect(),
+        }
+    }
+
+    fn is_trusted(&self, ip: IpAddr) -> bool {
+        self.trusted.iter().any(|c| c.contains(ip))
+    }
+
+    /// The client address for a request from `peer` with these headers.
+    fn client<B>(&self, req: &Request<B>, peer: IpAddr) -> IpAddr {
+        if !self.is_trusted(peer) {
+            return peer;
+        }
+        let headers = req.headers();
+        let forwarded = headers.get_all(http::header::FORWARDED);
+        let mut chain: Vec<IpAddr> = Vec::new();
+        if forwarded.iter().next().is_some() {
+            for v in forwarded {
+                let Ok(v) = v.to_str() else { return peer };
+                for element in v.split(',') {
+                    for pair in element.split(';') {
+                        let Some((k, val)) = pair.trim().split_once('=') else {
+                            continue;
+                        };
+                        if k.trim().eq_ignore_ascii_case("for") {
+                            match parse_forwarded_node(val.trim()) {
+                                Some(ip) => chain.push(ip),
+                                // An obfuscated or unknown node ("unknown", "_hidden"):
+                                // the chain cannot be followed past it.
+                                None => chain.push(IpAddr::from([0u8, 0, 0, 0])),
+                            }
+                        }
+                    }
+                }
+            }
+        } else {
+            for v in headers.get_all("x-forwarded-for") {
+                let Ok(v) = v.to_str() else { return peer };
+                for part in v.split(',') {
+                    match IpAddr::from_str(part.trim()) {
+                        Ok(ip) => chain.push(canonical(ip)),
+                        Err(_) => chain.push(IpAddr::from([0u8, 0, 0, 0])),
+                    }
+                }
+            }
+        }
+        // From the right: every trusted hop vouches for the one to its left.
+        for &ip in chain.iter().rev() {
+            if !self.is_trusted(ip) {
+                return ip;
+            }
+        }
+        // Every hop trusted (or no header): the leftmost, or the peer.
+        chain.first().copied().unwrap_or(peer)
+    }
+}
+
+impl<B> KeyExtractor<B> for ForwardedIp {
+    type Key = IpAddr;
+
+    fn extract(&self, req: &Request<B>) -> Option<IpAddr> {
+        let peer = canonical(peer_addr(req)?.ip());
+        Some(self.client(req, peer))
+    }
+}
+
+/// A `Forwarded` node: `192.0.2.60`, `"192.0.2.60:4711"`, `"[2001:db8::1]:4711"`.
+fn parse_forwarded_node(v: &str) -> Option<IpAddr> {
+    let v = v.trim_matches('"');
+    if let Some(rest) = v.strip_prefix('[') {
+        let end = rest.find(']')?;
+        return rest[..end].parse().ok().map(canonical);
+    }
+    let host = match v.rsplit_once(':') {
+        Some((h, port)) if port.bytes().all(|b| b.is_ascii_digit()) && !h.contains(':') => h,
+        _ => v,
+    };
+    host.parse().ok().map(canonical)
+}
+
+/// An IPv4 address mapped into IPv6 (`::ffff:a.b.c.d`, what a dual-stack socket reports) is
+/// the IPv4 client it stands for: one client, one key.
+fn canonical(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
+        v4 => v4,
+    }
+}
+
+/// A network, `10.0.0.0/8` or `2001:db8::/32`; a bare address is its own network.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cidr {
+    addr: IpAddr,
+    prefix: u8,
+}
+
+/// Why a [`Cidr`] did not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("not a network (`10.0.0.0/8`, `::1/128` or an address): {0:?}")]
+pub struct CidrError(String);
+
+impl Cidr {
+    /// Whether `ip` is in the network.
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        match (self.addr, canonical(ip)) {
+            (IpAddr::V4(net), IpAddr::V4(ip)) => {
+                let mask = u32::MAX
+                    .checked_shl(32 - u32::from(self.prefix))
+                    .unwrap_or(0);
+                u32::from(net) & mask == u32::from(ip) & mask
+            }
+            (IpAddr::V6(net), IpAddr::V6(ip)) => {
+                let mask = u128::MAX
+                    .checked_shl(128 - u32::from(self.prefix))
+                    .unwrap_or(0);
+                u128::from(net) & mask == u128::from(ip) & mask
+            }
+            _ => false,
+        }
+    }
+}
+
+impl FromStr for Cidr {
+    type Err = CidrError;
+
+    fn from_str(s: &str) -> Result<Cidr, CidrError> {
+        let bad = || CidrError(s.to_string());
+        let (addr, prefix) = match s.split_once('/') {
+            Some((a, p)) => (a, Some(p)),
+            None => (s, None),
+        };
+        let addr = canonical(IpAddr::from_str(addr.trim()).map_err(|_| bad())?);
+        let max = if addr.is_ipv4() { 32 } else { 128 };
+        let prefix = match prefix {
+            Some(p) => p.trim().parse::<u8>().map_err(|_| bad())?,
+            None => max,
+        };
+        if prefix > max {
+            return Err(bad());
+        }
+        Ok(Cidr { addr, prefix })
+    }
+}
+
+/// The value of a request header (e.g. an API key), as a `String`; a request without it, or
+/// with a value that is not visible ASCII, has no key.
+#[derive(Debug, Clone)]
+pub struct Header(pub HeaderName);
+
+impl<B> KeyExtractor<B> for Header {
+    type Key = String;
+
+    fn extract(&self, req: &Request<B>) -> Option<String> {
+        let v = req.headers().get(&self.0)?.to_str().ok()?;
+        Some(v.to_string())
+    }
+}
+
+/// A key extractor from a function of the request: [`from_fn`].
+#[derive(Debug, Clone)]
+pub struct FromFn<F>(F);
+
+/// Any function of the request as a key extractor.
+///
+/// ```
+/// use turnstile::tower::key::{from_fn, KeyExtractor};
+///
+/// // The first path segment: one limit per API route family.
+/// let route = from_fn(|req: &http::Request<()>| {
+///     req.uri().path().split('/').nth(1).map(str::to_owned)
+/// });
+/// let req = http::Request::get("/users/42").body(()).unwrap();
+/// assert_eq!(route.extract(&req).as_deref(), Some("users"));
+/// ```
+pub fn from_fn<F>(f: F) -> FromFn<F> {
+    FromFn(f)
+}
+
+impl<B, K, F> KeyExtractor<B> for FromFn<F>
+where
+    F: Fn(&Request<B>) -> Option<K> + Send + Sync + 'static,
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+{
+    type Key = K;
+
+    fn extract(&self, req: &Request<B>) -> Option<K> {
+        (self.0)(req)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(peer: &str, headers: &[(&str, &str)]) -> Request<()> {
+        let mut b = Request::get("/");
+        for (k, v) in headers {
+            b = b.header(*k, *v);
+        }
+        let mut r = b.body(()).unwrap();
+        r.extensions_mut()
+            .insert(peer.parse::<SocketAddr>().unwrap());
+        r
+    }
+
+    fn proxies() -> ForwardedIp {
+        ForwardedIp::new(["10.0.0.0/8".parse().unwrap(), "::1".parse().unwrap()])
+    }
+
+    #[test]
+    fn a_forged_header_from_an_untrusted_peer_is_ignored() {
+        let r = req("203.0.113.9:5000", &[("x-forwarded-for", "1.2.3.4")]);
+        assert_eq!(proxies().extract(&r), Some("203.0.113.9".parse().unwrap()));
+        let r = req("203.0.113.9:5000", &[("forwarded", "for=1.2.3.4")]);
+        assert_eq!(proxies().extract(&r), Some("203.0.113.9".parse().unwrap()));
+    }
+
+    #[test]
+    fn through_trusted_proxies_the_rightmost_untrusted_hop_is_the_client() {
+        // The client wrote "6.6.6.6" itself; the edge proxy appended the real client.
+        let r = req(
+            "10.0.0.2:5000",
+            &[("x-forwarded-for", "6.6.6.6, 198.51.100.7, 10.0.0.1")],
+        );
+        assert_eq!(proxies().extract(&r), Some("198.51.100.7".parse().unwrap()));
+        let r = req(
+            "10.0.0.2:5000",
+            &[(
+                "forwarded",
+                "for=6.6.6.6, for=\"[2001:db8::7]:4711\";proto=https, for=10.0.0.1",
+            )],
+        );
+        assert_eq!(proxies().extract(&r), Some("2001:db8::7".parse().unwrap()));
+        // Garbage to the right of the client cannot be skipped: it stops the walk.
+        let r = req(
+            "10.0.0.2:5000",
+            &[("x-forwarded-for", "198.51.100.7, junk")],
+        );
+        assert_eq!(proxies().extract(&r), Some("0.0.0.0".parse().unwrap()));
+        // A trusted peer with no header is the client itself.
+        let r = req("[::1]:5000", &[]);
+        assert_eq!(proxies().extract(&r), Some("::1".parse().unwrap()));
+    }
+
+    #[test]
+    fn mapped_ipv4_is_the_ipv4_client() {
+        let r = req("[::ffff:203.0.113.9]:5000", &[]);
+        assert_eq!(PeerIp.extract(&r), Some("203.0.113.9".parse().unwrap()));
+    }
+
+    #[test]
+    fn cidrs() {
+        let c: Cidr = "10.0.0.0/8".parse().unwrap();
+        assert!(c.contains("10.255.0.1".parse().unwrap()));
+        assert!(!c.contains("11.0.0.1".parse().unwrap()));
+        assert!(c.contains("::ffff:10.1.2.3".parse().unwrap()));
+        let all: Cidr = "0.0.0.0/0".parse().unwrap();
+        assert!(all.contains("1.2.3.4".parse().unwrap()));
+        assert!("10.0.0.0/33".parse::<Cidr>().is_err());
+        assert!("nope".parse::<Cidr>().is_err());
+        let one: Cidr = "2001:db8::1".parse().unwrap();
+        assert!(one.contains("2001:db8::1".parse().unwrap()));
+        assert!(!one.contains("2001:db8::2".parse().unwrap()));
+    }
+}

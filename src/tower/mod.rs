@@ -1,0 +1,406 @@
+//! Rate limiting as tower middleware (feature `tower`): for axum, hyper and tonic servers.
+//!
+//! A [`RateLimitLayer`] asks a [`Policy`] about every request before the inner service sees
+//! it. A request the policy refuses gets `429 Too Many Requests` (configurable) with
+//! `Retry-After` in whole seconds, rounded up, and the IETF RateLimit fields of
+//! draft-ietf-httpapi-ratelimit-headers in their structured-field form:
+//!
+//! ```text
+//! RateLimit-Policy: "per-ip";q=20;w=2
+//! RateLimit: "per-ip";r=0;t=1
+//! ```
+//!
+//! `q` is the quota (a bucket's burst, a window's quota), `w` the window in seconds (a
+//! bucket's time to refill from empty), `r` what is left and `t` the seconds until the quota
+//! is whole again: each limiter's own figures ([`Limiter::quota_at`](crate::Limiter::quota_at)),
+//! not estimates. Allowed responses carry them too with [`RateLimitLayer::headers`]. A gRPC
+//! request (`content-type: application/grpc…`) is refused the gRPC way: HTTP 200 with
+//! `grpc-status: 8` (`RESOURCE_EXHAUSTED`), which tonic clients read as a status.
+//!
+//! Policies compose: [`global`] (one limiter for everything), [`per_key`] (a
+//! [`Keyed`](crate::Keyed) map with a [`key::KeyExtractor`]: the peer's IP, a trusted
+//! proxy's `X-Forwarded-For`, a header, any function) and [`Policy::and`] (both must pass; a
+//! request the second refuses gives back what the first granted, so it takes nothing from
+//! either).
+//!
+//! The layer is cheap to clone (two `Arc`s) and adds no allocation per request on the hot
+//! path beyond the key itself (an `IpAddr` is none); the RateLimit headers, when sent, are
+//! formatted into one small buffer each.
+//!
+//! ```
+//! use std::time::Duration;
+//! use turnstile::tower::{global, key, per_key, Policy, RateLimitLayer};
+//! use turnstile::{Keyed, Limit, TokenBucket};
+//!
+//! let per_ip = per_key(
+//!     "per-ip",
+//!     key::PeerIp,
+//!     Keyed::new(|_| TokenBucket::new(Limit::per_second(10.0).unwrap(), 20)),
+//! );
+//! let everyone = global("all", TokenBucket::new(Limit::per_second(1000.0).unwrap(), 200));
+//! let layer = RateLimitLayer::new(per_ip.and(everyone));
+//! // axum: Router::new().route("/", get(handler)).layer(layer), served with
+//! // into_make_service_with_connect_info::<SocketAddr>() so that PeerIp sees the peer.
+//! # let _ = layer;
+//! ```
+
+pub mod key;
+mod policy;
+
+pub use policy::{
+    global, per_key, And, AndFuture, Decision, Global, KeyGrant, MissingKey, PerKey, Policy, Report,
+};
+
+use std::fmt::Write as _;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{ready, Context, Poll};
+
+use http::header::{HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
+use http::{HeaderMap, Request, Response, StatusCode};
+
+use crate::Denied;
+
+/// `RateLimit-Policy`.
+pub static RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
+/// `RateLimit`.
+pub static RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
+
+/// Which responses carry the `RateLimit` and `RateLimit-Policy` headers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Headers {
+    /// None (only `Retry-After` on a refusal).
+    Never,
+    /// Refusals (the default).
+    #[default]
+    OnDenial,
+    /// Every response: allowed ones say what is left after them.
+    Always,
+}
+
+#[derive(Debug, Clone)]
+struct Config {
+    status: StatusCode,
+    body: &'static str,
+    headers: Headers,
+    grpc: bool,
+}
+
+/// Tower [`Layer`](::tower::Layer) of [`RateLimit`]: see the [module docs](self).
+pub struct RateLimitLayer<P> {
+    policy: Arc<P>,
+    config: Arc<Config>,
+}
+
+impl<P> Clone for RateLimitLayer<P> {
+    fn clone(&self) -> Self {
+        RateLimitLayer {
+            policy: self.policy.clone(),
+            config: self.config.clone(),
+        }
+    }
+}
+
+impl<P> RateLimitLayer<P> {
+    /// A layer asking `policy` about every request: refusals get 429 with `Retry-After`
+    /// and the RateLimit headers, a body of "Too Many Requests", and gRPC requests
+    /// `grpc-status: 8`.
+    pub fn new(policy: P) -> Self {
+        RateLimitLayer {
+            policy: Arc::new(policy),
+            config: Arc::new(Config {
+                status: StatusCode::TOO_MANY_REQUESTS,
+                body: "Too Many Requests",
+                headers: Headers::OnDenial,
+                grpc: true,
+            }),
+        }
+    }
+
+    /// The status of a refusal (default 429).
+    pub fn status(mut self, status: StatusCode) -> Self {
+        Arc::make_mut(&mut self.config).status = status;
+        self
+    }
+
+    /// The body of a refusal (default "Too Many Requests").
+    pub fn body(mut self, body: &'static str) -> Self {
+        Arc::make_mut(&mut self.config).body = body;
+        self
+    }
+
+    /// Which responses carry the RateLimit headers (default [`Headers::OnDenial`]).
+    pub fn headers(mut self, headers: Headers) -> Self {
+        Arc::make_mut(&mut self.config).headers = headers;
+        self
+    }
+
+    /// Whether gRPC requests are refused with `grpc-status: 8` (default) rather than the
+    /// HTTP status.
+    pub fn grpc(mut self, grpc: bool) -> Self {
+        Arc::make_mut(&mut self.config).grpc = grpc;
+        self
+    }
+
+    /// The policy.
+    pub fn policy(&self) -> &P {
+        &self.policy
+    }
+}
+
+impl<S, P> ::tower::Layer<S> for RateLimitLayer<P> {
+    type Service = RateLimit<S, P>;
+
+    fn layer(&self, inner: S) -> RateLimit<S, P> {
+        RateLimit {
+            inner,
+            policy: self.policy.clone(),
+            config: self.config.clone(),
+        }
+    }
+}
+
+/// The rate-limited service: [`RateLimitLayer`].
+pub struct RateLimit<S, P> {
+    inner: S,
+    policy: Arc<P>,
+    config: Arc<Config>,
+}
+
+impl<S: Clone, P> Clone for RateLimit<S, P> {
+    fn clone(&self) -> Self {
+        RateLimit {
+            inner: self.inner.clone(),
+            policy: self.policy.clone(),
+            config: self.config.clone(),
+        }
+    }
+}
+
+impl<S, P, ReqBody, ResBody> ::tower::Service<Request<ReqBody>> for RateLimit<S, P>
+where
+    S: ::tower::Service<Request<ReqBody>, Response = Response<ResBody>> + Clone,
+    P: Policy<ReqBody>,
+    ResBody: From<&'static str>,
+{
+    type Response = Response<ResBody>;
+    type Error = S::Error;
+    type Future = ResponseFuture<S, P, ReqBody>;
+
+    #[inline]
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
+        let key = self.policy.key(&req);
+        let report = self.config.headers != Headers::Never;
+        let check = self.policy.decide(key, report);
+        // The service made ready by poll_ready answers this request; a clone takes its place.
+        let clone = self.inner.clone();
+        let inner = std::mem::replace(&mut self.inner, clone);
+        ResponseFuture {
+            state: State::Checking {
+                check,
+                req: Some(req),
+                inner: Some(inner),
+            },
+            config: self.config.clone(),
+        }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// [`RateLimit`]'s response in flight: the policy's decision, then the inner service's
+    /// response (or the refusal).
+    pub struct ResponseFuture<S, P, ReqBody>
+    where
+        S: ::tower::Service<Request<ReqBody>>,
+        P: Policy<ReqBody>,
+    {
+        #[pin]
+        state: State<S, P, ReqBody>,
+        config: Arc<Config>,
+    }
+}
+
+pin_project_lite::pin_project! {
+    #[project = StateProj]
+    enum State<S, P, ReqBody>
+    where
+        S: ::tower::Service<Request<ReqBody>>,
+        P: Policy<ReqBody>,
+    {
+        Checking {
+            #[pin]
+            check: P::Future,
+            req: Option<Request<ReqBody>>,
+            inner: Option<S>,
+        },
+        Calling {
+            #[pin]
+            fut: S::Future,
+            report: Option<Report>,
+        },
+    }
+}
+
+impl<S, P, ReqBody, ResBody> Future for ResponseFuture<S, P, ReqBody>
+where
+    S: ::tower::Service<Request<ReqBody>, Response = Response<ResBody>>,
+    P: Policy<ReqBody>,
+    ResBody: From<&'static str>,
+{
+    type Output = Result<Response<ResBody>, S::Error>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut this = self.project();
+        loop {
+            match this.state.as_mut().project() {
+                StateProj::Checking { check, req, inner } => {
+                    let decision = ready!(check.poll(cx));
+                    let req = req.take().expect("polled after completion");
+                    match decision.result {
+                        Ok(_grant) => {
+                            let mut inner = inner.take().expect("polled after completion");
+                            let report =
+                                (this.config.headers == Headers::Always).then_some(decision.report);
+                            let fut = inner.call(req);
+                            this.state.set(State::Calling { fut, report });
+                        }
+                        Err(denied) => {
+                            let grpc = this.config.grpc && is_grpc(req.headers());
+                            return Poll::Ready(Ok(refusal(
+                                this.config,
+                                &denied,
+                                &decision.report,
+                                grpc,
+                            )));
+                        }
+                    }
+                }
+                StateProj::Calling { fut, report } => {
+                    let mut resp = ready!(fut.poll(cx))?;
+                    if let Some(report) = report.take() {
+                        write_report(resp.headers_mut(), &report);
+                    }
+                    return Poll::Ready(Ok(resp));
+                }
+            }
+        }
+    }
+}
+
+/// Whether a request is gRPC (`content-type: application/grpc`, `application/grpc+proto`…).
+fn is_grpc(headers: &HeaderMap) -> bool {
+    headers
+        .get(CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"))
+}
+
+/// The response to a refused request.
+fn refusal<B: From<&'static str>>(
+    config: &Config,
+    denied: &Denied,
+    report: &Report,
+    grpc: bool,
+) -> Response<B> {
+    let mut resp = if grpc {
+        // gRPC's "trailers-only" response: the status in the headers of an empty 200.
+        let mut r = Response::new(B::from(""));
+        let h = r.headers_mut();
+        h.insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
+        h.insert("grpc-status", HeaderValue::from_static("8"));
+        h.insert("grpc-message", HeaderValue::from_static("rate%20limited"));
+        r
+    } else {
+        let mut r = Response::new(B::from(config.body));
+        *r.status_mut() = config.status;
+        r.headers_mut().insert(
+            CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; charset=utf-8"),
+        );
+        r
+    };
+    if let Some(secs) = denied.retry_after_secs() {
+        resp.headers_mut()
+            .insert(RETRY_AFTER, HeaderValue::from(secs));
+    }
+    if config.headers != Headers::Never {
+        write_report(resp.headers_mut(), report);
+    }
+    resp
+}
+
+/// `RateLimit-Policy` and `RateLimit` from `report` (nothing if it is empty).
+fn write_report(headers: &mut HeaderMap, report: &Report) {
+    if report.items.is_empty() {
+        return;
+    }
+    let mut policy = String::with_capacity(32 * report.items.len());
+    let mut state = String::with_capacity(32 * report.items.len());
+    for (i, (name, s)) in report.items.iter().enumerate() {
+        if i > 0 {
+            policy.push_str(", ");
+            state.push_str(", ");
+        }
+        write_sf_string(&mut policy, name);
+        let _ = write!(policy, ";q={};w={}", s.quota, s.window_secs());
+        write_sf_string(&mut state, name);
+        let _ = write!(state, ";r={};t={}", s.remaining, s.reset_secs());
+    }
+    if let (Ok(p), Ok(s)) = (HeaderValue::try_from(policy), HeaderValue::try_from(state)) {
+        headers.insert(RATELIMIT_POLICY.clone(), p);
+        headers.insert(RATELIMIT.clone(), s);
+    }
+}
+
+/// A structured-field string (RFC 8941 §3.3.3): quoted, `"` and `\` escaped; other
+/// characters outside visible ASCII dropped (a policy name is the server's own text).
+fn write_sf_string(out: &mut String, s: &str) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' | '\\' => {
+                out.push('\\');
+                out.push(c);
+            }
+            ' '..='~' => out.push(c),
+            _ => {}
+        }
+    }
+    out.push('"');
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::QuotaStatus;
+    use std::time::Duration;
+
+    #[test]
+    fn headers_are_structured_fields() {
+        let mut h = HeaderMap::new();
+        let s = |q, w, r, t| QuotaStatus {
+            quota: q,
+            window: Duration::from_millis(w),
+            remaining: r,
+            reset: Duration::from_millis(t),
+        };
+        write_report(
+            &mut h,
+            &Report {
+                items: vec![
+                    ("per-ip".into(), s(20, 2000, 0, 1)),
+                    ("a \"b\"\\é".into(), s(100, 60_000, 42, 16_001)),
+                ],
+            },
+        );
+        assert_eq!(
+            h[&RATELIMIT_POLICY],
+            r#""per-ip";q=20;w=2, "a \"b\"\\";q=100;w=60"#
+        );
+        assert_eq!(h[&RATELIMIT], r#""per-ip";r=0;t=1, "a \"b\"\\";r=42;t=17"#);
+    }
+}

@@ -1,0 +1,402 @@
+//! Policies: what a [`RateLimitLayer`](super::RateLimitLayer) asks before a request passes.
+//!
+//! A policy decides in two steps. [`Policy::key`] reads what it needs from the request (a
+//! client's IP, a header), synchronously, while the request is at hand; [`Policy::decide`]
+//! then takes the permits, possibly asynchronously (a Redis round trip), from an owned key.
+//! Splitting the two lets [`And`] read every policy's key up front and still decide them
+//! one after another, so that a request refused by the second policy gives back what the
+//! first one granted ([`Policy::refund`]) and takes nothing from either.
+//!
+//! In-process policies ([`Global`], [`PerKey`]) decide at once: their future is
+//! [`std::future::Ready`], and a check is the limiter's own lock-free check, with no
+//! allocation (the optional header report allocates only when headers are configured).
+
+use std::future::{ready, Future, Ready};
+use std::hash::Hash;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{ready as ready_poll, Context, Poll};
+
+use http::Request;
+
+use super::key::KeyExtractor;
+use crate::{Clock, Denied, Idle, Keyed, Limiter, QuotaStatus};
+
+/// One policy's answer.
+#[derive(Debug)]
+pub struct Decision<G> {
+    /// The grant (what [`Policy::refund`] needs to give it back), or the denial with its
+    /// retry time.
+    pub result: Result<G, Denied>,
+    /// The IETF RateLimit fields of the policies that decided, in order, when they were asked
+    /// for (empty otherwise): after a grant, every policy's; after a denial, the denying
+    /// policy's.
+    pub report: Report,
+}
+
+/// Named [`QuotaStatus`]es: what the `RateLimit` and `RateLimit-Policy` headers carry.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Report {
+    /// `(policy name, its status)`, in policy order.
+    pub items: Vec<(Arc<str>, QuotaStatus)>,
+}
+
+/// A question a [`RateLimitLayer`](super::RateLimitLayer) asks of every request. Implemented
+/// by [`Global`] (one limiter for everything), [`PerKey`] (a [`Keyed`] map and a
+/// [`KeyExtractor`]) and [`And`] (both must pass); build them with [`global`], [`per_key`]
+/// and [`Policy::and`].
+pub trait Policy<B>: Send + Sync + 'static {
+    /// What the policy reads from a request, owned.
+    type Key: Send + 'static;
+    /// What a grant must remember to be given back.
+    type Grant: Send + 'static;
+    /// The decision, in flight.
+    type Future: Future<Output = Decision<Self::Grant>> + Send + 'static;
+
+    /// Reads the policy's key from `req`.
+    fn key(&self, req: &Request<B>) -> Self::Key;
+
+    /// Takes the permits for `key`; with `report`, fills [`Decision::report`].
+    fn decide(self: &Arc<Self>, key: Self::Key, report: bool) -> Self::Future;
+
+    /// Gives back a grant of this policy (a later policy refused the request). Exact where
+    /// the limiter's [`Limiter::refund_n_at`] is; a limiter that cannot refund keeps it.
+    fn refund(&self, grant: Self::Grant);
+
+    /// This policy, then `other`: a request passes only if both pass, and a request `other`
+    /// refuses gives back what this one granted. Put limiters that cannot refund
+    /// ([`Limiter::refund_n_at`] returns `false`) last.
+    fn and<Q: Policy<B>>(self, other: Q) -> And<Self, Q>
+    where
+        Self: Sized,
+    {
+        And {
+            first: Arc::new(self),
+            second: Arc::new(other),
+        }
+    }
+}
+
+// ---- Global -----------------------------------------------------------------------------
+
+/// One limiter for every request: [`global`].
+pub struct Global<L> {
+    name: Arc<str>,
+    limiter: L,
+}
+
+/// A policy that takes one permit from `limiter` per request, whatever the request; `name`
+/// is its name in the `RateLimit` headers.
+///
+/// ```
+/// use turnstile::tower::{global, Policy};
+/// use turnstile::{Limit, TokenBucket};
+///
+/// let all = global("all", TokenBucket::new(Limit::per_second(1000.0).unwrap(), 100));
+/// # let _ = all;
+/// ```
+pub fn global<L: Limiter + 'static>(name: impl Into<Arc<str>>, limiter: L) -> Global<L> {
+    Global {
+        name: name.into(),
+        limiter,
+    }
+}
+
+impl<L> Global<L> {
+    /// The limiter.
+    pub fn limiter(&self) -> &L {
+        &self.limiter
+    }
+}
+
+impl<B, L: Limiter + 'static> Policy<B> for Global<L> {
+    type Key = ();
+    type Grant = ();
+    type Future = Ready<Decision<()>>;
+
+    #[inline]
+    fn key(&self, _: &Request<B>) -> Self::Key {}
+
+    #[inline]
+    fn decide(self: &Arc<Self>, _: (), report: bool) -> Self::Future {
+        let now = self.limiter.now();
+        let result = self.limiter.check_n_at(now, 1);
+        ready(Decision {
+            result,
+            report: one_report(report, &self.name, || self.limiter.quota_at(now)),
+        })
+    }
+
+    fn refund(&self, _: ()) {
+        let _ = self.limiter.refund_n_at(self.limiter.now(), 1);
+    }
+}
+
+// ---- PerKey -----------------------------------------------------------------------------
+
+/// What a [`PerKey`] policy does with a request its extractor finds no key in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MissingKey<K> {
+    /// Let it through, untouched by this policy.
+    Allow,
+    /// Refuse it (with no `Retry-After`: no wait makes a keyless request acceptable).
+    Deny,
+    /// Count it under this key: every keyless request shares one limit.
+    As(K),
+}
+
+/// A limiter per key, picked by a [`KeyExtractor`]: [`per_key`].
+pub struct PerKey<K, X, L, C: Clock>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    L: Limiter + Idle + 'static,
+{
+    name: Arc<str>,
+    extractor: X,
+    keyed: Keyed<K, L, C>,
+    missing: MissingKey<K>,
+}
+
+/// A policy that takes one permit per request from the limiter of the request's key, in
+/// `keyed` (one limiter per key, built by its factory on first sight and evicted when idle);
+/// `extractor` reads the key. Requests with no key are allowed through; see
+/// [`PerKey::on_missing_key`].
+///
+/// ```
+/// use turnstile::tower::{key, per_key, Policy};
+/// use turnstile::{Keyed, Limit, TokenBucket};
+///
+/// let per_ip = per_key(
+///     "per-ip",
+///     key::PeerIp,
+///     Keyed::new(|_| TokenBucket::new(Limit::per_second(10.0).unwrap(), 20)),
+/// );
+/// # let _ = per_ip;
+/// ```
+pub fn per_key<K, X, L, C>(
+    name: impl Into<Arc<str>>,
+    extractor: X,
+    keyed: Keyed<K, L, C>,
+) -> PerKey<K, X, L, C>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    X: Send + Sync + 'static,
+    L: Limiter + Idle + 'static,
+    C: Clock + 'static,
+{
+    PerKey {
+        name: name.into(),
+        extractor,
+        keyed,
+        missing: MissingKey::Allow,
+    }
+}
+
+impl<K, X, L, C: Clock> PerKey<K, X, L, C>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    L: Limiter + Idle + 'static,
+{
+    /// What to do with requests the extractor finds no key in (default
+    /// [`MissingKey::Allow`]).
+    pub fn on_missing_key(mut self, missing: MissingKey<K>) -> Self {
+        self.missing = missing;
+        self
+    }
+
+    /// The per-key limiters.
+    pub fn keyed(&self) -> &Keyed<K, L, C> {
+        &self.keyed
+    }
+}
+
+/// A [`PerKey`] grant: the key charged (none when a keyless request was let through).
+pub struct KeyGrant<K>(Option<K>);
+
+impl<B, K, X, L, C> Policy<B> for PerKey<K, X, L, C>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    X: KeyExtractor<B, Key = K>,
+    L: Limiter + Idle + 'static,
+    C: Clock + 'static,
+{
+    type Key = Option<K>;
+    type Grant = KeyGrant<K>;
+    type Future = Ready<Decision<KeyGrant<K>>>;
+
+    #[inline]
+    fn key(&self, req: &Request<B>) -> Self::Key {
+        self.extractor.extract(req)
+    }
+
+    fn decide(self: &Arc<Self>, key: Self::Key, report: bool) -> Self::Future {
+        let key = match key {
+            Some(k) => k,
+            None => match &self.missing {
+                MissingKey::Allow => {
+                    return ready(Decision {
+                        result: Ok(KeyGrant(None)),
+                        report: Report::default(),
+                    })
+                }
+                MissingKey::Deny => {
+                    let now = self.keyed.now();
+                    return ready(Decision {
+                        result: Err(Denied::new(now, None)),
+                        report: Report::default(),
+                    });
+                }
+                MissingKey::As(k) => k.clone(),
+            },
+        };
+        let now = self.keyed.now();
+        let result = self.keyed.check_n_at(&key, now, 1);
+        let report = one_report(report, &self.name, || {
+            self.keyed.with(&key, |l| l.quota_at(now)).flatten()
+        });
+        ready(Decision {
+            result: result.map(|()| KeyGrant(Some(key))),
+            report,
+        })
+    }
+
+    fn refund(&self, grant: KeyGrant<K>) {
+        if let KeyGrant(Some(key)) = grant {
+            let now = self.keyed.now();
+            let _ = self.keyed.with(&key, |l| l.refund_n_at(now, 1));
+        }
+    }
+}
+
+// ---- And --------------------------------------------------------------------------------
+
+/// Two policies, both of which must pass: [`Policy::and`].
+pub struct And<A, B> {
+    first: Arc<A>,
+    second: Arc<B>,
+}
+
+impl<Body: 'static, A: Policy<Body>, B: Policy<Body>> Policy<Body> for And<A, B> {
+    type Key = (A::Key, B::Key);
+    type Grant = (A::Grant, B::Grant);
+    type Future = AndFuture<Body, A, B>;
+
+    fn key(&self, req: &Request<Body>) -> Self::Key {
+        (self.first.key(req), self.second.key(req))
+    }
+
+    fn decide(self: &Arc<Self>, (a, b): Self::Key, report: bool) -> Self::Future {
+        AndFuture {
+            state: AndState::First {
+                fut: self.first.decide(a, report),
+                second_key: Some(b),
+            },
+            policy: self.clone(),
+            report,
+        }
+    }
+
+    fn refund(&self, (a, b): Self::Grant) {
+        self.second.refund(b);
+        self.first.refund(a);
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// [`And`]'s decision in flight: the first policy's, then the second's (no allocation).
+    pub struct AndFuture<Body, A: Policy<Body>, B: Policy<Body>> {
+        #[pin]
+        state: AndState<Body, A, B>,
+        policy: Arc<And<A, B>>,
+        report: bool,
+    }
+}
+
+pin_project_lite::pin_project! {
+    #[project = AndStateProj]
+    enum AndState<Body, A: Policy<Body>, B: Policy<Body>> {
+        First {
+            #[pin]
+            fut: A::Future,
+            second_key: Option<B::Key>,
+        },
+        Second {
+            #[pin]
+            fut: B::Future,
+            first: Option<(A::Grant, Report)>,
+        },
+        Done,
+    }
+}
+
+impl<Body, A: Policy<Body>, B: Policy<Body>> Future for AndFuture<Body, A, B> {
+    type Output = Decision<(A::Grant, B::Grant)>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut this = self.project();
+        loop {
+            match this.state.as_mut().project() {
+                AndStateProj::First { fut, second_key } => {
+                    let d = ready_poll!(fut.poll(cx));
+                    match d.result {
+                        Err(denied) => {
+                            this.state.set(AndState::Done);
+                            return Poll::Ready(Decision {
+                                result: Err(denied),
+                                report: d.report,
+                            });
+                        }
+                        Ok(grant) => {
+                            let key = second_key.take().expect("polled after completion");
+                            let fut = this.policy.second.decide(key, *this.report);
+                            this.state.set(AndState::Second {
+                                fut,
+                                first: Some((grant, d.report)),
+                            });
+                        }
+                    }
+                }
+                AndStateProj::Second { fut, first } => {
+                    let d = ready_poll!(fut.poll(cx));
+                    let (grant_a, mut report) = first.take().expect("polled after completion");
+                    this.state.set(AndState::Done);
+                    return Poll::Ready(match d.result {
+                        Ok(grant_b) => {
+                            report.items.extend(d.report.items);
+                            Decision {
+                                result: Ok((grant_a, grant_b)),
+                                report,
+                            }
+                        }
+                        Err(denied) => {
+                            // Refused by the second: the first gives back what it granted.
+                            this.policy.first.refund(grant_a);
+                            Decision {
+                                result: Err(denied),
+                                report: d.report,
+                            }
+                        }
+                    });
+                }
+                AndStateProj::Done => panic!("AndFuture polled after completion"),
+            }
+        }
+    }
+}
+
+// ---- helpers ----------------------------------------------------------------------------
+
+/// A report of one policy's status, if asked for and known.
+#[inline]
+fn one_report(
+    report: bool,
+    name: &Arc<str>,
+    status: impl FnOnce() -> Option<QuotaStatus>,
+) -> Report {
+    if !report {
+        return Report::default();
+    }
+    Report {
+        items: status().map(|s| (name.clone(), s)).into_iter().collect(),
+    }
+}

@@ -1,0 +1,268 @@
+//! `turnstile::tower::RateLimitLayer` over real HTTP on loopback: an axum server (served with
+//! `ConnectInfo<SocketAddr>`) driven by a hyper client whose connections can come from
+//! different loopback addresses (127.0.0.2, 127.0.0.3, …: Linux routes all of 127/8 to lo), so
+//! per-IP keys are real peers. Limiters run on a `ManualClock`, so "retry after
+//! `Retry-After`" is an advance of that clock, never a sleep.
+#![cfg(all(feature = "tower", feature = "axum"))]
+
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use axum::routing::get;
+use axum::Router;
+use bytes::Bytes;
+use http::{HeaderMap, Request, StatusCode};
+use http_body_util::{BodyExt, Empty};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use turnstile::tower::key::{Cidr, ForwardedIp, PeerIp};
+use turnstile::tower::{global, per_key, Headers, MissingKey, Policy, RateLimitLayer};
+use turnstile::{Keyed, Limit, ManualClock, Nanos, TokenBucket};
+
+type Bucket = TokenBucket<ManualClock>;
+
+/// Serves `app` on 127.0.0.1, port 0, with the peer address as `ConnectInfo`.
+async fn serve(app: Router) -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        axum::serve(
+            listener,
+            app.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .await
+        .unwrap();
+    });
+    addr
+}
+
+fn app(layer: RateLimitLayer<impl Policy<axum::body::Body>>) -> Router {
+    Router::new()
+        .route("/", get(|| async { "ok" }))
+        .layer(layer)
+}
+
+/// A client whose connections come from `from` (a loopback address).
+fn client(from: &str) -> Client<HttpConnector, Empty<Bytes>> {
+    let mut c = HttpConnector::new();
+    c.set_local_address(Some(from.parse::<IpAddr>().unwrap()));
+    Client::builder(TokioExecutor::new()).build(c)
+}
+
+struct Got {
+    status: StatusCode,
+    headers: HeaderMap,
+    body: String,
+}
+
+async fn get_from(
+    c: &Client<HttpConnector, Empty<Bytes>>,
+    server: SocketAddr,
+    headers: &[(&str, &str)],
+) -> Got {
+    let mut b = Request::get(format!("http://{server}/"));
+    for (k, v) in headers {
+        b = b.header(*k, *v);
+    }
+    let resp = c.request(b.body(Empty::new()).unwrap()).await.unwrap();
+    let (parts, body) = resp.into_parts();
+    let body = body.collect().await.unwrap().to_bytes();
+    Got {
+        status: parts.status,
+        headers: parts.headers,
+        body: String::from_utf8(body.to_vec()).unwrap(),
+    }
+}
+
+fn header<'a>(g: &'a Got, name: &str) -> Option<&'a str> {
+    g.headers.get(name).map(|v| v.to_str().unwrap())
+}
+
+/// Per-IP token buckets of `burst` at `per_sec`, on `clock`.
+fn per_ip_buckets(
+    clock: &ManualClock,
+    per_sec: f64,
+    burst: u32,
+) -> Keyed<IpAddr, Bucket, ManualClock> {
+    let c = clock.clone();
+    Keyed::builder(move |_: &IpAddr| {
+        TokenBucket::with_clock(Limit::per_second(per_sec).unwrap(), burst, c.clone())
+    })
+    .clock(clock.clone())
+    .build()
+    .unwrap()
+}
+
+#[tokio::test]
+async fn refused_after_the_burst_with_exact_headers_then_a_retry_after_retry_after_passes() {
+    let clock = ManualClock::new(Nanos::new(1_000_000_000));
+    let layer = RateLimitLayer::new(per_key("per-ip", PeerIp, per_ip_buckets(&clock, 0.5, 3)));
+    let server = serve(app(layer)).await;
+    let c = client("127.0.0.2");
+    for _ in 0..3 {
+        let g = get_from(&c, server, &[]).await;
+        assert_eq!((g.status, g.body.as_str()), (StatusCode::OK, "ok"));
+        // Default: no RateLimit headers on allowed responses.
+        assert!(header(&g, "ratelimit").is_none());
+    }
+    let g = get_from(&c, server, &[]).await;
+    assert_eq!(g.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(g.body, "Too Many Requests");
+    // 0.5/s: the next token in 2 s; the bucket full again in 6 s; it refills from empty in 6 s.
+    assert_eq!(header(&g, "retry-after"), Some("2"));
+    assert_eq!(header(&g, "ratelimit-policy"), Some(r#""per-ip";q=3;w=6"#));
+    assert_eq!(header(&g, "ratelimit"), Some(r#""per-ip";r=0;t=6"#));
+    // A little less than Retry-After is not enough; Retry-After is.
+    clock.advance(Duration::from_millis(1_999));
+    assert_eq!(
+        get_from(&c, server, &[]).await.status,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    clock.advance(Duration::from_millis(1));
+    assert_eq!(get_from(&c, server, &[]).await.status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn per_ip_keys_are_independent() {
+    let clock = ManualClock::new(Nanos::new(1_000_000_000));
+    let layer = RateLimitLayer::new(per_key("per-ip", PeerIp, per_ip_buckets(&clock, 1.0, 2)));
+    let server = serve(app(layer)).await;
+    let (a, b) = (client("127.0.0.2"), client("127.0.0.3"));
+    for _ in 0..2 {
+        assert_eq!(get_from(&a, server, &[]).await.status, StatusCode::OK);
+    }
+    assert_eq!(
+        get_from(&a, server, &[]).await.status,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    // Another peer has its own bucket.
+    for _ in 0..2 {
+        assert_eq!(get_from(&b, server, &[]).await.status, StatusCode::OK);
+    }
+    assert_eq!(
+        get_from(&b, server, &[]).await.status,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+}
+
+#[tokio::test]
+async fn a_forged_forwarded_for_from_an_untrusted_peer_is_ignored() {
+    let clock = ManualClock::new(Nanos::new(1_000_000_000));
+    // Only 127.0.0.5 is a trusted proxy.
+    let proxies = ForwardedIp::new(["127.0.0.5/32".parse::<Cidr>().unwrap()]);
+    let layer = RateLimitLayer::new(per_key(
+        "per-client",
+        proxies,
+        per_ip_buckets(&clock, 1.0, 1),
+    ));
+    let server = serve(app(layer)).await;
+    let (client_a, proxy) = (client("127.0.0.2"), client("127.0.0.5"));
+    // The client spends its one token, then forges headers to look like someone else.
+    assert_eq!(
+        get_from(&client_a, server, &[]).await.status,
+        StatusCode::OK
+    );
+    for forged in [
+        ("x-forwarded-for", "198.51.100.1"),
+        ("forwarded", "for=198.51.100.2"),
+    ] {
+        let g = get_from(&client_a, server, &[forged]).await;
+        assert_eq!(g.status, StatusCode::TOO_MANY_REQUESTS, "{forged:?}");
+    }
+    // Through the trusted proxy, the forwarded address is the key: a fresh bucket each.
+    let xff = [("x-forwarded-for", "198.51.100.1")];
+    assert_eq!(get_from(&proxy, server, &xff).await.status, StatusCode::OK);
+    assert_eq!(
+        get_from(&proxy, server, &xff).await.status,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    let other = [("x-forwarded-for", "6.6.6.6, 198.51.100.3")];
+    assert_eq!(
+        get_from(&proxy, server, &other).await.status,
+        StatusCode::OK
+    );
+    // And 127.0.0.2, forwarded by the proxy, is still the client that spent its token.
+    let as_a = [("x-forwarded-for", "127.0.0.2")];
+    assert_eq!(
+        get_from(&proxy, server, &as_a).await.status,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+}
+
+#[tokio::test]
+async fn allowed_responses_carry_the_headers_when_asked() {
+    let clock = ManualClock::new(Nanos::new(1_000_000_000));
+    let layer = RateLimitLayer::new(per_key("per-ip", PeerIp, per_ip_buckets(&clock, 10.0, 5)))
+        .headers(Headers::Always);
+    let server = serve(app(layer)).await;
+    let c = client("127.0.0.2");
+    for left in (0..5).rev() {
+        let g = get_from(&c, server, &[]).await;
+        assert_eq!(g.status, StatusCode::OK);
+        assert_eq!(header(&g, "ratelimit-policy"), Some(r#""per-ip";q=5;w=1"#));
+        let expected = format!(r#""per-ip";r={left};t=1"#);
+        assert_eq!(header(&g, "ratelimit"), Some(expected.as_str()));
+    }
+}
+
+#[tokio::test]
+async fn status_body_and_grpc() {
+    let clock = ManualClock::new(Nanos::new(1_000_000_000));
+    let bucket = TokenBucket::with_clock(Limit::per_second(1.0).unwrap(), 1, clock.clone());
+    let layer = RateLimitLayer::new(global("all", bucket))
+        .status(StatusCode::SERVICE_UNAVAILABLE)
+        .body("busy")
+        .headers(Headers::Never);
+    let server = serve(app(layer)).await;
+    let c = client("127.0.0.2");
+    assert_eq!(get_from(&c, server, &[]).await.status, StatusCode::OK);
+    let g = get_from(&c, server, &[]).await;
+    assert_eq!(
+        (g.status, g.body.as_str()),
+        (StatusCode::SERVICE_UNAVAILABLE, "busy")
+    );
+    assert_eq!(header(&g, "retry-after"), Some("1"));
+    assert!(header(&g, "ratelimit").is_none());
+    // A gRPC call is refused the gRPC way: 200, grpc-status 8 (RESOURCE_EXHAUSTED).
+    let g = get_from(&c, server, &[("content-type", "application/grpc+proto")]).await;
+    assert_eq!(g.status, StatusCode::OK);
+    assert_eq!(header(&g, "grpc-status"), Some("8"));
+    assert_eq!(header(&g, "content-type"), Some("application/grpc"));
+    assert_eq!(g.body, "");
+}
+
+#[tokio::test]
+async fn keyless_requests_follow_the_configured_policy() {
+    let clock = ManualClock::new(Nanos::new(1_000_000_000));
+    let api_key = turnstile::tower::key::Header(http::HeaderName::from_static("x-api-key"));
+    let c2 = clock.clone();
+    let keyed = Keyed::builder(move |_: &String| {
+        TokenBucket::with_clock(Limit::per_second(1.0).unwrap(), 1, c2.clone())
+    })
+    .clock(clock.clone())
+    .build()
+    .unwrap();
+    let layer =
+        RateLimitLayer::new(per_key("per-key", api_key, keyed).on_missing_key(MissingKey::Deny));
+    let server = serve(app(layer)).await;
+    let c = client("127.0.0.2");
+    let g = get_from(&c, server, &[]).await;
+    assert_eq!(g.status, StatusCode::TOO_MANY_REQUESTS);
+    assert!(
+        header(&g, "retry-after").is_none(),
+        "no wait makes a keyless request pass"
+    );
+    assert_eq!(
+        get_from(&c, server, &[("x-api-key", "k1")]).await.status,
+        StatusCode::OK
+    );
+    assert_eq!(
+        get_from(&c, server, &[("x-api-key", "k1")]).await.status,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    assert_eq!(
+        get_from(&c, server, &[("x-api-key", "k2")]).await.status,
+        StatusCode::OK
+    );
+}
