@@ -115,6 +115,17 @@ pub trait Limiter: Send + Sync {
         self.check_n(1)
     }
 
+    /// Takes `n` permits at `now` for use up to `max_wait` later: `Ok(at)`, the instant from
+    /// which they may be used (`now` if at once, at most `now + max_wait`); `Err` when they
+    /// cannot be had within `max_wait`, changing nothing. A waiter that gives up gives them
+    /// back with [`Limiter::refund_n_at`]. What a pacing middleware needs (x/time/rate's
+    /// `ReserveN` with a deadline). The default reserves nothing ahead: it is
+    /// [`Limiter::check_n_at`], at `now`.
+    fn reserve_n_at(&self, now: Nanos, n: u32, max_wait: Duration) -> Result<Nanos, Denied> {
+        let _ = max_wait;
+        self.check_n_at(now, n).map(|()| now)
+    }
+
     /// What a client may be told of this limit at `now`: the fields of the IETF `RateLimit`
     /// and `RateLimit-Policy` headers (quota, window, remaining, reset), from the limiter's
     /// own state. `None` (the default) when the limiter cannot say exactly.
@@ -266,6 +277,16 @@ macro_rules! forward_limiter {
             #[inline]
             fn check(&self) -> Result<(), Denied> {
                 (**self).check()
+            }
+
+            #[inline]
+            fn reserve_n_at(
+                &self,
+                now: Nanos,
+                n: u32,
+                max_wait: Duration,
+            ) -> Result<Nanos, Denied> {
+                (**self).reserve_n_at(now, n, max_wait)
             }
 
             #[inline]

@@ -5,6 +5,8 @@
 //! `Retry-After`" is an advance of that clock, never a sleep.
 #![cfg(all(feature = "tower", feature = "axum"))]
 
+mod common;
+
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
@@ -265,4 +267,42 @@ async fn keyless_requests_follow_the_configured_policy() {
         get_from(&c, server, &[("x-api-key", "k2")]).await.status,
         StatusCode::OK
     );
+}
+
+/// Two server instances, one Redis: one limit for both (a fleet of two).
+#[cfg(feature = "redis")]
+#[tokio::test]
+async fn a_redis_backed_layer_shared_by_two_servers_enforces_one_limit() {
+    use common::redis_server::RedisServer;
+    use turnstile::redis::Gcra;
+    use turnstile::tower::fleet;
+
+    let Some(redis) =
+        RedisServer::start("a_redis_backed_layer_shared_by_two_servers_enforces_one_limit")
+    else {
+        return;
+    };
+    // 3 requests, then one a minute: the test's real time refills nothing that counts.
+    let mut servers = Vec::new();
+    for _ in 0..2 {
+        let con = turnstile::redis::connect(&redis.url()).await.unwrap();
+        let gcra = Gcra::new(con, Limit::every(Duration::from_secs(60)), 3).unwrap();
+        let layer = RateLimitLayer::new(fleet("fleet-per-ip", PeerIp, gcra));
+        servers.push(serve(app(layer)).await);
+    }
+    let c = client("127.0.0.2");
+    let mut statuses = Vec::new();
+    for i in 0..6 {
+        let g = get_from(&c, servers[i % 2], &[]).await;
+        if g.status == StatusCode::TOO_MANY_REQUESTS {
+            // The server's retry-after: the next permit in up to a minute.
+            let secs: u64 = header(&g, "retry-after").unwrap().parse().unwrap();
+            assert!((55..=60).contains(&secs), "{secs}");
+        }
+        statuses.push(g.status.as_u16());
+    }
+    assert_eq!(statuses, [200, 200, 200, 429, 429, 429]);
+    // Another client has its own key on the shared limit.
+    let g = get_from(&client("127.0.0.3"), servers[1], &[]).await;
+    assert_eq!(g.status, StatusCode::OK);
 }

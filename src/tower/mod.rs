@@ -47,8 +47,11 @@
 pub mod key;
 mod policy;
 
+#[cfg(feature = "redis")]
+pub use policy::{fleet, Fleet};
 pub use policy::{
-    global, per_key, And, AndFuture, Decision, Global, KeyGrant, MissingKey, PerKey, Policy, Report,
+    global, per_key, And, AndFuture, Ask, Decision, Global, KeyGrant, MissingKey, PerKey, Policy,
+    Report,
 };
 
 use std::fmt::Write as _;
@@ -56,6 +59,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
+use std::time::Duration;
 
 use http::header::{HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderMap, Request, Response, StatusCode};
@@ -85,6 +89,7 @@ struct Config {
     body: &'static str,
     headers: Headers,
     grpc: bool,
+    max_wait: Duration,
 }
 
 /// Tower [`Layer`](::tower::Layer) of [`RateLimit`]: see the [module docs](self).
@@ -114,6 +119,7 @@ impl<P> RateLimitLayer<P> {
                 body: "Too Many Requests",
                 headers: Headers::OnDenial,
                 grpc: true,
+                max_wait: Duration::ZERO,
             }),
         }
     }
@@ -140,6 +146,19 @@ impl<P> RateLimitLayer<P> {
     /// HTTP status.
     pub fn grpc(mut self, grpc: bool) -> Self {
         Arc::make_mut(&mut self.config).grpc = grpc;
+        self
+    }
+
+    /// Delay mode: a request that would be refused but can be served within `max_wait` waits
+    /// (asynchronously, on tokio's timer) until its permits are due, then goes on; one that
+    /// cannot is refused at once. The permits are reserved when the request arrives
+    /// ([`Limiter::reserve_n_at`](crate::Limiter::reserve_n_at): exact for a token bucket,
+    /// x/time/rate's `Wait`), so waiters are served in order and never overtake the limit.
+    /// Cancel-safe: a request dropped while it waits (the client went away, a timeout layer
+    /// gave up) gives its reservation back ([`Policy::refund`]). Zero (the default) refuses
+    /// at once.
+    pub fn delay(mut self, max_wait: Duration) -> Self {
+        Arc::make_mut(&mut self.config).max_wait = max_wait;
         self
     }
 
@@ -195,8 +214,14 @@ where
 
     fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
         let key = self.policy.key(&req);
-        let report = self.config.headers != Headers::Never;
-        let check = self.policy.decide(key, report);
+        let ask = Ask {
+            report: self.config.headers != Headers::Never,
+            max_wait: self.config.max_wait,
+        };
+        let check = self.policy.decide(key, ask);
+        // Only a waiting request needs the policy again (to refund if dropped): no shared
+        // count to touch on the common path.
+        let policy = (!ask.max_wait.is_zero()).then(|| self.policy.clone());
         // The service made ready by poll_ready answers this request; a clone takes its place.
         let clone = self.inner.clone();
         let inner = std::mem::replace(&mut self.inner, clone);
@@ -205,6 +230,7 @@ where
                 check,
                 req: Some(req),
                 inner: Some(inner),
+                policy,
             },
             config: self.config.clone(),
         }
@@ -237,6 +263,15 @@ pin_project_lite::pin_project! {
             check: P::Future,
             req: Option<Request<ReqBody>>,
             inner: Option<S>,
+            policy: Option<Arc<P>>,
+        },
+        Waiting {
+            #[pin]
+            sleep: tokio::time::Sleep,
+            req: Option<Request<ReqBody>>,
+            inner: Option<S>,
+            reservation: Reservation<P, ReqBody>,
+            report: Option<Report>,
         },
         Calling {
             #[pin]
@@ -258,16 +293,37 @@ where
         let mut this = self.project();
         loop {
             match this.state.as_mut().project() {
-                StateProj::Checking { check, req, inner } => {
+                StateProj::Checking {
+                    check,
+                    req,
+                    inner,
+                    policy,
+                } => {
                     let decision = ready!(check.poll(cx));
                     let req = req.take().expect("polled after completion");
                     match decision.result {
-                        Ok(_grant) => {
+                        Ok(grant) => {
                             let mut inner = inner.take().expect("polled after completion");
                             let report =
                                 (this.config.headers == Headers::Always).then_some(decision.report);
-                            let fut = inner.call(req);
-                            this.state.set(State::Calling { fut, report });
+                            match policy.take() {
+                                Some(policy) if !decision.wait.is_zero() => {
+                                    let sleep = tokio::time::sleep(decision.wait);
+                                    this.state.set(State::Waiting {
+                                        sleep,
+                                        req: Some(req),
+                                        inner: Some(inner),
+                                        reservation: Reservation {
+                                            held: Some((policy, grant)),
+                                        },
+                                        report,
+                                    });
+                                }
+                                _ => {
+                                    let fut = inner.call(req);
+                                    this.state.set(State::Calling { fut, report });
+                                }
+                            }
                         }
                         Err(denied) => {
                             let grpc = this.config.grpc && is_grpc(req.headers());
@@ -280,6 +336,22 @@ where
                         }
                     }
                 }
+                StateProj::Waiting {
+                    sleep,
+                    req,
+                    inner,
+                    reservation,
+                    report,
+                } => {
+                    ready!(sleep.poll(cx));
+                    // Due: the permits are used, nothing to give back.
+                    reservation.held = None;
+                    let req = req.take().expect("polled after completion");
+                    let mut inner = inner.take().expect("polled after completion");
+                    let report = report.take();
+                    let fut = inner.call(req);
+                    this.state.set(State::Calling { fut, report });
+                }
                 StateProj::Calling { fut, report } => {
                     let mut resp = ready!(fut.poll(cx))?;
                     if let Some(report) = report.take() {
@@ -288,6 +360,19 @@ where
                     return Poll::Ready(Ok(resp));
                 }
             }
+        }
+    }
+}
+
+/// A waiting request's permits: given back if it is dropped before they are due.
+struct Reservation<P: Policy<B>, B> {
+    held: Option<(Arc<P>, P::Grant)>,
+}
+
+impl<P: Policy<B>, B> Drop for Reservation<P, B> {
+    fn drop(&mut self) {
+        if let Some((policy, grant)) = self.held.take() {
+            policy.refund(grant);
         }
     }
 }

@@ -16,6 +16,7 @@ use std::hash::Hash;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{ready as ready_poll, Context, Poll};
+use std::time::Duration;
 
 use http::Request;
 
@@ -28,10 +29,22 @@ pub struct Decision<G> {
     /// The grant (what [`Policy::refund`] needs to give it back), or the denial with its
     /// retry time.
     pub result: Result<G, Denied>,
+    /// How long the granted request must wait before it may go on (zero unless the policy
+    /// was asked to reserve ahead: [`RateLimitLayer::delay`](super::RateLimitLayer::delay)).
+    pub wait: Duration,
     /// The IETF RateLimit fields of the policies that decided, in order, when they were asked
     /// for (empty otherwise): after a grant, every policy's; after a denial, the denying
     /// policy's.
     pub report: Report,
+}
+
+/// What a [`Policy::decide`] is asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Ask {
+    /// Fill [`Decision::report`].
+    pub report: bool,
+    /// Reserve up to this far ahead ([`Limiter::reserve_n_at`]); zero: now or never.
+    pub max_wait: Duration,
 }
 
 /// Named [`QuotaStatus`]es: what the `RateLimit` and `RateLimit-Policy` headers carry.
@@ -56,8 +69,9 @@ pub trait Policy<B>: Send + Sync + 'static {
     /// Reads the policy's key from `req`.
     fn key(&self, req: &Request<B>) -> Self::Key;
 
-    /// Takes the permits for `key`; with `report`, fills [`Decision::report`].
-    fn decide(self: &Arc<Self>, key: Self::Key, report: bool) -> Self::Future;
+    /// Takes the permits for `key`, reserving them up to `max_wait` ahead (zero: now or
+    /// never); with `report`, fills [`Decision::report`].
+    fn decide(self: &Arc<Self>, key: Self::Key, ask: Ask) -> Self::Future;
 
     /// Gives back a grant of this policy (a later policy refused the request). Exact where
     /// the limiter's [`Limiter::refund_n_at`] is; a limiter that cannot refund keeps it.
@@ -118,12 +132,13 @@ impl<B, L: Limiter + 'static> Policy<B> for Global<L> {
     fn key(&self, _: &Request<B>) -> Self::Key {}
 
     #[inline]
-    fn decide(self: &Arc<Self>, _: (), report: bool) -> Self::Future {
+    fn decide(self: &Arc<Self>, _: (), ask: Ask) -> Self::Future {
         let now = self.limiter.now();
-        let result = self.limiter.check_n_at(now, 1);
+        let (result, wait) = take(&self.limiter, now, ask.max_wait);
         ready(Decision {
             result,
-            report: one_report(report, &self.name, || self.limiter.quota_at(now)),
+            wait,
+            report: one_report(ask.report, &self.name, || self.limiter.quota_at(now)),
         })
     }
 
@@ -229,13 +244,14 @@ where
         self.extractor.extract(req)
     }
 
-    fn decide(self: &Arc<Self>, key: Self::Key, report: bool) -> Self::Future {
+    fn decide(self: &Arc<Self>, key: Self::Key, ask: Ask) -> Self::Future {
         let key = match key {
             Some(k) => k,
             None => match &self.missing {
                 MissingKey::Allow => {
                     return ready(Decision {
                         result: Ok(KeyGrant(None)),
+                        wait: Duration::ZERO,
                         report: Report::default(),
                     })
                 }
@@ -243,6 +259,7 @@ where
                     let now = self.keyed.now();
                     return ready(Decision {
                         result: Err(Denied::new(now, None)),
+                        wait: Duration::ZERO,
                         report: Report::default(),
                     });
                 }
@@ -250,12 +267,20 @@ where
             },
         };
         let now = self.keyed.now();
-        let result = self.keyed.check_n_at(&key, now, 1);
-        let report = one_report(report, &self.name, || {
+        let (result, wait) = if ask.max_wait.is_zero() {
+            (self.keyed.check_n_at(&key, now, 1), Duration::ZERO)
+        } else {
+            self.keyed
+                .with(&key, |l| take(l, now, ask.max_wait))
+                // The map is full and the key new (WhenFull::Deny).
+                .unwrap_or((Err(Denied::new(now, None)), Duration::ZERO))
+        };
+        let report = one_report(ask.report, &self.name, || {
             self.keyed.with(&key, |l| l.quota_at(now)).flatten()
         });
         ready(Decision {
             result: result.map(|()| KeyGrant(Some(key))),
+            wait,
             report,
         })
     }
@@ -285,14 +310,14 @@ impl<Body: 'static, A: Policy<Body>, B: Policy<Body>> Policy<Body> for And<A, B>
         (self.first.key(req), self.second.key(req))
     }
 
-    fn decide(self: &Arc<Self>, (a, b): Self::Key, report: bool) -> Self::Future {
+    fn decide(self: &Arc<Self>, (a, b): Self::Key, ask: Ask) -> Self::Future {
         AndFuture {
             state: AndState::First {
-                fut: self.first.decide(a, report),
+                fut: self.first.decide(a, ask),
                 second_key: Some(b),
             },
             policy: self.clone(),
-            report,
+            ask,
         }
     }
 
@@ -308,7 +333,7 @@ pin_project_lite::pin_project! {
         #[pin]
         state: AndState<Body, A, B>,
         policy: Arc<And<A, B>>,
-        report: bool,
+        ask: Ask,
     }
 }
 
@@ -323,7 +348,7 @@ pin_project_lite::pin_project! {
         Second {
             #[pin]
             fut: B::Future,
-            first: Option<(A::Grant, Report)>,
+            first: Option<(A::Grant, Duration, Report)>,
         },
         Done,
     }
@@ -343,28 +368,32 @@ impl<Body, A: Policy<Body>, B: Policy<Body>> Future for AndFuture<Body, A, B> {
                             this.state.set(AndState::Done);
                             return Poll::Ready(Decision {
                                 result: Err(denied),
+                                wait: Duration::ZERO,
                                 report: d.report,
                             });
                         }
                         Ok(grant) => {
                             let key = second_key.take().expect("polled after completion");
-                            let fut = this.policy.second.decide(key, *this.report);
+                            let fut = this.policy.second.decide(key, *this.ask);
                             this.state.set(AndState::Second {
                                 fut,
-                                first: Some((grant, d.report)),
+                                first: Some((grant, d.wait, d.report)),
                             });
                         }
                     }
                 }
                 AndStateProj::Second { fut, first } => {
                     let d = ready_poll!(fut.poll(cx));
-                    let (grant_a, mut report) = first.take().expect("polled after completion");
+                    let (grant_a, wait_a, mut report) =
+                        first.take().expect("polled after completion");
                     this.state.set(AndState::Done);
                     return Poll::Ready(match d.result {
                         Ok(grant_b) => {
                             report.items.extend(d.report.items);
                             Decision {
                                 result: Ok((grant_a, grant_b)),
+                                // Both reservations hold until the later one's time.
+                                wait: wait_a.max(d.wait),
                                 report,
                             }
                         }
@@ -373,6 +402,7 @@ impl<Body, A: Policy<Body>, B: Policy<Body>> Future for AndFuture<Body, A, B> {
                             this.policy.first.refund(grant_a);
                             Decision {
                                 result: Err(denied),
+                                wait: Duration::ZERO,
                                 report: d.report,
                             }
                         }
@@ -385,6 +415,22 @@ impl<Body, A: Policy<Body>, B: Policy<Body>> Future for AndFuture<Body, A, B> {
 }
 
 // ---- helpers ----------------------------------------------------------------------------
+
+/// One permit from `l` at `now`: checked, or reserved up to `max_wait` ahead; with the wait.
+#[inline]
+fn take<L: Limiter + ?Sized>(
+    l: &L,
+    now: crate::Nanos,
+    max_wait: Duration,
+) -> (Result<(), Denied>, Duration) {
+    if max_wait.is_zero() {
+        return (l.check_n_at(now, 1), Duration::ZERO);
+    }
+    match l.reserve_n_at(now, 1, max_wait) {
+        Ok(at) => (Ok(()), at.saturating_duration_since(now)),
+        Err(d) => (Err(d), Duration::ZERO),
+    }
+}
 
 /// A report of one policy's status, if asked for and known.
 #[inline]
@@ -399,4 +445,94 @@ fn one_report(
     Report {
         items: status().map(|s| (name.clone(), s)).into_iter().collect(),
     }
+}
+
+// ---- Redis ------------------------------------------------------------------------------
+
+/// A fleet-wide limit on Redis, per key: [`fleet`] (features `tower` and `redis`).
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+pub struct Fleet<X, R> {
+    name: Arc<str>,
+    extractor: X,
+    limiter: R,
+}
+
+/// A policy that takes one permit per request from a Redis limiter
+/// ([`Gcra`](crate::redis::Gcra), [`Fallback`](crate::redis::Fallback), [`Coalesce`](crate::redis::Coalesce), …)
+/// under the request's key (its `Display` form): one limit shared by every server of a
+/// fleet. Requests with no key pass. A Redis error that reaches the policy (a limiter not
+/// wrapped in a `Fallback`) refuses the request with no `Retry-After`: failing closed is the
+/// safe side of a limit, and a [`Fallback`](crate::redis::Fallback) is how to fail open.
+///
+/// A Redis grant cannot be given back, so in [`Policy::and`] put this policy last. The
+/// decision is a boxed future (one allocation per request, next to a network round trip);
+/// the `RateLimit` headers carry nothing for it, `Retry-After` the server's figure.
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+pub fn fleet<X, R>(name: impl Into<Arc<str>>, extractor: X, limiter: R) -> Fleet<X, R>
+where
+    R: crate::redis::RedisLimiter + 'static,
+{
+    Fleet {
+        name: name.into(),
+        extractor,
+        limiter,
+    }
+}
+
+#[cfg(feature = "redis")]
+impl<X, R> Fleet<X, R> {
+    /// The Redis limiter.
+    pub fn limiter(&self) -> &R {
+        &self.limiter
+    }
+
+    /// The policy's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+#[cfg(feature = "redis")]
+impl<B, X, R> Policy<B> for Fleet<X, R>
+where
+    X: KeyExtractor<B>,
+    X::Key: std::fmt::Display,
+    R: crate::redis::RedisLimiter + 'static,
+{
+    type Key = Option<String>;
+    type Grant = ();
+    type Future = Pin<Box<dyn Future<Output = Decision<()>> + Send>>;
+
+    fn key(&self, req: &Request<B>) -> Self::Key {
+        self.extractor.extract(req).map(|k| k.to_string())
+    }
+
+    fn decide(self: &Arc<Self>, key: Self::Key, _ask: Ask) -> Self::Future {
+        let this = self.clone();
+        Box::pin(async move {
+            let Some(key) = key else {
+                return Decision {
+                    result: Ok(()),
+                    wait: Duration::ZERO,
+                    report: Report::default(),
+                };
+            };
+            let result = match this.limiter.try_check_n(&key, 1).await {
+                Ok(verdict) => verdict,
+                Err(_) => Err(Denied::new(
+                    crate::Clock::now(&crate::QuantaClock::new()),
+                    None,
+                )),
+            };
+            Decision {
+                result,
+                wait: Duration::ZERO,
+                report: Report::default(),
+            }
+        })
+    }
+
+    fn refund(&self, _: ()) {}
 }
