@@ -19,8 +19,8 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use turnstile::tower::key::{Cidr, ForwardedIp, PeerIp};
-use turnstile::tower::{global, per_key, Headers, MissingKey, Policy, RateLimitLayer};
-use turnstile::{Keyed, Limit, ManualClock, Nanos, TokenBucket};
+use turnstile::tower::{global, per_key, Headers, MissingKey, Policy, PolicyExt, RateLimitLayer};
+use turnstile::{Clock, Keyed, Limit, ManualClock, Nanos, TokenBucket};
 
 type Bucket = TokenBucket<ManualClock>;
 
@@ -305,4 +305,100 @@ async fn a_redis_backed_layer_shared_by_two_servers_enforces_one_limit() {
     // Another client has its own key on the shared limit.
     let g = get_from(&client("127.0.0.3"), servers[1], &[]).await;
     assert_eq!(g.status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn a_request_refused_by_the_second_policy_takes_nothing_from_the_first() {
+    let clock = ManualClock::new(Nanos::new(1_000_000_000));
+    // Everyone shares 3; each peer has 1.
+    let everyone = global(
+        "all",
+        TokenBucket::with_clock(Limit::per_second(1.0).unwrap(), 3, clock.clone()),
+    );
+    let layer = RateLimitLayer::new(everyone.and(per_key(
+        "per-ip",
+        PeerIp,
+        per_ip_buckets(&clock, 1.0, 1),
+    )));
+    let server = serve(app(layer)).await;
+    let a = client("127.0.0.2");
+    assert_eq!(get_from(&a, server, &[]).await.status, StatusCode::OK);
+    // A's second: the global limit grants, A's own refuses, and the global grant is given
+    // back (the refusal names A's policy).
+    let g = get_from(&a, server, &[]).await;
+    assert_eq!(g.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(header(&g, "ratelimit-policy"), Some(r#""per-ip";q=1;w=1"#));
+    // So the global limit still has 2, for two other peers; then it is spent.
+    for peer in ["127.0.0.3", "127.0.0.4"] {
+        assert_eq!(
+            get_from(&client(peer), server, &[]).await.status,
+            StatusCode::OK,
+            "{peer}"
+        );
+    }
+    let g = get_from(&client("127.0.0.5"), server, &[]).await;
+    assert_eq!(g.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(header(&g, "ratelimit-policy"), Some(r#""all";q=3;w=3"#));
+}
+
+#[tokio::test]
+async fn delay_mode_paces_requests_and_refuses_beyond_the_maximum_wait() {
+    // A frozen limiter clock: every reservation's wait is exact and known in advance (the
+    // waits themselves are real tokio sleeps, which never end early).
+    let clock = ManualClock::new(Nanos::new(1_000_000_000));
+    let bucket = TokenBucket::with_clock(Limit::per_second(20.0).unwrap(), 1, clock.clone());
+    let layer = RateLimitLayer::new(global("all", bucket)).delay(Duration::from_millis(120));
+    let server = serve(app(layer)).await;
+    let c = client("127.0.0.2");
+    let mut waited = Vec::new();
+    for _ in 0..3 {
+        let t0 = std::time::Instant::now();
+        let g = get_from(&c, server, &[]).await;
+        assert_eq!(g.status, StatusCode::OK);
+        waited.push(t0.elapsed());
+    }
+    // 20/s: the second request's permit is due 50 ms on, the third's 100 ms on.
+    assert!(waited[1] >= Duration::from_millis(50), "{waited:?}");
+    assert!(waited[2] >= Duration::from_millis(100), "{waited:?}");
+    // The fourth would wait 150 ms, more than 120: refused at once, with the wait.
+    let g = get_from(&c, server, &[]).await;
+    assert_eq!(g.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(header(&g, "retry-after"), Some("1"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_goes_away_while_waiting_gives_its_reservation_back() {
+    let clock = ManualClock::new(Nanos::new(1_000_000_000));
+    let now = clock.now();
+    let bucket = std::sync::Arc::new(TokenBucket::with_clock(
+        Limit::per_second(1.0).unwrap(),
+        1,
+        clock.clone(),
+    ));
+    let layer = RateLimitLayer::new(global("all", bucket.clone())).delay(Duration::from_secs(30));
+    let server = serve(app(layer)).await;
+    let c = client("127.0.0.2");
+    assert_eq!(get_from(&c, server, &[]).await.status, StatusCode::OK);
+    assert_eq!(bucket.tokens_at(now), 0.0);
+    // The second request reserves the next token (1 s ahead) and waits for it...
+    let waiting = tokio::spawn({
+        let c = client("127.0.0.2");
+        async move { get_from(&c, server, &[]).await.status }
+    });
+    common::eventually(
+        Duration::from_secs(10),
+        || bucket.tokens_at(now) < -0.5,
+        "the reservation",
+    )
+    .await;
+    // ...and its client goes away: the connection closes, the server drops the request,
+    // and the token comes back.
+    waiting.abort();
+    common::eventually(
+        Duration::from_secs(10),
+        || bucket.tokens_at(now) > -0.5,
+        "the refund",
+    )
+    .await;
+    assert_eq!(bucket.tokens_at(now), 0.0);
 }

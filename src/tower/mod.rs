@@ -19,7 +19,7 @@
 //!
 //! Policies compose: [`global`] (one limiter for everything), [`per_key`] (a
 //! [`Keyed`](crate::Keyed) map with a [`key::KeyExtractor`]: the peer's IP, a trusted
-//! proxy's `X-Forwarded-For`, a header, any function) and [`Policy::and`] (both must pass; a
+//! proxy's `X-Forwarded-For`, a header, any function) and [`PolicyExt::and`] (both must pass; a
 //! request the second refuses gives back what the first granted, so it takes nothing from
 //! either).
 //!
@@ -29,7 +29,7 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use turnstile::tower::{global, key, per_key, Policy, RateLimitLayer};
+//! use turnstile::tower::{global, key, per_key, PolicyExt, RateLimitLayer};
 //! use turnstile::{Keyed, Limit, TokenBucket};
 //!
 //! let per_ip = per_key(
@@ -51,7 +51,7 @@ mod policy;
 pub use policy::{fleet, Fleet};
 pub use policy::{
     global, per_key, And, AndFuture, Ask, Decision, Global, KeyGrant, MissingKey, PerKey, Policy,
-    Report,
+    PolicyExt, Report,
 };
 
 use std::fmt::Write as _;

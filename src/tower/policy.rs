@@ -57,7 +57,7 @@ pub struct Report {
 /// A question a [`RateLimitLayer`](super::RateLimitLayer) asks of every request. Implemented
 /// by [`Global`] (one limiter for everything), [`PerKey`] (a [`Keyed`] map and a
 /// [`KeyExtractor`]) and [`And`] (both must pass); build them with [`global`], [`per_key`]
-/// and [`Policy::and`].
+/// and [`PolicyExt::and`].
 pub trait Policy<B>: Send + Sync + 'static {
     /// What the policy reads from a request, owned.
     type Key: Send + 'static;
@@ -76,20 +76,24 @@ pub trait Policy<B>: Send + Sync + 'static {
     /// Gives back a grant of this policy (a later policy refused the request). Exact where
     /// the limiter's [`Limiter::refund_n_at`] is; a limiter that cannot refund keeps it.
     fn refund(&self, grant: Self::Grant);
+}
 
+/// [`PolicyExt::and`] for every policy. A trait of its own, not a method of [`Policy`], so
+/// that combining two policies needs no request body type to be inferred.
+pub trait PolicyExt: Sized {
     /// This policy, then `other`: a request passes only if both pass, and a request `other`
-    /// refuses gives back what this one granted. Put limiters that cannot refund
-    /// ([`Limiter::refund_n_at`] returns `false`) last.
-    fn and<Q: Policy<B>>(self, other: Q) -> And<Self, Q>
-    where
-        Self: Sized,
-    {
+    /// refuses gives back what this one granted ([`Policy::refund`]), so it takes nothing
+    /// from either. Put limiters that cannot refund ([`Limiter::refund_n_at`] returns
+    /// `false`, a Redis limiter) last.
+    fn and<Q>(self, other: Q) -> And<Self, Q> {
         And {
             first: Arc::new(self),
             second: Arc::new(other),
         }
     }
 }
+
+impl<P> PolicyExt for P {}
 
 // ---- Global -----------------------------------------------------------------------------
 
@@ -295,7 +299,7 @@ where
 
 // ---- And --------------------------------------------------------------------------------
 
-/// Two policies, both of which must pass: [`Policy::and`].
+/// Two policies, both of which must pass: [`PolicyExt::and`].
 pub struct And<A, B> {
     first: Arc<A>,
     second: Arc<B>,
@@ -465,7 +469,7 @@ pub struct Fleet<X, R> {
 /// wrapped in a `Fallback`) refuses the request with no `Retry-After`: failing closed is the
 /// safe side of a limit, and a [`Fallback`](crate::redis::Fallback) is how to fail open.
 ///
-/// A Redis grant cannot be given back, so in [`Policy::and`] put this policy last. The
+/// A Redis grant cannot be given back, so in [`PolicyExt::and`] put this policy last. The
 /// decision is a boxed future (one allocation per request, next to a network round trip);
 /// the `RateLimit` headers carry nothing for it, `Retry-After` the server's figure.
 #[cfg(feature = "redis")]

@@ -144,3 +144,18 @@ pub fn xorshift(x: &mut u64) -> u64 {
     *x ^= *x << 17;
     *x
 }
+
+/// Polls `cond` every 10 ms on tokio's timer until it holds, failing after `limit`: for a
+/// state another task reaches (never a timing assertion: the limit is generous).
+#[cfg(feature = "tokio")]
+#[allow(dead_code)] // not every test binary uses every helper
+pub async fn eventually(limit: std::time::Duration, mut cond: impl FnMut() -> bool, what: &str) {
+    let start = std::time::Instant::now();
+    while !cond() {
+        assert!(
+            start.elapsed() < limit,
+            "timed out after {limit:?} waiting for {what}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}
