@@ -20,6 +20,7 @@ fn default_run_stays_under_60_seconds() {
     assert_eq!(a.peers, 1);
     assert_eq!(a.rounds, 3);
     assert_eq!(a.json, None);
+    assert_eq!(a.client, bench::ClientKind::Hyper);
     assert_eq!(a.cells.len(), CELLS.len(), "every cell by default");
     // With every cell available (the turnstile ones included), start-up aside.
     assert!(a.expected_seconds() < 50.0, "{} s", a.expected_seconds());
@@ -43,6 +44,8 @@ fn flags_parse() {
         "1",
         "--client-threads",
         "3",
+        "--client",
+        "raw",
         "--cells",
         "governor_deny,governor_allow,governor_deny",
         "--json",
@@ -55,6 +58,7 @@ fn flags_parse() {
     assert_eq!(a.connections, 8);
     assert_eq!(a.peers, 4);
     assert_eq!((a.server_threads, a.client_threads), (1, 3));
+    assert_eq!(a.client, bench::ClientKind::Raw);
     // no_layer always runs; the cells keep the harness's order.
     assert_eq!(a.cells, ["no_layer", "governor_deny", "governor_allow"]);
     let names: Vec<&str> = a.specs().iter().map(|c| c.name).collect();
@@ -70,6 +74,7 @@ fn flags_parse() {
         &["--peers", "255"],
         &["--server-threads", "0"],
         &["--cells", "nginx"],
+        &["--client", "curl"],
         &["--seconds"],
         &["--bogus"],
     ] {
@@ -86,6 +91,61 @@ fn percentiles_are_nearest_rank() {
     assert_eq!(bench::percentile(&[7], 0.99), 7);
     assert_eq!(bench::percentile(&[], 0.5), 0);
     assert_eq!(bench::thousands(1234567.4), "1,234,567");
+}
+
+#[test]
+fn raw_client_reads_a_response_head() {
+    assert_eq!(
+        bench::parse_head(b"HTTP/1.1 200 OK\r\ncontent-le"),
+        Ok(None)
+    );
+    let ok = b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\nContent-Length: 2\r\n\r\nok";
+    assert_eq!(bench::parse_head(ok), Ok(Some((200, ok.len()))));
+    let denied = b"HTTP/1.1 429 Too Many Requests\r\ncontent-length: 33\r\n\r\n";
+    assert_eq!(
+        bench::parse_head(denied),
+        Ok(Some((429, denied.len() + 33)))
+    );
+    assert!(bench::parse_head(b"HTTP/1.1 200 OK\r\n\r\n").is_err());
+    assert!(bench::parse_head(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n").is_err());
+    assert!(bench::parse_head(b"SSH-2.0\r\n\r\n").is_err());
+}
+
+#[test]
+fn raw_client_runs_the_governor_cells() {
+    let args = parse(&[
+        "--seconds",
+        "0.1",
+        "--warmup",
+        "0.05",
+        "--rounds",
+        "1",
+        "--connections",
+        "2",
+        "--server-threads",
+        "1",
+        "--client-threads",
+        "1",
+        "--client",
+        "raw",
+        "--cells",
+        "governor_allow,governor_deny",
+    ])
+    .unwrap();
+    let mut out = Vec::new();
+    let report = bench::run_all(&args, &mut out).unwrap();
+    let text = String::from_utf8(out).unwrap();
+    assert_eq!(report.cells.len(), 3, "{text}");
+    for c in &report.cells {
+        assert_eq!(c.errors, 0, "{}: {:?}\n{text}", c.name, c.first_error);
+        assert!(c.requests > 0, "{}", c.name);
+        assert_eq!(c.status_other, 0, "{}", c.name);
+        if c.kind == Kind::Deny {
+            assert!(c.status_429 > 0, "{}", c.name);
+        } else {
+            assert_eq!(c.status_429, 0, "{}", c.name);
+        }
+    }
 }
 
 #[test]

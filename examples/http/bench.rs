@@ -27,11 +27,14 @@ pub const TARGET_OVERHEAD: f64 = 0.05;
 /// The JSON schema name.
 pub const SCHEMA: &str = "turnstile-http-bench/1";
 
-/// The allowing cells' limit: `tower_governor` replenishes one request per nanosecond (1e9/s)
-/// per peer IP with this burst, so it never denies at any rate reached here, and every request
-/// runs the limiter's granting path. turnstile's allowing cell uses the same figures.
-pub const ALLOW_PER_SEC: u64 = 1_000_000_000;
-pub const ALLOW_BURST: u32 = 1_000_000;
+/// The allowing cells' limit per peer IP: 1e6/s, ten times what two cores serve, with a burst
+/// of 10 s of that rate, so that every request runs the limiter's granting path and none is
+/// ever denied. The burst must be long in time, not only in count: a GCRA (governor's) denies
+/// when a thread's clock reading is older than the burst's span by the time it updates the
+/// state, which a thread preempted for longer than the span does; with 1e9/s and a burst of
+/// 1e6 (a 1 ms span) a busy machine saw 429s. turnstile's allowing cell uses the same figures.
+pub const ALLOW_PER_SEC: u64 = 1_000_000;
+pub const ALLOW_BURST: u32 = 10_000_000;
 
 /// The denying cells' limit: a burst of 1 per peer IP, replenished once an hour, so that the
 /// first request from each peer gets 200 and every later one 429 (the denial path).
@@ -54,7 +57,8 @@ pub fn no_layer_router() -> Option<Router> {
 }
 
 /// Cell `governor_allow`: `tower_governor`'s `GovernorLayer` keyed by peer IP (its default
-/// `PeerIpKeyExtractor`, reading `ConnectInfo<SocketAddr>`), never denying: the overhead of
+/// `PeerIpKeyExtractor`, reading `ConnectInfo<SocketAddr>`), never denying (one request per
+/// 1 µs, burst [`ALLOW_BURST`]): the overhead of
 /// the layer on the granting path.
 pub fn governor_allow_router() -> Option<Router> {
     let config = GovernorConfigBuilder::default()
@@ -173,6 +177,8 @@ pub struct Args {
     /// `--server-threads`, `--client-threads`: worker threads of the two runtimes.
     pub server_threads: usize,
     pub client_threads: usize,
+    /// `--client`: the load generator's HTTP/1.1 client.
+    pub client: ClientKind,
     /// `--cells`: the cells to run (`no_layer` always runs).
     pub cells: Vec<&'static str>,
     /// `--json FILE`.
@@ -233,6 +239,9 @@ options:
                       over, i.e. keys of a peer-IP limiter (default 1: one hot key; Linux)
   --server-threads N  the server runtime's worker threads (default: cores, {})
   --client-threads N  the load generator's worker threads (default: cores, {})
+  --client KIND       the load generator's client: hyper (hyper's client::conn::http1, the
+                      default) or raw (a minimal HTTP/1.1 client here: fixed request bytes,
+                      responses cut at Content-Length; cheaper, so the server gets more CPU)
   --cells LIST        comma-separated cells to run (default all: {}); no_layer always runs
   --json FILE         also write every cell and the verdict as JSON to FILE
   -h, --help          this text",
@@ -253,6 +262,7 @@ pub fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Args, String
         peers: 1,
         server_threads: cores(),
         client_threads: cores(),
+        client: ClientKind::Hyper,
         cells: CELLS.iter().map(|c| c.name).collect(),
         json: None,
     };
@@ -293,6 +303,14 @@ pub fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Args, String
             }
             "--client-threads" => {
                 a.client_threads = count("--client-threads", &value("--client-threads")?, 256)?
+            }
+            "--client" => {
+                let v = value("--client")?;
+                a.client = match v.as_str() {
+                    "hyper" => ClientKind::Hyper,
+                    "raw" => ClientKind::Raw,
+                    _ => return Err(format!("--client {v}: hyper or raw")),
+                }
             }
             "--cells" => {
                 let v = value("--cells")?;
@@ -637,11 +655,38 @@ struct ConnResult {
     first_error: Option<String>,
 }
 
+/// Which HTTP/1.1 client the load generator uses (`--client`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientKind {
+    /// hyper's `client::conn::http1`: a real HTTP/1.1 client (no pool), its connection driven
+    /// by a task of its own.
+    Hyper,
+    /// A minimal client of this file: one fixed `GET / HTTP/1.1` written with one `try_write`,
+    /// the response read into a buffer and cut at `Content-Length` (which hyper's server
+    /// always sends for these bodies). No task per connection and no header map: the cheapest
+    /// load generator, which leaves the server more of a small machine's cores.
+    Raw,
+}
+
+impl ClientKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            ClientKind::Hyper => "hyper",
+            ClientKind::Raw => "raw",
+        }
+    }
+}
+
 type Sender = hyper::client::conn::http1::SendRequest<Empty<Bytes>>;
 
-/// Opens one keep-alive HTTP/1.1 connection from `from` (port 0) to `to`: a hyper
-/// `client::conn::http1` handshake, its connection driven by a task of its own.
-async fn connect(from: Ipv4Addr, to: SocketAddr) -> Result<Sender, String> {
+/// One keep-alive connection of the load generator.
+enum Conn {
+    Hyper { sender: Sender, host: HeaderValue },
+    Raw(RawConn),
+}
+
+/// Opens one keep-alive HTTP/1.1 connection from `from` (port 0) to `to`.
+async fn connect(kind: ClientKind, from: Ipv4Addr, to: SocketAddr) -> Result<Conn, String> {
     let socket = TcpSocket::new_v4().map_err(|e| format!("socket: {e}"))?;
     socket
         .bind(SocketAddrV4::new(from, 0).into())
@@ -651,32 +696,125 @@ async fn connect(from: Ipv4Addr, to: SocketAddr) -> Result<Sender, String> {
         .await
         .map_err(|e| format!("connecting {from} -> {to}: {e}"))?;
     let _ = stream.set_nodelay(true);
-    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .map_err(|e| format!("HTTP/1.1 handshake: {e}"))?;
-    tokio::spawn(async move {
-        let _ = conn.await;
-    });
-    Ok(sender)
+    match kind {
+        ClientKind::Hyper => {
+            let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+                .await
+                .map_err(|e| format!("HTTP/1.1 handshake: {e}"))?;
+            tokio::spawn(async move {
+                let _ = conn.await;
+            });
+            let host =
+                HeaderValue::from_str(&to.to_string()).expect("an address is a valid header");
+            Ok(Conn::Hyper { sender, host })
+        }
+        ClientKind::Raw => Ok(Conn::Raw(RawConn {
+            request: format!("GET / HTTP/1.1\r\nhost: {to}\r\n\r\n").into_bytes(),
+            stream,
+            buf: vec![0; 4096],
+        })),
+    }
 }
 
-/// One request on `sender`: its status once the whole body is read.
-async fn request(sender: &mut Sender, host: &HeaderValue) -> Result<u16, String> {
-    sender.ready().await.map_err(|e| e.to_string())?;
-    let mut req = Request::new(Empty::<Bytes>::new());
-    req.headers_mut().insert(HOST, host.clone());
-    let resp = sender.send_request(req).await.map_err(|e| e.to_string())?;
-    let status = resp.status().as_u16();
-    let mut body = resp.into_body();
-    while let Some(frame) = body.frame().await {
-        frame.map_err(|e| e.to_string())?;
+impl Conn {
+    /// One request: its status once the whole body is read.
+    async fn request(&mut self) -> Result<u16, String> {
+        match self {
+            Conn::Hyper { sender, host } => {
+                sender.ready().await.map_err(|e| e.to_string())?;
+                let mut req = Request::new(Empty::<Bytes>::new());
+                req.headers_mut().insert(HOST, host.clone());
+                let resp = sender.send_request(req).await.map_err(|e| e.to_string())?;
+                let status = resp.status().as_u16();
+                let mut body = resp.into_body();
+                while let Some(frame) = body.frame().await {
+                    frame.map_err(|e| e.to_string())?;
+                }
+                Ok(status)
+            }
+            Conn::Raw(c) => c.request().await,
+        }
     }
-    Ok(status)
+}
+
+/// The minimal client's connection.
+struct RawConn {
+    request: Vec<u8>,
+    stream: tokio::net::TcpStream,
+    buf: Vec<u8>,
+}
+
+impl RawConn {
+    async fn request(&mut self) -> Result<u16, String> {
+        let mut sent = 0;
+        while sent < self.request.len() {
+            self.stream.writable().await.map_err(|e| e.to_string())?;
+            match self.stream.try_write(&self.request[sent..]) {
+                Ok(n) => sent += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => return Err(format!("writing the request: {e}")),
+            }
+        }
+        // One request in flight: whatever arrives belongs to this response.
+        let mut filled = 0;
+        let mut head: Option<(u16, usize)> = None; // (status, the response's whole length)
+        loop {
+            if let Some((status, total)) = head {
+                if filled >= total {
+                    if filled > total {
+                        return Err("more bytes than the response's Content-Length".into());
+                    }
+                    return Ok(status);
+                }
+            }
+            if filled == self.buf.len() {
+                self.buf.resize(self.buf.len() * 2, 0);
+            }
+            self.stream.readable().await.map_err(|e| e.to_string())?;
+            match self.stream.try_read(&mut self.buf[filled..]) {
+                Ok(0) => return Err("the server closed the connection".into()),
+                Ok(n) => filled += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                Err(e) => return Err(format!("reading the response: {e}")),
+            }
+            if head.is_none() {
+                head = parse_head(&self.buf[..filled])?;
+            }
+        }
+    }
+}
+
+/// A response head in `buf`: `Ok(None)` while it is incomplete, else the status and the whole
+/// response's length (head and `Content-Length` bytes of body).
+pub fn parse_head(buf: &[u8]) -> Result<Option<(u16, usize)>, String> {
+    let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+        return Ok(None);
+    };
+    let head = std::str::from_utf8(&buf[..end]).map_err(|_| "a response head not in UTF-8")?;
+    let mut lines = head.split("\r\n");
+    let status_line = lines.next().unwrap_or("");
+    let status = status_line
+        .strip_prefix("HTTP/1.1 ")
+        .and_then(|r| r.get(..3))
+        .and_then(|c| c.parse::<u16>().ok())
+        .ok_or(format!("a bad status line {status_line:?}"))?;
+    let mut length = None;
+    for line in lines {
+        let (name, value) = line.split_once(':').unwrap_or((line, ""));
+        if name.eq_ignore_ascii_case("content-length") {
+            length = value.trim().parse::<usize>().ok();
+        } else if name.eq_ignore_ascii_case("transfer-encoding") {
+            return Err("a chunked response (the raw client needs Content-Length)".into());
+        }
+    }
+    let length = length.ok_or("a response without Content-Length")?;
+    Ok(Some((status, end + 4 + length)))
 }
 
 /// One connection's loop: requests back to back (one in flight) until `deadline`, timing
 /// those that start at or after `measure_from`. On an error it counts it and reconnects.
 async fn drive(
+    kind: ClientKind,
     from: Ipv4Addr,
     to: SocketAddr,
     measure_from: Instant,
@@ -686,15 +824,14 @@ async fn drive(
         samples: Vec::with_capacity(1 << 14),
         ..ConnResult::default()
     };
-    let host = HeaderValue::from_str(&to.to_string()).expect("an address is a valid header");
-    let mut sender = None;
+    let mut conn = None;
     loop {
         if Instant::now() >= deadline {
             break;
         }
-        if sender.is_none() {
-            match connect(from, to).await {
-                Ok(s) => sender = Some(s),
+        if conn.is_none() {
+            match connect(kind, from, to).await {
+                Ok(c) => conn = Some(c),
                 Err(e) => {
                     r.errors += 1;
                     r.first_error.get_or_insert(e);
@@ -703,11 +840,11 @@ async fn drive(
                 }
             }
         }
-        let s = sender.as_mut().expect("connected just above");
+        let c = conn.as_mut().expect("connected just above");
         // A request's latency excludes connecting; it counts if it starts in the window.
         let t0 = Instant::now();
         let measured = t0 >= measure_from && t0 < deadline;
-        let outcome = request(s, &host).await;
+        let outcome = c.request().await;
         let ns = t0.elapsed().as_nanos().min(u128::from(u64::MAX)) as u64;
         match outcome {
             Ok(status) if measured => {
@@ -727,7 +864,7 @@ async fn drive(
                 // Counted even in the warm-up: a failing request is never expected.
                 r.errors += 1;
                 r.first_error.get_or_insert(e);
-                sender = None;
+                conn = None;
                 tokio::time::sleep(Duration::from_millis(1)).await;
             }
         }
@@ -753,11 +890,12 @@ fn run_cell(
     let deadline = measure_from + Duration::from_secs_f64(args.seconds);
     let peers = args.peers;
     let connections = args.connections;
+    let client = args.client;
     let (results, cpu0, cpu1, end) = client_rt.block_on(async move {
         let handles: Vec<_> = (0..connections)
             .map(|i| {
                 let from = Ipv4Addr::new(127, 0, 0, 1 + (i % peers) as u8);
-                tokio::spawn(drive(from, to, measure_from, deadline))
+                tokio::spawn(drive(client, from, to, measure_from, deadline))
             })
             .collect();
         // This future runs on the calling thread, not on either runtime's workers: the
@@ -887,7 +1025,8 @@ pub fn run_all(args: &Args, out: &mut dyn Write) -> Result<Report, String> {
         "turnstile http bench: a trivial axum handler (GET / -> \"ok\") on 127.0.0.1, HTTP/1.1\n\
          {cores} cores; server runtime {} worker thread(s), load generator runtime {} (same \
          process); 1-minute load {} at the start\n\
-         {} connection(s) from {} peer address(es), one request in flight each; {} round(s) of \
+         {} connection(s) ({} client) from {} peer address(es), one request in flight each; \
+         {} round(s) of \
          {} cell(s), each {:.2} s warm-up + {:.2} s measured (about {:.0} s)\n\
          allowing cells: {ALLOW_PER_SEC:e}/s burst {ALLOW_BURST} per peer IP (never denies); \
          denying cells: burst {DENY_BURST} per peer IP, one more every {} s",
@@ -895,6 +1034,7 @@ pub fn run_all(args: &Args, out: &mut dyn Write) -> Result<Report, String> {
         args.client_threads,
         load_start.map_or("unknown".to_string(), |l| format!("{l:.2}")),
         args.connections,
+        args.client.name(),
         args.peers,
         args.rounds,
         specs.len(),
@@ -919,7 +1059,7 @@ pub fn run_all(args: &Args, out: &mut dyn Write) -> Result<Report, String> {
     }
     writeln!(
         out,
-        "\n{:<16} {:>5} {:>10} {:>10} {:>10} {:>9} {:>9} {:>5} {:>6} {:>7} {:>7} {:>7} {:>8}",
+        "\n{:<16} {:>5} {:>10} {:>10} {:>10} {:>9} {:>9} {:>5} {:>6} {:>7} {:>7} {:>7} {:>8} {:>8}",
         "cell",
         "round",
         "req/s",
@@ -932,7 +1072,8 @@ pub fn run_all(args: &Args, out: &mut dyn Write) -> Result<Report, String> {
         "srv cpu",
         "cli cpu",
         "others",
-        "srv µs/r"
+        "srv µs/r",
+        "cli µs/r"
     )
     .map_err(w)?;
     let mut cells = Vec::new();
@@ -946,7 +1087,7 @@ pub fn run_all(args: &Args, out: &mut dyn Write) -> Result<Report, String> {
             let cpu = |x: Option<f64>| x.map_or("-".to_string(), |x| format!("{x:.2}"));
             writeln!(
                 out,
-                "{:<16} {:>5} {:>10} {:>10} {:>10} {:>9} {:>9} {:>5} {:>6} {:>7} {:>7} {:>7} {:>8}",
+                "{:<16} {:>5} {:>10} {:>10} {:>10} {:>9} {:>9} {:>5} {:>6} {:>7} {:>7} {:>7} {:>8} {:>8}",
                 c.name,
                 c.round + 1,
                 thousands(c.rps()),
@@ -960,6 +1101,8 @@ pub fn run_all(args: &Args, out: &mut dyn Write) -> Result<Report, String> {
                 cpu(c.client_cpu),
                 cpu(c.other_cpu),
                 c.server_us_per_request()
+                    .map_or("-".to_string(), |u| format!("{u:.1}")),
+                c.client_us_per_request()
                     .map_or("-".to_string(), |u| format!("{u:.1}")),
             )
             .map_err(w)?;
@@ -1257,6 +1400,7 @@ pub fn to_json(report: &Report) -> String {
         "cores": report.cores,
         "server_threads": a.server_threads,
         "client_threads": a.client_threads,
+        "client": a.client.name(),
         "connections": a.connections,
         "peers": a.peers,
         "rounds": a.rounds,
