@@ -36,7 +36,8 @@
 //! threads and the rest of the machine used during its window (from `/proc`, on Linux).
 //!
 //! The verdict gives each cell's throughput over no_layer's mean, the overhead against issue
-//! #12's target of at most 5%, the spread of the per-round ratios, the server's CPU time per
+//! #12's target of at most 5% (meets or above only when every round's own ratio to its
+//! no_layer agrees, else inconclusive), the spread of the per-round ratios, the server's CPU time per
 //! request against no_layer's, turnstile over tower_governor where both ran, and what a good
 //! result looks like. The machinery is in `examples/http/bench.rs`, which
 //! `tests/http_example_smoke.rs` also runs (briefly).
@@ -44,7 +45,7 @@
 //! `--json FILE` writes the run (schema `turnstile-http-bench/1`): the settings, the load
 //! averages, `summary` (per cell: `requests_per_sec`, `p50_ns`, `p99_ns`, `ratio_to_no_layer`,
 //! `overhead`, `round_ratio_min`/`max`, `server_us_per_request`, `server_cpu_overhead`,
-//! `meets_target`), `turnstile_vs_governor_allow`/`deny`, and `cells` (every cell run:
+//! `meets_target` by the mean, `verdict`: meets, above or inconclusive by the rounds), `turnstile_vs_governor_allow`/`deny`, and `cells` (every cell run:
 //! `cell`, `kind`, `round`, `requests`, `seconds`, `requests_per_sec`, `p50_ns`, `p99_ns`,
 //! `status_200`, `status_429`, `status_other`, `errors`, `first_error`, `server_cpu`,
 //! `client_cpu`, `other_cpu`, `server_us_per_request`, `client_us_per_request`).

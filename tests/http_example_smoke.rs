@@ -245,6 +245,7 @@ fn every_cell_runs_and_answers_as_expected() {
     for s in &summaries {
         assert!(s.ratio > 0.0, "{}", s.name);
         assert_eq!(s.meets_target().is_some(), s.kind == Kind::Allow);
+        assert_eq!(s.verdict().is_some(), s.kind == Kind::Allow);
     }
     assert!(report.baseline_drift().is_some());
     let (allow, _) = report.turnstile_vs_governor();
@@ -278,6 +279,7 @@ fn every_cell_runs_and_answers_as_expected() {
             assert!(s["overhead"].is_f64());
             assert!(s["ratio_to_no_layer"].as_f64().unwrap() > 0.0);
             assert_eq!(s["meets_target"].is_boolean(), s["kind"] == "allow");
+            assert_eq!(s["verdict"].is_string(), s["kind"] == "allow");
         }
     }
     assert_eq!(
