@@ -182,9 +182,19 @@ impl<C: Clock> FixedWindow<C> {
 
     /// The quota, what remains at `now` (`quota - min(counter, quota)`) and when the key
     /// expires (or would, if created at `now`).
+    ///
+    /// A read: a key whose TTL has passed at `now` is seen as absent but not deleted (Redis
+    /// deletes it lazily, on the next command that touches it). Deleting it here would make
+    /// the twin forget, on a mere read at a later `now`, a window that a refund at the
+    /// grant's own (earlier) reading still needs, which the lock-free limiter, whose reads
+    /// write nothing, keeps.
     pub fn status_at(&self, now: Nanos) -> WindowStatus {
         let now = now.as_u64();
-        let key = *self.live_key(now);
+        let key = self
+            .key
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .filter(|k| !is_over(k.expires_at, now));
         let (counter, expires_at) =
             key.map_or((0, self.expire_seconds(now)), |k| (k.counter, k.expires_at));
         WindowStatus {
