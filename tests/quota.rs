@@ -761,16 +761,17 @@ fn token_bucket_refund_stress() {
     const BURST: u32 = 200;
     const REFUNDERS: usize = 2;
     const CHECKERS: usize = 2;
-    const HELD: u32 = 40; // per refunder, taken in ones
+    const HELD: u32 = 90; // per refunder, taken in ones
     let rounds: u64 = std::env::var("TURNSTILE_REFUND_ROUNDS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(200);
+        .unwrap_or(300);
     for round in 0..rounds {
         let clock = ManualClock::new(Nanos::new(round * SEC));
         let tb = TokenBucket::with_clock(per_second(1.0), BURST, clock);
         let now = tb.now();
         let checked = AtomicU64::new(0);
+        let refunding = AtomicU64::new(REFUNDERS as u64);
         let barrier = Barrier::new(REFUNDERS + CHECKERS);
         std::thread::scope(|s| {
             for _ in 0..REFUNDERS {
@@ -788,6 +789,7 @@ fn token_bucket_refund_stress() {
                         assert!(tb.refund_n_at(now, 1));
                         std::hint::spin_loop();
                     }
+                    refunding.fetch_sub(1, Ordering::Release);
                     barrier.wait(); // 3: every refund is in
                 });
             }
@@ -796,9 +798,9 @@ fn token_bucket_refund_stress() {
                     barrier.wait(); // 1
                     barrier.wait(); // 2
                     let mut mine = 0;
-                    // Drain while the refunds land: spin on refusals so that freshly refunded
-                    // tokens are raced for.
-                    for _ in 0..(BURST as usize * 4) {
+                    // Drain while the refunds land: spin on refusals until every refunder is
+                    // done, so that each refunded token is raced for by a check's CAS.
+                    while refunding.load(Ordering::Acquire) > 0 {
                         if tb.check_n_at(now, 1).is_ok() {
                             mine += 1;
                         }
