@@ -484,7 +484,12 @@ fn keyed_bucket_matches_token_bucket() {
     assert!(k.refund_n_at(&0, ms(2_000), 2) && tb.refund_n_at(ms(2_000), 2));
     assert_eq!(k.quota_at(&0, ms(2_000)), tb.quota_at(ms(2_000)));
     assert_eq!(k.quota_at(&0, ms(2_000)).unwrap().remaining, 2); // never past the burst
-                                                                 // Zero limit (key 1) and infinite limit (key 2).
+                                                                 // Capped at the refund's reading: an older reading does not see the refund fill past it.
+    assert!(k.check_n_at(&3, ms(3_000), 2).is_ok() && tb.check_n_at(ms(3_000), 2).is_ok());
+    assert!(k.refund_n_at(&3, ms(3_500), 2) && tb.refund_n_at(ms(3_500), 2));
+    assert_eq!(k.quota_at(&3, ms(3_400)), tb.quota_at(ms(3_400)));
+    assert_eq!(k.quota_at(&3, ms(3_400)).unwrap().remaining, 1);
+    // Zero limit (key 1) and infinite limit (key 2).
     assert!(k.check_n_at(&1, Nanos::ZERO, 1).is_ok());
     assert_eq!(
         k.quota_at(&1, ms(9)),
