@@ -555,10 +555,14 @@ impl<C: Clock, P: Layout> Limiter for FixedWindow<C, P> {
     /// use std::time::Duration;
     /// use turnstile::{FixedWindow, Limiter, Nanos};
     /// let w = FixedWindow::new(2, Duration::from_secs(1)).unwrap();
+    /// assert!(w.check_n_at(Nanos::ZERO, 1).is_ok()); // opens the window
     /// let t = Nanos::new(100);
-    /// assert!(w.check_n_at(t, 2).is_ok());
-    /// assert!(w.refund_n_at(t, 1));       // another grant is still in the window
+    /// assert!(w.check_n_at(t, 1).is_ok());
+    /// assert!(w.refund_n_at(t, 1)); // a later grant: only the count holds it
     /// assert_eq!(w.status_at(t).remaining, 1);
+    /// // Opened at `t` with another grant in it: which one opened it is unknown.
+    /// assert!(w.check_n_at(Nanos::new(2_000_000_000), 2).is_ok());
+    /// assert!(!w.refund_n_at(Nanos::new(2_000_000_000), 1));
     /// ```
     fn refund_n_at(&self, now: Nanos, n: u32) -> bool {
         if n == 0 {
