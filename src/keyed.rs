@@ -145,7 +145,7 @@ use crossbeam_utils::Backoff;
 
 use crate::clock::{Clock, Nanos, QuantaClock};
 use crate::error::ConfigError;
-use crate::limiter::{Denied, Idle, Limiter};
+use crate::limiter::{Denied, Idle, Limiter, QuotaStatus};
 use crate::sync::{fence, AtomicU32, AtomicU64, Ordering};
 
 /// A map's configuration function, fallible or (with `E = Infallible`) not.
@@ -715,6 +715,79 @@ where
     {
         let guard = map::Guard::new();
         self.map.get(key, &guard).is_some()
+    }
+
+    /// The key's limiter's [`Limiter::quota_at`] (the IETF RateLimit fields; what they mean
+    /// is on each limiter's impl). A key with no limiter (new, or evicted as idle) gets the
+    /// fields of the limiter its next check would build: the factory's, dated to `now` with
+    /// [`Idle::born_at`] as an insert dates it, but **not inserted** (so this runs the
+    /// factory, which for a boxed limiter allocates, each time for such a key). `None` if
+    /// that limiter says `None`, or the factory fails (a map built with
+    /// [`Keyed::try_new`]).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::{FixedWindow, Keyed, ManualClock, Nanos};
+    /// let k = Keyed::builder(|_: &u8| FixedWindow::new(5, Duration::from_secs(60)).unwrap())
+    ///     .clock(ManualClock::default())
+    ///     .build()
+    ///     .unwrap();
+    /// assert!(k.check_n_at(&1, Nanos::ZERO, 2).is_ok());
+    /// assert_eq!(k.quota_at(&1, Nanos::ZERO).unwrap().remaining, 3);
+    /// assert_eq!(k.quota_at(&2, Nanos::ZERO).unwrap().remaining, 5); // new: fresh
+    /// assert!(!k.contains(&2));
+    /// ```
+    pub fn quota_at<Q>(&self, key: &Q, now: Nanos) -> Option<QuotaStatus>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        {
+            let guard = map::Guard::new();
+            if let Some(slot) = self.map.get(key, &guard) {
+                if let Some(r) = slot.run(|l| l.quota_at(now), |_| false) {
+                    return r;
+                }
+            }
+        }
+        let mut fresh = (self.factory)(&key.to_owned()).ok()?;
+        fresh.born_at(self.birth(now));
+        fresh.quota_at(now)
+    }
+
+    /// The key's limiter's [`Limiter::refund_n_at`]: gives back `n` permits that a check of
+    /// this key took, if that limiter can do so exactly (see its impl for what `now` must be
+    /// and when it can). Never builds a limiter: `false` if the key has none (it was never
+    /// checked, or was evicted as idle since: whatever was left of the grant went with the
+    /// limiter, which the map cannot judge for every limiter type). Runs under the map's
+    /// eviction protocol as a grant does, so a refund racing a sweep either lands on the
+    /// limiter the key keeps or reports `false`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::{FixedWindow, Keyed, ManualClock, Nanos};
+    /// let k = Keyed::builder(|_: &u8| FixedWindow::new(1, Duration::from_secs(60)).unwrap())
+    ///     .clock(ManualClock::default())
+    ///     .build()
+    ///     .unwrap();
+    /// let t = Nanos::new(5);
+    /// assert!(k.check_n_at(&1, t, 1).is_ok());
+    /// assert!(k.refund_n_at(&1, t, 1)); // the global limit refused the request
+    /// assert!(k.check_n_at(&1, t, 1).is_ok());
+    /// assert!(!k.refund_n_at(&9, t, 1)); // no limiter for that key
+    /// ```
+    pub fn refund_n_at<Q>(&self, key: &Q, now: Nanos, n: u32) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let guard = map::Guard::new();
+        match self.map.get(key, &guard) {
+            Some(slot) => slot
+                .run(|l| l.refund_n_at(now, n), |did| *did)
+                .unwrap_or(false),
+            None => false,
+        }
     }
 
     /// Moves sweeping off the request path: a thread sweeps every half `sweep_every`, so no

@@ -173,7 +173,7 @@ pub use crate::keyed::{WhenFull, DEFAULT_SWEEP_EVERY};
 use crate::clock::{Clock, Nanos, QuantaClock};
 use crate::error::ConfigError;
 use crate::limit::Limit;
-use crate::limiter::Denied;
+use crate::limiter::{Denied, QuotaStatus};
 use crate::scale::{Scale, D_MAX, TAU_MAX};
 use crate::sync::{retry_hint, AtomicU64, Mutex, Ordering}; // Mutex: inserts of new keys and resizes only, never a check of an existing key
 
@@ -1011,6 +1011,195 @@ where
         self.table(&guard)
             .find(hash, key)
             .is_some_and(|slot| tag(slot.state.load(Ordering::Acquire)) != 0)
+    }
+
+    /// The IETF RateLimit fields of `key`'s bucket at `now`, exactly as
+    /// [`TokenBucket`](crate::TokenBucket)'s `quota_at` (same units, same rounding): `q` = its
+    /// quota's burst, `w` = `burst / limit` rounded up to the nanosecond, `r` = the whole
+    /// tokens at `now` (0 in deficit, which only a reading older than the key's last grant
+    /// finds), `t` = until the bucket is full, rounded up (the first nanosecond at which
+    /// it is). Infinite limit: `r = q`, `w = t = 0`; zero limit: `w = Duration::MAX` and `t`
+    /// 0 if full, else `Duration::MAX`. A key the map does not hold (new, or evicted as
+    /// idle) gets a fresh bucket's fields, full, of the quota `classify` picks for it (an
+    /// evicted key keeps its quota). Always `Some`: the `Option` is `Keyed::quota_at`'s
+    /// shape, for code written against both.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::{keyed_bucket::KeyedTokenBucket, Limit, ManualClock, Nanos, QuotaStatus};
+    /// let k = KeyedTokenBucket::<u8, _, _>::builder(Limit::per_second(10.0).unwrap(), 5)
+    ///     .clock(ManualClock::default())
+    ///     .build()
+    ///     .unwrap();
+    /// k.check_n_at(&1, Nanos::ZERO, 5).unwrap();
+    /// let s = k.quota_at(&1, Nanos::new(250_000_000)).unwrap(); // 2.5 tokens
+    /// assert_eq!(s, QuotaStatus {
+    ///     quota: 5,
+    ///     window: Duration::from_millis(500),
+    ///     remaining: 2,
+    ///     reset: Duration::from_millis(250),
+    /// });
+    /// assert_eq!(k.quota_at(&2, Nanos::ZERO).unwrap().remaining, 5); // a new key: full
+    /// ```
+    pub fn quota_at<Q>(&self, key: &Q, now: Nanos) -> Option<QuotaStatus>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let s = {
+            let guard = reclaim::pin();
+            let hash = self.hasher.hash_one(key);
+            self.table(&guard)
+                .find(hash, key)
+                .map_or(EMPTY, |slot| slot.state.load(Ordering::Acquire))
+        };
+        let q = match s {
+            EMPTY => {
+                let q = (self.classify)(&key.to_owned());
+                if q < self.quota_count {
+                    q
+                } else {
+                    0
+                }
+            }
+            s => quota_of(s),
+        };
+        let quota = &self.by_tag[q + 1];
+        let burst = u64::from(quota.burst);
+        let window = if quota.inf {
+            Duration::ZERO
+        } else if quota.zero {
+            Duration::MAX
+        } else {
+            u64::try_from(quota.scale.nanos_ceil(quota.tau))
+                .map_or(Duration::MAX, Duration::from_nanos)
+        };
+        let full = QuotaStatus {
+            quota: burst,
+            window,
+            remaining: burst,
+            reset: Duration::ZERO,
+        };
+        if tag(s) == 0 || quota.inf {
+            return Some(full);
+        }
+        let x = s & X_MASK;
+        let u = quota.units(self.base, now);
+        // Units held at `now`, capped at the burst; negative in deficit.
+        let held =
+            (i128::from(u) + i128::from(quota.tau) - i128::from(x)).min(i128::from(quota.tau));
+        if held == i128::from(quota.tau) {
+            return Some(full);
+        }
+        let remaining = if held <= 0 {
+            0
+        } else {
+            (held as u64) / quota.scale.one
+        };
+        let reset = if quota.zero {
+            Duration::MAX
+        } else {
+            // Full once u reaches x: at base + nanos_ceil(x), as a denial's retry time.
+            u64::try_from(u128::from(self.base) + quota.scale.nanos_ceil(x))
+                .map_or(Duration::MAX, |t| {
+                    Nanos::new(t).saturating_duration_since(now)
+                })
+        };
+        Some(QuotaStatus {
+            quota: burst,
+            window,
+            remaining,
+            reset,
+        })
+    }
+
+    /// Gives `n` tokens back to `key` at `now`, for a grant that a second, layered limit then
+    /// refused: `tokens = min(burst, tokens(now) + n)`, one CAS on the key's word
+    /// (`x' = max(x - n * one, u(now))`), exactly [`TokenBucket`](crate::TokenBucket)'s
+    /// `refund_n_at`, where why it is exact (and the one race where a take in between can
+    /// make it give back up to the refill that take would have lost to the cap) is spelled
+    /// out. `now` may be the grant's reading or any later one. Returns `true`.
+    ///
+    /// A key the map no longer holds live (evicted, so it was full at the sweep's time, which
+    /// is after the grant) has nothing to give back: `true`, nothing written; a key the
+    /// map never held (permits never taken) too. A frozen word (a resize copying the key)
+    /// waits for the new table, as a grant does. Eviction stays exact: a refund lowers `x`
+    /// and so changes the word, which makes a racing sweep's CAS fail; the budget of the
+    /// module docs holds for **net** grants (grants minus refunds).
+    ///
+    /// ```
+    /// use turnstile::{keyed_bucket::KeyedTokenBucket, Limit, ManualClock, Nanos};
+    /// let k = KeyedTokenBucket::<u8, _, _>::builder(Limit::per_second(1.0).unwrap(), 2)
+    ///     .clock(ManualClock::default())
+    ///     .build()
+    ///     .unwrap();
+    /// k.check_n_at(&1, Nanos::ZERO, 2).unwrap();
+    /// assert!(k.refund_n_at(&1, Nanos::ZERO, 2));
+    /// assert_eq!(k.tokens_at(&1, Nanos::ZERO), 2.0);
+    /// ```
+    pub fn refund_n_at<Q>(&self, key: &Q, now: Nanos, n: u32) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        if n == 0 {
+            return true;
+        }
+        let hash = self.hasher.hash_one(key);
+        let backoff = Backoff::new();
+        loop {
+            {
+                let guard = reclaim::pin();
+                match self.table(&guard).find(hash, key) {
+                    None => return true,
+                    Some(slot) => {
+                        if self.refund_on_slot(slot, now, n) {
+                            return true;
+                        }
+                    }
+                }
+            }
+            // Frozen: a resize is copying this table; wait for its successor (unpinned).
+            backoff.snooze();
+            retry_hint();
+        }
+    }
+
+    /// The refund's CAS loop on the key's slot; false if the word is frozen.
+    fn refund_on_slot(&self, slot: &Slot<K>, now: Nanos, n: u32) -> bool {
+        let mut s = slot.state.load(Ordering::Acquire);
+        let backoff = Backoff::new();
+        loop {
+            let t = tag(s);
+            if t == 0 {
+                // Dead (evicted full): nothing to give back.
+                return true;
+            }
+            let q = &self.by_tag[t];
+            let x = s & X_MASK;
+            let x2 = x
+                .saturating_sub(u64::from(n) * q.scale.one)
+                .max(q.units(self.base, now));
+            if q.inf || x2 >= x {
+                // Nothing taken (infinite limit) or the bucket is full at `now`.
+                return true;
+            }
+            if s & FROZEN != 0 {
+                return false;
+            }
+            match slot.state.compare_exchange_weak(
+                s,
+                (s & !X_MASK) | x2,
+                Ordering::Relaxed,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return true,
+                Err(actual) => {
+                    s = actual;
+                    backoff.spin();
+                }
+            }
+        }
     }
 
     /// The tokens `key` holds at `now` (quota 0's burst if the key is absent or evicted); may be

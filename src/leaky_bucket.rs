@@ -605,6 +605,17 @@ impl<C: Clock> Limiter for LeakyBucket<C> {
     fn now(&self) -> Nanos {
         self.clock.now()
     }
+
+    // `quota_at` keeps the default `None` for now: an exact reading exists (`q = slack + 1`
+    // immediate permits, `r` = how many consecutive takes at `now` would be immediate, `t`
+    // = until all `slack + 1` are) but is not written yet.
+    //
+    // `refund_n_at` keeps the default `false`: the step is GCRA's, `next' = max(prev, now -
+    // M - T) + T`, so `next - n * T` (floored at `now - M - T`) would undo most grants
+    // exactly, but not one that was the bucket's **first** take: that replaced `UNSET`, and
+    // no `next` stands for `UNSET` (a fresh bucket banks no credit while idle; any `next`
+    // does), while the word cannot tell whether the grant was the first. So it keeps what it
+    // gave.
 }
 
 /// Idle when the next take at `now` or later would find the slack credit full: no permit

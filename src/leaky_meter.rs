@@ -42,7 +42,7 @@ use std::fmt;
 use crate::clock::{Clock, Nanos, QuantaClock};
 use crate::error::ConfigError;
 use crate::limit::Limit;
-use crate::limiter::{Denied, Idle, Limiter};
+use crate::limiter::{Denied, Idle, Limiter, QuotaStatus};
 use crate::token_bucket::TokenBucket;
 
 /// A lock-free water-level leaky bucket: `capacity` units of water leaking at `leak` units
@@ -275,6 +275,33 @@ impl<C: Clock> Limiter for LeakyMeter<C> {
 
     fn now(&self) -> Nanos {
         self.bucket.clock().now()
+    }
+
+    /// The token bucket underneath's fields (room for water is its tokens): `q` = the
+    /// capacity, `w` = the time to drain a full meter (`capacity / leak`, rounded up to the
+    /// nanosecond), `r` = the whole units of room at `now`, `t` = until the meter is empty
+    /// (rounded up). A zero leak: `w = Duration::MAX`, and `t` is `Duration::MAX` unless
+    /// the meter is empty.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::{LeakyMeter, Limit, Limiter, ManualClock, Nanos};
+    /// let meter = LeakyMeter::with_clock(4, Limit::per_second(2.0).unwrap(), ManualClock::default()).unwrap();
+    /// assert!(meter.check_n_at(Nanos::ZERO, 3).is_ok());
+    /// let s = meter.quota_at(Nanos::new(500_000_000)).unwrap(); // 2 units of water left
+    /// assert_eq!((s.quota, s.remaining), (4, 2));
+    /// assert_eq!((s.window, s.reset), (Duration::from_secs(2), Duration::from_secs(1)));
+    /// ```
+    fn quota_at(&self, now: Nanos) -> Option<QuotaStatus> {
+        self.bucket.quota_at(now)
+    }
+
+    /// Takes `n` units of water back out at `now`, never below empty: the token bucket
+    /// underneath's refund (one CAS; always `true`), exact for the reason given there (water
+    /// leaked since the grant is the same with or without it, as long as the meter did not
+    /// run empty in between for a check made meanwhile).
+    fn refund_n_at(&self, now: Nanos, n: u32) -> bool {
+        self.bucket.refund_n_at(now, n)
     }
 }
 

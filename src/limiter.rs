@@ -178,14 +178,23 @@ impl QuotaStatus {
     }
 
     /// The reset in whole seconds, rounded up: a client that waits that long finds the
-    /// quota whole.
+    /// quota whole. Saturates at `u64::MAX` (a reset that never comes is `Duration::MAX`).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::QuotaStatus;
+    /// let never = QuotaStatus { quota: 1, window: Duration::MAX, remaining: 0, reset: Duration::MAX };
+    /// assert_eq!((never.window_secs(), never.reset_secs()), (u64::MAX, u64::MAX));
+    /// ```
     pub fn reset_secs(&self) -> u64 {
         ceil_secs(self.reset)
     }
 }
 
+/// Whole seconds, rounded up; saturates (a `Duration::MAX` reset, a bucket that never
+/// refills, is `u64::MAX` seconds rather than an overflow).
 fn ceil_secs(d: Duration) -> u64 {
-    d.as_secs() + u64::from(d.subsec_nanos() > 0)
+    d.as_secs().saturating_add(u64::from(d.subsec_nanos() > 0))
 }
 
 /// A limiter that can tell when it has nothing left to remember, so that a keyed map may drop

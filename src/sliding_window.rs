@@ -114,7 +114,7 @@ use crossbeam_utils::Backoff;
 
 use crate::clock::{Clock, Nanos, QuantaClock};
 use crate::error::ConfigError;
-use crate::limiter::{Compact, Denied, Idle, Layout, Limiter, Padded};
+use crate::limiter::{Compact, Denied, Idle, Layout, Limiter, Padded, QuotaStatus};
 use crate::sync::{AtomicU128, Ordering};
 use crate::window::WindowStatus;
 
@@ -278,6 +278,23 @@ impl Rule {
         };
         let t = (u128::from(v.j) + windows) * self.p;
         Nanos::new(u64::try_from(t).unwrap_or(u64::MAX))
+    }
+
+    /// Where a refund at the grant's reading `now` finds the grant, given the stored
+    /// window `k` (see `refund_n_at` for `SlidingWindow`): `Some(true)` in `curr`,
+    /// `Some(false)` nowhere any more (two or more windows back), `None` unknown.
+    fn refund_window(&self, k: u64, now: Nanos) -> Option<bool> {
+        let j = match u64::try_from(self.p) {
+            Ok(p) => now.as_u64() / p,
+            Err(_) => 0,
+        };
+        if k == j {
+            Some(true)
+        } else if k < j && j - k >= 2 {
+            Some(false)
+        } else {
+            None
+        }
     }
 
     fn status(&self, v: &View, now: Nanos) -> WindowStatus {
@@ -629,6 +646,87 @@ impl<C: Clock, P: Layout> Limiter for SlidingWindow<C, P> {
 
     fn now(&self) -> Nanos {
         self.clock.now()
+    }
+
+    /// [`SlidingWindow::status_at`] as the IETF fields, exactly (integers throughout):
+    /// `q` = the quota, `w` = the period, `r` = the largest `n` a check at `now` would grant
+    /// (`floor(quota - prev * (P - e) / P - curr)`), `t` = until the weighted count is 0 if
+    /// nothing more is taken (0 if it is already; the end of the current window if only the
+    /// previous one weighs; else the end of the next one).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::{Limiter, Nanos, QuotaStatus, SlidingWindow};
+    /// let sw = SlidingWindow::new(5, Duration::from_secs(1)).unwrap();
+    /// assert!(sw.check_n_at(Nanos::ZERO, 5).is_ok());
+    /// let s = sw.quota_at(Nanos::new(1_500_000_000)).unwrap(); // the 5 weigh 2.5
+    /// assert_eq!(s, QuotaStatus {
+    ///     quota: 5,
+    ///     window: Duration::from_secs(1),
+    ///     remaining: 2,
+    ///     reset: Duration::from_millis(500),
+    /// });
+    /// ```
+    fn quota_at(&self, now: Nanos) -> Option<QuotaStatus> {
+        let s = self.status_at(now);
+        Some(QuotaStatus {
+            quota: u64::from(s.quota),
+            window: self.period,
+            remaining: u64::from(s.remaining),
+            reset: s.resets_after(now),
+        })
+    }
+
+    /// Takes `n` back out of the count of the window the grant went into. **`now` must be
+    /// the reading the grant was made at** (the tower layer passes the check's own `now`):
+    /// windows are aligned (`now / P`), so that reading names the grant's window, unless the
+    /// grant was a stale reading counted in a later window. One CAS loop, as a check's.
+    ///
+    /// * The stored window is `now`'s (`k == now / P`): `curr` drops by `n`. Exact: windows
+    ///   do not depend on who opened them, and the grant is nowhere but in `curr` (the
+    ///   previous window's count and every later weighting are the same without it).
+    /// * The stored window is later than `now`'s: the grant is in `curr` (a stale reading)
+    ///   or in `prev` or gone; the limiter cannot tell: **`false`**, nothing changes.
+    /// * The stored window is earlier (a refund at a later reading than the grant): two or
+    ///   more windows back, the grant weighs nothing any more: `true`, nothing to do;
+    ///   exactly one back, the grant is in that window or an older one: `false`.
+    /// * `curr < n` (permits never taken): `false`. `n = 0`: `true`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::{Limiter, Nanos, SlidingWindow};
+    /// let sw = SlidingWindow::new(2, Duration::from_secs(1)).unwrap();
+    /// let t = Nanos::new(400_000_000);
+    /// assert!(sw.check_n_at(t, 2).is_ok());
+    /// assert!(sw.refund_n_at(t, 2));
+    /// assert!(sw.check_n_at(t, 2).is_ok()); // as if the first had not been made
+    /// ```
+    fn refund_n_at(&self, now: Nanos, n: u32) -> bool {
+        if n == 0 {
+            return true;
+        }
+        let backoff = Backoff::new();
+        let mut word = self.state.load(Ordering::Relaxed);
+        loop {
+            let s = Counts::unpack(word);
+            let curr = match self.rule.refund_window(s.k, now) {
+                Some(true) if s.curr >= n => s.curr - n,
+                Some(true) => return false,
+                Some(false) => return true,
+                None => return false,
+            };
+            let new = Counts { curr, ..s }.pack();
+            match self
+                .state
+                .compare_exchange_weak(word, new, Ordering::Relaxed, Ordering::Relaxed)
+            {
+                Ok(_) => return true,
+                Err(current) => {
+                    backoff.spin();
+                    word = current;
+                }
+            }
+        }
     }
 }
 

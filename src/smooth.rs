@@ -1121,6 +1121,19 @@ macro_rules! smooth_api {
             fn now(&self) -> Nanos {
                 self.core.clock.now()
             }
+
+            // `quota_at` keeps the default `None`: Guava's limiter has no quota a client could
+            // be told exactly. A check passes iff `next_free <= now`, whatever its size (pay
+            // later), so "permits that would be granted now" is unbounded or zero, and the
+            // stored permits are a discount on the *next* caller's wait, not a count of
+            // requests.
+            //
+            // `refund_n_at` keeps the default `false`: a grant's cost was charged to the
+            // future (it pushed `next_free` forward and spent stored permits at the warm-up
+            // integral's price), and a later grant may already have been admitted, or priced,
+            // from that `next_free`; taking the cost back out cannot undo those, and spent
+            // stored permits cannot be put back at the price they were taken (the integral
+            // depends on where the count stood). So it keeps what it gave.
         }
 
         impl<C: Clock> fmt::Debug for $ty<C> {

@@ -93,6 +93,17 @@
 //! writer's slot writes. `loom-tests/tests/token_bucket.rs` model-checks take vs cancel vs
 //! reconfiguration.
 //!
+//! **Refunds** (`Limiter::refund_n_at`, for a grant that a second, layered limit then
+//! refused) are a third CAS protocol on the word, beside takes and cancels: load the word,
+//! read the hot words of its slot, compute `x' = max(x - n * one, u(now) - tau)` (the tokens
+//! plus `n`, capped at the burst), and CAS the whole word to `x'` with its `gen` kept; a
+//! failed CAS retries from the word it returned. A refund that changes nothing (an infinite
+//! limit, a full bucket) writes nothing and validates its load as a denial does. As a CAS on
+//! the whole word it never mixes configurations, and it linearizes at its CAS: a take racing
+//! it sees the tokens either before or after the refund, never a torn value, and no refund is
+//! lost (`loom-tests/tests/token_bucket.rs`, `refund_vs_*`). Why the result is exact, and the
+//! one case where it is not, is on `refund_n_at`.
+//!
 //! # Deviations from rate.go
 //! * **D1** a [`Reservation`] (or [`OwnedReservation`]) is cancelled at most once
 //!   ([`Reservation::cancel`] takes it by value).
@@ -145,7 +156,7 @@ use crate::clock::{Clock, Nanos, QuantaClock};
 use crate::deadline::Deadline;
 use crate::error::WaitError;
 use crate::limit::Limit;
-use crate::limiter::{Compact, Denied, Idle, Layout, Limiter, Padded};
+use crate::limiter::{Compact, Denied, Idle, Layout, Limiter, Padded, QuotaStatus};
 use crate::scale::{Scale, D_MAX, TAU_MAX};
 use crate::sync::{fence, AtomicU64, Mutex, Ordering}; // Mutex: reconfiguration only, never the hot path
 /// A lock-free token bucket: `limit` tokens per second, at most `burst` at once, with the API
@@ -978,6 +989,59 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
         }
     }
 
+    /// [`Limiter::refund_n_at`]: the CAS loop of *Refunds* (module docs). Reads only the hot
+    /// words; like a grant, it commits with a CAS on the whole word, so the slot it read is
+    /// its generation's; a refund that changes nothing (an infinite limit, a full bucket)
+    /// writes nothing and validates its load like a denial.
+    fn refund(&self, now: Nanos, n: u32) {
+        if n == 0 {
+            return;
+        }
+        let backoff = Backoff::new();
+        let mut word = self.core.state.load(Ordering::Acquire);
+        loop {
+            let hot = self.slot(word).hot();
+            let new_x = if hot.lim == 0 {
+                // An infinite limit: the check took nothing.
+                None
+            } else {
+                let d = now.as_u64().saturating_sub(hot.base);
+                if hot.mul != 0 && d >= hot.lim {
+                    // Past the hot range (see *Precision and range*): rebase, then again.
+                    self.rebase(now);
+                    word = self.core.state.load(Ordering::Acquire);
+                    continue;
+                }
+                // u(now) - tau: the state of a full bucket at `now` (0 units under a zero
+                // limit, where nothing refills; a reading before the base counts as the base).
+                let full = hot.units(d);
+                let x = x_of(word);
+                // tokens' = min(burst, tokens(now) + n)  <=>  x' = max(x - n * one, full).
+                let x2 = x.saturating_sub(u64::from(n) * hot.one).max(full);
+                (x2 < x).then_some(x2)
+            };
+            let Some(x2) = new_x else {
+                if self.still_current(word) {
+                    return;
+                }
+                word = self.core.state.load(Ordering::Acquire);
+                continue;
+            };
+            match self.core.state.compare_exchange_weak(
+                word,
+                (word & GEN_MASK) | x2,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return,
+                Err(current) => {
+                    backoff.spin();
+                    word = current;
+                }
+            }
+        }
+    }
+
     /// Re-expresses the state in a configuration based at `now`, if `now` is past the hot
     /// range of the current one (see *Precision and range*). Off the hot path: at most once
     /// per ~two weeks of readings, or after a jump of the caller's times.
@@ -1061,6 +1125,88 @@ impl<C: Clock, P: Layout> Limiter for TokenBucket<C, P> {
 
     fn now(&self) -> Nanos {
         self.clock.now()
+    }
+
+    /// The bucket's own state at `now`, exactly (counted in units, no float):
+    ///
+    /// * `q` (quota) = the burst;
+    /// * `w` (window) = the time to refill from empty, `burst / limit`, rounded **up** to the
+    ///   nanosecond;
+    /// * `r` (remaining) = the whole tokens at `now`, `floor(min(burst, tokens))`, and 0 while
+    ///   the bucket is in debt (reservations outstanding): a check of `n <= r` passes now;
+    /// * `t` (reset) = until the bucket is full again if nothing more is taken, `(burst -
+    ///   tokens) / limit` rounded **up** to the nanosecond (the first nanosecond at which it
+    ///   is full: a client that waits `t` finds `r = q`); 0 when full.
+    ///
+    /// Under [`Limit::INF`] every check passes and nothing is counted: `r = q = burst`,
+    /// `w = t = 0`. Under [`Limit::ZERO`] (or a limit so low that the burst would take more
+    /// than 146 years to refill, which acts as zero) nothing ever refills: `w =
+    /// Duration::MAX`, and `t` is 0 while the bucket is still full, else `Duration::MAX` (it
+    /// is never whole again; [`QuotaStatus::reset_secs`] saturates). The same when the time
+    /// it would be full lies past the end of [`Nanos`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::{Limit, Limiter, ManualClock, Nanos, QuotaStatus, TokenBucket};
+    /// let tb = TokenBucket::with_clock(Limit::per_second(4.0).unwrap(), 2, ManualClock::default());
+    /// assert!(tb.check_n_at(Nanos::ZERO, 2).is_ok());
+    /// let q = tb.quota_at(Nanos::new(300_000_000)).unwrap(); // 1.2 tokens
+    /// assert_eq!(q, QuotaStatus {
+    ///     quota: 2,
+    ///     window: Duration::from_millis(500),
+    ///     remaining: 1,
+    ///     reset: Duration::from_millis(200),
+    /// });
+    /// ```
+    fn quota_at(&self, now: Nanos) -> Option<QuotaStatus> {
+        let (word, cfg) = self.snapshot();
+        Some(cfg.quota(x_of(word), now))
+    }
+
+    /// Gives `n` tokens back at `now`: `tokens = min(burst, tokens(now) + n)`, one CAS on
+    /// the state word (`x' = max(x - n * one, u(now) - tau)`; see *Refunds* below). Always
+    /// `true`. `now` may be the reading of the grant or any later one.
+    ///
+    /// **Why it is exact.** Let the grant take `n` at `t0` from `T0` tokens and the refund
+    /// come at `t1`, `dt = t1 - t0`. Without the grant the bucket would hold
+    /// `min(b, T0 + limit * dt)`; with it and the refund it holds
+    /// `min(b, min(b, T0 - n + limit * dt) + n)`, which is the same number (if the inner
+    /// `min` takes `b`, then `T0 + limit * dt >= b + n` and both are `b`). So the tokens,
+    /// the only state, are those of a history without the grant, and every later decision
+    /// is the one that history makes. This holds whatever happened in between that did not
+    /// **take** tokens (denials, refunds, reconfigurations, which carry the tokens over).
+    ///
+    /// **The one limit of that exactness.** A take by someone else between the grant and
+    /// the refund is judged on `n` fewer tokens; if, without the grant, that take would have
+    /// found the bucket *full* (so that refill since `t0` would have been lost to the cap),
+    /// the refund gives back up to that lost refill (never more than `n`) beyond the history
+    /// without the grant. That needs the clock to move between grant and refund while the
+    /// bucket was within `n` of full; with the refund at the grant's own reading and every
+    /// take in between at no later reading (a frozen clock, or one thread), it cannot happen.
+    /// What always holds: **net grants** (grants minus refunds) over any span of readings
+    /// stay within `burst + limit * span` (deviation D2's bound): a take raises `x` by at
+    /// least its cost and a refund lowers it by at most its `n`, and a grant needs `x <=
+    /// u(now)`.
+    ///
+    /// Under [`Limit::INF`] a check takes nothing, so the refund does nothing (as rate.go's
+    /// `CancelAt`). Never more than the burst: a refund into a full bucket does nothing. Like
+    /// every refund, it assumes the `n` tokens were taken (the trait's contract); a grant made
+    /// under an infinite limit took nothing, so refunding it after a `set_limit` to a finite
+    /// one gives `n` tokens that were never taken.
+    ///
+    /// ```
+    /// use turnstile::{Limit, Limiter, ManualClock, Nanos, TokenBucket};
+    /// let tb = TokenBucket::with_clock(Limit::per_second(1.0).unwrap(), 3, ManualClock::default());
+    /// let before = tb.quota_at(Nanos::ZERO);
+    /// assert!(tb.check_n_at(Nanos::ZERO, 2).is_ok());
+    /// assert!(tb.refund_n_at(Nanos::ZERO, 2)); // a second limit refused the request
+    /// assert_eq!(tb.quota_at(Nanos::ZERO), before);
+    /// assert!(tb.refund_n_at(Nanos::ZERO, 1));  // a refund never fills past the burst
+    /// assert_eq!(tb.tokens_at(Nanos::ZERO), 3.0);
+    /// ```
+    fn refund_n_at(&self, now: Nanos, n: u32) -> bool {
+        self.refund(now, n);
+        true
     }
 }
 
@@ -1701,6 +1847,50 @@ impl Config {
         let one = i128::from(self.one());
         let (whole, part) = (diff.div_euclid(one), diff.rem_euclid(one));
         (whole as f64 + part as f64 / one as f64).min(burst)
+    }
+
+    /// The IETF RateLimit fields of state `x` at `now` (see `quota_at` for `TokenBucket`),
+    /// in units: whole tokens exactly, times rounded up to the nanosecond.
+    fn quota(&self, x: u64, now: Nanos) -> QuotaStatus {
+        let burst = u64::from(self.burst());
+        if self.is_inf() {
+            return QuotaStatus {
+                quota: burst,
+                window: Duration::ZERO,
+                remaining: burst,
+                reset: Duration::ZERO,
+            };
+        }
+        let u = self.u_wide(now);
+        let tau = u128::from(self.hot.tau);
+        // The units the bucket holds at `now`, capped at the burst (a debt is negative).
+        let held = (u as i128 - i128::from(x)).min(tau as i128);
+        let remaining = if held <= 0 {
+            0
+        } else {
+            (held as u128 / u128::from(self.one())) as u64
+        };
+        let reset = if held == tau as i128 {
+            Duration::ZERO
+        } else if !self.is_finite() {
+            Duration::MAX
+        } else {
+            // Full once u reaches x + tau (x + tau < 2^58: no overflow).
+            self.time_of(x + self.hot.tau)
+                .map_or(Duration::MAX, |t| t.saturating_duration_since(now))
+        };
+        let window = if self.is_finite() {
+            u64::try_from(self.scale().nanos_ceil(self.hot.tau))
+                .map_or(Duration::MAX, Duration::from_nanos)
+        } else {
+            Duration::MAX
+        };
+        QuotaStatus {
+            quota: burst,
+            window,
+            remaining,
+            reset,
+        }
     }
 
     /// Whether the bucket holds its whole burst at `now` (see [`Idle`] for `TokenBucket`):

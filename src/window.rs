@@ -77,7 +77,7 @@ use crossbeam_utils::Backoff;
 
 use crate::clock::{Clock, Nanos, QuantaClock};
 use crate::error::ConfigError;
-use crate::limiter::{Compact, Denied, Idle, Layout, Limiter, LockFree, Padded, Twin};
+use crate::limiter::{Compact, Denied, Idle, Layout, Limiter, LockFree, Padded, QuotaStatus, Twin};
 use crate::sync::{AtomicU128, Ordering};
 
 /// What a window limiter said to a request (go-zero's `PeriodLimit` codes).
@@ -495,6 +495,141 @@ impl<C: Clock, P: Layout> Limiter for FixedWindow<C, P> {
 
     fn now(&self) -> Nanos {
         self.clock.now()
+    }
+
+    /// [`FixedWindow::status_at`] as the IETF fields, exactly: `q` = the quota, `w` = the
+    /// period, `r` = what remains of the quota in the window open at `now` (the whole quota
+    /// if none is), `t` = until that window ends (or, with none open, until the end of the
+    /// window a request at `now` would open: a period, or the next boundary when aligned).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::{FixedWindow, Limiter, Nanos, QuotaStatus};
+    /// let w = FixedWindow::new(5, Duration::from_secs(60)).unwrap();
+    /// assert!(w.check_n_at(Nanos::ZERO, 2).is_ok());
+    /// let s = w.quota_at(Nanos::new(15_000_000_000)).unwrap();
+    /// assert_eq!(s, QuotaStatus {
+    ///     quota: 5,
+    ///     window: Duration::from_secs(60),
+    ///     remaining: 3,
+    ///     reset: Duration::from_secs(45),
+    /// });
+    /// ```
+    fn quota_at(&self, now: Nanos) -> Option<QuotaStatus> {
+        Some(quota_status(&self.spec, self.status_at(now), now))
+    }
+
+    /// Takes `n` back out of the count of the window the grant went into, if that can be
+    /// done exactly. **`now` must be the reading the grant was made at** (the tower layer
+    /// passes the check's own `now`): it is how the window is identified. One CAS loop on
+    /// the state word, as a take's.
+    ///
+    /// The window open at `now` is the grant's if it started no later than `now`, i.e.
+    /// `end - period <= now < end`: a window opened after the grant starts at or after the
+    /// grant's window's end, past `now`. Then:
+    ///
+    /// * **aligned** ([`Builder::align`]): the count drops by `n`; windows end on fixed
+    ///   boundaries whoever opens them, so the count is the only trace of the grant: exact;
+    /// * **unaligned**, window opened before `now`: the grant did not open it, so again only
+    ///   the count holds the grant: exact;
+    /// * **unaligned**, window opened at `now` and nothing else left in it (`count == n`):
+    ///   the grant may have opened it; without it no window would be open, so the state
+    ///   becomes a fresh limiter's (no window): exact from `now` on;
+    /// * **unaligned**, window opened at `now` with other grants in it: if the grant opened
+    ///   it, without it the window would have opened at the next of those grants' readings
+    ///   and end later; the limiter cannot tell, so it returns **`false`** and keeps the
+    ///   grant.
+    ///
+    /// Also `false` (nothing changes) when no window open at `now` started by `now`: the
+    /// grant was a stale reading counted in a newer window, or a window has opened after
+    /// it; which window holds the grant is then unknown. And `false` for a count below `n`
+    /// (a refund of permits never taken). `n = 0` is `true` (a check of 0 counts nothing).
+    ///
+    /// A window that has rolled over since the grant cannot be met with the grant's own
+    /// reading (windows end after the readings they count); a later `now` that finds no
+    /// window open returns `true` only when aligned (the grant's window is over and left no
+    /// trace), and `false` unaligned (without the grant, a window opened by a later request
+    /// could still be open).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::{FixedWindow, Limiter, Nanos};
+    /// let w = FixedWindow::new(2, Duration::from_secs(1)).unwrap();
+    /// assert!(w.check_n_at(Nanos::ZERO, 1).is_ok()); // opens the window
+    /// let t = Nanos::new(100);
+    /// assert!(w.check_n_at(t, 1).is_ok());
+    /// assert!(w.refund_n_at(t, 1)); // a later grant: only the count holds it
+    /// assert_eq!(w.status_at(t).remaining, 1);
+    /// // Opened at `t` with another grant in it: which one opened it is unknown.
+    /// assert!(w.check_n_at(Nanos::new(2_000_000_000), 2).is_ok());
+    /// assert!(!w.refund_n_at(Nanos::new(2_000_000_000), 1));
+    /// ```
+    fn refund_n_at(&self, now: Nanos, n: u32) -> bool {
+        if n == 0 {
+            return true;
+        }
+        let now = now.as_u64();
+        let n = u64::from(n);
+        let backoff = Backoff::new();
+        let mut word = self.state.load(Ordering::Relaxed);
+        loop {
+            let new = match refund_step(&self.spec, unpack(word), now, n) {
+                Refund::Nothing(exact) => return exact,
+                Refund::Count(count) => pack(unpack(word).0, count),
+                Refund::Close => 0,
+            };
+            match self
+                .state
+                .compare_exchange_weak(word, new, Ordering::Relaxed, Ordering::Relaxed)
+            {
+                Ok(_) => return true,
+                Err(actual) => {
+                    word = actual;
+                    backoff.spin();
+                }
+            }
+        }
+    }
+}
+
+/// What a refund of `n` at `now` does to the window `(end, count)` (see `refund_n_at` for
+/// `FixedWindow`; the twin decides with the same function on its key).
+pub(crate) enum Refund {
+    /// Nothing changes; whether that is exact.
+    Nothing(bool),
+    /// The window's count becomes this.
+    Count(u64),
+    /// The window goes: the state becomes a fresh limiter's.
+    Close,
+}
+
+/// The decision of `refund_n_at` for `FixedWindow` on window `(end, count)`.
+pub(crate) fn refund_step(spec: &WindowSpec, (end, count): (u64, u64), now: u64, n: u64) -> Refund {
+    if is_over(end, now) {
+        return Refund::Nothing(spec.aligned);
+    }
+    let start = end.saturating_sub(spec.period);
+    if start > now || count < n {
+        // A stale grant or a newer window (or permits never taken): which window holds it?
+        return Refund::Nothing(false);
+    }
+    if spec.aligned || start < now {
+        Refund::Count(count - n)
+    } else if count == n {
+        Refund::Close
+    } else {
+        Refund::Nothing(false)
+    }
+}
+
+/// A window limiter's status as the IETF fields: `q` quota, `w` period, `r` remaining, `t`
+/// until the window ends.
+pub(crate) fn quota_status(spec: &WindowSpec, s: WindowStatus, now: Nanos) -> QuotaStatus {
+    QuotaStatus {
+        quota: u64::from(s.quota),
+        window: Duration::from_nanos(spec.period),
+        remaining: u64::from(s.remaining),
+        reset: s.resets_after(now),
     }
 }
 

@@ -19,6 +19,12 @@
 //!   follows, in the other thread, a read of this thread's later CAS), which loom does not
 //!   model; it costs nothing on x86 and is kept.
 //!
+//! **`TokenBucket`'s refund** (`Limiter::refund_n_at`, a CAS on the whole state word)
+//! * a blind `store` of the refunded word instead of the CAS:
+//!   `token_bucket::refund_vs_refund_both_land_within_the_burst` and
+//!   `token_bucket::refund_vs_set_burst_is_linearizable` (and, outside loom, 5 of 5 runs of
+//!   `tests/quota.rs::token_bucket_refund_stress`).
+//!
 //! **Configuration slots** (`src/config_slots.rs`, under the smooth limiters)
 //! * drop the reader's re-check (second `seq` load), its `Acquire` fence, or the writer's
 //!   `Release` fence: `smooth::set_rate_twice_vs_acquire_is_linearizable`.

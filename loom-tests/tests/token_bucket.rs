@@ -5,7 +5,7 @@
 
 use loom::thread;
 use loom_tests::{model_3_threads, model_at_bound};
-use turnstile::{Limit, ManualClock, Nanos, TokenBucket};
+use turnstile::{Limit, Limiter, ManualClock, Nanos, TokenBucket};
 
 const SEC: u64 = 1_000_000_000;
 
@@ -247,5 +247,59 @@ fn set_limit_vs_set_limit_vs_allow_on_a_full_bucket_grants() {
         assert_eq!(l.tokens_at(t(0)), 0.0);
         let limit = l.limit().as_f64();
         assert!(limit == 0.5 || limit == 0.25, "limit {limit}");
+    });
+}
+
+/// A refund (`Limiter::refund_n_at`, the third CAS protocol on the word) racing a check for
+/// the token it gives back: either order is a sequential one (refund first: the check gets
+/// the token; check first: refused, and the refund lands after), never a lost refund nor a
+/// token granted twice.
+#[test]
+fn refund_vs_check_is_linearizable() {
+    loom::model(|| {
+        let l = limiter(1.0, 1);
+        assert!(l.check_n_at(t(0), 1).is_ok()); // empty
+        let a = thread::spawn(move || l.refund_n_at(t(0), 1));
+        let granted = l.check_n_at(t(0), 1).is_ok();
+        assert!(a.join().unwrap());
+        let tokens = l.tokens_at(t(0));
+        assert!(
+            (granted && tokens == 0.0) || (!granted && tokens == 1.0),
+            "granted {granted}, tokens {tokens}"
+        );
+    });
+}
+
+/// Two refunds of tokens taken at one instant: both land (a refund that stored its result
+/// blindly would lose one when both load the word before either writes), and the burst caps
+/// them: a third refund, of a token never taken, fills nothing past it.
+#[test]
+fn refund_vs_refund_both_land_within_the_burst() {
+    loom::model(|| {
+        let l = limiter(1.0, 2);
+        assert!(l.check_n_at(t(0), 2).is_ok());
+        let a = thread::spawn(move || l.refund_n_at(t(0), 1));
+        assert!(l.refund_n_at(t(0), 1));
+        assert!(a.join().unwrap());
+        assert_eq!(l.tokens_at(t(0)), 2.0, "both refunds gave their token back");
+        assert!(l.refund_n_at(t(0), 1));
+        assert_eq!(l.tokens_at(t(0)), 2.0, "never past the burst");
+    });
+}
+
+/// A refund racing a reconfiguration commits with a CAS on the whole word, so it lands in the
+/// configuration of the word it read or retries in the new one: never half in each. set_burst
+/// first (to 3, keeping 0 tokens), then the refund: 1. The refund first (1 token), then
+/// set_burst: 1.
+#[test]
+fn refund_vs_set_burst_is_linearizable() {
+    loom::model(|| {
+        let l = limiter(1.0, 1);
+        assert!(l.check_n_at(t(0), 1).is_ok());
+        let a = thread::spawn(move || l.set_burst_at(t(0), 3));
+        assert!(l.refund_n_at(t(0), 1));
+        a.join().unwrap();
+        assert_eq!(l.tokens_at(t(0)), 1.0);
+        assert_eq!(l.burst(), 3);
     });
 }

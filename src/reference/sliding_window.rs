@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use crate::clock::{Clock, Nanos, QuantaClock};
 use crate::error::ConfigError;
-use crate::limiter::{Denied, Idle, Limiter};
+use crate::limiter::{Denied, Idle, Limiter, QuotaStatus};
 use crate::sliding_window::Twin;
 use crate::window::WindowStatus;
 
@@ -387,6 +387,39 @@ impl<C: Clock> Limiter for SlidingWindow<C> {
 
     fn now(&self) -> Nanos {
         self.clock.now()
+    }
+
+    /// [`SlidingWindow::status_at`] as the IETF fields, as the lock-free limiter's.
+    fn quota_at(&self, now: Nanos) -> Option<QuotaStatus> {
+        let s = self.status_at(now);
+        Some(QuotaStatus {
+            quota: u64::from(s.quota),
+            window: self.period,
+            remaining: u64::from(s.remaining),
+            reset: s.resets_after(now),
+        })
+    }
+
+    /// The lock-free limiter's refund, on the counters: `current -= n` when the stored
+    /// window is the one `now` (the grant's reading) falls in; `true` with nothing to do
+    /// when it is two or more windows back; otherwise (or `current < n`) `false`.
+    fn refund_n_at(&self, now: Nanos, n: u32) -> bool {
+        if n == 0 {
+            return true;
+        }
+        let mut stored = self.lock();
+        let period = self.period_ns();
+        let window = i128::from(now.as_u64()) / period;
+        let n = i128::from(n);
+        if stored.window == window {
+            if stored.current < n {
+                return false;
+            }
+            stored.current -= n;
+            true
+        } else {
+            stored.window + 2 <= window
+        }
     }
 }
 

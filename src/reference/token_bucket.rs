@@ -30,7 +30,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use crate::clock::{Clock, Nanos, QuantaClock};
-use crate::limiter::{Denied, Limiter};
+use crate::limiter::{Denied, Limiter, QuotaStatus};
 use crate::token_bucket::Peek;
 use crate::{Deadline, Limit, WaitError};
 
@@ -533,6 +533,70 @@ impl<C: Clock> Limiter for TokenBucket<C> {
 
     fn now(&self) -> Nanos {
         self.clock.now()
+    }
+
+    /// The fields of [`crate::TokenBucket`]'s `quota_at`, from Go's state: `q = burst`,
+    /// `w = burst / limit` and `t = (burst - advance(now)) / limit` in nanoseconds rounded
+    /// up (from `f64`, where the lock-free limiter counts units: the two may part by a
+    /// nanosecond), `r = floor(advance(now))`, 0 in debt. Infinite limit: `r = q`, `w = t
+    /// = 0`. Zero limit: `w = Duration::MAX`, `t` 0 when full, else `Duration::MAX`.
+    fn quota_at(&self, now: Nanos) -> Option<QuotaStatus> {
+        let inner = self.lock();
+        let burst = u64::from(inner.burst);
+        if inner.limit == INF {
+            return Some(QuotaStatus {
+                quota: burst,
+                window: Duration::ZERO,
+                remaining: burst,
+                reset: Duration::ZERO,
+            });
+        }
+        let tokens = inner.advance(now);
+        let remaining = if tokens <= 0.0 {
+            0
+        } else {
+            (tokens.floor() as u64).min(burst)
+        };
+        let secs_ceil = |tokens: f64| {
+            if inner.limit <= 0.0 {
+                return Duration::MAX;
+            }
+            let ns = (tokens / inner.limit * 1e9).ceil();
+            if ns >= u64::MAX as f64 {
+                Duration::MAX
+            } else {
+                Duration::from_nanos(ns as u64)
+            }
+        };
+        let full = f64::from(inner.burst);
+        let reset = if tokens >= full {
+            Duration::ZERO
+        } else {
+            secs_ceil(full - tokens)
+        };
+        Some(QuotaStatus {
+            quota: burst,
+            window: secs_ceil(full),
+            remaining,
+            reset,
+        })
+    }
+
+    /// Gives `n` tokens back at `now`, as the last step of Go's `CancelAt` does with
+    /// `restoreTokens = n`: `tokens = min(advance(now) + n, burst); last = now` (under an
+    /// infinite limit nothing, as `CancelAt`; `n = 0` nothing). Always `true`; why that is
+    /// exact is on [`crate::TokenBucket`]'s `refund_n_at`. Like `CancelAt`, it moves `last`
+    /// back for a `now` before it (the upstream minting the lock-free limiter does not copy,
+    /// deviation D2).
+    fn refund_n_at(&self, now: Nanos, n: u32) -> bool {
+        let mut inner = self.lock();
+        if inner.limit == INF || n == 0 {
+            return true;
+        }
+        let tokens = (inner.advance(now) + f64::from(n)).min(f64::from(inner.burst));
+        inner.last = now;
+        inner.tokens = tokens;
+        true
     }
 }
 

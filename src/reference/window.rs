@@ -23,8 +23,10 @@ use std::time::Duration;
 
 use crate::clock::{Clock, Nanos, QuantaClock};
 use crate::error::ConfigError;
-use crate::limiter::{Denied, Limiter, Twin};
-use crate::window::{is_over, Outcome, WindowSpec, WindowStatus};
+use crate::limiter::{Denied, Limiter, QuotaStatus, Twin};
+use crate::window::{
+    is_over, quota_status, refund_step, Outcome, Refund, WindowSpec, WindowStatus,
+};
 
 /// The in-memory key: go-zero's counter and its expiry time.
 #[derive(Debug, Clone, Copy)]
@@ -180,9 +182,19 @@ impl<C: Clock> FixedWindow<C> {
 
     /// The quota, what remains at `now` (`quota - min(counter, quota)`) and when the key
     /// expires (or would, if created at `now`).
+    ///
+    /// A read: a key whose TTL has passed at `now` is seen as absent but not deleted (Redis
+    /// deletes it lazily, on the next command that touches it). Deleting it here would make
+    /// the twin forget, on a mere read at a later `now`, a window that a refund at the
+    /// grant's own (earlier) reading still needs, which the lock-free limiter, whose reads
+    /// write nothing, keeps.
     pub fn status_at(&self, now: Nanos) -> WindowStatus {
         let now = now.as_u64();
-        let key = *self.live_key(now);
+        let key = self
+            .key
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .filter(|k| !is_over(k.expires_at, now));
         let (counter, expires_at) =
             key.map_or((0, self.expire_seconds(now)), |k| (k.counter, k.expires_at));
         WindowStatus {
@@ -231,6 +243,45 @@ impl<C: Clock> Limiter for FixedWindow<C> {
 
     fn now(&self) -> Nanos {
         self.clock.now()
+    }
+
+    /// [`FixedWindow::status_at`] as the IETF fields, as the lock-free limiter's.
+    fn quota_at(&self, now: Nanos) -> Option<QuotaStatus> {
+        Some(quota_status(&self.spec, self.status_at(now), now))
+    }
+
+    /// The lock-free limiter's refund on the key: `DECRBY n` when the key is the grant's
+    /// (created no later than `now`, the grant's reading), `DEL` when the grant may have
+    /// created it and nothing else is left in it, nothing (false) when that cannot be told.
+    /// go-zero has no refund. Its counter also counts refused calls (`INCRBY` on every
+    /// call), which turnstile's does not; a refund is turnstile's extension, so the twin first
+    /// drops that excess (`min(counter, quota)`: the refused calls took nothing, as
+    /// [`FixedWindow::take_n_at`] for `n != 1` already has it) and then takes `n` off.
+    fn refund_n_at(&self, now: Nanos, n: u32) -> bool {
+        if n == 0 {
+            return true;
+        }
+        let now = now.as_u64();
+        let mut key = self.live_key(now);
+        let (counter, expires_at) = match *key {
+            // No live key: the window is over (`is_over(0, now)` always holds).
+            None => (0, 0),
+            Some(k) => (k.counter.min(u64::from(self.spec.quota)), k.expires_at),
+        };
+        match refund_step(&self.spec, (expires_at, counter), now, u64::from(n)) {
+            Refund::Nothing(exact) => exact,
+            Refund::Count(c) => {
+                *key = Some(Key {
+                    counter: c,
+                    expires_at,
+                });
+                true
+            }
+            Refund::Close => {
+                *key = None;
+                true
+            }
+        }
     }
 }
 
