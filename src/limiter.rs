@@ -121,7 +121,7 @@ pub trait Limiter: Send + Sync {
     /// back with [`Limiter::refund_n_at`]. What a pacing middleware needs (x/time/rate's
     /// `ReserveN` with a deadline). The default reserves nothing ahead: it is
     /// [`Limiter::check_n_at`], at `now`.
-    fn reserve_n_at(&self, now: Nanos, n: u32, max_wait: Duration) -> Result<Nanos, Denied> {
+    fn schedule_n_at(&self, now: Nanos, n: u32, max_wait: Duration) -> Result<Nanos, Denied> {
         let _ = max_wait;
         self.check_n_at(now, n).map(|()| now)
     }
@@ -289,13 +289,13 @@ macro_rules! forward_limiter {
             }
 
             #[inline]
-            fn reserve_n_at(
+            fn schedule_n_at(
                 &self,
                 now: Nanos,
                 n: u32,
                 max_wait: Duration,
             ) -> Result<Nanos, Denied> {
-                (**self).reserve_n_at(now, n, max_wait)
+                (**self).schedule_n_at(now, n, max_wait)
             }
 
             #[inline]

@@ -1123,6 +1123,35 @@ impl<C: Clock, P: Layout> Limiter for TokenBucket<C, P> {
         }
     }
 
+    /// x/time/rate's `ReserveN` with a deadline: the tokens are taken at once (the bucket
+    /// goes into debt) and may be used from the returned instant, at most `max_wait` on;
+    /// [`Limiter::refund_n_at`] gives them back. A refusal's retry time is when the same call
+    /// would succeed: when the wait is down to `max_wait`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::{Limit, Limiter, ManualClock, Nanos, TokenBucket};
+    ///
+    /// let tb = TokenBucket::with_clock(Limit::per_second(2.0).unwrap(), 1, ManualClock::default());
+    /// let wait = Duration::from_secs(1);
+    /// assert_eq!(tb.schedule_n_at(Nanos::ZERO, 1, wait), Ok(Nanos::ZERO));
+    /// assert_eq!(tb.schedule_n_at(Nanos::ZERO, 1, wait), Ok(Nanos::new(500_000_000)));
+    /// assert_eq!(tb.schedule_n_at(Nanos::ZERO, 1, wait), Ok(Nanos::new(1_000_000_000)));
+    /// // The next would be due 1.5 s on, past the 1 s allowed: refused, and the same call
+    /// // succeeds once its wait is down to 1 s, in 0.5 s.
+    /// let denied = tb.schedule_n_at(Nanos::ZERO, 1, wait).unwrap_err();
+    /// assert_eq!(denied.retry_after(), Some(Duration::from_millis(500)));
+    /// ```
+    fn schedule_n_at(&self, now: Nanos, n: u32, max_wait: Duration) -> Result<Nanos, Denied> {
+        let max_wait = Nanos::from_duration(max_wait).as_u64();
+        match self.take::<RESERVE>(now, n, max_wait) {
+            Decision::Granted { x, due, took, cfg } => {
+                Ok(Self::granted(now, n, x, due, took, &cfg).time_to_act)
+            }
+            Decision::Denied { retry_at, .. } => Err(Denied::new(now, retry_at)),
+        }
+    }
+
     fn now(&self) -> Nanos {
         self.clock.now()
     }

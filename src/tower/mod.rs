@@ -152,7 +152,7 @@ impl<P> RateLimitLayer<P> {
     /// Delay mode: a request that would be refused but can be served within `max_wait` waits
     /// (asynchronously, on tokio's timer) until its permits are due, then goes on; one that
     /// cannot is refused at once. The permits are reserved when the request arrives
-    /// ([`Limiter::reserve_n_at`](crate::Limiter::reserve_n_at): exact for a token bucket,
+    /// ([`Limiter::schedule_n_at`](crate::Limiter::schedule_n_at): exact for a token bucket,
     /// x/time/rate's `Wait`), so waiters are served in order and never overtake the limit.
     /// Cancel-safe: a request dropped while it waits (the client went away, a timeout layer
     /// gave up) gives its reservation back ([`Policy::refund`]). Zero (the default) refuses

@@ -21,7 +21,7 @@ use std::time::Duration;
 use http::Request;
 
 use super::key::KeyExtractor;
-use crate::{Clock, Denied, Idle, Keyed, Limiter, QuotaStatus};
+use crate::{Clock, Denied, Idle, Keyed, Limiter, Nanos, QuotaStatus};
 
 /// One policy's answer.
 #[derive(Debug)]
@@ -43,7 +43,7 @@ pub struct Decision<G> {
 pub struct Ask {
     /// Fill [`Decision::report`].
     pub report: bool,
-    /// Reserve up to this far ahead ([`Limiter::reserve_n_at`]); zero: now or never.
+    /// Reserve up to this far ahead ([`Limiter::schedule_n_at`]); zero: now or never.
     pub max_wait: Duration,
 }
 
@@ -129,8 +129,10 @@ impl<L> Global<L> {
 
 impl<B, L: Limiter + 'static> Policy<B> for Global<L> {
     type Key = ();
-    type Grant = ();
-    type Future = Ready<Decision<()>>;
+    /// The clock reading the permit was taken at (a window's refund finds the grant's window
+    /// by it).
+    type Grant = Nanos;
+    type Future = Ready<Decision<Nanos>>;
 
     #[inline]
     fn key(&self, _: &Request<B>) -> Self::Key {}
@@ -140,14 +142,14 @@ impl<B, L: Limiter + 'static> Policy<B> for Global<L> {
         let now = self.limiter.now();
         let (result, wait) = take(&self.limiter, now, ask.max_wait);
         ready(Decision {
-            result,
+            result: result.map(|()| now),
             wait,
             report: one_report(ask.report, &self.name, || self.limiter.quota_at(now)),
         })
     }
 
-    fn refund(&self, _: ()) {
-        let _ = self.limiter.refund_n_at(self.limiter.now(), 1);
+    fn refund(&self, at: Nanos) {
+        let _ = self.limiter.refund_n_at(at, 1);
     }
 }
 
@@ -229,8 +231,9 @@ where
     }
 }
 
-/// A [`PerKey`] grant: the key charged (none when a keyless request was let through).
-pub struct KeyGrant<K>(Option<K>);
+/// A [`PerKey`] grant: the key charged and the clock reading it was charged at (none when a
+/// keyless request was let through).
+pub struct KeyGrant<K>(Option<(K, Nanos)>);
 
 impl<B, K, X, L, C> Policy<B> for PerKey<K, X, L, C>
 where
@@ -279,20 +282,17 @@ where
                 // The map is full and the key new (WhenFull::Deny).
                 .unwrap_or((Err(Denied::new(now, None)), Duration::ZERO))
         };
-        let report = one_report(ask.report, &self.name, || {
-            self.keyed.with(&key, |l| l.quota_at(now)).flatten()
-        });
+        let report = one_report(ask.report, &self.name, || self.keyed.quota_at(&key, now));
         ready(Decision {
-            result: result.map(|()| KeyGrant(Some(key))),
+            result: result.map(|()| KeyGrant(Some((key, now)))),
             wait,
             report,
         })
     }
 
     fn refund(&self, grant: KeyGrant<K>) {
-        if let KeyGrant(Some(key)) = grant {
-            let now = self.keyed.now();
-            let _ = self.keyed.with(&key, |l| l.refund_n_at(now, 1));
+        if let KeyGrant(Some((key, at))) = grant {
+            let _ = self.keyed.refund_n_at(&key, at, 1);
         }
     }
 }
@@ -430,7 +430,7 @@ fn take<L: Limiter + ?Sized>(
     if max_wait.is_zero() {
         return (l.check_n_at(now, 1), Duration::ZERO);
     }
-    match l.reserve_n_at(now, 1, max_wait) {
+    match l.schedule_n_at(now, 1, max_wait) {
         Ok(at) => (Ok(()), at.saturating_duration_since(now)),
         Err(d) => (Err(d), Duration::ZERO),
     }
