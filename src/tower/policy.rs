@@ -540,3 +540,44 @@ where
 
     fn refund(&self, _: ()) {}
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Limit, ManualClock, TokenBucket};
+    use std::task::Waker;
+
+    fn now_or_never<F: Future>(f: F) -> F::Output {
+        let mut f = std::pin::pin!(f);
+        match f.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+            Poll::Ready(v) => v,
+            Poll::Pending => panic!("an in-process policy decides at once"),
+        }
+    }
+
+    #[test]
+    fn both_reservations_hold_until_the_later_ones_time() {
+        let clock = ManualClock::new(Nanos::new(1_000_000_000));
+        let bucket = |per_sec| {
+            TokenBucket::with_clock(Limit::per_second(per_sec).unwrap(), 1, clock.clone())
+        };
+        let both = Arc::new(global("slow", bucket(1.0)).and(global("fast", bucket(2.0))));
+        let req = Request::new(());
+        let ask = Ask {
+            report: false,
+            max_wait: Duration::from_secs(10),
+        };
+        let decide = || {
+            now_or_never(Policy::<()>::decide(
+                &both,
+                Policy::<()>::key(&*both, &req),
+                ask,
+            ))
+        };
+        assert_eq!(decide().wait, Duration::ZERO);
+        // The slow bucket's next token is 1 s away, the fast one's 0.5 s: wait for both.
+        let d = decide();
+        assert!(d.result.is_ok());
+        assert_eq!(d.wait, Duration::from_secs(1));
+    }
+}
