@@ -106,6 +106,13 @@ pub use window::{FixedWindow, Outcome, WindowStatus};
 /// The README's Rust blocks, run as doc tests (`cargo test --doc --all-features`, as
 /// `./scripts/test` does), so that a snippet in it can never again fail to compile. Its
 /// snippets use every feature, hence the gate.
-#[cfg(all(doctest, feature = "redis", feature = "tokio", feature = "keyed"))]
+#[cfg(all(
+    doctest,
+    feature = "redis",
+    feature = "tokio",
+    feature = "keyed",
+    feature = "tower",
+    feature = "axum"
+))]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;

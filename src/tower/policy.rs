@@ -274,15 +274,21 @@ where
             },
         };
         let now = self.keyed.now();
-        let (result, wait) = if ask.max_wait.is_zero() {
-            (self.keyed.check_n_at(&key, now, 1), Duration::ZERO)
+        let ((result, wait), status) = if ask.max_wait.is_zero() && !ask.report {
+            // The common case: the map's own check, nothing else.
+            ((self.keyed.check_n_at(&key, now, 1), Duration::ZERO), None)
         } else {
+            // One visit to the key's limiter for the permit and the status together (each
+            // visit of a contended key's slot is a shared write).
             self.keyed
-                .with(&key, |l| take(l, now, ask.max_wait))
+                .with(&key, |l| {
+                    let taken = take(l, now, ask.max_wait);
+                    (taken, if ask.report { l.quota_at(now) } else { None })
+                })
                 // The map is full and the key new (WhenFull::Deny).
-                .unwrap_or((Err(Denied::new(now, None)), Duration::ZERO))
+                .unwrap_or(((Err(Denied::new(now, None)), Duration::ZERO), None))
         };
-        let report = one_report(ask.report, &self.name, || self.keyed.quota_at(&key, now));
+        let report = one_report(ask.report, &self.name, || status);
         ready(Decision {
             result: result.map(|()| KeyGrant(Some((key, now)))),
             wait,
