@@ -22,6 +22,10 @@ use tower_governor::GovernorLayer;
 use turnstile::tower::{key, per_key, RateLimitLayer};
 use turnstile::{Keyed, Limit, TokenBucket};
 
+#[path = "../common/report.rs"]
+mod report;
+pub use report::{fmt_dur, load_average, percentile, thousands};
+
 /// The target of issue #12: a layer that allows every request costs at most this fraction of
 /// the no-layer throughput.
 pub const TARGET_OVERHEAD: f64 = 0.05;
@@ -637,16 +641,6 @@ fn cpu_snapshot() -> Option<CpuSnapshot> {
     Some(snap)
 }
 
-/// The 1-minute load average, where `/proc/loadavg` exists.
-pub fn load_average() -> Option<f64> {
-    std::fs::read_to_string("/proc/loadavg")
-        .ok()?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()
-}
-
 // ---- the server and the load generator --------------------------------------------------------
 
 /// The server of one cell: `router` served by `axum::serve` on 127.0.0.1, port 0, with
@@ -1022,15 +1016,6 @@ fn run_cell(
     Ok(cell)
 }
 
-/// The `p` quantile of sorted samples (nearest rank); 0 for none.
-pub fn percentile(sorted: &[u64], p: f64) -> u64 {
-    if sorted.is_empty() {
-        return 0;
-    }
-    let rank = (p * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
-}
-
 fn runtime(name: &'static str, threads: usize) -> Result<tokio::runtime::Runtime, String> {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(threads)
@@ -1156,30 +1141,6 @@ pub fn run_all(args: &Args, out: &mut dyn Write) -> Result<Report, String> {
         load_start,
         load_end: load_average(),
     })
-}
-
-/// `12345.6` as `12,346`.
-pub fn thousands(x: f64) -> String {
-    let n = x.round().max(0.0) as u64;
-    let s = n.to_string();
-    let mut out = String::new();
-    for (i, ch) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(ch);
-    }
-    out
-}
-
-/// A latency in µs with one decimal, or ms above 10 ms.
-pub fn fmt_dur(d: Duration) -> String {
-    let us = d.as_secs_f64() * 1e6;
-    if us >= 10_000.0 {
-        format!("{:.1} ms", us / 1000.0)
-    } else {
-        format!("{us:.1} µs")
-    }
 }
 
 fn pct(x: Option<f64>) -> String {

@@ -14,6 +14,11 @@ use turnstile::redis::{
 };
 use turnstile::Limit;
 
+#[path = "../common/report.rs"]
+mod report;
+pub use report::{fmt_dur, load_average, percentile, thousands};
+use report::{json_f64, json_opt_f64, json_str};
+
 /// The target of issue #11: a check at least this fraction of PING's throughput.
 pub const TARGET: f64 = 0.8;
 
@@ -523,25 +528,6 @@ async fn run_cell(
     }
 }
 
-/// The `p` quantile of sorted samples (nearest rank); 0 for none.
-pub fn percentile(sorted: &[u64], p: f64) -> u64 {
-    if sorted.is_empty() {
-        return 0;
-    }
-    let rank = (p * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
-}
-
-/// The 1-minute load average, where `/proc/loadavg` exists.
-pub fn load_average() -> Option<f64> {
-    std::fs::read_to_string("/proc/loadavg")
-        .ok()?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()
-}
-
 /// Connects to `url` and runs every cell, printing each as it ends. Must run inside a tokio
 /// runtime (the example's is multi-thread; the smoke test's may be either).
 pub async fn run_all(
@@ -671,30 +657,6 @@ pub async fn run_all(
         load_start,
         load_end: load_average(),
     })
-}
-
-/// `12345.6` as `12,346`.
-pub fn thousands(x: f64) -> String {
-    let n = x.round().max(0.0) as u64;
-    let s = n.to_string();
-    let mut out = String::new();
-    for (i, ch) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(ch);
-    }
-    out
-}
-
-/// A latency in µs with one decimal, or ms above 10 ms.
-pub fn fmt_dur(d: Duration) -> String {
-    let us = d.as_secs_f64() * 1e6;
-    if us >= 10_000.0 {
-        format!("{:.1} ms", us / 1000.0)
-    } else {
-        format!("{us:.1} µs")
-    }
 }
 
 /// The verdict word of a limiter cell against the target.
@@ -841,36 +803,6 @@ pub fn print_verdict(report: &Report, out: &mut dyn Write) -> io::Result<()> {
 }
 
 // ---- JSON -------------------------------------------------------------------------------------
-
-fn json_str(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for ch in s.chars() {
-        match ch {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            c if (c as u32) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
-}
-
-fn json_f64(x: f64) -> String {
-    if x.is_finite() {
-        format!("{x}")
-    } else {
-        "null".to_string()
-    }
-}
-
-fn json_opt_f64(x: Option<f64>) -> String {
-    x.map_or("null".to_string(), json_f64)
-}
 
 /// The run as JSON (schema `turnstile-redis-bench/2`).
 pub fn to_json(report: &Report) -> String {

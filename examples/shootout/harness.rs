@@ -18,6 +18,10 @@ use turnstile::{
     Limiter, Nanos, SlidingWindow, SmoothBursty, SmoothWarmingUp, TokenBucket,
 };
 
+#[path = "../common/report.rs"]
+mod report;
+use report::json_str;
+
 /// Checks between two looks at the stop flag.
 const BATCH: u32 = 256;
 
@@ -233,12 +237,6 @@ pub struct Report {
     pub cells: Vec<Cell>,
     /// The 1-minute load average when the run ended (Linux only), this run's threads included.
     pub load: Option<f64>,
-}
-
-/// The 1-minute load average, from `/proc/loadavg` where there is one.
-fn load_average() -> Option<f64> {
-    let text = std::fs::read_to_string("/proc/loadavg").ok()?;
-    text.split_whitespace().next()?.parse().ok()
 }
 
 impl Report {
@@ -1391,35 +1389,6 @@ pub fn print_verdict(report: &Report, out: &mut dyn Write) -> io::Result<()> {
 }
 
 // ---- JSON -------------------------------------------------------------------------------------
-
-/// A JSON string literal.
-fn json_str(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for ch in s.chars() {
-        match ch {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            c if (c as u32) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
-}
-
-/// A JSON number; `null` for NaN and infinities, which JSON cannot hold.
-fn json_f64(x: f64) -> String {
-    if x.is_finite() {
-        // Display never uses an exponent, so this is always a valid JSON number.
-        format!("{x}")
-    } else {
-        "null".to_string()
-    }
-}
 
 fn json_opt<T>(x: Option<T>, f: impl Fn(T) -> String) -> String {
     x.map_or("null".to_string(), f)

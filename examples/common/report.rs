@@ -1,0 +1,80 @@
+//! What the benchmark examples share (`examples/redis/bench.rs`, `examples/http/bench.rs`):
+//! number and latency formatting, percentiles, the machine's load average and the JSON
+//! writer's escaping. Each includes this file as a module with `#[path]`.
+#![allow(dead_code)] // not every example uses every helper
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+/// `12345.6` as `12,346`.
+pub fn thousands(x: f64) -> String {
+    let n = x.round().max(0.0) as u64;
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, ch) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(ch);
+    }
+    out
+}
+
+/// A latency in µs with one decimal, or ms above 10 ms.
+pub fn fmt_dur(d: Duration) -> String {
+    let us = d.as_secs_f64() * 1e6;
+    if us >= 10_000.0 {
+        format!("{:.1} ms", us / 1000.0)
+    } else {
+        format!("{us:.1} µs")
+    }
+}
+
+/// The `p` quantile of sorted samples (nearest rank); 0 for none.
+pub fn percentile(sorted: &[u64], p: f64) -> u64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let rank = (p * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+/// The 1-minute load average, where `/proc/loadavg` exists.
+pub fn load_average() -> Option<f64> {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+pub fn json_str(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for ch in s.chars() {
+        match ch {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+pub fn json_f64(x: f64) -> String {
+    if x.is_finite() {
+        format!("{x}")
+    } else {
+        "null".to_string()
+    }
+}
+
+pub fn json_opt_f64(x: Option<f64>) -> String {
+    x.map_or("null".to_string(), json_f64)
+}
