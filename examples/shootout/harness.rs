@@ -20,7 +20,7 @@ use turnstile::{
 
 #[path = "../common/report.rs"]
 mod report;
-use report::json_str;
+use report::{json_f64, json_str, load_average};
 
 /// Checks between two looks at the stop flag.
 const BATCH: u32 = 256;
