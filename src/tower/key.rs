@@ -14,17 +14,22 @@
 //! client wrote further left are never used, whatever they say.
 
 use std::hash::Hash;
+use std::marker::PhantomData;
 use std::net::{IpAddr, SocketAddr};
 use std::str::FromStr;
 
 use http::{HeaderName, Request};
 
-/// Reads a rate-limit key from a request; `None` when the request has none (see
-/// [`MissingKey`](super::MissingKey)).
-pub trait KeyExtractor<B>: Send + Sync + 'static {
+/// The key type of an extractor, whatever the request body: so that
+/// [`per_key`](super::per_key) can infer its map's key type from the extractor alone.
+pub trait KeyType {
     /// The key.
     type Key: Hash + Eq + Clone + Send + Sync + 'static;
+}
 
+/// Reads a rate-limit key from a request; `None` when the request has none (see
+/// [`MissingKey`](super::MissingKey)).
+pub trait KeyExtractor<B>: KeyType + Send + Sync + 'static {
     /// The key of `req`, if it has one.
     fn extract(&self, req: &Request<B>) -> Option<Self::Key>;
 }
@@ -47,9 +52,11 @@ pub fn peer_addr<B>(req: &Request<B>) -> Option<SocketAddr> {
     req.extensions().get::<SocketAddr>().copied()
 }
 
-impl<B> KeyExtractor<B> for PeerIp {
+impl KeyType for PeerIp {
     type Key = IpAddr;
+}
 
+impl<B> KeyExtractor<B> for PeerIp {
     #[inline]
     fn extract(&self, req: &Request<B>) -> Option<IpAddr> {
         peer_addr(req).map(|a| canonical(a.ip()))
@@ -135,9 +142,11 @@ impl ForwardedIp {
     }
 }
 
-impl<B> KeyExtractor<B> for ForwardedIp {
+impl KeyType for ForwardedIp {
     type Key = IpAddr;
+}
 
+impl<B> KeyExtractor<B> for ForwardedIp {
     fn extract(&self, req: &Request<B>) -> Option<IpAddr> {
         let peer = canonical(peer_addr(req)?.ip());
         Some(self.client(req, peer))
@@ -227,9 +236,11 @@ impl FromStr for Cidr {
 #[derive(Debug, Clone)]
 pub struct Header(pub HeaderName);
 
-impl<B> KeyExtractor<B> for Header {
+impl KeyType for Header {
     type Key = String;
+}
 
+impl<B> KeyExtractor<B> for Header {
     fn extract(&self, req: &Request<B>) -> Option<String> {
         let v = req.headers().get(&self.0)?.to_str().ok()?;
         Some(v.to_string())
@@ -237,8 +248,13 @@ impl<B> KeyExtractor<B> for Header {
 }
 
 /// A key extractor from a function of the request: [`from_fn`].
-#[derive(Debug, Clone)]
-pub struct FromFn<F>(F);
+pub struct FromFn<F, K>(F, PhantomData<fn() -> K>);
+
+impl<F: Clone, K> Clone for FromFn<F, K> {
+    fn clone(&self) -> Self {
+        FromFn(self.0.clone(), PhantomData)
+    }
+}
 
 /// Any function of the request as a key extractor.
 ///
@@ -252,17 +268,22 @@ pub struct FromFn<F>(F);
 /// let req = http::Request::get("/users/42").body(()).unwrap();
 /// assert_eq!(route.extract(&req).as_deref(), Some("users"));
 /// ```
-pub fn from_fn<F>(f: F) -> FromFn<F> {
-    FromFn(f)
+pub fn from_fn<B, K, F>(f: F) -> FromFn<F, K>
+where
+    F: Fn(&Request<B>) -> Option<K>,
+{
+    FromFn(f, PhantomData)
 }
 
-impl<B, K, F> KeyExtractor<B> for FromFn<F>
+impl<F, K: Hash + Eq + Clone + Send + Sync + 'static> KeyType for FromFn<F, K> {
+    type Key = K;
+}
+
+impl<B, K, F> KeyExtractor<B> for FromFn<F, K>
 where
     F: Fn(&Request<B>) -> Option<K> + Send + Sync + 'static,
     K: Hash + Eq + Clone + Send + Sync + 'static,
 {
-    type Key = K;
-
     fn extract(&self, req: &Request<B>) -> Option<K> {
         (self.0)(req)
     }

@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use http::Request;
 
-use super::key::KeyExtractor;
+use super::key::{KeyExtractor, KeyType};
 use crate::{Clock, Denied, Idle, Keyed, Limiter, Nanos, QuotaStatus};
 
 /// One policy's answer.
@@ -201,7 +201,7 @@ pub fn per_key<K, X, L, C>(
 ) -> PerKey<K, X, L, C>
 where
     K: Hash + Eq + Clone + Send + Sync + 'static,
-    X: Send + Sync + 'static,
+    X: KeyType<Key = K> + Send + Sync + 'static,
     L: Limiter + Idle + 'static,
     C: Clock + 'static,
 {
