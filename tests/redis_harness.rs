@@ -92,3 +92,22 @@ async fn connect_cluster_reaches_every_master() {
         .count();
     assert_eq!(holding, 3, "keys on every master");
 }
+
+/// A port taken between the free-port check and the server's bind (another test's connection
+/// drew it as an ephemeral port) makes redis-server exit at start: the harness sees the exit
+/// at once rather than waiting 10 s for a PING, and starts on another port.
+#[test]
+fn a_taken_port_is_seen_at_once_and_another_is_used() {
+    if !common::redis_server::available("a_taken_port_is_seen_at_once_and_another_is_used") {
+        return;
+    }
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let t0 = std::time::Instant::now();
+    assert!(RedisServer::try_start_on(port, &[]).is_none());
+    assert!(
+        t0.elapsed() < std::time::Duration::from_secs(9),
+        "seen before the PING timeout"
+    );
+    drop(taken);
+}

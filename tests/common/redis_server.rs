@@ -49,6 +49,16 @@ pub fn free_port() -> u16 {
     }
 }
 
+/// A free loopback port whose cluster bus port (port + 10000) is free too.
+pub fn free_cluster_port() -> u16 {
+    loop {
+        let port = free_port();
+        if TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok() {
+            return port;
+        }
+    }
+}
+
 /// A `redis-server` of this test's own.
 pub struct RedisServer {
     pub port: u16,
@@ -64,11 +74,35 @@ impl RedisServer {
         if !available(test) {
             return None;
         }
-        Some(RedisServer::start_with(free_port(), &[]))
+        Some(RedisServer::start_on_a_free_port(&[], false))
     }
 
-    /// Starts a server on `port` with extra `redis-server` arguments.
-    pub fn start_with(port: u16, extra: &[&str]) -> RedisServer {
+    /// Starts a server with extra `redis-server` arguments on a port that was free a moment
+    /// ago (and, for a cluster node, whose bus port, port + 10000, was too). Another process
+    /// can take a port between that check and the server's bind (other tests' connections
+    /// draw ephemeral ports from the same range): a server that exits instead of answering
+    /// is started again on another port, up to 10 times.
+    pub fn start_on_a_free_port(extra: &[&str], cluster: bool) -> RedisServer {
+        for _ in 0..10 {
+            let port = if cluster {
+                free_cluster_port()
+            } else {
+                free_port()
+            };
+            if let Some(s) = RedisServer::try_start_on(port, extra) {
+                return s;
+            }
+        }
+        panic!("redis-server exited at start on 10 free ports in a row");
+    }
+
+    /// A server on `port` (`{port}` in `extra` stands for it), or `None` if it exits at start
+    /// (the port is taken).
+    pub fn try_start_on(port: u16, extra: &[&str]) -> Option<RedisServer> {
+        let extra: Vec<String> = extra
+            .iter()
+            .map(|a| a.replace("{port}", &port.to_string()))
+            .collect();
         let dir =
             std::env::temp_dir().join(format!("turnstile-redis-{}-{port}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("a temp dir for the server");
@@ -76,13 +110,22 @@ impl RedisServer {
             port,
             child: None,
             dir,
-            extra: extra.iter().map(|a| a.to_string()).collect(),
+            extra,
         };
-        s.spawn();
-        s
+        s.try_spawn().then_some(s)
     }
 
     fn spawn(&mut self) {
+        assert!(
+            self.try_spawn(),
+            "redis-server on port {} exited at start",
+            self.port
+        );
+    }
+
+    /// Starts the process and waits until it answers PING: `false` if it exits first (its
+    /// port was taken), a panic if it neither answers nor exits within 10 s.
+    fn try_spawn(&mut self) -> bool {
         let child = Command::new("redis-server")
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
@@ -95,11 +138,22 @@ impl RedisServer {
             .spawn()
             .expect("spawn redis-server");
         self.child = Some(child);
+        let mut exited = false;
         wait_until(
             Duration::from_secs(10),
-            || ping(self.port),
+            || {
+                exited = self
+                    .child
+                    .as_mut()
+                    .is_some_and(|c| c.try_wait().ok().flatten().is_some());
+                exited || ping(self.port)
+            },
             "redis-server to answer PING",
         );
+        if exited {
+            self.child = None;
+        }
+        !exited
     }
 
     /// The URL to connect to.
@@ -174,17 +228,16 @@ impl RedisCluster {
         }
         let nodes: Vec<RedisServer> = (0..masters)
             .map(|_| {
-                let port = free_port();
-                RedisServer::start_with(
-                    port,
+                RedisServer::start_on_a_free_port(
                     &[
                         "--cluster-enabled",
                         "yes",
                         "--cluster-config-file",
-                        &format!("nodes-{port}.conf"),
+                        "nodes-{port}.conf",
                         "--cluster-node-timeout",
                         "2000",
                     ],
+                    true,
                 )
             })
             .collect();
