@@ -236,20 +236,21 @@ async fn drain<L: RedisBatch + 'static>(
             shared.calls.fetch_add(1, Relaxed);
             let verdicts = shared.limiter.try_check_batch(&key, &ns).await;
             shared.checks.fetch_add(batch.len() as u64, Relaxed);
-            match verdicts {
-                Ok(vs) if vs.len() == batch.len() => {
-                    for (w, v) in batch.drain(..).zip(vs) {
-                        let _ = w.tx.send(Ok(v));
-                    }
-                }
-                Ok(vs) => {
-                    let e = RedisLimitError::UnexpectedReply(format!(
+            let verdicts = verdicts.and_then(|vs| {
+                if vs.len() == batch.len() {
+                    Ok(vs)
+                } else {
+                    Err(RedisLimitError::UnexpectedReply(format!(
                         "{} verdicts for a batch of {}",
                         vs.len(),
                         batch.len()
-                    ));
-                    for w in batch.drain(..) {
-                        let _ = w.tx.send(Err(e.clone()));
+                    )))
+                }
+            });
+            match verdicts {
+                Ok(vs) => {
+                    for (w, v) in batch.drain(..).zip(vs) {
+                        let _ = w.tx.send(Ok(v));
                     }
                 }
                 Err(e) => {

@@ -531,10 +531,7 @@ where
             };
             let result = match this.limiter.try_check_n(&key, 1).await {
                 Ok(verdict) => verdict,
-                Err(_) => Err(Denied::new(
-                    crate::Clock::now(&crate::QuantaClock::new()),
-                    None,
-                )),
+                Err(_) => Err(crate::redis::denied_after(None)),
             };
             Decision {
                 result,
