@@ -967,24 +967,9 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
                 cfg.give_back(x, r)
                     .and_then(|back| cfg.restore(x, now, back))
             };
-            let Some(new_x) = new else {
-                if self.still_current(word) {
-                    return;
-                }
-                word = self.core.state.load(Ordering::Acquire);
-                continue;
-            };
-            match self.core.state.compare_exchange_weak(
-                word,
-                (word & GEN_MASK) | new_x,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
-                Ok(_) => return,
-                Err(current) => {
-                    backoff.spin();
-                    word = current;
-                }
+            match self.commit_x(word, new, &backoff) {
+                None => return,
+                Some(current) => word = current,
             }
         }
     }
@@ -1020,24 +1005,36 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
                 let x2 = x.saturating_sub(u64::from(n) * hot.one).max(full);
                 (x2 < x).then_some(x2)
             };
-            let Some(x2) = new_x else {
-                if self.still_current(word) {
-                    return;
-                }
-                word = self.core.state.load(Ordering::Acquire);
-                continue;
+            match self.commit_x(word, new_x, &backoff) {
+                None => return,
+                Some(current) => word = current,
+            }
+        }
+    }
+
+    /// The commit step `cancel` and `refund` share: writes `new_x` into `word` under its
+    /// generation with one CAS or, when there is nothing to write, validates the load as a
+    /// denial does (the slot it read must still be the word's). `None` when done; otherwise
+    /// the word to run the loop again from.
+    #[inline]
+    fn commit_x(&self, word: u64, new_x: Option<u64>, backoff: &Backoff) -> Option<u64> {
+        let Some(new_x) = new_x else {
+            return if self.still_current(word) {
+                None
+            } else {
+                Some(self.core.state.load(Ordering::Acquire))
             };
-            match self.core.state.compare_exchange_weak(
-                word,
-                (word & GEN_MASK) | x2,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
-                Ok(_) => return,
-                Err(current) => {
-                    backoff.spin();
-                    word = current;
-                }
+        };
+        match self.core.state.compare_exchange_weak(
+            word,
+            (word & GEN_MASK) | new_x,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        ) {
+            Ok(_) => None,
+            Err(current) => {
+                backoff.spin();
+                Some(current)
             }
         }
     }
