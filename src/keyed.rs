@@ -516,6 +516,30 @@ where
     L: Limiter + Idle + 'static,
     C: Clock,
 {
+    /// `f` on `key`'s limiter at `now`, as [`Keyed::with`] runs it (the sweep, a new key's
+    /// insertion, the retry on an evicted limiter), for the tower policies, which take a
+    /// permit and read the limiter's status in one visit. `wrote` says whether `f` changed
+    /// the limiter (a grant) or only read it (a refusal), as the map's own checks tell it.
+    /// `Err` with the map's answer when the key is new and the map full (its `WhenFull`).
+    #[cfg(feature = "tower")]
+    pub(crate) fn visit_at<Q, R>(
+        &self,
+        key: &Q,
+        now: Nanos,
+        f: impl Fn(&L) -> R,
+        wrote: impl Fn(&R) -> bool,
+    ) -> Result<R, Result<(), Denied>>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        self.maybe_sweep(now, false);
+        match into_ok(self.with_at(key, now, f, wrote)) {
+            Some(r) => Ok(r),
+            None => Err(self.full(now)),
+        }
+    }
+
     /// One permit for `key` now.
     ///
     /// ```

@@ -54,7 +54,6 @@ pub use policy::{
     PolicyExt, Report,
 };
 
-use std::fmt::Write as _;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -70,6 +69,8 @@ use crate::Denied;
 pub static RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
 /// `RateLimit`.
 pub static RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
+static GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
+static GRPC_MESSAGE: HeaderName = HeaderName::from_static("grpc-message");
 
 /// Which responses carry the `RateLimit` and `RateLimit-Policy` headers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -216,30 +217,113 @@ where
         let key = self.policy.key(&req);
         let ask = Ask {
             report: self.config.headers != Headers::Never,
+            report_grants: self.config.headers == Headers::Always,
             max_wait: self.config.max_wait,
         };
-        let check = self.policy.decide(key, ask);
-        // Only a waiting request needs the policy again (to refund if dropped): no shared
-        // count to touch on the common path.
-        let policy = (!ask.max_wait.is_zero()).then(|| self.policy.clone());
-        // The service made ready by poll_ready answers this request; a clone takes its place.
-        let clone = self.inner.clone();
-        let inner = std::mem::replace(&mut self.inner, clone);
-        ResponseFuture {
-            state: State::Checking {
-                check,
-                req: Some(req),
-                inner: Some(inner),
-                policy,
-            },
-            config: self.config.clone(),
+        let mut check = self.policy.decide(key, ask);
+        // An in-process policy has decided already (its future is `Ready`): act on the
+        // decision here, calling the inner service this poll_ready made ready, so that the
+        // response future holds only the inner one. A policy that is still deciding (Redis)
+        // is polled again by the response future, with the caller's waker: a future may be
+        // polled with a different waker each time, the last one being the one it wakes.
+        let noop = &mut Context::from_waker(std::task::Waker::noop());
+        let state = match Pin::new(&mut check).poll(noop) {
+            Poll::Ready(decision) => settle(self, decision, req),
+            Poll::Pending => still_checking(self, check, req, ask),
+        };
+        ResponseFuture { state }
+    }
+}
+
+/// The state of a request whose policy is still deciding (a Redis round trip): boxed, with
+/// everything the decision needs later. Out of line and cold, so that `call`'s common path
+/// keeps the request where it is.
+#[cold]
+#[inline(never)]
+fn still_checking<S, P, ReqBody>(
+    this: &mut RateLimit<S, P>,
+    check: P::Future,
+    req: Request<ReqBody>,
+    ask: Ask,
+) -> State<S, P, ReqBody>
+where
+    S: ::tower::Service<Request<ReqBody>> + Clone,
+    P: Policy<ReqBody>,
+{
+    State::Slow {
+        slow: Box::pin(Slow::Checking {
+            check,
+            req: Some(req),
+            // The service made ready by poll_ready answers this request; a clone takes its
+            // place.
+            inner: Some(take_inner(&mut this.inner)),
+            // Only a request that may wait needs the policy again (to refund if it is
+            // dropped): no shared count to touch otherwise.
+            policy: (!ask.max_wait.is_zero()).then(|| this.policy.clone()),
+            config: this.config.clone(),
+        }),
+    }
+}
+
+/// The ready inner service, a clone left in its place.
+fn take_inner<S: Clone>(inner: &mut S) -> S {
+    let clone = inner.clone();
+    std::mem::replace(inner, clone)
+}
+
+/// The state a decision made in `call` leads to: the inner service called now, the request
+/// waiting for its reserved permits, or the refusal. Inlined into `call`, so that the inner
+/// service's future is built in place rather than copied out of a returned state.
+#[inline(always)]
+fn settle<S, P, ReqBody>(
+    this: &mut RateLimit<S, P>,
+    decision: Decision<P::Grant>,
+    req: Request<ReqBody>,
+) -> State<S, P, ReqBody>
+where
+    S: ::tower::Service<Request<ReqBody>> + Clone,
+    P: Policy<ReqBody>,
+{
+    let Decision {
+        result,
+        wait,
+        report,
+    } = decision;
+    match result {
+        Ok(grant) => {
+            let report = (this.config.headers == Headers::Always).then_some(report);
+            if wait.is_zero() {
+                State::Calling {
+                    fut: this.inner.call(req),
+                    report,
+                }
+            } else {
+                State::Slow {
+                    slow: Box::pin(Slow::Waiting {
+                        sleep: tokio::time::sleep(wait),
+                        req: Some(req),
+                        inner: Some(take_inner(&mut this.inner)),
+                        reservation: Reservation {
+                            held: Some((this.policy.clone(), grant)),
+                        },
+                        report,
+                    }),
+                }
+            }
+        }
+        Err(denied) => {
+            let grpc = this.config.grpc && is_grpc(req.headers());
+            State::Refused {
+                resp: Some(refusal(&this.config, &denied, &report, grpc)),
+            }
         }
     }
 }
 
 pin_project_lite::pin_project! {
-    /// [`RateLimit`]'s response in flight: the policy's decision, then the inner service's
-    /// response (or the refusal).
+    /// [`RateLimit`]'s response in flight: the inner service's response, or the refusal; a
+    /// decision not made at once (a Redis policy) or a wait for reserved permits (delay
+    /// mode) first, in a box of its own so that the common case moves a small future.
     pub struct ResponseFuture<S, P, ReqBody>
     where
         S: ::tower::Service<Request<ReqBody>>,
@@ -247,7 +331,6 @@ pin_project_lite::pin_project! {
     {
         #[pin]
         state: State<S, P, ReqBody>,
-        config: Arc<Config>,
     }
 }
 
@@ -258,12 +341,34 @@ pin_project_lite::pin_project! {
         S: ::tower::Service<Request<ReqBody>>,
         P: Policy<ReqBody>,
     {
+        Calling {
+            #[pin]
+            fut: S::Future,
+            report: Option<Report>,
+        },
+        Refused {
+            resp: Option<Response<&'static str>>,
+        },
+        Slow {
+            slow: Pin<Box<Slow<S, P, ReqBody>>>,
+        },
+    }
+}
+
+pin_project_lite::pin_project! {
+    #[project = SlowProj]
+    enum Slow<S, P, ReqBody>
+    where
+        S: ::tower::Service<Request<ReqBody>>,
+        P: Policy<ReqBody>,
+    {
         Checking {
             #[pin]
             check: P::Future,
             req: Option<Request<ReqBody>>,
             inner: Option<S>,
             policy: Option<Arc<P>>,
+            config: Arc<Config>,
         },
         Waiting {
             #[pin]
@@ -273,12 +378,17 @@ pin_project_lite::pin_project! {
             reservation: Reservation<P, ReqBody>,
             report: Option<Report>,
         },
-        Calling {
-            #[pin]
-            fut: S::Future,
-            report: Option<Report>,
-        },
     }
+}
+
+/// What a [`Slow`] step ends in.
+enum Next<S: ::tower::Service<Request<ReqBody>>, P: Policy<ReqBody>, ReqBody> {
+    /// The inner service's response is next.
+    Call(S::Future, Option<Report>),
+    /// Refused.
+    Refuse(Response<&'static str>),
+    /// Waiting for reserved permits.
+    Wait(Slow<S, P, ReqBody>),
 }
 
 impl<S, P, ReqBody, ResBody> Future for ResponseFuture<S, P, ReqBody>
@@ -293,65 +403,6 @@ where
         let mut this = self.project();
         loop {
             match this.state.as_mut().project() {
-                StateProj::Checking {
-                    check,
-                    req,
-                    inner,
-                    policy,
-                } => {
-                    let decision = ready!(check.poll(cx));
-                    let req = req.take().expect("polled after completion");
-                    match decision.result {
-                        Ok(grant) => {
-                            let mut inner = inner.take().expect("polled after completion");
-                            let report =
-                                (this.config.headers == Headers::Always).then_some(decision.report);
-                            match policy.take() {
-                                Some(policy) if !decision.wait.is_zero() => {
-                                    let sleep = tokio::time::sleep(decision.wait);
-                                    this.state.set(State::Waiting {
-                                        sleep,
-                                        req: Some(req),
-                                        inner: Some(inner),
-                                        reservation: Reservation {
-                                            held: Some((policy, grant)),
-                                        },
-                                        report,
-                                    });
-                                }
-                                _ => {
-                                    let fut = inner.call(req);
-                                    this.state.set(State::Calling { fut, report });
-                                }
-                            }
-                        }
-                        Err(denied) => {
-                            let grpc = this.config.grpc && is_grpc(req.headers());
-                            return Poll::Ready(Ok(refusal(
-                                this.config,
-                                &denied,
-                                &decision.report,
-                                grpc,
-                            )));
-                        }
-                    }
-                }
-                StateProj::Waiting {
-                    sleep,
-                    req,
-                    inner,
-                    reservation,
-                    report,
-                } => {
-                    ready!(sleep.poll(cx));
-                    // Due: the permits are used, nothing to give back.
-                    reservation.held = None;
-                    let req = req.take().expect("polled after completion");
-                    let mut inner = inner.take().expect("polled after completion");
-                    let report = report.take();
-                    let fut = inner.call(req);
-                    this.state.set(State::Calling { fut, report });
-                }
                 StateProj::Calling { fut, report } => {
                     let mut resp = ready!(fut.poll(cx))?;
                     if let Some(report) = report.take() {
@@ -359,6 +410,73 @@ where
                     }
                     return Poll::Ready(Ok(resp));
                 }
+                StateProj::Refused { resp } => {
+                    let resp = resp.take().expect("polled after completion");
+                    return Poll::Ready(Ok(resp.map(ResBody::from)));
+                }
+                StateProj::Slow { slow } => match ready!(slow.as_mut().poll_step(cx)) {
+                    Next::Call(fut, report) => this.state.set(State::Calling { fut, report }),
+                    Next::Refuse(resp) => return Poll::Ready(Ok(resp.map(ResBody::from))),
+                    Next::Wait(next) => slow.set(next),
+                },
+            }
+        }
+    }
+}
+
+impl<S, P, ReqBody> Slow<S, P, ReqBody>
+where
+    S: ::tower::Service<Request<ReqBody>>,
+    P: Policy<ReqBody>,
+{
+    /// Polls the decision or the wait; what comes next once it is over.
+    fn poll_step(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Next<S, P, ReqBody>> {
+        match self.project() {
+            SlowProj::Checking {
+                check,
+                req,
+                inner,
+                policy,
+                config,
+            } => {
+                let decision = ready!(check.poll(cx));
+                let req = req.take().expect("polled after completion");
+                Poll::Ready(match decision.result {
+                    Ok(grant) => {
+                        let mut inner = inner.take().expect("polled after completion");
+                        let report = (config.headers == Headers::Always).then_some(decision.report);
+                        match policy.take() {
+                            Some(policy) if !decision.wait.is_zero() => Next::Wait(Slow::Waiting {
+                                sleep: tokio::time::sleep(decision.wait),
+                                req: Some(req),
+                                inner: Some(inner),
+                                reservation: Reservation {
+                                    held: Some((policy, grant)),
+                                },
+                                report,
+                            }),
+                            _ => Next::Call(inner.call(req), report),
+                        }
+                    }
+                    Err(denied) => {
+                        let grpc = config.grpc && is_grpc(req.headers());
+                        Next::Refuse(refusal(config, &denied, &decision.report, grpc))
+                    }
+                })
+            }
+            SlowProj::Waiting {
+                sleep,
+                req,
+                inner,
+                reservation,
+                report,
+            } => {
+                ready!(sleep.poll(cx));
+                // Due: the permits are used, nothing to give back.
+                reservation.held = None;
+                let req = req.take().expect("polled after completion");
+                let mut inner = inner.take().expect("polled after completion");
+                Poll::Ready(Next::Call(inner.call(req), report.take()))
             }
         }
     }
@@ -384,30 +502,30 @@ fn is_grpc(headers: &HeaderMap) -> bool {
         .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"))
 }
 
-/// The response to a refused request.
-fn refusal<B: From<&'static str>>(
+/// The response to a refused request (its body the text to send, `""` for gRPC).
+fn refusal(
     config: &Config,
     denied: &Denied,
     report: &Report,
     grpc: bool,
-) -> Response<B> {
-    let mut resp = if grpc {
+) -> Response<&'static str> {
+    let mut resp = Response::new(if grpc { "" } else { config.body });
+    if grpc {
         // gRPC's "trailers-only" response: the status in the headers of an empty 200.
-        let mut r = Response::new(B::from(""));
-        let h = r.headers_mut();
+        let h = resp.headers_mut();
         h.insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
-        h.insert("grpc-status", HeaderValue::from_static("8"));
-        h.insert("grpc-message", HeaderValue::from_static("rate%20limited"));
-        r
+        h.insert(GRPC_STATUS.clone(), HeaderValue::from_static("8"));
+        h.insert(
+            GRPC_MESSAGE.clone(),
+            HeaderValue::from_static("rate%20limited"),
+        );
     } else {
-        let mut r = Response::new(B::from(config.body));
-        *r.status_mut() = config.status;
-        r.headers_mut().insert(
+        *resp.status_mut() = config.status;
+        resp.headers_mut().insert(
             CONTENT_TYPE,
             HeaderValue::from_static("text/plain; charset=utf-8"),
         );
-        r
-    };
+    }
     if let Some(secs) = denied.retry_after_secs() {
         resp.headers_mut()
             .insert(RETRY_AFTER, HeaderValue::from(secs));
@@ -418,22 +536,30 @@ fn refusal<B: From<&'static str>>(
     resp
 }
 
-/// `RateLimit-Policy` and `RateLimit` from `report` (nothing if it is empty).
+/// `RateLimit-Policy` and `RateLimit` from `report` (nothing if it is empty). Bytes, not
+/// `fmt`: on a refusal these two values are most of the layer's work, and `write!` costs
+/// several times a plain digit loop.
 fn write_report(headers: &mut HeaderMap, report: &Report) {
     if report.items.is_empty() {
         return;
     }
-    let mut policy = String::with_capacity(32 * report.items.len());
-    let mut state = String::with_capacity(32 * report.items.len());
+    let mut policy = Vec::with_capacity(32 * report.items.len());
+    let mut state = Vec::with_capacity(32 * report.items.len());
     for (i, (name, s)) in report.items.iter().enumerate() {
         if i > 0 {
-            policy.push_str(", ");
-            state.push_str(", ");
+            policy.extend_from_slice(b", ");
+            state.extend_from_slice(b", ");
         }
         write_sf_string(&mut policy, name);
-        let _ = write!(policy, ";q={};w={}", s.quota, s.window_secs());
+        policy.extend_from_slice(b";q=");
+        write_u64(&mut policy, s.quota);
+        policy.extend_from_slice(b";w=");
+        write_u64(&mut policy, s.window_secs());
         write_sf_string(&mut state, name);
-        let _ = write!(state, ";r={};t={}", s.remaining, s.reset_secs());
+        state.extend_from_slice(b";r=");
+        write_u64(&mut state, s.remaining);
+        state.extend_from_slice(b";t=");
+        write_u64(&mut state, s.reset_secs());
     }
     if let (Ok(p), Ok(s)) = (HeaderValue::try_from(policy), HeaderValue::try_from(state)) {
         headers.insert(RATELIMIT_POLICY.clone(), p);
@@ -441,21 +567,42 @@ fn write_report(headers: &mut HeaderMap, report: &Report) {
     }
 }
 
-/// A structured-field string (RFC 8941 §3.3.3): quoted, `"` and `\` escaped; other
-/// characters outside visible ASCII dropped (a policy name is the server's own text).
-fn write_sf_string(out: &mut String, s: &str) {
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' | '\\' => {
-                out.push('\\');
-                out.push(c);
+/// A structured-field string (RFC 8941 §3.3.3): quoted, `"` and `\` escaped; other bytes
+/// outside visible ASCII dropped (a policy name is the server's own text; a character beyond
+/// ASCII is dropped whole, all its bytes being above 0x7e).
+fn write_sf_string(out: &mut Vec<u8>, s: &str) {
+    out.push(b'"');
+    let bytes = s.as_bytes();
+    if bytes
+        .iter()
+        .all(|&b| (b' '..=b'~').contains(&b) && b != b'"' && b != b'\\')
+    {
+        out.extend_from_slice(bytes);
+    } else {
+        for &b in bytes {
+            match b {
+                b'"' | b'\\' => out.extend_from_slice(&[b'\\', b]),
+                b' '..=b'~' => out.push(b),
+                _ => {}
             }
-            ' '..='~' => out.push(c),
-            _ => {}
         }
     }
-    out.push('"');
+    out.push(b'"');
+}
+
+/// `n` in decimal.
+fn write_u64(out: &mut Vec<u8>, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[at..]);
 }
 
 #[cfg(test)]

@@ -41,10 +41,26 @@ pub struct Decision<G> {
 /// What a [`Policy::decide`] is asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Ask {
-    /// Fill [`Decision::report`].
+    /// Fill [`Decision::report`] when the policy refuses.
     pub report: bool,
+    /// Fill it when the policy grants, too ([`Headers::Always`](super::Headers::Always)).
+    /// Apart, so that a layer that puts the headers on refusals only does not compute a
+    /// status on every allowed request.
+    pub report_grants: bool,
     /// Reserve up to this far ahead ([`Limiter::schedule_n_at`]); zero: now or never.
     pub max_wait: Duration,
+}
+
+impl Ask {
+    /// Whether a decision that `granted` (or not) should fill [`Decision::report`].
+    #[inline]
+    pub fn reports(&self, granted: bool) -> bool {
+        if granted {
+            self.report_grants
+        } else {
+            self.report
+        }
+    }
 }
 
 /// Named [`QuotaStatus`]es: what the `RateLimit` and `RateLimit-Policy` headers carry.
@@ -63,8 +79,10 @@ pub trait Policy<B>: Send + Sync + 'static {
     type Key: Send + 'static;
     /// What a grant must remember to be given back.
     type Grant: Send + 'static;
-    /// The decision, in flight.
-    type Future: Future<Output = Decision<Self::Grant>> + Send + 'static;
+    /// The decision, in flight. `Unpin`, so that the layer can ask it once at once (an
+    /// in-process policy's is [`Ready`]) before deciding whether the response future must
+    /// keep it; box an `async` block (`Pin<Box<dyn Future<..> + Send>>` is `Unpin`).
+    type Future: Future<Output = Decision<Self::Grant>> + Send + Unpin + 'static;
 
     /// Reads the policy's key from `req`.
     fn key(&self, req: &Request<B>) -> Self::Key;
@@ -141,10 +159,13 @@ impl<B, L: Limiter + 'static> Policy<B> for Global<L> {
     fn decide(self: &Arc<Self>, _: (), ask: Ask) -> Self::Future {
         let now = self.limiter.now();
         let (result, wait) = take(&self.limiter, now, ask.max_wait);
+        let report = one_report(ask.reports(result.is_ok()), &self.name, || {
+            self.limiter.quota_at(now)
+        });
         ready(Decision {
             result: result.map(|()| now),
             wait,
-            report: one_report(ask.report, &self.name, || self.limiter.quota_at(now)),
+            report,
         })
     }
 
@@ -274,21 +295,30 @@ where
             },
         };
         let now = self.keyed.now();
-        let ((result, wait), status) = if ask.max_wait.is_zero() && !ask.report {
-            // The common case: the map's own check, nothing else.
-            ((self.keyed.check_n_at(&key, now, 1), Duration::ZERO), None)
-        } else {
-            // One visit to the key's limiter for the permit and the status together (each
-            // visit of a contended key's slot is a shared write).
-            self.keyed
-                .with(&key, |l| {
+        // One visit to the key's limiter for the permit and, when asked for, the status (each
+        // visit of a contended key's slot is a shared write): the status only for the kind of
+        // answer the layer shows it on, so an allowed request under the default headers
+        // (refusals only) pays for the check alone.
+        let ((result, wait), status) = self
+            .keyed
+            .visit_at(
+                &key,
+                now,
+                |l| {
                     let taken = take(l, now, ask.max_wait);
-                    (taken, if ask.report { l.quota_at(now) } else { None })
-                })
-                // The map is full and the key new (WhenFull::Deny).
-                .unwrap_or(((Err(Denied::new(now, None)), Duration::ZERO), None))
-        };
-        let report = one_report(ask.report, &self.name, || status);
+                    let status = if ask.reports(taken.0.is_ok()) {
+                        l.quota_at(now)
+                    } else {
+                        None
+                    };
+                    (taken, status)
+                },
+                // A grant wrote the limiter's state; a refusal did not.
+                |((r, _), _)| r.is_ok(),
+            )
+            // The key is new and the map full: the map's answer (its WhenFull), no status.
+            .unwrap_or_else(|full| ((full, Duration::ZERO), None));
+        let report = one_report(status.is_some(), &self.name, || status);
         ready(Decision {
             result: result.map(|()| KeyGrant(Some((key, now)))),
             wait,
@@ -567,8 +597,8 @@ mod tests {
         let both = Arc::new(global("slow", bucket(1.0)).and(global("fast", bucket(2.0))));
         let req = Request::new(());
         let ask = Ask {
-            report: false,
             max_wait: Duration::from_secs(10),
+            ..Ask::default()
         };
         let decide = || {
             now_or_never(Policy::<()>::decide(
