@@ -15,7 +15,9 @@
 //! is whole again: each limiter's own figures ([`Limiter::quota_at`](crate::Limiter::quota_at)),
 //! not estimates. Allowed responses carry them too with [`RateLimitLayer::headers`]. A gRPC
 //! request (`content-type: application/grpc…`) is refused the gRPC way: HTTP 200 with
-//! `grpc-status: 8` (`RESOURCE_EXHAUSTED`), which tonic clients read as a status.
+//! `grpc-status: 8` (`RESOURCE_EXHAUSTED`) and no body (a "trailers-only" response), which
+//! tonic clients read as a status whose metadata carries the same `retry-after` and RateLimit
+//! fields.
 //!
 //! Policies compose: [`global`] (one limiter for everything), [`per_key`] (a
 //! [`Keyed`](crate::Keyed) map with a [`key::KeyExtractor`]: the peer's IP, a trusted
@@ -25,7 +27,9 @@
 //!
 //! The layer is cheap to clone (two `Arc`s) and adds no allocation per request on the hot
 //! path beyond the key itself (an `IpAddr` is none); the RateLimit headers, when sent, are
-//! formatted into one small buffer each.
+//! formatted into one small buffer each. Responses have a [`ResponseBody`]: the inner
+//! service's body as it is, or a refusal's; so the layer fits any server whose bodies carry
+//! `Bytes` (axum, hyper, tonic) without a conversion from text into the server's body type.
 //!
 //! ```
 //! use std::time::Duration;
@@ -43,9 +47,32 @@
 //! // into_make_service_with_connect_info::<SocketAddr>() so that PeerIp sees the peer.
 //! # let _ = layer;
 //! ```
+//!
+//! On a tonic server, the layer goes on the [`Server`](https://docs.rs/tonic/latest/tonic/transport/server/struct.Server.html)
+//! builder, in front of every service it serves:
+//!
+//! ```no_run
+//! use turnstile::tower::{global, RateLimitLayer};
+//! use turnstile::{Limit, TokenBucket};
+//!
+//! # async fn serve() -> Result<(), Box<dyn std::error::Error>> {
+//! // Any tonic service; tonic-health's here.
+//! let (_reporter, health) = tonic_health::server::health_reporter();
+//! let everyone = global("all", TokenBucket::new(Limit::per_second(1000.0).unwrap(), 200));
+//! tonic::transport::Server::builder()
+//!     .layer(RateLimitLayer::new(everyone))
+//!     .add_service(health)
+//!     .serve("127.0.0.1:50051".parse()?)
+//!     .await?;
+//! # Ok(())
+//! # }
+//! ```
 
+mod body;
 pub mod key;
 mod policy;
+
+pub use body::ResponseBody;
 
 #[cfg(feature = "redis")]
 pub use policy::{fleet, Fleet};
@@ -61,6 +88,7 @@ use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
+use bytes::Bytes;
 use http::header::{HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderMap, Request, Response, StatusCode};
 
@@ -86,7 +114,9 @@ pub enum Headers {
 #[derive(Debug, Clone)]
 struct Config {
     status: StatusCode,
-    body: &'static str,
+    // Bytes: a static text (the default, any `&'static str`) is shared, not copied, by
+    // every refusal; an owned one is reference-counted.
+    body: Bytes,
     headers: Headers,
     grpc: bool,
     max_wait: Duration,
@@ -116,7 +146,7 @@ impl<P> RateLimitLayer<P> {
             policy: Arc::new(policy),
             config: Arc::new(Config {
                 status: StatusCode::TOO_MANY_REQUESTS,
-                body: "Too Many Requests",
+                body: Bytes::from_static(b"Too Many Requests"),
                 headers: Headers::OnDenial,
                 grpc: true,
                 max_wait: Duration::ZERO,
@@ -130,9 +160,11 @@ impl<P> RateLimitLayer<P> {
         self
     }
 
-    /// The body of a refusal (default "Too Many Requests").
-    pub fn body(mut self, body: &'static str) -> Self {
-        Arc::make_mut(&mut self.config).body = body;
+    /// The body of a refusal (default "Too Many Requests"): a `&'static str` or
+    /// `&'static [u8]` (no allocation per refusal), or any other [`Bytes`] (a `String`, a
+    /// `Vec<u8>`: shared by the refusals, not copied). A gRPC refusal has no body.
+    pub fn body(mut self, body: impl Into<Bytes>) -> Self {
+        Arc::make_mut(&mut self.config).body = body.into();
         self
     }
 
@@ -201,9 +233,8 @@ impl<S, P, ReqBody, ResBody> ::tower::Service<Request<ReqBody>> for RateLimit<S,
 where
     S: ::tower::Service<Request<ReqBody>, Response = Response<ResBody>> + Clone,
     P: Policy<ReqBody>,
-    ResBody: From<&'static str>,
 {
-    type Response = Response<ResBody>;
+    type Response = Response<ResponseBody<ResBody>>;
     type Error = S::Error;
     type Future = ResponseFuture<S, P, ReqBody>;
 
@@ -285,9 +316,8 @@ impl<S, P, ReqBody, ResBody> Future for ResponseFuture<S, P, ReqBody>
 where
     S: ::tower::Service<Request<ReqBody>, Response = Response<ResBody>>,
     P: Policy<ReqBody>,
-    ResBody: From<&'static str>,
 {
-    type Output = Result<Response<ResBody>, S::Error>;
+    type Output = Result<Response<ResponseBody<ResBody>>, S::Error>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
@@ -357,7 +387,7 @@ where
                     if let Some(report) = report.take() {
                         write_report(resp.headers_mut(), &report);
                     }
-                    return Poll::Ready(Ok(resp));
+                    return Poll::Ready(Ok(resp.map(ResponseBody::new)));
                 }
             }
         }
@@ -385,22 +415,23 @@ fn is_grpc(headers: &HeaderMap) -> bool {
 }
 
 /// The response to a refused request.
-fn refusal<B: From<&'static str>>(
+fn refusal<B>(
     config: &Config,
     denied: &Denied,
     report: &Report,
     grpc: bool,
-) -> Response<B> {
+) -> Response<ResponseBody<B>> {
     let mut resp = if grpc {
-        // gRPC's "trailers-only" response: the status in the headers of an empty 200.
-        let mut r = Response::new(B::from(""));
+        // gRPC's "trailers-only" response: the status in the headers of an empty 200, whose
+        // body is at its end from the start (so HTTP/2 ends the stream with the HEADERS).
+        let mut r = Response::new(ResponseBody::refusal(Bytes::new()));
         let h = r.headers_mut();
         h.insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
         h.insert("grpc-status", HeaderValue::from_static("8"));
         h.insert("grpc-message", HeaderValue::from_static("rate%20limited"));
         r
     } else {
-        let mut r = Response::new(B::from(config.body));
+        let mut r = Response::new(ResponseBody::refusal(config.body.clone()));
         *r.status_mut() = config.status;
         r.headers_mut().insert(
             CONTENT_TYPE,
