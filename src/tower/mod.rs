@@ -175,7 +175,10 @@ impl<P> RateLimitLayer<P> {
     }
 
     /// Whether gRPC requests are refused with `grpc-status: 8` (default) rather than the
-    /// HTTP status.
+    /// HTTP status. Without it a tonic client does not see `RESOURCE_EXHAUSTED`: a refusal
+    /// with a body fails to decode as a gRPC message (`INTERNAL`, "invalid compression
+    /// flag"), and one without ([`body("")`](Self::body)) is mapped from its HTTP status by
+    /// gRPC's rules (429 is `UNAVAILABLE`).
     pub fn grpc(mut self, grpc: bool) -> Self {
         Arc::make_mut(&mut self.config).grpc = grpc;
         self
