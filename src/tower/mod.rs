@@ -15,7 +15,9 @@
 //! is whole again: each limiter's own figures ([`Limiter::quota_at`](crate::Limiter::quota_at)),
 //! not estimates. Allowed responses carry them too with [`RateLimitLayer::headers`]. A gRPC
 //! request (`content-type: application/grpc…`) is refused the gRPC way: HTTP 200 with
-//! `grpc-status: 8` (`RESOURCE_EXHAUSTED`), which tonic clients read as a status.
+//! `grpc-status: 8` (`RESOURCE_EXHAUSTED`) and no body (a "trailers-only" response), which
+//! tonic clients read as a status whose metadata carries the same `retry-after` and RateLimit
+//! fields.
 //!
 //! Policies compose: [`global`] (one limiter for everything), [`per_key`] (a
 //! [`Keyed`](crate::Keyed) map with a [`key::KeyExtractor`]: the peer's IP, a trusted
@@ -25,7 +27,10 @@
 //!
 //! The layer is cheap to clone (two `Arc`s) and adds no allocation per request on the hot
 //! path beyond the key itself (an `IpAddr` is none); the RateLimit headers, when sent, are
-//! formatted into one small buffer each.
+//! formatted into one small buffer each. Allowed responses pass through as the inner service
+//! made them; a refusal is written in the server's own body type ([`RefusalBody`]: axum's
+//! and tonic's bodies with features `axum` and `tonic`, and [`ResponseBody`], which any
+//! other server's bodies can be wrapped in).
 //!
 //! ```
 //! use std::time::Duration;
@@ -43,9 +48,34 @@
 //! // into_make_service_with_connect_info::<SocketAddr>() so that PeerIp sees the peer.
 //! # let _ = layer;
 //! ```
+//!
+//! On a tonic server (feature `tonic`), the layer goes on the [`Server`](https://docs.rs/tonic/latest/tonic/transport/server/struct.Server.html)
+//! builder, in front of every service it serves:
+//!
+//! ```no_run
+//! # #[cfg(feature = "tonic")] {
+//! use turnstile::tower::{global, RateLimitLayer};
+//! use turnstile::{Limit, TokenBucket};
+//!
+//! # async fn serve() -> Result<(), Box<dyn std::error::Error>> {
+//! // Any tonic service; tonic-health's here.
+//! let (_reporter, health) = tonic_health::server::health_reporter();
+//! let everyone = global("all", TokenBucket::new(Limit::per_second(1000.0).unwrap(), 200));
+//! tonic::transport::Server::builder()
+//!     .layer(RateLimitLayer::new(everyone))
+//!     .add_service(health)
+//!     .serve("127.0.0.1:50051".parse()?)
+//!     .await?;
+//! # Ok(())
+//! # }
+//! # }
+//! ```
 
+mod body;
 pub mod key;
 mod policy;
+
+pub use body::{RefusalBody, ResponseBody};
 
 #[cfg(feature = "redis")]
 pub use policy::{fleet, Fleet};
@@ -60,6 +90,7 @@ use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
+use bytes::Bytes;
 use http::header::{HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderMap, Request, Response, StatusCode};
 
@@ -87,7 +118,9 @@ pub enum Headers {
 #[derive(Debug, Clone)]
 struct Config {
     status: StatusCode,
-    body: &'static str,
+    // Bytes: a static text (the default, any `&'static str`) is shared, not copied, by
+    // every refusal; an owned one is reference-counted.
+    body: Bytes,
     headers: Headers,
     grpc: bool,
     max_wait: Duration,
@@ -117,7 +150,7 @@ impl<P> RateLimitLayer<P> {
             policy: Arc::new(policy),
             config: Arc::new(Config {
                 status: StatusCode::TOO_MANY_REQUESTS,
-                body: "Too Many Requests",
+                body: Bytes::from_static(b"Too Many Requests"),
                 headers: Headers::OnDenial,
                 grpc: true,
                 max_wait: Duration::ZERO,
@@ -131,9 +164,11 @@ impl<P> RateLimitLayer<P> {
         self
     }
 
-    /// The body of a refusal (default "Too Many Requests").
-    pub fn body(mut self, body: &'static str) -> Self {
-        Arc::make_mut(&mut self.config).body = body;
+    /// The body of a refusal (default "Too Many Requests"): a `&'static str` or
+    /// `&'static [u8]` (no allocation per refusal), or any other [`Bytes`] (a `String`, a
+    /// `Vec<u8>`: shared by the refusals, not copied). A gRPC refusal has no body.
+    pub fn body(mut self, body: impl Into<Bytes>) -> Self {
+        Arc::make_mut(&mut self.config).body = body.into();
         self
     }
 
@@ -144,7 +179,10 @@ impl<P> RateLimitLayer<P> {
     }
 
     /// Whether gRPC requests are refused with `grpc-status: 8` (default) rather than the
-    /// HTTP status.
+    /// HTTP status. Without it a tonic client does not see `RESOURCE_EXHAUSTED`: a refusal
+    /// with a body fails to decode as a gRPC message (`INTERNAL`, "invalid compression
+    /// flag"), and one without ([`body("")`](Self::body)) is mapped from its HTTP status by
+    /// gRPC's rules (429 is `UNAVAILABLE`).
     pub fn grpc(mut self, grpc: bool) -> Self {
         Arc::make_mut(&mut self.config).grpc = grpc;
         self
@@ -202,7 +240,7 @@ impl<S, P, ReqBody, ResBody> ::tower::Service<Request<ReqBody>> for RateLimit<S,
 where
     S: ::tower::Service<Request<ReqBody>, Response = Response<ResBody>> + Clone,
     P: Policy<ReqBody>,
-    ResBody: From<&'static str>,
+    ResBody: RefusalBody,
 {
     type Response = Response<ResBody>;
     type Error = S::Error;
@@ -347,7 +385,7 @@ pin_project_lite::pin_project! {
             report: Option<Report>,
         },
         Refused {
-            resp: Option<Response<&'static str>>,
+            resp: Option<Response<Bytes>>,
         },
         Slow {
             slow: Pin<Box<Slow<S, P, ReqBody>>>,
@@ -386,7 +424,7 @@ enum Next<S: ::tower::Service<Request<ReqBody>>, P: Policy<ReqBody>, ReqBody> {
     /// The inner service's response is next.
     Call(S::Future, Option<Report>),
     /// Refused.
-    Refuse(Response<&'static str>),
+    Refuse(Response<Bytes>),
     /// Waiting for reserved permits.
     Wait(Slow<S, P, ReqBody>),
 }
@@ -395,7 +433,7 @@ impl<S, P, ReqBody, ResBody> Future for ResponseFuture<S, P, ReqBody>
 where
     S: ::tower::Service<Request<ReqBody>, Response = Response<ResBody>>,
     P: Policy<ReqBody>,
-    ResBody: From<&'static str>,
+    ResBody: RefusalBody,
 {
     type Output = Result<Response<ResBody>, S::Error>;
 
@@ -412,11 +450,11 @@ where
                 }
                 StateProj::Refused { resp } => {
                     let resp = resp.take().expect("polled after completion");
-                    return Poll::Ready(Ok(resp.map(ResBody::from)));
+                    return Poll::Ready(Ok(resp.map(ResBody::refusal)));
                 }
                 StateProj::Slow { slow } => match ready!(slow.as_mut().poll_step(cx)) {
                     Next::Call(fut, report) => this.state.set(State::Calling { fut, report }),
-                    Next::Refuse(resp) => return Poll::Ready(Ok(resp.map(ResBody::from))),
+                    Next::Refuse(resp) => return Poll::Ready(Ok(resp.map(ResBody::refusal))),
                     Next::Wait(next) => slow.set(next),
                 },
             }
@@ -503,13 +541,13 @@ fn is_grpc(headers: &HeaderMap) -> bool {
 }
 
 /// The response to a refused request (its body the text to send, `""` for gRPC).
-fn refusal(
-    config: &Config,
-    denied: &Denied,
-    report: &Report,
-    grpc: bool,
-) -> Response<&'static str> {
-    let mut resp = Response::new(if grpc { "" } else { config.body });
+fn refusal(config: &Config, denied: &Denied, report: &Report, grpc: bool) -> Response<Bytes> {
+    // gRPC's refusal has no body: its status is in the headers (a "trailers-only" response).
+    let mut resp = Response::new(if grpc {
+        Bytes::new()
+    } else {
+        config.body.clone()
+    });
     if grpc {
         // gRPC's "trailers-only" response: the status in the headers of an empty 200.
         let h = resp.headers_mut();
