@@ -208,6 +208,30 @@ async fn allowed_responses_carry_the_headers_when_asked() {
     }
 }
 
+/// On a real clock, a new key's first request is counted once in its headers: the key's
+/// limiter is dated at the reading the check and the status use, so it is full at that
+/// reading (one dated at a later reading would read as a moment short of full: one permit
+/// and a second of reset off). 3 per 3 minutes: the test's time changes no whole second.
+#[tokio::test]
+async fn a_new_keys_first_request_on_a_real_clock_has_exact_headers() {
+    let keyed = Keyed::new(|_: &IpAddr| TokenBucket::new(Limit::every(Duration::from_secs(60)), 3));
+    let layer = RateLimitLayer::new(per_key("per-ip", PeerIp, keyed)).headers(Headers::Always);
+    let server = serve(app(layer)).await;
+    for peer in ["127.0.0.2", "127.0.0.3"] {
+        let c = client(peer);
+        for (left, reset) in [(2, 60), (1, 120)] {
+            let g = get_from(&c, server, &[]).await;
+            assert_eq!(g.status, StatusCode::OK);
+            assert_eq!(
+                header(&g, "ratelimit-policy"),
+                Some(r#""per-ip";q=3;w=180"#)
+            );
+            let expected = format!(r#""per-ip";r={left};t={reset}"#);
+            assert_eq!(header(&g, "ratelimit"), Some(expected.as_str()), "{peer}");
+        }
+    }
+}
+
 #[tokio::test]
 async fn status_body_and_grpc() {
     let clock = ManualClock::new(Nanos::new(1_000_000_000));

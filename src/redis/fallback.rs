@@ -305,10 +305,11 @@ impl<L: RedisLimiter + 'static> Fallback<L> {
             |local| {
                 let now = local.now();
                 // One visit to the key's limiter for the permits and the status (as the
-                // in-process per-key policy reads them); a full map with a new key is
-                // answered as `check_n` answers it, with nothing to report.
+                // in-process per-key policy reads them), at one reading, which also dates a
+                // new key's limiter; a full map with a new key is answered as `check_n`
+                // answers it, with nothing to report.
                 local
-                    .with(key, |l| (l.check_n_at(now, n), l.quota_at(now)))
+                    .with_at(key, now, |l| (l.check_n_at(now, n), l.quota_at(now)))
                     .unwrap_or_else(|| (local.check_n_at(key, now, n), None))
             },
         )

@@ -279,9 +279,10 @@ where
             ((self.keyed.check_n_at(&key, now, 1), Duration::ZERO), None)
         } else {
             // One visit to the key's limiter for the permit and the status together (each
-            // visit of a contended key's slot is a shared write).
+            // visit of a contended key's slot is a shared write), at `now`, which also dates
+            // a new key's limiter (one dated at a later reading reads as not full at `now`).
             self.keyed
-                .with(&key, |l| {
+                .with_at(&key, now, |l| {
                     let taken = take(l, now, ask.max_wait);
                     (taken, if ask.report { l.quota_at(now) } else { None })
                 })
