@@ -257,11 +257,10 @@ impl<L: RedisLimiter + 'static> Fallback<L> {
     /// [`Fallback::check_n`] with the key's [`QuotaStatus`](crate::QuotaStatus) after the check
     /// ([`RedisLimiter::try_check_n_status`]): while Redis answers, the wrapped limiter's
     /// (`None` if it cannot say); in fallback mode, the key's local limiter's
-    /// [`Limiter::quota_at`], read in the same visit to that limiter
-    /// as the check and at the same clock reading: the numbers the in-process tower policy
-    /// `per_key` over the same limiters would show. `None` there only
-    /// if the local limiter cannot say, or the local map is full
-    /// ([`FallbackBuilder::max_keys`]) and the key new.
+    /// [`Limiter::quota_at`], read in the same visit to that limiter as the check and at the
+    /// same clock reading: the numbers the in-process tower policy `per_key` over the same
+    /// limiters would show. `None` there only if the local limiter cannot say, or the local
+    /// map is full ([`FallbackBuilder::max_keys`]) and the key new.
     ///
     /// ```
     /// use std::time::Duration;
