@@ -534,7 +534,7 @@ where
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         self.maybe_sweep(now, false);
-        match into_ok(self.with_at(key, now, f, wrote)) {
+        match into_ok(self.run_at(key, now, f, wrote)) {
             Some(r) => Ok(r),
             None => Err(self.full(now)),
         }
@@ -620,6 +620,38 @@ where
     {
         into_ok(self.try_with(key, f))
     }
+
+    /// [`Keyed::with`] at `now`: a key new to the map gets a limiter dated `now`, as a check
+    /// at `now` dates it, so that `f` reading the limiter at `now` (a check and its
+    /// [`Limiter::quota_at`] in one visit, as the tower layer's headers need) sees exactly
+    /// what [`Keyed::check_n_at`] would. [`Keyed::with`] dates a new key's limiter at its own
+    /// later reading of the clock, which an `f` at an earlier `now` would read as not yet
+    /// full.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::{Keyed, Limit, Limiter, ManualClock, Nanos, TokenBucket};
+    /// let clock = ManualClock::new(Nanos::new(10));
+    /// let c = clock.clone();
+    /// let k = Keyed::builder(move |_: &u8| {
+    ///     TokenBucket::with_clock(Limit::per_second(1.0).unwrap(), 3, c.clone())
+    /// })
+    /// .clock(clock)
+    /// .build()
+    /// .unwrap();
+    /// let now = Nanos::new(10);
+    /// let (taken, status) = k.with_at(&1, now, |l| (l.check_n_at(now, 1), l.quota_at(now))).unwrap();
+    /// assert!(taken.is_ok());
+    /// assert_eq!(status.unwrap().remaining, 2);
+    /// ```
+    pub fn with_at<Q, R>(&self, key: &Q, now: Nanos, f: impl Fn(&L) -> R) -> Option<R>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        self.maybe_sweep(now, false);
+        into_ok(self.run_at(key, now, f, |_| true))
+    }
 }
 
 impl<K, L, C, E> Keyed<K, L, C, E>
@@ -695,7 +727,7 @@ where
     {
         self.maybe_sweep(now, false);
         Ok(
-            match self.with_at(key, now, |l| l.check_n_at(now, n), |r| r.is_ok())? {
+            match self.run_at(key, now, |l| l.check_n_at(now, n), |r| r.is_ok())? {
                 Some(r) => r,
                 None => self.full(now),
             },
@@ -719,7 +751,7 @@ where
     {
         let now = self.clock.now();
         self.maybe_sweep(now, false);
-        self.with_at(key, now, f, |_| true)
+        self.run_at(key, now, f, |_| true)
     }
 
     /// True if `key` currently has a limiter.
@@ -914,7 +946,7 @@ where
     /// The retry loop: finds or builds the key's entry and runs `f` on it under the eviction
     /// protocol. `Ok(None)`: the key is new and the map is full; `Err`: the key is new and
     /// its factory failed.
-    fn with_at<Q, R>(
+    fn run_at<Q, R>(
         &self,
         key: &Q,
         now: Nanos,

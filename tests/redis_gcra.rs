@@ -18,7 +18,7 @@ use common::redis_server::RedisServer;
 use common::redis_shared;
 use redis::aio::ConnectionLike;
 use turnstile::redis::{ConnectionManager, Gcra, RedisLimitError, RedisLimiter, Throttle};
-use turnstile::{ConfigError, Limit, Limiter};
+use turnstile::{ConfigError, Limit, Limiter, QuotaStatus};
 
 const MINUTE: Duration = Duration::from_secs(60);
 
@@ -397,4 +397,121 @@ async fn a_key_from_another_configuration_reads_as_fewer_permits() {
     assert!(about(t.retry_after.unwrap(), 9 * MINUTE), "{t:?}");
     assert!(about(t.reset_after, 10 * MINUTE), "{t:?}");
     assert_eq!(new.peek("deploy").await.unwrap().remaining, 0);
+}
+
+/// Every command the server has run, by name, with its count (`INFO commandstats`; the
+/// script's own calls included), leaving out the `INFO`s that read them.
+fn commands(s: &RedisServer) -> std::collections::BTreeMap<String, u64> {
+    s.cli(&["info", "commandstats"])
+        .lines()
+        .filter_map(|l| l.strip_prefix("cmdstat_"))
+        .filter_map(|l| {
+            let (name, rest) = l.split_once(":calls=")?;
+            let calls = rest.split(',').next()?.parse().ok()?;
+            (name != "info").then(|| (name.to_string(), calls))
+        })
+        .collect()
+}
+
+/// What ran between two [`commands`] readings.
+fn ran(
+    before: &std::collections::BTreeMap<String, u64>,
+    after: &std::collections::BTreeMap<String, u64>,
+) -> Vec<(String, u64)> {
+    after
+        .iter()
+        .map(|(k, &v)| (k.clone(), v - before.get(k).copied().unwrap_or(0)))
+        .filter(|(_, d)| *d > 0)
+        .collect()
+}
+
+/// `try_check_n_status` answers the `QuotaStatus` of the check's own `Throttle`, exactly:
+/// `q` = burst, `w` = burst × T (3 per minute: 180 s; 7 at 3/s: 7 × T rounded up to the ns,
+/// not the float 7/3 s), `r` = whole permits left, `t` = until full. A check on an untouched
+/// key starts from a full bucket (d = 0), so its reset is exactly n × T; later ones lose the
+/// real time spent (well under a second), so their whole seconds are exact. One script call,
+/// the very commands `try_check_n` sends.
+#[tokio::test]
+async fn the_status_of_a_check_is_its_throttles_exactly() {
+    let Some(s) = RedisServer::start("the_status_of_a_check_is_its_throttles_exactly") else {
+        return;
+    };
+    let g = Gcra::new(connect(&s).await, per_minute(), 3).unwrap();
+    let status = |remaining, reset| QuotaStatus {
+        quota: 3,
+        window: 3 * MINUTE,
+        remaining,
+        reset,
+    };
+    let (v, st) = g.try_check_n_status("st", 1).await.unwrap();
+    assert_eq!((v, st), (Ok(()), Some(status(2, MINUTE))));
+    for (left, minutes) in [(1, 2), (0, 3)] {
+        let (v, st) = g.try_check_n_status("st", 1).await.unwrap();
+        assert_eq!(v, Ok(()));
+        let st = st.unwrap();
+        assert_eq!(st, status(left, st.reset), "{st:?}");
+        assert!(about(st.reset, MINUTE * minutes), "{st:?}");
+        assert_eq!(st.reset_secs(), 60 * u64::from(minutes), "{st:?}");
+    }
+    // The refusal's status: nothing left, full again in 3 minutes (less the time spent).
+    let (v, st) = g.try_check_n_status("st", 1).await.unwrap();
+    let retry = v.unwrap_err().retry_after().unwrap();
+    let st = st.unwrap();
+    assert_eq!(st, status(0, st.reset), "{st:?}");
+    assert_eq!((st.window_secs(), st.reset_secs()), (180, 180), "{st:?}");
+    // Exactly: reset = d and retry = d + T - tau, so reset - retry = 2 minutes, to within
+    // the local clock's reading between the reply and the Denied (retry is re-dated on it).
+    assert!(st.reset - retry >= 2 * MINUTE, "{st:?} {retry:?}");
+    // n permits from a full bucket: reset n × T exactly, r = burst - n.
+    let (v, st) = g.try_check_n_status("two", 2).await.unwrap();
+    assert_eq!((v, st), (Ok(()), Some(status(1, 2 * MINUTE))));
+    // A denied n > remaining still tells the permits there are: 1 of the 3 needed.
+    let (v, st) = g.try_check_n_status("two", 3).await.unwrap();
+    assert!(v.is_err());
+    assert_eq!(st.unwrap().remaining, 1);
+
+    // A T that is no whole number of ns: the window is burst × T in the limiter's units,
+    // rounded up once (7 × 333_333_333.333333333 ns = 2_333_333_333.333333331 ns).
+    let odd = Gcra::new(connect(&s).await, Limit::per_second(3.0).unwrap(), 7).unwrap();
+    let (_, st) = odd.try_check_n_status("odd", 1).await.unwrap();
+    assert_eq!(
+        st,
+        Some(QuotaStatus {
+            quota: 7,
+            window: Duration::from_nanos(2_333_333_334),
+            remaining: 6,
+            reset: Duration::from_nanos(333_333_334),
+        })
+    );
+
+    // The same commands as a plain check (warmed up first: the script is loaded).
+    let before = commands(&s);
+    assert_eq!(g.try_check_n("cmd-a", 1).await.unwrap(), Ok(()));
+    let plain = ran(&before, &commands(&s));
+    let before = commands(&s);
+    assert!(g.try_check_n_status("cmd-b", 1).await.unwrap().1.is_some());
+    assert_eq!(ran(&before, &commands(&s)), plain);
+    assert_eq!(
+        plain.iter().find(|(c, _)| c == "evalsha").map(|c| c.1),
+        Some(1),
+        "{plain:?}"
+    );
+
+    // Limit::INF: no round trip, the whole burst, nothing to wait for.
+    let con = Counting::default();
+    let sent = con.0.clone();
+    let inf = Gcra::new(con, Limit::INF, 4).unwrap();
+    assert_eq!(
+        inf.try_check_n_status("k", 2).await.unwrap(),
+        (
+            Ok(()),
+            Some(QuotaStatus {
+                quota: 4,
+                window: Duration::ZERO,
+                remaining: 4,
+                reset: Duration::ZERO,
+            })
+        )
+    );
+    assert_eq!(sent.load(Ordering::SeqCst), 0, "nothing was sent");
 }

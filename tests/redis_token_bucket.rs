@@ -13,7 +13,7 @@ use common::redis_server::{RedisCluster, RedisServer};
 use redis::aio::{ConnectionLike, ConnectionManager};
 use turnstile::redis::token_bucket::{keys, ttl, SCRIPT};
 use turnstile::redis::{Fallback, Mode, RedisLimitError, RedisLimiter, TokenBucket};
-use turnstile::{ConfigError, Denied, Limiter};
+use turnstile::{ConfigError, Denied, Limiter, QuotaStatus};
 
 /// go-zero's `core/limit/tokenscript.lua`, verbatim.
 const GO_ZERO: &str = include_str!("data/go-zero/tokenscript.lua");
@@ -682,6 +682,84 @@ async fn try_check_uses_the_callers_clock_in_whole_seconds() {
     assert!(r > Duration::ZERO && r <= latest, "{r:?}");
     assert!(d.retry_after_secs().unwrap() <= 2);
     assert!(tb.try_check("clock").await.is_ok());
+}
+
+/// The status of a check comes from go-zero's script's own reply (tokens left, stored
+/// timestamp), in its whole-second arithmetic: q = burst, w = ceil(burst / rate) s, r = the
+/// tokens left, t = until the second at which `rate` a second have filled the bucket.
+#[tokio::test]
+async fn the_status_of_a_check_is_the_scripts_tokens_and_timestamp() {
+    let Some(s) = RedisServer::start("the_status_of_a_check_is_the_scripts_tokens_and_timestamp")
+    else {
+        return;
+    };
+    let con = manager(&s).await;
+    let tb = TokenBucket::new(con.clone(), 2, 5).unwrap();
+    let st = |remaining, reset_secs| {
+        Some(QuotaStatus {
+            quota: 5,
+            window: Duration::from_secs(3),
+            remaining,
+            reset: Duration::from_secs(reset_secs),
+        })
+    };
+    const T: u64 = 1_000_000;
+    // 1 left; 4 missing arrive 2 a second: full at T + 2.
+    let (v, status) = tb.try_check_n_status_at("st", T, 4).await.unwrap();
+    assert_eq!((v, status), (Ok(()), st(1, 2)));
+    // A denial takes nothing and says the same.
+    let (v, status) = tb.try_check_n_status_at("st", T, 2).await.unwrap();
+    assert!(v.is_err());
+    assert_eq!(status, st(1, 2));
+    // A second later: 3, one taken; 3 missing need 2 more seconds.
+    let (v, status) = tb.try_check_n_status_at("st", T + 1, 1).await.unwrap();
+    assert_eq!((v, status), (Ok(()), st(2, 2)));
+    // 2 more seconds: full, and a peek says so.
+    let (v, status) = tb.try_check_n_status_at("st", T + 3, 0).await.unwrap();
+    assert_eq!((v, status), (Ok(()), st(5, 0)));
+    // The window is whole seconds, rounded up: 7 at 3 a second fill in 3 s.
+    let odd = TokenBucket::new(con, 3, 7).unwrap();
+    let (_, status) = odd.try_check_n_status_at("odd", T, 7).await.unwrap();
+    assert_eq!(
+        status,
+        Some(QuotaStatus {
+            quota: 7,
+            window: Duration::from_secs(3),
+            remaining: 0,
+            reset: Duration::from_secs(3),
+        })
+    );
+    // On the system clock (the trait's form): the one missing token arrives at the next
+    // whole second, counted from the exact time of the call, which lies between `before` and
+    // `after`. A call that straddles a second boundary says less: it is made again (on a
+    // fresh key) until one does not.
+    let unix = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+    };
+    for attempt in 0.. {
+        assert!(attempt < 5, "every call straddled a second boundary");
+        let key = format!("now{attempt}");
+        let before = unix();
+        let (v, status) = RedisLimiter::try_check_n_status(&tb, &key, 1)
+            .await
+            .unwrap();
+        let after = unix();
+        if before.as_secs() != after.as_secs() {
+            continue;
+        }
+        assert_eq!(v, Ok(()));
+        let status = status.unwrap();
+        assert_eq!((status.quota, status.remaining), (5, 4));
+        let next = Duration::from_secs(before.as_secs() + 1);
+        assert!(
+            status.reset >= next - after && status.reset <= next - before,
+            "{status:?} between {before:?} and {after:?}"
+        );
+        assert_eq!(status.reset_secs(), 1, "{status:?}");
+        break;
+    }
 }
 
 /// 4 clients (connections of their own, 2 tasks each) hammer one key on the real clock from

@@ -12,7 +12,7 @@ use common::redis_server::{RedisCluster, RedisServer};
 use redis::aio::ConnectionLike;
 use turnstile::redis::window::{WindowStatus, STATUS_SCRIPT, TAKE_SCRIPT};
 use turnstile::redis::{ConnectionManager, FixedWindow, RedisLimitError, RedisLimiter};
-use turnstile::{ConfigError, Limiter, Outcome};
+use turnstile::{ConfigError, Limiter, Outcome, QuotaStatus};
 
 /// go-zero's `core/limit/periodscript.lua`, verbatim (tests/data/go-zero/README.md).
 const GO_ZERO_PERIOD_SCRIPT: &str = include_str!("data/go-zero/periodscript.lua");
@@ -350,6 +350,58 @@ async fn alignment_with_an_explicit_utc_offset() {
 /// `status`: remaining is the quota less the count, at least 0; the reset is the key's PTTL;
 /// with no key, the whole quota and a whole period; a status reads and writes nothing. A
 /// counter without a TTL (from another writer) gets one on the next take.
+/// The status of a check comes from the take script's own reply (the count after the
+/// increment, the key's PTTL): q = quota, w = period, r = quota - count (0 once over: a
+/// refused call still counts), t = the key's TTL, exactly the new window's on the call that
+/// opens it (aligned: until the next boundary).
+#[tokio::test]
+async fn the_status_of_a_check_is_the_count_and_ttl_it_left() {
+    let Some(s) = RedisServer::start("the_status_of_a_check_is_the_count_and_ttl_it_left") else {
+        return;
+    };
+    let mut con = manager(&s).await;
+    let w = window(con.clone(), 5, 60);
+    let st = |remaining, reset| QuotaStatus {
+        quota: 5,
+        window: Duration::from_secs(60),
+        remaining,
+        reset,
+    };
+    let (v, status) = w.try_check_n_status_at("k", 1_000_000, 2).await.unwrap();
+    assert_eq!((v, status), (Ok(()), Some(st(3, Duration::from_secs(60)))));
+    // The quota-th permit passes (HitQuota) and leaves nothing; the next is refused and
+    // counted. The TTL runs on the server's clock: whole seconds are exact.
+    for (n, ok, left) in [(3, true, 0), (1, false, 0)] {
+        let (v, status) = RedisLimiter::try_check_n_status(&w, "k", n).await.unwrap();
+        assert_eq!(v.is_ok(), ok, "take {n}");
+        let status = status.unwrap();
+        assert_eq!(status, st(left, status.reset));
+        assert_eq!(status.reset_secs(), 60, "{status:?}");
+        // The key's TTL, read just after: no later, and the same but for that moment.
+        let (reset, ttl) = (status.reset.as_millis() as i64, pttl(&mut con, "k").await);
+        assert!(
+            ttl <= reset && reset - ttl < 1_000,
+            "{status:?}, then PTTL {ttl}"
+        );
+    }
+    assert_eq!(get(&mut con, "k").await, Some(6));
+    // n = 0 makes no round trip: nothing to tell.
+    assert_eq!(
+        w.try_check_n_status_at("k", 1_000_000, 0).await.unwrap(),
+        (Ok(()), None)
+    );
+    // Aligned to the minute: a window opened 10 s into it ends in 50 s.
+    let aligned = FixedWindow::builder(con.clone(), 5, Duration::from_secs(60))
+        .align(0)
+        .build()
+        .unwrap();
+    let (_, status) = aligned
+        .try_check_n_status_at("a", 1_699_999_990, 1)
+        .await
+        .unwrap();
+    assert_eq!(status, Some(st(4, Duration::from_secs(50))));
+}
+
 #[tokio::test]
 async fn status_remaining_and_reset() {
     let Some(s) = RedisServer::start("status_remaining_and_reset") else {

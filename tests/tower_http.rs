@@ -208,6 +208,30 @@ async fn allowed_responses_carry_the_headers_when_asked() {
     }
 }
 
+/// On a real clock, a new key's first request is counted once in its headers: the key's
+/// limiter is dated at the reading the check and the status use, so it is full at that
+/// reading (one dated at a later reading would read as a moment short of full: one permit
+/// and a second of reset off). 3 per 3 minutes: the test's time changes no whole second.
+#[tokio::test]
+async fn a_new_keys_first_request_on_a_real_clock_has_exact_headers() {
+    let keyed = Keyed::new(|_: &IpAddr| TokenBucket::new(Limit::every(Duration::from_secs(60)), 3));
+    let layer = RateLimitLayer::new(per_key("per-ip", PeerIp, keyed)).headers(Headers::Always);
+    let server = serve(app(layer)).await;
+    for peer in ["127.0.0.2", "127.0.0.3"] {
+        let c = client(peer);
+        for (left, reset) in [(2, 60), (1, 120)] {
+            let g = get_from(&c, server, &[]).await;
+            assert_eq!(g.status, StatusCode::OK);
+            assert_eq!(
+                header(&g, "ratelimit-policy"),
+                Some(r#""per-ip";q=3;w=180"#)
+            );
+            let expected = format!(r#""per-ip";r={left};t={reset}"#);
+            assert_eq!(header(&g, "ratelimit"), Some(expected.as_str()), "{peer}");
+        }
+    }
+}
+
 #[tokio::test]
 async fn status_body_and_grpc() {
     let clock = ManualClock::new(Nanos::new(1_000_000_000));
@@ -305,6 +329,46 @@ async fn a_redis_backed_layer_shared_by_two_servers_enforces_one_limit() {
     // Another client has its own key on the shared limit.
     let g = get_from(&client("127.0.0.3"), servers[1], &[]).await;
     assert_eq!(g.status, StatusCode::OK);
+}
+
+/// A Redis-backed layer's RateLimit headers come from the GCRA's own answer to each check:
+/// 3 per minute, so the policy is q=3;w=180 and each grant leaves one permit fewer with the
+/// bucket full a minute later. Redis's clock is real time, but a check on a full bucket
+/// resets in exactly a minute and the later ones lose only the test's own time (well under a
+/// second), so every value in whole seconds is exact.
+#[cfg(feature = "redis")]
+#[tokio::test]
+async fn a_redis_backed_layer_sends_the_limiters_own_ratelimit_headers() {
+    use common::redis_server::RedisServer;
+    use turnstile::redis::Gcra;
+    use turnstile::tower::fleet;
+
+    let Some(redis) =
+        RedisServer::start("a_redis_backed_layer_sends_the_limiters_own_ratelimit_headers")
+    else {
+        return;
+    };
+    let con = turnstile::redis::connect(&redis.url()).await.unwrap();
+    let gcra = Gcra::new(con, Limit::every(Duration::from_secs(60)), 3).unwrap();
+    let layer = RateLimitLayer::new(fleet("fleet", PeerIp, gcra)).headers(Headers::Always);
+    let server = serve(app(layer)).await;
+    let c = client("127.0.0.2");
+    for (left, reset) in [(2, 60), (1, 120), (0, 180)] {
+        let g = get_from(&c, server, &[]).await;
+        assert_eq!(g.status, StatusCode::OK);
+        assert_eq!(header(&g, "ratelimit-policy"), Some(r#""fleet";q=3;w=180"#));
+        let expected = format!(r#""fleet";r={left};t={reset}"#);
+        assert_eq!(header(&g, "ratelimit"), Some(expected.as_str()));
+    }
+    let g = get_from(&c, server, &[]).await;
+    assert_eq!(g.status, StatusCode::TOO_MANY_REQUESTS);
+    // The next permit a minute after the first grant; the bucket full 3 minutes after it.
+    assert_eq!(header(&g, "retry-after"), Some("60"));
+    assert_eq!(header(&g, "ratelimit-policy"), Some(r#""fleet";q=3;w=180"#));
+    assert_eq!(header(&g, "ratelimit"), Some(r#""fleet";r=0;t=180"#));
+    // Another peer is another key: a full bucket of its own.
+    let g = get_from(&client("127.0.0.3"), server, &[]).await;
+    assert_eq!(header(&g, "ratelimit"), Some(r#""fleet";r=2;t=60"#));
 }
 
 #[tokio::test]

@@ -33,6 +33,13 @@
 //! never strands the checks queued behind it. A check dropped while queued is left out of its
 //! batch and takes nothing. `examples/redis.rs` measures the checks per round trip.
 //!
+//! # No status
+//! [`RedisLimiter::try_check_n_status`] keeps its default: a check, answered with no
+//! [`QuotaStatus`](crate::QuotaStatus) (`None`), so the tower policy `fleet` over a
+//! `Coalesce` sends no `RateLimit` fields for it. A batch's script answers verdicts
+//! ([`RedisBatch::try_check_batch`]); a status per request would need each limiter's batch
+//! reply turned into statuses as its single call's is, which this layer does not do yet.
+//!
 //! # Example
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {

@@ -121,7 +121,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use super::{RedisLimitError, RedisLimiter};
-use crate::{ConfigError, Denied, Keyed};
+use crate::{ConfigError, Denied, Keyed, Limiter};
 
 // The mode lives in a std atomic rather than `crate::sync`'s: the Redis module is not
 // model-checked under loom (it is async and talks to a server), and the word is a flag, not
@@ -246,12 +246,91 @@ impl<L: RedisLimiter + 'static> Fallback<L> {
     /// is never a connectivity error: it is bad input or an error Redis answered with (see
     /// the [module docs](self)); the inner `Err` is a denial with its retry time.
     pub async fn check_n(&self, key: &str, n: u32) -> Result<Result<(), Denied>, RedisLimitError> {
+        self.answer(
+            key,
+            || self.inner.limiter.try_check_n(key, n),
+            |local| local.check_n(key, n),
+        )
+        .await
+    }
+
+    /// [`Fallback::check_n`] with the key's [`QuotaStatus`](crate::QuotaStatus) after the check
+    /// ([`RedisLimiter::try_check_n_status`]): while Redis answers, the wrapped limiter's
+    /// (`None` if it cannot say); in fallback mode, the key's local limiter's
+    /// [`Limiter::quota_at`], read in the same visit to that limiter as the check and at the
+    /// same clock reading: the numbers the in-process tower policy `per_key` over the same
+    /// limiters would show. `None` there only if the local limiter cannot say, or the local
+    /// map is full ([`FallbackBuilder::max_keys`]) and the key new.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::redis::{Fallback, RedisLimitError, RedisLimiter};
+    /// use turnstile::{Denied, FixedWindow};
+    ///
+    /// struct Unreachable;
+    ///
+    /// impl RedisLimiter for Unreachable {
+    ///     type Local = FixedWindow;
+    ///     fn local(&self, share: f64) -> FixedWindow {
+    ///         FixedWindow::new((10.0 * share).ceil() as u32, Duration::from_secs(60)).unwrap()
+    ///     }
+    ///     async fn ping(&self) -> Result<(), RedisLimitError> {
+    ///         Err(RedisLimitError::Timeout(Duration::ZERO))
+    ///     }
+    ///     async fn try_check_n(&self, _: &str, _: u32) -> Result<Result<(), Denied>, RedisLimitError> {
+    ///         Err(RedisLimitError::Timeout(Duration::ZERO))
+    ///     }
+    /// }
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let limiter = Fallback::builder(Unreachable).fleet_size(2).build().unwrap();
+    /// let (verdict, status) = limiter.check_n_status("client-42", 2).await.unwrap();
+    /// assert!(verdict.is_ok());
+    /// // The local window: half of the 10 a minute, 2 of them taken.
+    /// let status = status.unwrap();
+    /// assert_eq!((status.quota, status.remaining), (5, 3));
+    /// assert_eq!((status.window_secs(), status.reset_secs()), (60, 60));
+    /// # }
+    /// ```
+    pub async fn check_n_status(
+        &self,
+        key: &str,
+        n: u32,
+    ) -> Result<super::StatusVerdict, RedisLimitError> {
+        self.answer(
+            key,
+            || self.inner.limiter.try_check_n_status(key, n),
+            |local| {
+                let now = local.now();
+                // One visit to the key's limiter for the permits and the status (as the
+                // in-process per-key policy reads them), at one reading, which also dates a
+                // new key's limiter; a full map with a new key is answered as `check_n`
+                // answers it, with nothing to report.
+                local
+                    .with_at(key, now, |l| (l.check_n_at(now, n), l.quota_at(now)))
+                    .unwrap_or_else(|| (local.check_n_at(key, now, n), None))
+            },
+        )
+        .await
+    }
+
+    /// What [`Fallback::check_n`] and [`Fallback::check_n_status`] share: `redis()` within
+    /// the timeout while in Redis mode (its answer returned unless it is a connectivity
+    /// error, which switches to fallback mode), else `local()` on the local map.
+    async fn answer<T, F>(
+        &self,
+        key: &str,
+        redis: impl FnOnce() -> F,
+        local: impl FnOnce(&Keyed<String, L::Local>) -> T,
+    ) -> Result<T, RedisLimitError>
+    where
+        F: std::future::Future<Output = Result<T, RedisLimitError>>,
+    {
         let inner = &*self.inner;
         if inner.mode.load(Ordering::Acquire) == REDIS {
-            let e = match tokio::time::timeout(inner.timeout, inner.limiter.try_check_n(key, n))
-                .await
-            {
-                Ok(Ok(verdict)) => return Ok(verdict),
+            let e = match tokio::time::timeout(inner.timeout, redis()).await {
+                Ok(Ok(answer)) => return Ok(answer),
                 Ok(Err(e)) if !e.is_connectivity() => return Err(e),
                 Ok(Err(e)) => e,
                 Err(_elapsed) => RedisLimitError::Timeout(inner.timeout),
@@ -261,7 +340,7 @@ impl<L: RedisLimiter + 'static> Fallback<L> {
         if key.is_empty() {
             return Err(RedisLimitError::EmptyKey);
         }
-        Ok(inner.local.check_n(key, n))
+        Ok(local(&inner.local))
     }
 
     /// Where answers come from now.
@@ -370,6 +449,15 @@ impl<L: RedisLimiter + 'static> RedisLimiter for Fallback<L> {
     /// [`Fallback::check_n`].
     async fn try_check_n(&self, key: &str, n: u32) -> Result<Result<(), Denied>, RedisLimitError> {
         self.check_n(key, n).await
+    }
+
+    /// [`Fallback::check_n_status`].
+    async fn try_check_n_status(
+        &self,
+        key: &str,
+        n: u32,
+    ) -> Result<super::StatusVerdict, RedisLimitError> {
+        self.check_n_status(key, n).await
     }
 }
 

@@ -116,7 +116,7 @@ use ::redis::aio::ConnectionLike;
 use ::redis::Script;
 
 use super::{denied_after, ConnectionManager, RedisBatch, RedisLimitError, RedisLimiter};
-use crate::{Compact, ConfigError, Denied, Limit, QuantaClock, TokenBucket};
+use crate::{Compact, ConfigError, Denied, Limit, QuantaClock, QuotaStatus, TokenBucket};
 
 /// Units of time per µs: a unit is 10⁻¹⁸ s.
 const UNITS_PER_US: u128 = 1_000_000_000_000;
@@ -483,6 +483,35 @@ where
 
     async fn try_check_n(&self, key: &str, n: u32) -> Result<Result<(), Denied>, RedisLimitError> {
         Ok(verdict(self.throttle(key, n).await?))
+    }
+
+    /// The check's [`Throttle`] as the IETF fields, exactly, from the same script call as
+    /// [`RedisLimiter::try_check_n`] (always `Some`): `q` = the burst, `w` = the time the
+    /// bucket takes to refill from empty, `burst × T` (the `tau` the script compares
+    /// against, rounded up to the nanosecond; `burst / limit`), `r` = the throttle's
+    /// `remaining` (after this check if granted, as they were if denied) and `t` = its
+    /// `reset_after`. Under [`Limit::INF`], no round trip: `r = q = burst`, `w = t = 0`, as
+    /// the in-process [`TokenBucket`]'s.
+    async fn try_check_n_status(
+        &self,
+        key: &str,
+        n: u32,
+    ) -> Result<super::StatusVerdict, RedisLimitError> {
+        let t = self.throttle(key, n).await?;
+        Ok((verdict(t), Some(self.quota_status(&t))))
+    }
+}
+
+impl<C> Gcra<C> {
+    /// The IETF fields of a [`Throttle`] of this limiter: the window is `tau`, the span the
+    /// script measures the burst over.
+    fn quota_status(&self, t: &Throttle) -> QuotaStatus {
+        QuotaStatus {
+            quota: u64::from(t.limit),
+            window: ceil_duration(self.tau),
+            remaining: u64::from(t.remaining),
+            reset: t.reset_after,
+        }
     }
 }
 

@@ -86,7 +86,7 @@ use ::redis::aio::ConnectionLike;
 use ::redis::Script;
 
 use super::{ConnectionManager, RedisBatch, RedisLimitError, RedisLimiter};
-use crate::{Compact, ConfigError, Denied, Limit, QuantaClock};
+use crate::{Compact, ConfigError, Denied, Limit, QuantaClock, QuotaStatus};
 
 /// The limiter's Lua script: go-zero's `tokenscript.lua` (MIT, Copyright (c) 2022 zeromicro)
 /// with D12 (`ttl` at least 1) and D13 (the stored timestamp never rewound), answering
@@ -469,6 +469,77 @@ where
         now: Duration,
         n: u32,
     ) -> Result<Result<(), Denied>, RedisLimitError> {
+        let reply = self.run(key, now, n).await?;
+        self.verdict(now, n, &reply)
+    }
+
+    /// The check at `now` with the status its reply tells.
+    async fn check_status(
+        &self,
+        key: &str,
+        now: Duration,
+        n: u32,
+    ) -> Result<super::StatusVerdict, RedisLimitError> {
+        let reply = self.run(key, now, n).await?;
+        let verdict = self.verdict(now, n, &reply)?;
+        Ok((verdict, Some(self.status(now, reply[1], reply[2]))))
+    }
+
+    /// [`RedisLimiter::try_check_n_status`] at `now_unix_secs` (the caller's clock in whole
+    /// Unix seconds), as [`TokenBucket::try_check_n_at`] checks: the verdict, and the bucket's
+    /// status after the check from [`SCRIPT`]'s own reply (the tokens left and the stored
+    /// timestamp; see [`RedisLimiter::try_check_n_status`] for this limiter).
+    ///
+    /// # Errors
+    /// As [`TokenBucket::try_check_n_at`].
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    /// use turnstile::redis::TokenBucket;
+    ///
+    /// let con = turnstile::redis::connect("redis://127.0.0.1:6380/").await?;
+    /// let limiter = TokenBucket::new(con, 2, 5)?; // 2 a second, bursts of 5
+    /// let (verdict, status) = limiter.try_check_n_status_at("carol", 1_700_000_000, 4).await?;
+    /// assert!(verdict.is_ok());
+    /// let s = status.unwrap();
+    /// // 1 token left; 4 more arrive at the next 2 whole seconds; empty to full in 3 s.
+    /// assert_eq!((s.quota, s.remaining, s.reset, s.window), (5, 1, Duration::from_secs(2), Duration::from_secs(3)));
+    /// # Ok(()) }
+    /// ```
+    pub async fn try_check_n_status_at(
+        &self,
+        key: &str,
+        now_unix_secs: u64,
+        n: u32,
+    ) -> Result<super::StatusVerdict, RedisLimitError> {
+        self.check_status(key, Duration::from_secs(now_unix_secs), n)
+            .await
+    }
+
+    /// The bucket's IETF fields after a call at `now` that left `tokens` with the stored
+    /// timestamp `ts` (see [`RedisLimiter::try_check_n_status`] for this limiter).
+    fn status(&self, now: Duration, tokens: i64, ts: i64) -> QuotaStatus {
+        let burst = i64::from(self.burst);
+        let tokens = tokens.clamp(0, burst);
+        let missing = (burst - tokens) as u64;
+        let reset = if missing == 0 {
+            Duration::ZERO
+        } else {
+            // `rate` arrive at each whole second after `ts`, as `retry_after` counts.
+            let seconds = missing.div_ceil(u64::from(self.rate));
+            Duration::from_secs((ts.max(0) as u64).saturating_add(seconds)).saturating_sub(now)
+        };
+        QuotaStatus {
+            quota: u64::from(self.burst),
+            window: Duration::from_secs(u64::from(self.burst.div_ceil(self.rate))),
+            remaining: tokens as u64,
+            reset,
+        }
+    }
+
+    /// One run of [`SCRIPT`] at `now`'s whole second: its reply `{allowed, tokens, ts}`.
+    async fn run(&self, key: &str, now: Duration, n: u32) -> Result<Vec<i64>, RedisLimitError> {
         self.validate(key, n)?;
         let secs = now.as_secs();
         let [tokens_key, ts_key] = self.keys(key);
@@ -482,7 +553,10 @@ where
             .arg(n)
             .invoke_async(&mut con)
             .await?;
-        self.verdict(now, n, &reply)
+        if reply.len() != 3 {
+            return Err(RedisLimitError::UnexpectedReply(format!("{reply:?}")));
+        }
+        Ok(reply)
     }
 
     /// When `n` tokens will exist after a denial that left `tokens` with the timestamp `ts`:
@@ -531,6 +605,23 @@ where
         n: u32,
     ) -> impl std::future::Future<Output = Result<Result<(), Denied>, RedisLimitError>> + Send {
         self.check(key, system_now(), n)
+    }
+
+    /// The check of [`RedisLimiter::try_check_n`] with the bucket's status after it, from
+    /// [`SCRIPT`]'s own reply (go-zero's script is unchanged: it already answers the tokens
+    /// left and the stored timestamp), always `Some`, in go-zero's whole-second arithmetic:
+    /// `q` = the burst; `w` = `ceil(burst / rate)` s, the whole seconds an empty bucket takes
+    /// to fill; `r` = the tokens left (after this check if granted); `t` = until the second
+    /// of the callers' clock at which the bucket is full again, `ts + ceil((burst - tokens)
+    /// / rate)`, counted from the exact time of the call (0 when full). The `_at` form is
+    /// [`TokenBucket::try_check_n_status_at`].
+    fn try_check_n_status(
+        &self,
+        key: &str,
+        n: u32,
+    ) -> impl std::future::Future<Output = Result<super::StatusVerdict, RedisLimitError>> + Send
+    {
+        self.check_status(key, system_now(), n)
     }
 }
 

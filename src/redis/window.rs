@@ -656,6 +656,66 @@ where
         let (count, ttl) = self.incr(key, u64::from(n), unix_now()).await?;
         Ok(verdict(outcome(count, self.quota), ttl))
     }
+
+    /// The check of [`RedisLimiter::try_check_n`] with the window's status after it, from
+    /// [`TAKE_SCRIPT`]'s own reply (the count after the increment and the key's remaining
+    /// TTL; no other command): `q` = the quota, `w` = the period, `r` = what the count leaves
+    /// of the quota (`quota - count`, at least 0: a refused call still counts, go-zero's
+    /// rule), `t` = the key's remaining TTL, when the window ends. `None` for `n = 0`, which
+    /// makes no round trip. The `_at` form is [`FixedWindow::try_check_n_status_at`].
+    async fn try_check_n_status(
+        &self,
+        key: &str,
+        n: u32,
+    ) -> Result<super::StatusVerdict, RedisLimitError> {
+        self.try_check_n_status_at(key, unix_now(), n).await
+    }
+}
+
+impl<C> FixedWindow<C>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    /// [`RedisLimiter::try_check_n_status`] at `now_unix_secs` (which only an aligned window
+    /// opened by this call reads, for its TTL, as [`FixedWindow::take_n_at`]): the verdict
+    /// of [`RedisLimiter::try_check_n`] and the window's status after the check.
+    ///
+    /// # Errors
+    /// As [`FixedWindow::take_n_at`].
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    /// use turnstile::redis::FixedWindow;
+    ///
+    /// let con = turnstile::redis::connect("redis://127.0.0.1:6380/").await?;
+    /// let limiter = FixedWindow::builder(con, 5, Duration::from_secs(60)).build()?;
+    /// let (verdict, status) = limiter.try_check_n_status_at("dave", 1_700_000_000, 2).await?;
+    /// assert!(verdict.is_ok());
+    /// let s = status.unwrap();
+    /// assert_eq!((s.quota, s.window, s.remaining), (5, Duration::from_secs(60), 3));
+    /// assert!(s.reset <= Duration::from_secs(60)); // the key's TTL
+    /// # Ok(()) }
+    /// ```
+    pub async fn try_check_n_status_at(
+        &self,
+        key: &str,
+        now_unix_secs: u64,
+        n: u32,
+    ) -> Result<super::StatusVerdict, RedisLimitError> {
+        self.check_input(key, n)?;
+        if n == 0 {
+            return Ok((Ok(()), None));
+        }
+        let (count, ttl) = self.incr(key, u64::from(n), now_unix_secs).await?;
+        let status = crate::QuotaStatus {
+            quota: u64::from(self.quota),
+            window: self.period(),
+            remaining: i64::from(self.quota).saturating_sub(count).max(0) as u64,
+            reset: ttl,
+        };
+        Ok((verdict(outcome(count, self.quota), ttl), Some(status)))
+    }
 }
 
 /// Batches for [`Coalesce`](super::Coalesce): one `INCRBY` of the sum

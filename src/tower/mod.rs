@@ -420,6 +420,9 @@ pin_project_lite::pin_project! {
 }
 
 /// What a [`Slow`] step ends in.
+// A return value, never stored: the waiting state goes into the box the checking one
+// leaves (`Pin::set`), so boxing it here would only add an allocation.
+#[allow(clippy::large_enum_variant)]
 enum Next<S: ::tower::Service<Request<ReqBody>>, P: Policy<ReqBody>, ReqBody> {
     /// The inner service's response is next.
     Call(S::Future, Option<Report>),

@@ -296,9 +296,10 @@ where
         };
         let now = self.keyed.now();
         // One visit to the key's limiter for the permit and, when asked for, the status (each
-        // visit of a contended key's slot is a shared write): the status only for the kind of
-        // answer the layer shows it on, so an allowed request under the default headers
-        // (refusals only) pays for the check alone.
+        // visit of a contended key's slot is a shared write), at `now`, which also dates a new
+        // key's limiter (one dated at a later reading reads as not full at `now`): the status
+        // only for the kind of answer the layer shows it on, so an allowed request under the
+        // default headers (refusals only) pays for the check alone.
         let ((result, wait), status) = self
             .keyed
             .visit_at(
@@ -507,7 +508,16 @@ pub struct Fleet<X, R> {
 ///
 /// A Redis grant cannot be given back, so in [`PolicyExt::and`] put this policy last. The
 /// decision is a boxed future (one allocation per request, next to a network round trip);
-/// the `RateLimit` headers carry nothing for it, `Retry-After` the server's figure.
+/// `Retry-After` is the server's figure. The `RateLimit` headers carry the key's status
+/// after the check, from the limiter's own answer to it
+/// ([`RedisLimiter::try_check_n_status`](crate::redis::RedisLimiter::try_check_n_status),
+/// no extra round trip): exact for [`Gcra`](crate::redis::Gcra) (`q` = burst, `w` = burst /
+/// limit, `r` and `t` from its [`Throttle`](crate::redis::Throttle)), for the go-zero
+/// [`TokenBucket`](crate::redis::TokenBucket) and
+/// [`FixedWindow`](crate::redis::FixedWindow), and for a
+/// [`Fallback`](crate::redis::Fallback) over them (its local limiter's while Redis is
+/// down). A limiter that cannot say exactly (a [`Coalesce`](crate::redis::Coalesce), whose
+/// batches answer verdicts only) leaves the policy out of the headers; so does a Redis error.
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub fn fleet<X, R>(name: impl Into<Arc<str>>, extractor: X, limiter: R) -> Fleet<X, R>
@@ -549,7 +559,7 @@ where
         self.extractor.extract(req).map(|k| k.to_string())
     }
 
-    fn decide(self: &Arc<Self>, key: Self::Key, _ask: Ask) -> Self::Future {
+    fn decide(self: &Arc<Self>, key: Self::Key, ask: Ask) -> Self::Future {
         let this = self.clone();
         Box::pin(async move {
             let Some(key) = key else {
@@ -559,14 +569,27 @@ where
                     report: Report::default(),
                 };
             };
-            let result = match this.limiter.try_check_n(&key, 1).await {
-                Ok(verdict) => verdict,
-                Err(_) => Err(crate::redis::denied_after(None)),
+            // With headers, the check that also answers the key's status (the same round
+            // trip: the status comes from the check's own reply). Without, the plain check:
+            // for the limiters that can say, the status costs nothing in Redis but is still
+            // work here (a `Fallback` in fallback mode reads its local limiter's), and a
+            // hand-written limiter's `try_check_n` may be cheaper than its status.
+            let (result, status) = if ask.report || ask.report_grants {
+                match this.limiter.try_check_n_status(&key, 1).await {
+                    Ok((verdict, status)) => (verdict, status),
+                    Err(_) => (Err(crate::redis::denied_after(None)), None),
+                }
+            } else {
+                match this.limiter.try_check_n(&key, 1).await {
+                    Ok(verdict) => (verdict, None),
+                    Err(_) => (Err(crate::redis::denied_after(None)), None),
+                }
             };
+            let report = one_report(ask.reports(result.is_ok()), &this.name, || status);
             Decision {
                 result,
                 wait: Duration::ZERO,
-                report: Report::default(),
+                report,
             }
         })
     }
