@@ -729,7 +729,7 @@ mod tests {
     fn per_key_contract<M: PerKeyMap<u8>>(map: M) -> Vec<Duration> {
         let p = Arc::new(per_key(
             "k",
-            key::from_fn(|r: &Request<()>| r.uri().path().bytes().nth(1)),
+            key::from_fn(|r: &Request<()>| r.uri().path().as_bytes().get(1).copied()),
             map,
         ));
         let req = |path: &str| Request::get(path).body(()).unwrap();
