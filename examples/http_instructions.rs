@@ -7,7 +7,7 @@
 //! of the op counts: the instructions of one whole request, client end included.
 //!
 //! ```text
-//! cargo run --release --example http_instructions --features tower,axum -- <cell> <none|turnstile|governor> <ops>
+//! cargo run --release --example http_instructions --features tower,axum -- <cell> <none|turnstile|turnstile-inline|governor> <ops>
 //! ```
 //!
 //! Cells:
@@ -19,6 +19,10 @@
 //! * `http-deny-bare`: the same, turnstile's layer without the `RateLimit` headers
 //!   (`Headers::Never`: `Retry-After` only; tower_governor's default refusal sends
 //!   `Retry-After` and `x-ratelimit-after`).
+//!
+//! `turnstile-inline` is turnstile's layer over the inline per-key map (`KeyedTokenBucket`)
+//! instead of a `Keyed` map, in every cell (`turnstile_inline_router`,
+//! `turnstile_inline_deny_router`, `turnstile_inline_deny_bare_router`).
 //!
 //! One request is sent before the measured loop (the peer's first, which even the denying
 //! layers allow: the limiter's key is created then, outside the figures), and the binary
@@ -57,6 +61,13 @@ fn router(cell: &str, imp: &str) -> Result<(Router, u16), String> {
             cells::governor_deny_router().map(|r| (r, 429))
         }
         ("http-deny-bare", "turnstile") => cells::turnstile_deny_bare_router().map(|r| (r, 429)),
+        ("http-allow", "turnstile-inline") => cells::turnstile_inline_router().map(|r| (r, 200)),
+        ("http-deny", "turnstile-inline") => {
+            cells::turnstile_inline_deny_router().map(|r| (r, 429))
+        }
+        ("http-deny-bare", "turnstile-inline") => {
+            cells::turnstile_inline_deny_bare_router().map(|r| (r, 429))
+        }
         _ => return Err(format!("unknown cell {cell:?} / implementation {imp:?}")),
     };
     built.ok_or_else(|| format!("{cell} / {imp}: the router could not be built"))
@@ -86,7 +97,7 @@ fn main() -> ExitCode {
     };
     let Some((cell, imp, ops)) = parsed else {
         eprintln!(
-            "usage: http_instructions <http-allow|http-deny|http-deny-bare> <none|turnstile|governor> <ops>"
+            "usage: http_instructions <http-allow|http-deny|http-deny-bare> <none|turnstile|turnstile-inline|governor> <ops>"
         );
         return ExitCode::from(2);
     };

@@ -20,9 +20,10 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use turnstile::tower::key::{Cidr, ForwardedIp, PeerIp};
 use turnstile::tower::{global, per_key, Headers, MissingKey, Policy, PolicyExt, RateLimitLayer};
-use turnstile::{Clock, Keyed, Limit, ManualClock, Nanos, TokenBucket};
+use turnstile::{Clock, Keyed, KeyedTokenBucket, Limit, ManualClock, Nanos, TokenBucket};
 
 type Bucket = TokenBucket<ManualClock>;
+type Inline = KeyedTokenBucket<IpAddr, std::collections::hash_map::RandomState, ManualClock>;
 
 /// Serves `app` on 127.0.0.1, port 0, with the peer address as `ConnectInfo`.
 async fn serve(app: Router) -> SocketAddr {
@@ -96,6 +97,14 @@ fn per_ip_buckets(
     .unwrap()
 }
 
+/// Per-IP token buckets of `burst` at `per_sec`, on `clock`, inline: a [`KeyedTokenBucket`].
+fn per_ip_inline(clock: &ManualClock, per_sec: f64, burst: u32) -> Inline {
+    KeyedTokenBucket::builder(Limit::per_second(per_sec).unwrap(), burst)
+        .clock(clock.clone())
+        .build()
+        .unwrap()
+}
+
 #[tokio::test]
 async fn refused_after_the_burst_with_exact_headers_then_a_retry_after_retry_after_passes() {
     let clock = ManualClock::new(Nanos::new(1_000_000_000));
@@ -146,6 +155,49 @@ async fn per_ip_keys_are_independent() {
         get_from(&b, server, &[]).await.status,
         StatusCode::TOO_MANY_REQUESTS
     );
+}
+
+/// The same with the inline map ([`KeyedTokenBucket`]): each peer its own bucket, 429 after
+/// its burst with the bucket's exact fields, and a retry after `Retry-After` passes.
+#[tokio::test]
+async fn inline_per_ip_keys_are_independent_with_exact_headers_and_retry_after() {
+    let clock = ManualClock::new(Nanos::new(1_000_000_000));
+    let layer = RateLimitLayer::new(per_key("per-ip", PeerIp, per_ip_inline(&clock, 0.5, 3)));
+    let server = serve(app(layer)).await;
+    let (a, b) = (client("127.0.0.2"), client("127.0.0.3"));
+    let spend = |c| async move {
+        for _ in 0..3 {
+            let g = get_from(c, server, &[]).await;
+            assert_eq!((g.status, g.body.as_str()), (StatusCode::OK, "ok"));
+            // Default: no RateLimit headers on allowed responses.
+            assert!(header(&g, "ratelimit").is_none());
+        }
+        let g = get_from(c, server, &[]).await;
+        assert_eq!(g.status, StatusCode::TOO_MANY_REQUESTS);
+        // 0.5/s: the next token in 2 s; full again in 6 s; it refills from empty in 6 s.
+        assert_eq!(header(&g, "retry-after"), Some("2"));
+        assert_eq!(header(&g, "ratelimit-policy"), Some(r#""per-ip";q=3;w=6"#));
+        assert_eq!(header(&g, "ratelimit"), Some(r#""per-ip";r=0;t=6"#));
+    };
+    spend(&a).await;
+    // Another peer has its own bucket, whole.
+    spend(&b).await;
+    // A little less than Retry-After is not enough; Retry-After is, for both.
+    clock.advance(Duration::from_millis(1_999));
+    for c in [&a, &b] {
+        let g = get_from(c, server, &[]).await;
+        assert_eq!(g.status, StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(header(&g, "retry-after"), Some("1"));
+        assert_eq!(header(&g, "ratelimit"), Some(r#""per-ip";r=0;t=5"#));
+    }
+    clock.advance(Duration::from_millis(1));
+    for c in [&a, &b] {
+        assert_eq!(get_from(c, server, &[]).await.status, StatusCode::OK);
+        assert_eq!(
+            get_from(c, server, &[]).await.status,
+            StatusCode::TOO_MANY_REQUESTS
+        );
+    }
 }
 
 #[tokio::test]
@@ -405,6 +457,41 @@ async fn a_request_refused_by_the_second_policy_takes_nothing_from_the_first() {
     assert_eq!(header(&g, "ratelimit-policy"), Some(r#""all";q=3;w=3"#));
 }
 
+/// The inline map's grant given back: per-IP inline buckets first, a global limit second;
+/// a request the global limit refuses takes nothing from its peer's bucket.
+#[tokio::test]
+async fn a_request_refused_by_the_second_policy_takes_nothing_from_the_inline_first() {
+    let clock = ManualClock::new(Nanos::new(1_000_000_000));
+    // Each peer has 2 (refilling once a minute: not within this test); everyone shares 1 a
+    // second.
+    let per_ip = per_key("per-ip", PeerIp, per_ip_inline(&clock, 1.0 / 60.0, 2));
+    let everyone = global(
+        "all",
+        TokenBucket::with_clock(Limit::per_second(1.0).unwrap(), 1, clock.clone()),
+    );
+    let layer = RateLimitLayer::new(per_ip.and(everyone));
+    let server = serve(app(layer)).await;
+    let a = client("127.0.0.2");
+    assert_eq!(get_from(&a, server, &[]).await.status, StatusCode::OK);
+    // A's second: A's bucket grants, the global limit refuses, and A's grant is given back
+    // (the refusal names the global policy).
+    let g = get_from(&a, server, &[]).await;
+    assert_eq!(g.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(header(&g, "ratelimit-policy"), Some(r#""all";q=1;w=1"#));
+    // So A still has 1: with the global token back, A passes once more, then its own bucket
+    // is what refuses.
+    clock.advance(Duration::from_secs(1));
+    assert_eq!(get_from(&a, server, &[]).await.status, StatusCode::OK);
+    clock.advance(Duration::from_secs(1));
+    let g = get_from(&a, server, &[]).await;
+    assert_eq!(g.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(
+        header(&g, "ratelimit-policy"),
+        Some(r#""per-ip";q=2;w=120"#)
+    );
+    assert_eq!(header(&g, "ratelimit"), Some(r#""per-ip";r=0;t=118"#));
+}
+
 #[tokio::test]
 async fn delay_mode_paces_requests_and_refuses_beyond_the_maximum_wait() {
     // A frozen limiter clock: every reservation's wait is exact and known in advance (the
@@ -465,4 +552,35 @@ async fn a_client_that_goes_away_while_waiting_gives_its_reservation_back() {
     )
     .await;
     assert_eq!(bucket.tokens_at(now), 0.0);
+}
+
+/// The inline map cannot reserve ahead: in delay mode a request it cannot grant now is
+/// refused at once (not held until its token is due), and the refusal reserves nothing.
+#[tokio::test]
+async fn delay_mode_over_the_inline_map_refuses_at_once() {
+    // A frozen limiter clock: a reservation would hold the request a real second on tokio's
+    // timer and then answer 200; a refusal at once answers 429 (no timing asserted: the
+    // status tells the two apart).
+    let clock = ManualClock::new(Nanos::new(1_000_000_000));
+    let layer = RateLimitLayer::new(per_key("per-ip", PeerIp, per_ip_inline(&clock, 1.0, 1)))
+        .delay(Duration::from_secs(30));
+    let server = serve(app(layer)).await;
+    let c = client("127.0.0.2");
+    assert_eq!(get_from(&c, server, &[]).await.status, StatusCode::OK);
+    let t0 = std::time::Instant::now();
+    let g = get_from(&c, server, &[]).await;
+    assert_eq!(
+        g.status,
+        StatusCode::TOO_MANY_REQUESTS,
+        "{:?}",
+        t0.elapsed()
+    );
+    assert_eq!(header(&g, "retry-after"), Some("1"));
+    // And nothing was reserved: the next token is the next request's, once.
+    clock.advance(Duration::from_secs(1));
+    assert_eq!(get_from(&c, server, &[]).await.status, StatusCode::OK);
+    assert_eq!(
+        get_from(&c, server, &[]).await.status,
+        StatusCode::TOO_MANY_REQUESTS
+    );
 }

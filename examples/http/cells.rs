@@ -11,7 +11,7 @@ use axum::Router;
 use tower_governor::governor::GovernorConfigBuilder;
 use tower_governor::GovernorLayer;
 use turnstile::tower::{key, per_key, Headers, RateLimitLayer};
-use turnstile::{Keyed, Limit, TokenBucket};
+use turnstile::{Keyed, KeyedTokenBucket, Limit, TokenBucket};
 
 /// The allowing cells' limit per peer IP: 1e6/s, ten times what two cores serve, with a burst
 /// of 10 s of that rate, so that every request runs the limiter's granting path and none is
@@ -95,6 +95,31 @@ pub fn turnstile_deny_bare_router() -> Option<Router> {
     )
 }
 
+/// Cell `turnstile_inline_allow`: `turnstile_allow` with the inline per-key map
+/// ([`KeyedTokenBucket`]: each peer's bucket one word in the map) instead of a `Keyed` map of
+/// `TokenBucket`s; same limit, [`ALLOW_PER_SEC`] and [`ALLOW_BURST`].
+pub fn turnstile_inline_router() -> Option<Router> {
+    Some(app().layer(turnstile_inline_layer(
+        Limit::per_second(ALLOW_PER_SEC as f64).ok()?,
+        ALLOW_BURST,
+    )))
+}
+
+/// Cell `turnstile_inline_deny`: `turnstile_deny` over the inline map.
+pub fn turnstile_inline_deny_router() -> Option<Router> {
+    Some(app().layer(turnstile_inline_layer(
+        Limit::every(DENY_PERIOD),
+        DENY_BURST,
+    )))
+}
+
+/// `turnstile_inline_deny` without the `RateLimit` headers, as `turnstile_deny_bare`.
+pub fn turnstile_inline_deny_bare_router() -> Option<Router> {
+    Some(app().layer(
+        turnstile_inline_layer(Limit::every(DENY_PERIOD), DENY_BURST).headers(Headers::Never),
+    ))
+}
+
 /// turnstile's layer as the governor cells configure theirs: a token bucket per peer IP (a
 /// `Keyed` map, read from `ConnectInfo<SocketAddr>`), refusals with `Retry-After` and the
 /// RateLimit headers (its defaults).
@@ -106,5 +131,18 @@ fn turnstile_layer(
         "per-ip",
         key::PeerIp,
         Keyed::new(move |_: &std::net::IpAddr| TokenBucket::new(limit, burst)),
+    ))
+}
+
+/// [`turnstile_layer`] over the inline map: a [`KeyedTokenBucket`] per peer IP (SipHash, its
+/// default, as governor's dashmap), refusals as `turnstile_layer`'s.
+fn turnstile_inline_layer(
+    limit: Limit,
+    burst: u32,
+) -> RateLimitLayer<impl turnstile::tower::Policy<axum::body::Body>> {
+    RateLimitLayer::new(per_key(
+        "per-ip",
+        key::PeerIp,
+        KeyedTokenBucket::new(limit, burst),
     ))
 }

@@ -19,11 +19,13 @@
 //! tonic clients read as a status whose metadata carries the same `retry-after` and RateLimit
 //! fields.
 //!
-//! Policies compose: [`global`] (one limiter for everything), [`per_key`] (a
-//! [`Keyed`](crate::Keyed) map with a [`key::KeyExtractor`]: the peer's IP, a trusted
-//! proxy's `X-Forwarded-For`, a header, any function) and [`PolicyExt::and`] (both must pass; a
-//! request the second refuses gives back what the first granted, so it takes nothing from
-//! either).
+//! Policies compose: [`global`] (one limiter for everything), [`per_key`] (a per-key map,
+//! [`PerKeyMap`], with a [`key::KeyExtractor`]: the peer's IP, a trusted proxy's
+//! `X-Forwarded-For`, a header, any function; the map is a [`Keyed`](crate::Keyed), any
+//! limiter per key, or a [`KeyedTokenBucket`](crate::KeyedTokenBucket), a token bucket per
+//! key with its state inline, the cheaper check but without [`RateLimitLayer::delay`]) and
+//! [`PolicyExt::and`] (both must pass; a request the second refuses gives back what the first
+//! granted, so it takes nothing from either).
 //!
 //! The layer is cheap to clone (two `Arc`s) and adds no allocation per request on the hot
 //! path beyond the key itself (an `IpAddr` is none); the RateLimit headers, when sent, are
@@ -80,8 +82,8 @@ pub use body::{RefusalBody, ResponseBody};
 #[cfg(feature = "redis")]
 pub use policy::{fleet, Fleet};
 pub use policy::{
-    global, per_key, And, AndFuture, Ask, Decision, Global, KeyGrant, MissingKey, PerKey, Policy,
-    PolicyExt, Report,
+    global, per_key, And, AndFuture, Ask, Decision, Global, KeyGrant, MissingKey, PerKey,
+    PerKeyMap, Policy, PolicyExt, Report,
 };
 
 use std::future::Future;
@@ -196,6 +198,13 @@ impl<P> RateLimitLayer<P> {
     /// Cancel-safe: a request dropped while it waits (the client went away, a timeout layer
     /// gave up) gives its reservation back ([`Policy::refund`]). Zero (the default) refuses
     /// at once.
+    ///
+    /// Only policies that can reserve wait: a [`per_key`] over a
+    /// [`KeyedTokenBucket`](crate::KeyedTokenBucket) has no schedule and refuses at once
+    /// whatever `max_wait` (as do a limiter that reserves nothing ahead, the default
+    /// [`Limiter::schedule_n_at`](crate::Limiter::schedule_n_at), and the Redis
+    /// policies); for per-key waits use a [`Keyed`](crate::Keyed) of
+    /// [`TokenBucket`](crate::TokenBucket)s.
     pub fn delay(mut self, max_wait: Duration) -> Self {
         Arc::make_mut(&mut self.config).max_wait = max_wait;
         self

@@ -7,12 +7,13 @@
 //! one after another, so that a request refused by the second policy gives back what the
 //! first one granted ([`Policy::refund`]) and takes nothing from either.
 //!
-//! In-process policies ([`Global`], [`PerKey`]) decide at once: their future is
-//! [`std::future::Ready`], and a check is the limiter's own lock-free check, with no
-//! allocation (the optional header report allocates only when headers are configured).
+//! In-process policies ([`Global`], [`PerKey`] over a [`Keyed`] or a [`KeyedTokenBucket`])
+//! decide at once: their future is [`std::future::Ready`], and a check is the limiter's own
+//! lock-free check, with no allocation (the optional header report allocates only when
+//! headers are configured).
 
 use std::future::{ready, Future, Ready};
-use std::hash::Hash;
+use std::hash::{BuildHasher, Hash};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{ready as ready_poll, Context, Poll};
@@ -21,7 +22,7 @@ use std::time::Duration;
 use http::Request;
 
 use super::key::{KeyExtractor, KeyType};
-use crate::{Clock, Denied, Idle, Keyed, Limiter, Nanos, QuotaStatus};
+use crate::{Clock, Denied, Idle, Keyed, KeyedTokenBucket, Limiter, Nanos, QuotaStatus};
 
 /// One policy's answer.
 #[derive(Debug)]
@@ -71,9 +72,9 @@ pub struct Report {
 }
 
 /// A question a [`RateLimitLayer`](super::RateLimitLayer) asks of every request. Implemented
-/// by [`Global`] (one limiter for everything), [`PerKey`] (a [`Keyed`] map and a
-/// [`KeyExtractor`]) and [`And`] (both must pass); build them with [`global`], [`per_key`]
-/// and [`PolicyExt::and`].
+/// by [`Global`] (one limiter for everything), [`PerKey`] (a [`PerKeyMap`], [`Keyed`] or
+/// [`KeyedTokenBucket`], and a [`KeyExtractor`]) and [`And`] (both must pass); build them
+/// with [`global`], [`per_key`] and [`PolicyExt::and`].
 pub trait Policy<B>: Send + Sync + 'static {
     /// What the policy reads from a request, owned.
     type Key: Send + 'static;
@@ -187,21 +188,137 @@ pub enum MissingKey<K> {
     As(K),
 }
 
-/// A limiter per key, picked by a [`KeyExtractor`]: [`per_key`].
-pub struct PerKey<K, X, L, C: Clock>
+/// A per-key limiter map a [`PerKey`] policy takes permits from: implemented by
+/// [`Keyed`] (any limiter per key, built by a factory) and by [`KeyedTokenBucket`] (a token
+/// bucket per key, its state inline: one word per key, the cheaper check).
+pub trait PerKeyMap<K>: Send + Sync + 'static {
+    /// The map's clock reading now: the time a request is decided at.
+    fn now(&self) -> Nanos;
+
+    /// One permit for `key` at `now`: checked, or reserved up to `ask.max_wait` ahead where
+    /// the map can reserve; with the wait, and `key`'s status after it when
+    /// [`Ask::reports`] wants one for that answer (`None` otherwise, or when the map cannot
+    /// say).
+    fn take(
+        &self,
+        key: &K,
+        now: Nanos,
+        ask: Ask,
+    ) -> ((Result<(), Denied>, Duration), Option<QuotaStatus>);
+
+    /// Gives back one permit `take` granted `key` at `at` (a later policy refused the
+    /// request). Exact where the key's limiter refunds exactly; a no-op where it cannot.
+    fn refund(&self, key: &K, at: Nanos);
+}
+
+impl<K, L, C> PerKeyMap<K> for Keyed<K, L, C>
 where
     K: Hash + Eq + Clone + Send + Sync + 'static,
     L: Limiter + Idle + 'static,
+    C: Clock + 'static,
 {
+    #[inline]
+    fn now(&self) -> Nanos {
+        Keyed::now(self)
+    }
+
+    #[inline]
+    fn take(
+        &self,
+        key: &K,
+        now: Nanos,
+        ask: Ask,
+    ) -> ((Result<(), Denied>, Duration), Option<QuotaStatus>) {
+        // One visit to the key's limiter for the permit and, when asked for, the status (each
+        // visit of a contended key's slot is a shared write), at `now`, which also dates a new
+        // key's limiter (one dated at a later reading reads as not full at `now`): the status
+        // only for the kind of answer the layer shows it on, so an allowed request under the
+        // default headers (refusals only) pays for the check alone.
+        self.visit_at(
+            key,
+            now,
+            |l| {
+                let taken = take(l, now, ask.max_wait);
+                let status = if ask.reports(taken.0.is_ok()) {
+                    l.quota_at(now)
+                } else {
+                    None
+                };
+                (taken, status)
+            },
+            // A grant wrote the limiter's state; a refusal did not.
+            |((r, _), _)| r.is_ok(),
+        )
+        // The key is new and the map full: the map's answer (its WhenFull), no status.
+        .unwrap_or_else(|full| ((full, Duration::ZERO), None))
+    }
+
+    #[inline]
+    fn refund(&self, key: &K, at: Nanos) {
+        let _ = self.refund_n_at(key, at, 1);
+    }
+}
+
+/// The inline map: one lookup and one CAS per allowed request, the cheapest per-key check
+/// turnstile has.
+///
+/// **No reserve-ahead.** [`KeyedTokenBucket`] has no schedule: under
+/// [`RateLimitLayer::delay`](super::RateLimitLayer::delay) a request it cannot grant now is
+/// refused at once, as with a zero `max_wait` (its `Retry-After` says when to come back).
+/// Use a [`Keyed`] of [`TokenBucket`](crate::TokenBucket)s where requests should wait.
+impl<K, S, C> PerKeyMap<K> for KeyedTokenBucket<K, S, C>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    S: BuildHasher + Send + Sync + 'static,
+    C: Clock + 'static,
+{
+    #[inline]
+    fn now(&self) -> Nanos {
+        KeyedTokenBucket::now(self)
+    }
+
+    #[inline]
+    fn take(
+        &self,
+        key: &K,
+        now: Nanos,
+        ask: Ask,
+    ) -> ((Result<(), Denied>, Duration), Option<QuotaStatus>) {
+        // Never a wait: `max_wait` is ignored (no schedule here; see the impl's docs).
+        let result = self.check_n_at(key, now, 1);
+        // The status, when this answer shows it (under the default headers, a refusal only),
+        // is a second lookup of the key, after the check: the check is one CAS on the key's
+        // word and has no status to hand back, and the lookup is a load, no write. A
+        // concurrent grant in between makes it a moment later than the check; the headers
+        // say what is left, which is what the client wants to know.
+        let status = if ask.reports(result.is_ok()) {
+            self.quota_at(key, now)
+        } else {
+            None
+        };
+        ((result, Duration::ZERO), status)
+    }
+
+    #[inline]
+    fn refund(&self, key: &K, at: Nanos) {
+        let _ = self.refund_n_at(key, at, 1);
+    }
+}
+
+/// A limiter per key, picked by a [`KeyExtractor`]: [`per_key`].
+pub struct PerKey<K, X, M> {
     name: Arc<str>,
     extractor: X,
-    keyed: Keyed<K, L, C>,
+    map: M,
     missing: MissingKey<K>,
 }
 
 /// A policy that takes one permit per request from the limiter of the request's key, in
-/// `keyed` (one limiter per key, built by its factory on first sight and evicted when idle);
-/// `extractor` reads the key. Requests with no key are allowed through; see
+/// `map`; `extractor` reads the key. The map is a [`PerKeyMap`]: a [`Keyed`] (one limiter per
+/// key, built by its factory on first sight and evicted when idle; any limiter, with
+/// [`RateLimitLayer::delay`](super::RateLimitLayer::delay) where it can reserve) or a
+/// [`KeyedTokenBucket`] (a token bucket per key, its state one word in the map: the cheaper
+/// check, without delay mode). Requests with no key are allowed through; see
 /// [`PerKey::on_missing_key`].
 ///
 /// ```
@@ -215,30 +332,48 @@ where
 /// );
 /// # let _ = per_ip;
 /// ```
-pub fn per_key<K, X, L, C>(
-    name: impl Into<Arc<str>>,
-    extractor: X,
-    keyed: Keyed<K, L, C>,
-) -> PerKey<K, X, L, C>
+///
+/// With the inline map, the key type still comes from the extractor (an `IpAddr` here):
+///
+/// ```
+/// use std::net::{IpAddr, SocketAddr};
+/// use std::sync::Arc;
+/// use turnstile::tower::{key, per_key, Ask, Policy};
+/// use turnstile::{KeyedTokenBucket, Limit};
+///
+/// let per_ip = Arc::new(per_key(
+///     "per-ip",
+///     key::PeerIp,
+///     KeyedTokenBucket::new(Limit::per_second(1.0).unwrap(), 2),
+/// ));
+/// let mut req = http::Request::new(());
+/// req.extensions_mut()
+///     .insert("192.0.2.7:5000".parse::<SocketAddr>().unwrap());
+/// let decide = || {
+///     let key = Policy::<()>::key(&*per_ip, &req);
+///     Policy::<()>::decide(&per_ip, key, Ask::default()).into_inner()
+/// };
+/// assert!(decide().result.is_ok());
+/// assert!(decide().result.is_ok());
+/// assert!(decide().result.is_err()); // the burst of 2 is spent
+/// assert_eq!(per_ip.map().len(), 1);
+/// assert!(per_ip.map().contains(&"192.0.2.7".parse::<IpAddr>().unwrap()));
+/// ```
+pub fn per_key<K, X, M>(name: impl Into<Arc<str>>, extractor: X, map: M) -> PerKey<K, X, M>
 where
     K: Hash + Eq + Clone + Send + Sync + 'static,
     X: KeyType<Key = K> + Send + Sync + 'static,
-    L: Limiter + Idle + 'static,
-    C: Clock + 'static,
+    M: PerKeyMap<K>,
 {
     PerKey {
         name: name.into(),
         extractor,
-        keyed,
+        map,
         missing: MissingKey::Allow,
     }
 }
 
-impl<K, X, L, C: Clock> PerKey<K, X, L, C>
-where
-    K: Hash + Eq + Clone + Send + Sync + 'static,
-    L: Limiter + Idle + 'static,
-{
+impl<K, X, M> PerKey<K, X, M> {
     /// What to do with requests the extractor finds no key in (default
     /// [`MissingKey::Allow`]).
     pub fn on_missing_key(mut self, missing: MissingKey<K>) -> Self {
@@ -246,9 +381,9 @@ where
         self
     }
 
-    /// The per-key limiters.
-    pub fn keyed(&self) -> &Keyed<K, L, C> {
-        &self.keyed
+    /// The per-key map.
+    pub fn map(&self) -> &M {
+        &self.map
     }
 }
 
@@ -256,12 +391,11 @@ where
 /// keyless request was let through).
 pub struct KeyGrant<K>(Option<(K, Nanos)>);
 
-impl<B, K, X, L, C> Policy<B> for PerKey<K, X, L, C>
+impl<B, K, X, M> Policy<B> for PerKey<K, X, M>
 where
     K: Hash + Eq + Clone + Send + Sync + 'static,
     X: KeyExtractor<B, Key = K>,
-    L: Limiter + Idle + 'static,
-    C: Clock + 'static,
+    M: PerKeyMap<K>,
 {
     type Key = Option<K>;
     type Grant = KeyGrant<K>;
@@ -284,7 +418,7 @@ where
                     })
                 }
                 MissingKey::Deny => {
-                    let now = self.keyed.now();
+                    let now = self.map.now();
                     return ready(Decision {
                         result: Err(Denied::new(now, None)),
                         wait: Duration::ZERO,
@@ -294,31 +428,8 @@ where
                 MissingKey::As(k) => k.clone(),
             },
         };
-        let now = self.keyed.now();
-        // One visit to the key's limiter for the permit and, when asked for, the status (each
-        // visit of a contended key's slot is a shared write), at `now`, which also dates a new
-        // key's limiter (one dated at a later reading reads as not full at `now`): the status
-        // only for the kind of answer the layer shows it on, so an allowed request under the
-        // default headers (refusals only) pays for the check alone.
-        let ((result, wait), status) = self
-            .keyed
-            .visit_at(
-                &key,
-                now,
-                |l| {
-                    let taken = take(l, now, ask.max_wait);
-                    let status = if ask.reports(taken.0.is_ok()) {
-                        l.quota_at(now)
-                    } else {
-                        None
-                    };
-                    (taken, status)
-                },
-                // A grant wrote the limiter's state; a refusal did not.
-                |((r, _), _)| r.is_ok(),
-            )
-            // The key is new and the map full: the map's answer (its WhenFull), no status.
-            .unwrap_or_else(|full| ((full, Duration::ZERO), None));
+        let now = self.map.now();
+        let ((result, wait), status) = self.map.take(&key, now, ask);
         let report = one_report(status.is_some(), &self.name, || status);
         ready(Decision {
             result: result.map(|()| KeyGrant(Some((key, now)))),
@@ -329,7 +440,7 @@ where
 
     fn refund(&self, grant: KeyGrant<K>) {
         if let KeyGrant(Some((key, at))) = grant {
-            let _ = self.keyed.refund_n_at(&key, at, 1);
+            self.map.refund(&key, at);
         }
     }
 }
@@ -600,6 +711,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tower::key;
     use crate::{Limit, ManualClock, TokenBucket};
     use std::task::Waker;
 
@@ -609,6 +721,98 @@ mod tests {
             Poll::Ready(v) => v,
             Poll::Pending => panic!("an in-process policy decides at once"),
         }
+    }
+
+    /// A `PerKey` over `map` (1/s, burst 2, on a clock at 1 s): the status only on the
+    /// answers asked for, exact; reserve-ahead as the map can; a refund gives the permit back.
+    /// Returns the waits of two requests past the burst under a 10 s `max_wait`.
+    fn per_key_contract<M: PerKeyMap<u8>>(map: M) -> Vec<Duration> {
+        let p = Arc::new(per_key(
+            "k",
+            key::from_fn(|r: &Request<()>| r.uri().path().as_bytes().get(1).copied()),
+            map,
+        ));
+        let req = |path: &str| Request::get(path).body(()).unwrap();
+        let decide = |path: &str, ask: Ask| {
+            now_or_never(Policy::<()>::decide(
+                &p,
+                Policy::<()>::key(&*p, &req(path)),
+                ask,
+            ))
+        };
+        let refusals_only = Ask {
+            report: true,
+            ..Ask::default()
+        };
+        let always = Ask {
+            report_grants: true,
+            ..refusals_only
+        };
+        let status = |remaining, reset: u64| QuotaStatus {
+            quota: 2,
+            window: Duration::from_secs(2),
+            remaining,
+            reset: Duration::from_secs(reset),
+        };
+        // Grants under the default headers carry no status; under Always they do.
+        let d = decide("/a", refusals_only);
+        assert!(d.result.is_ok() && d.report.items.is_empty());
+        let d = decide("/a", always);
+        assert!(d.result.is_ok());
+        assert_eq!(d.report.items, vec![("k".into(), status(0, 2))]);
+        // A refusal: with the status when asked for, without when not.
+        let d = decide("/a", refusals_only);
+        assert!(d.result.is_err());
+        assert_eq!(d.report.items, vec![("k".into(), status(0, 2))]);
+        assert!(decide("/a", Ask::default()).report.items.is_empty());
+        // Another key is whole.
+        let d = decide("/b", always);
+        assert_eq!(d.report.items, vec![("k".into(), status(1, 1))]);
+        // A refund gives "/b"'s permit back; "/a" has none to spend.
+        match decide("/b", Ask::default()).result {
+            Ok(g) => Policy::<()>::refund(&*p, g),
+            Err(_) => panic!("\"/b\" had one left"),
+        }
+        let d = decide("/b", always);
+        assert!(d.result.is_ok(), "the refund gave nothing back");
+        assert_eq!(d.report.items, vec![("k".into(), status(0, 2))]);
+        // Past the burst with a maximum wait: reserved ahead, or refused at once.
+        let ahead = Ask {
+            max_wait: Duration::from_secs(10),
+            ..Ask::default()
+        };
+        (0..2)
+            .map(|_| {
+                let d = decide("/a", ahead);
+                if d.result.is_err() {
+                    assert_eq!(d.wait, Duration::ZERO);
+                }
+                d.wait
+            })
+            .collect()
+    }
+
+    #[test]
+    fn per_key_over_either_map_reports_only_what_is_asked_and_refunds() {
+        let limit = Limit::per_second(1.0).unwrap();
+        let clock = ManualClock::new(Nanos::new(1_000_000_000));
+        let c = clock.clone();
+        let keyed = Keyed::builder(move |_: &u8| TokenBucket::with_clock(limit, 2, c.clone()))
+            .clock(clock.clone())
+            .build()
+            .unwrap();
+        // A Keyed of token buckets reserves: 1 s, then 2 s ahead.
+        assert_eq!(
+            per_key_contract(keyed),
+            [Duration::from_secs(1), Duration::from_secs(2)]
+        );
+        let clock = ManualClock::new(Nanos::new(1_000_000_000));
+        let inline = KeyedTokenBucket::builder(limit, 2)
+            .clock(clock.clone())
+            .build()
+            .unwrap();
+        // The inline map cannot: refused at once, twice (the first reserved nothing).
+        assert_eq!(per_key_contract(inline), [Duration::ZERO; 2]);
     }
 
     #[test]
