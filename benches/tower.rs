@@ -5,7 +5,8 @@
 //! cost in the load example (`examples/http.rs`), is out of the figure. The servers are the
 //! load example's (`examples/http/cells.rs`): a layer keyed by peer IP.
 //!
-//! Groups, ids `no_layer`, `turnstile` and `governor`:
+//! Groups, ids `no_layer`, `turnstile` (per-IP buckets in a `Keyed` map), `turnstile_inline`
+//! (in a `KeyedTokenBucket`, one word per key) and `governor`:
 //! * `http_allow`: a layer that allows every request (`no_layer` serves the bare router).
 //! * `http_deny`: a layer that refuses all but the peer's first request: 429 with
 //!   `Retry-After`, turnstile's with the IETF `RateLimit` fields too (its default).
@@ -32,14 +33,17 @@ mod pipe;
 const PEER: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(Ipv4Addr::LOCALHOST), 40_000);
 
 type Build = fn() -> Option<Router>;
+/// A cell: its id, its router, the status its requests get.
+type Cell = (&'static str, Build, u16);
 
-/// Each group's cells: id, router, the status its requests get.
-const GROUPS: [(&str, [(&str, Build, u16); 3]); 3] = [
+/// Each group's cells.
+const GROUPS: [(&str, [Cell; 4]); 3] = [
     (
         "http_allow",
         [
             ("no_layer", cells::no_layer_router, 200),
             ("turnstile", cells::turnstile_router, 200),
+            ("turnstile_inline", cells::turnstile_inline_router, 200),
             ("governor", cells::governor_allow_router, 200),
         ],
     ),
@@ -48,6 +52,7 @@ const GROUPS: [(&str, [(&str, Build, u16); 3]); 3] = [
         [
             ("no_layer", cells::no_layer_router, 200),
             ("turnstile", cells::turnstile_deny_router, 429),
+            ("turnstile_inline", cells::turnstile_inline_deny_router, 429),
             ("governor", cells::governor_deny_router, 429),
         ],
     ),
@@ -56,6 +61,11 @@ const GROUPS: [(&str, [(&str, Build, u16); 3]); 3] = [
         [
             ("no_layer", cells::no_layer_router, 200),
             ("turnstile", cells::turnstile_deny_bare_router, 429),
+            (
+                "turnstile_inline",
+                cells::turnstile_inline_deny_bare_router,
+                429,
+            ),
             ("governor", cells::governor_deny_router, 429),
         ],
     ),

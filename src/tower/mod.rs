@@ -274,11 +274,27 @@ where
         // is polled again by the response future, with the caller's waker: a future may be
         // polled with a different waker each time, the last one being the one it wakes.
         let noop = &mut Context::from_waker(std::task::Waker::noop());
-        let state = match Pin::new(&mut check).poll(noop) {
-            Poll::Ready(decision) => settle(self, decision, req),
-            Poll::Pending => still_checking(self, check, req, ask),
-        };
-        ResponseFuture { state }
+        match Pin::new(&mut check).poll(noop) {
+            // The common case, spelled out so that the inner future is written where the
+            // response future keeps it (one copy fewer of a future that holds the request).
+            Poll::Ready(Decision {
+                result: Ok(_),
+                wait,
+                report,
+            }) if wait.is_zero() => ResponseFuture {
+                state: State::Calling {
+                    report: (self.config.headers == Headers::Always).then_some(report),
+                    fut: self.inner.call(req),
+                },
+            },
+            // A wait for reserved permits, or a refusal.
+            Poll::Ready(decision) => ResponseFuture {
+                state: settle(self, decision, req),
+            },
+            Poll::Pending => ResponseFuture {
+                state: still_checking(self, check, req, ask),
+            },
+        }
     }
 }
 
@@ -318,10 +334,8 @@ fn take_inner<S: Clone>(inner: &mut S) -> S {
     std::mem::replace(inner, clone)
 }
 
-/// The state a decision made in `call` leads to: the inner service called now, the request
-/// waiting for its reserved permits, or the refusal. Inlined into `call`, so that the inner
-/// service's future is built in place rather than copied out of a returned state.
-#[inline(always)]
+/// The state a decision made in `call` leads to when it is not a grant for now (which `call`
+/// handles itself): the request waiting for its reserved permits, or the refusal.
 fn settle<S, P, ReqBody>(
     this: &mut RateLimit<S, P>,
     decision: Decision<P::Grant>,
@@ -337,27 +351,17 @@ where
         report,
     } = decision;
     match result {
-        Ok(grant) => {
-            let report = (this.config.headers == Headers::Always).then_some(report);
-            if wait.is_zero() {
-                State::Calling {
-                    fut: this.inner.call(req),
-                    report,
-                }
-            } else {
-                State::Slow {
-                    slow: Box::pin(Slow::Waiting {
-                        sleep: tokio::time::sleep(wait),
-                        req: Some(req),
-                        inner: Some(take_inner(&mut this.inner)),
-                        reservation: Reservation {
-                            held: Some((this.policy.clone(), grant)),
-                        },
-                        report,
-                    }),
-                }
-            }
-        }
+        Ok(grant) => State::Slow {
+            slow: Box::pin(Slow::Waiting {
+                sleep: tokio::time::sleep(wait),
+                req: Some(req),
+                inner: Some(take_inner(&mut this.inner)),
+                reservation: Reservation {
+                    held: Some((this.policy.clone(), grant)),
+                },
+                report: (this.config.headers == Headers::Always).then_some(report),
+            }),
+        },
         Err(denied) => {
             let grpc = this.config.grpc && is_grpc(req.headers());
             State::Refused {
