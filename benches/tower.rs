@@ -24,6 +24,8 @@ use std::time::{Duration, Instant};
 use axum::Router;
 use criterion::{criterion_group, criterion_main, Criterion};
 
+// Shared with the HTTP examples, which serve cells this bench does not time.
+#[allow(dead_code)]
 #[path = "../examples/http/cells.rs"]
 mod cells;
 #[path = "../examples/http/pipe.rs"]

@@ -7,7 +7,7 @@
 //! of the op counts: the instructions of one whole request, client end included.
 //!
 //! ```text
-//! cargo run --release --example http_instructions --features tower,axum -- <cell> <none|turnstile|turnstile-inline|governor> <ops>
+//! cargo run --release --example http_instructions --features tower,axum -- <cell> <none|pass-through|turnstile|turnstile-inline|governor> <ops>
 //! ```
 //!
 //! Cells:
@@ -22,7 +22,9 @@
 //!
 //! `turnstile-inline` is turnstile's layer over the inline per-key map (`KeyedTokenBucket`)
 //! instead of a `Keyed` map, in every cell (`turnstile_inline_router`,
-//! `turnstile_inline_deny_router`, `turnstile_inline_deny_bare_router`).
+//! `turnstile_inline_deny_router`, `turnstile_inline_deny_bare_router`). `pass-through`
+//! (`http-allow` only) is a layer that calls the inner service and nothing else
+//! (`pass_through_router`): what any layer costs under axum's `Router::layer`.
 //!
 //! One request is sent before the measured loop (the peer's first, which even the denying
 //! layers allow: the limiter's key is created then, outside the figures), and the binary
@@ -61,6 +63,7 @@ fn router(cell: &str, imp: &str) -> Result<(Router, u16), String> {
             cells::governor_deny_router().map(|r| (r, 429))
         }
         ("http-deny-bare", "turnstile") => cells::turnstile_deny_bare_router().map(|r| (r, 429)),
+        ("http-allow", "pass-through") => cells::pass_through_router().map(|r| (r, 200)),
         ("http-allow", "turnstile-inline") => cells::turnstile_inline_router().map(|r| (r, 200)),
         ("http-deny", "turnstile-inline") => {
             cells::turnstile_inline_deny_router().map(|r| (r, 429))
@@ -97,7 +100,7 @@ fn main() -> ExitCode {
     };
     let Some((cell, imp, ops)) = parsed else {
         eprintln!(
-            "usage: http_instructions <http-allow|http-deny|http-deny-bare> <none|turnstile|turnstile-inline|governor> <ops>"
+            "usage: http_instructions <http-allow|http-deny|http-deny-bare> <none|pass-through|turnstile|turnstile-inline|governor> <ops>"
         );
         return ExitCode::from(2);
     };

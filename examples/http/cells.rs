@@ -146,3 +146,41 @@ fn turnstile_inline_layer(
         KeyedTokenBucket::new(limit, burst),
     ))
 }
+
+/// Cell `pass_through` (instruction counts and `benches/tower.rs` only): a layer that does
+/// nothing but call the inner service, so that what any layer costs under axum's
+/// `Router::layer` (which boxes and clones the layered route for every request) shows apart
+/// from what a rate-limit layer adds to it.
+pub fn pass_through_router() -> Option<Router> {
+    Some(app().layer(PassThroughLayer))
+}
+
+/// [`pass_through_router`]'s layer.
+#[derive(Clone, Copy)]
+pub struct PassThroughLayer;
+
+impl<S> tower::Layer<S> for PassThroughLayer {
+    type Service = PassThrough<S>;
+    fn layer(&self, inner: S) -> PassThrough<S> {
+        PassThrough(inner)
+    }
+}
+
+/// [`PassThroughLayer`]'s service: the inner one, called as it is.
+#[derive(Clone)]
+pub struct PassThrough<S>(S);
+
+impl<S: tower::Service<R>, R> tower::Service<R> for PassThrough<S> {
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), S::Error>> {
+        self.0.poll_ready(cx)
+    }
+    fn call(&mut self, req: R) -> S::Future {
+        self.0.call(req)
+    }
+}
