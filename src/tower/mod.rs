@@ -689,4 +689,27 @@ mod tests {
         );
         assert_eq!(h[&RATELIMIT], r#""per-ip";r=0;t=1, "a \"b\"\\";r=42;t=17"#);
     }
+
+    #[test]
+    fn names_are_escaped_whether_or_not_they_are_plain_ascii() {
+        let sf = |name: &str| {
+            let mut out = Vec::new();
+            write_sf_string(&mut out, name);
+            String::from_utf8(out).unwrap()
+        };
+        assert_eq!(sf("per-ip"), r#""per-ip""#);
+        // All visible ASCII, so only the escapes tell the plain path from the careful one.
+        assert_eq!(sf(r#"a"b"#), r#""a\"b""#);
+        assert_eq!(sf(r"a\b"), r#""a\\b""#);
+        assert_eq!(sf("tab\there é"), r#""tabhere ""#);
+    }
+
+    #[test]
+    fn numbers_are_written_whole_at_both_ends() {
+        for n in [0, 7, 10, 99, 1000, 4_294_967_296, u64::MAX] {
+            let mut out = Vec::new();
+            write_u64(&mut out, n);
+            assert_eq!(out, n.to_string().as_bytes());
+        }
+    }
 }
