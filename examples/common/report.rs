@@ -1,5 +1,6 @@
 //! What the benchmark examples share (`examples/redis/bench.rs`, `examples/http/bench.rs`):
-//! number and latency formatting, percentiles, the machine's load average and the JSON
+//! number and latency formatting, percentiles, the machine's load average (and the busy-machine
+//! note) and the JSON
 //! writer's escaping. Each includes this file as a module with `#[path]`.
 #![allow(dead_code)] // not every example uses every helper
 
@@ -47,6 +48,26 @@ pub fn load_average() -> Option<f64> {
         .next()?
         .parse()
         .ok()
+}
+
+/// A load average as the reports print it: two decimals, or "unknown".
+pub fn fmt_load(load: Option<f64>) -> String {
+    load.map_or("unknown".to_string(), |l| format!("{l:.2}"))
+}
+
+/// The note a report prints when other work shared the cores (a 1-minute load average above
+/// the core count at the start or the end of the run), or `None`.
+pub fn busy_note(start: Option<f64>, end: Option<f64>, cores: usize) -> Option<String> {
+    let busy = |l: Option<f64>| l.is_some_and(|l| l > cores as f64 + 0.5);
+    (busy(start) || busy(end)).then(|| {
+        format!(
+            "note: this machine was busy: 1-minute load average {} at the start and {} at the \
+             end on {cores} cores (this run included), so other work shared the cores; treat \
+             the figures as rough.",
+            fmt_load(start),
+            fmt_load(end),
+        )
+    })
 }
 
 pub fn json_str(s: &str) -> String {

@@ -19,7 +19,7 @@ use tokio::net::{TcpListener, TcpSocket};
 
 #[path = "../common/report.rs"]
 mod report;
-pub use report::{fmt_dur, load_average, percentile, thousands};
+pub use report::{busy_note, fmt_dur, fmt_load, load_average, percentile, thousands};
 
 // Shared with examples/http_instructions.rs, which counts one more cell than this run has.
 #[allow(dead_code)]
@@ -945,7 +945,7 @@ pub fn run_all(args: &Args, out: &mut dyn Write) -> Result<Report, String> {
          denying cells: burst {DENY_BURST} per peer IP, one more every {} s",
         args.server_threads,
         args.client_threads,
-        load_start.map_or("unknown".to_string(), |l| format!("{l:.2}")),
+        fmt_load(load_start),
         args.connections,
         args.client.name(),
         args.peers,
@@ -1184,33 +1184,15 @@ pub fn print_verdict(report: &Report, out: &mut dyn Write) -> io::Result<()> {
   - on a shared 2-core machine rounds move by 5-10%: compare the round ratios' spread with the
     overhead before calling a cell above or within the target, and rerun with more --rounds."
     )?;
-    let busy = |l: Option<f64>| l.is_some_and(|l| l > report.cores as f64 + 0.5);
-    if busy(report.load_start) || busy(report.load_end) {
-        writeln!(
-            out,
-            "\nnote: this machine was busy: 1-minute load average {} at the start and {} at the \
-             end on {} cores (this run included), so other work shared the cores; treat the \
-             figures as rough.",
-            report
-                .load_start
-                .map_or("unknown".to_string(), |l| format!("{l:.2}")),
-            report
-                .load_end
-                .map_or("unknown".to_string(), |l| format!("{l:.2}")),
-            report.cores
-        )?;
-    } else {
-        writeln!(
+    match busy_note(report.load_start, report.load_end, report.cores) {
+        Some(note) => writeln!(out, "\n{note}")?,
+        None => writeln!(
             out,
             "\n1-minute load average {} at the start, {} at the end ({} cores)",
-            report
-                .load_start
-                .map_or("unknown".to_string(), |l| format!("{l:.2}")),
-            report
-                .load_end
-                .map_or("unknown".to_string(), |l| format!("{l:.2}")),
+            fmt_load(report.load_start),
+            fmt_load(report.load_end),
             report.cores
-        )?;
+        )?,
     }
     let judged: Vec<&Summary> = summaries.iter().filter(|s| s.kind == Kind::Allow).collect();
     let meeting = judged

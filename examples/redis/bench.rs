@@ -16,7 +16,7 @@ use turnstile::Limit;
 
 #[path = "../common/report.rs"]
 mod report;
-pub use report::{fmt_dur, load_average, percentile, thousands};
+pub use report::{busy_note, fmt_dur, fmt_load, load_average, percentile, thousands};
 use report::{json_f64, json_opt_f64, json_str};
 
 /// The target of issue #11: a check at least this fraction of PING's throughput.
@@ -592,7 +592,7 @@ pub async fn run_all(
          limit {LIMIT_PER_SEC:e}/s burst {BURST} (every check granted: the script's writing \
          path); {} keys for gcra_random_keys",
         if runtime_workers == 1 { "" } else { "s" },
-        load_start.map_or("unknown".to_string(), |l| format!("{l:.2}")),
+        fmt_load(load_start),
         args.cells(),
         args.seconds,
         args.expected_seconds(),
@@ -766,21 +766,8 @@ pub fn print_verdict(report: &Report, out: &mut dyn Write) -> io::Result<()> {
     ratios move by 10-20% from run to run; rerun with a larger --seconds before trusting a
     BELOW."
     )?;
-    let busy = |l: Option<f64>| l.is_some_and(|l| l > report.cores as f64 + 0.5);
-    if busy(report.load_start) || busy(report.load_end) {
-        writeln!(
-            out,
-            "\nnote: this machine was busy: 1-minute load average {} at the start and {} at the \
-             end on {} cores (this run included), so other work shared the cores; treat the \
-             figures as rough.",
-            report
-                .load_start
-                .map_or("unknown".to_string(), |l| format!("{l:.2}")),
-            report
-                .load_end
-                .map_or("unknown".to_string(), |l| format!("{l:.2}")),
-            report.cores
-        )?;
+    if let Some(note) = busy_note(report.load_start, report.load_end, report.cores) {
+        writeln!(out, "\n{note}")?;
     }
     let checks: Vec<&Cell> = report.cells.iter().filter(|c| c.op.is_check()).collect();
     let meeting = checks

@@ -117,7 +117,7 @@
 //! during an outage the task goes with it and the limiter stays in fallback mode.
 
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, Weak}; // Mutex: mode switches and drop only, never a check
 use std::time::{Duration, Instant};
 
 use super::{RedisLimitError, RedisLimiter};
@@ -174,9 +174,9 @@ where
     // check when it switches back, and by `last_switch()` and drop, so a handful of times per
     // outage, never per check.
     /// When the mode last changed.
-    last_switch: Mutex<Option<Instant>>,
+    last_switch: Mutex<Option<Instant>>, // off the hot path: taken on a mode switch only
     /// The running health check, aborted when the last handle goes.
-    monitor: Mutex<Option<tokio::task::AbortHandle>>,
+    monitor: Mutex<Option<tokio::task::AbortHandle>>, // off the hot path: switch and drop only
 }
 
 impl<L: RedisLimiter + 'static> Drop for Inner<L> {
@@ -598,8 +598,8 @@ impl<L: RedisLimiter + 'static> FallbackBuilder<L> {
                 share,
                 to_fallback: AtomicU64::new(0),
                 to_redis: AtomicU64::new(0),
-                last_switch: Mutex::new(None),
-                monitor: Mutex::new(None),
+                last_switch: Mutex::new(None), // built once, at construction
+                monitor: Mutex::new(None),     // built once, at construction
             }),
         })
     }
