@@ -1,6 +1,7 @@
 //! What the benchmark examples share (`examples/redis/bench.rs`, `examples/http/bench.rs`):
 //! number and latency formatting, percentiles, the machine's load average (and the
-//! busy-machine note) and the JSON writer's escaping. Each includes this file as a module with `#[path]`.
+//! busy-machine note) and the JSON writer's escaping. Each includes this file as a module
+//! with `#[path]`.
 #![allow(dead_code)] // not every example uses every helper
 
 use std::fmt::Write as _;
