@@ -128,6 +128,15 @@ struct Config {
     max_wait: Duration,
 }
 
+impl Config {
+    /// What an allowed response carries of a grant's `report`: all of it with
+    /// [`Headers::Always`], else nothing.
+    #[inline]
+    fn shown(&self, report: Report) -> Option<Report> {
+        (self.headers == Headers::Always).then_some(report)
+    }
+}
+
 /// Tower [`Layer`](::tower::Layer) of [`RateLimit`]: see the [module docs](self).
 pub struct RateLimitLayer<P> {
     policy: Arc<P>,
@@ -283,7 +292,7 @@ where
                 report,
             }) if wait.is_zero() => ResponseFuture {
                 state: State::Calling {
-                    report: (self.config.headers == Headers::Always).then_some(report),
+                    report: self.config.shown(report),
                     fut: self.inner.call(req),
                 },
             },
@@ -359,15 +368,12 @@ where
                 reservation: Reservation {
                     held: Some((this.policy.clone(), grant)),
                 },
-                report: (this.config.headers == Headers::Always).then_some(report),
+                report: this.config.shown(report),
             }),
         },
-        Err(denied) => {
-            let grpc = this.config.grpc && is_grpc(req.headers());
-            State::Refused {
-                resp: Some(refusal(&this.config, &denied, &report, grpc)),
-            }
-        }
+        Err(denied) => State::Refused {
+            resp: Some(refusal(&this.config, &denied, &report, &req)),
+        },
     }
 }
 
@@ -498,7 +504,7 @@ where
                 Poll::Ready(match decision.result {
                     Ok(grant) => {
                         let mut inner = inner.take().expect("polled after completion");
-                        let report = (config.headers == Headers::Always).then_some(decision.report);
+                        let report = config.shown(decision.report);
                         match policy.take() {
                             Some(policy) if !decision.wait.is_zero() => Next::Wait(Slow::Waiting {
                                 sleep: tokio::time::sleep(decision.wait),
@@ -512,10 +518,7 @@ where
                             _ => Next::Call(inner.call(req), report),
                         }
                     }
-                    Err(denied) => {
-                        let grpc = config.grpc && is_grpc(req.headers());
-                        Next::Refuse(refusal(config, &denied, &decision.report, grpc))
-                    }
+                    Err(denied) => Next::Refuse(refusal(config, &denied, &decision.report, &req)),
                 })
             }
             SlowProj::Waiting {
@@ -556,8 +559,14 @@ fn is_grpc(headers: &HeaderMap) -> bool {
         .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"))
 }
 
-/// The response to a refused request (its body the text to send, `""` for gRPC).
-fn refusal(config: &Config, denied: &Denied, report: &Report, grpc: bool) -> Response<Bytes> {
+/// The response to refused `req` (its body the text to send, `""` for gRPC).
+fn refusal<B>(
+    config: &Config,
+    denied: &Denied,
+    report: &Report,
+    req: &Request<B>,
+) -> Response<Bytes> {
+    let grpc = config.grpc && is_grpc(req.headers());
     // gRPC's refusal has no body: its status is in the headers (a "trailers-only" response).
     let mut resp = Response::new(if grpc {
         Bytes::new()
