@@ -291,16 +291,18 @@ where
                 wait,
                 report,
             }) if wait.is_zero() => ResponseFuture {
+                report: self.config.shown(report),
                 state: State::Calling {
-                    report: self.config.shown(report),
                     fut: self.inner.call(req),
                 },
             },
             // A wait for reserved permits, or a refusal.
             Poll::Ready(decision) => ResponseFuture {
+                report: None,
                 state: settle(self, decision, req),
             },
             Poll::Pending => ResponseFuture {
+                report: None,
                 state: still_checking(self, check, req, ask),
             },
         }
@@ -388,6 +390,10 @@ pin_project_lite::pin_project! {
     {
         #[pin]
         state: State<S, P, ReqBody>,
+        // What the allowed response carries (with `Headers::Always`): beside the state, not
+        // in its `Calling` variant, so that `call` writes the inner future where it stays
+        // (a variant with a second field costs a copy of the whole future).
+        report: Option<Report>,
     }
 }
 
@@ -401,7 +407,6 @@ pin_project_lite::pin_project! {
         Calling {
             #[pin]
             fut: S::Future,
-            report: Option<Report>,
         },
         Refused {
             resp: Option<Response<Bytes>>,
@@ -459,27 +464,55 @@ where
 {
     type Output = Result<Response<ResBody>, S::Error>;
 
+    #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
-        loop {
-            match this.state.as_mut().project() {
-                StateProj::Calling { fut, report } => {
-                    let mut resp = ready!(fut.poll(cx))?;
-                    if let Some(report) = report.take() {
-                        write_report(resp.headers_mut(), &report);
-                    }
-                    return Poll::Ready(Ok(resp));
-                }
-                StateProj::Refused { resp } => {
-                    let resp = resp.take().expect("polled after completion");
-                    return Poll::Ready(Ok(resp.map(ResBody::refusal)));
-                }
-                StateProj::Slow { slow } => match ready!(slow.as_mut().poll_step(cx)) {
-                    Next::Call(fut, report) => this.state.set(State::Calling { fut, report }),
-                    Next::Refuse(resp) => return Poll::Ready(Ok(resp.map(ResBody::refusal))),
-                    Next::Wait(next) => slow.set(next),
-                },
+        // The common case: the inner service's response, passed on as it comes (its poll
+        // writes straight into ours).
+        if this.report.is_none() {
+            if let StateProj::Calling { fut } = this.state.as_mut().project() {
+                return fut.poll(cx);
             }
+        }
+        poll_rest(this.state, this.report, cx)
+    }
+}
+
+/// [`ResponseFuture::poll`] but for an inner response without a report: one with the
+/// `RateLimit` fields to add, a refusal, or a slow state (a decision in flight, a wait for
+/// reserved permits). Out of line, so that the common case is a small function.
+#[inline(never)]
+fn poll_rest<S, P, ReqBody, ResBody>(
+    mut state: Pin<&mut State<S, P, ReqBody>>,
+    report: &mut Option<Report>,
+    cx: &mut Context<'_>,
+) -> Poll<Result<Response<ResBody>, S::Error>>
+where
+    S: ::tower::Service<Request<ReqBody>, Response = Response<ResBody>>,
+    P: Policy<ReqBody>,
+    ResBody: RefusalBody,
+{
+    loop {
+        match state.as_mut().project() {
+            StateProj::Calling { fut } => {
+                let mut resp = ready!(fut.poll(cx))?;
+                if let Some(report) = report.take() {
+                    write_report(resp.headers_mut(), &report);
+                }
+                return Poll::Ready(Ok(resp));
+            }
+            StateProj::Refused { resp } => {
+                let resp = resp.take().expect("polled after completion");
+                return Poll::Ready(Ok(resp.map(ResBody::refusal)));
+            }
+            StateProj::Slow { slow } => match ready!(slow.as_mut().poll_step(cx)) {
+                Next::Call(fut, shown) => {
+                    *report = shown;
+                    state.set(State::Calling { fut });
+                }
+                Next::Refuse(resp) => return Poll::Ready(Ok(resp.map(ResBody::refusal))),
+                Next::Wait(next) => slow.set(next),
+            },
         }
     }
 }
