@@ -41,6 +41,7 @@ pub trait KeyExtractor<B>: KeyType + Send + Sync + 'static {
 pub struct PeerIp;
 
 /// The peer address of `req`, from the extensions [`PeerIp`] reads.
+#[inline]
 pub fn peer_addr<B>(req: &Request<B>) -> Option<SocketAddr> {
     #[cfg(feature = "axum")]
     if let Some(info) = req
@@ -169,6 +170,7 @@ fn parse_forwarded_node(v: &str) -> Option<IpAddr> {
 
 /// An IPv4 address mapped into IPv6 (`::ffff:a.b.c.d`, what a dual-stack socket reports) is
 /// the IPv4 client it stands for: one client, one key.
+#[inline]
 fn canonical(ip: IpAddr) -> IpAddr {
     match ip {
         IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),

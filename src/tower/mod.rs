@@ -27,7 +27,7 @@
 //! [`PolicyExt::and`] (both must pass; a request the second refuses gives back what the first
 //! granted, so it takes nothing from either).
 //!
-//! The layer is cheap to clone (two `Arc`s) and adds no allocation per request on the hot
+//! The layer is cheap to clone (one `Arc`) and adds no allocation per request on the hot
 //! path beyond the key itself (an `IpAddr` is none); the RateLimit headers, when sent, are
 //! formatted into one small buffer each. Allowed responses pass through as the inner service
 //! made them; a refusal is written in the server's own body type ([`RefusalBody`]: axum's
@@ -137,17 +137,35 @@ impl Config {
     }
 }
 
+/// What a layer and every service it makes share, behind one reference count: axum makes a
+/// handler's service anew for every request (a clone of this, and its drop after), so each
+/// count more would be two more atomic writes to a shared line per request.
+struct Shared<P> {
+    // An `Arc` of its own too: a policy's `decide` may keep it (a Redis round trip).
+    policy: Arc<P>,
+    config: Config,
+}
+
+// Not derived: no `P: Clone` needed (the builder methods copy the configuration, not the
+// policy, when the layer has been cloned).
+impl<P> Clone for Shared<P> {
+    fn clone(&self) -> Self {
+        Shared {
+            policy: self.policy.clone(),
+            config: self.config.clone(),
+        }
+    }
+}
+
 /// Tower [`Layer`](::tower::Layer) of [`RateLimit`]: see the [module docs](self).
 pub struct RateLimitLayer<P> {
-    policy: Arc<P>,
-    config: Arc<Config>,
+    shared: Arc<Shared<P>>,
 }
 
 impl<P> Clone for RateLimitLayer<P> {
     fn clone(&self) -> Self {
         RateLimitLayer {
-            policy: self.policy.clone(),
-            config: self.config.clone(),
+            shared: self.shared.clone(),
         }
     }
 }
@@ -158,20 +176,22 @@ impl<P> RateLimitLayer<P> {
     /// `grpc-status: 8`.
     pub fn new(policy: P) -> Self {
         RateLimitLayer {
-            policy: Arc::new(policy),
-            config: Arc::new(Config {
-                status: StatusCode::TOO_MANY_REQUESTS,
-                body: Bytes::from_static(b"Too Many Requests"),
-                headers: Headers::OnDenial,
-                grpc: true,
-                max_wait: Duration::ZERO,
+            shared: Arc::new(Shared {
+                policy: Arc::new(policy),
+                config: Config {
+                    status: StatusCode::TOO_MANY_REQUESTS,
+                    body: Bytes::from_static(b"Too Many Requests"),
+                    headers: Headers::OnDenial,
+                    grpc: true,
+                    max_wait: Duration::ZERO,
+                },
             }),
         }
     }
 
     /// The status of a refusal (default 429).
     pub fn status(mut self, status: StatusCode) -> Self {
-        Arc::make_mut(&mut self.config).status = status;
+        self.config_mut().status = status;
         self
     }
 
@@ -179,13 +199,13 @@ impl<P> RateLimitLayer<P> {
     /// `&'static [u8]` (no allocation per refusal), or any other [`Bytes`] (a `String`, a
     /// `Vec<u8>`: shared by the refusals, not copied). A gRPC refusal has no body.
     pub fn body(mut self, body: impl Into<Bytes>) -> Self {
-        Arc::make_mut(&mut self.config).body = body.into();
+        self.config_mut().body = body.into();
         self
     }
 
     /// Which responses carry the RateLimit headers (default [`Headers::OnDenial`]).
     pub fn headers(mut self, headers: Headers) -> Self {
-        Arc::make_mut(&mut self.config).headers = headers;
+        self.config_mut().headers = headers;
         self
     }
 
@@ -195,7 +215,7 @@ impl<P> RateLimitLayer<P> {
     /// flag"), and one without ([`body("")`](Self::body)) is mapped from its HTTP status by
     /// gRPC's rules (429 is `UNAVAILABLE`).
     pub fn grpc(mut self, grpc: bool) -> Self {
-        Arc::make_mut(&mut self.config).grpc = grpc;
+        self.config_mut().grpc = grpc;
         self
     }
 
@@ -215,13 +235,17 @@ impl<P> RateLimitLayer<P> {
     /// policies); for per-key waits use a [`Keyed`](crate::Keyed) of
     /// [`TokenBucket`](crate::TokenBucket)s.
     pub fn delay(mut self, max_wait: Duration) -> Self {
-        Arc::make_mut(&mut self.config).max_wait = max_wait;
+        self.config_mut().max_wait = max_wait;
         self
     }
 
     /// The policy.
     pub fn policy(&self) -> &P {
-        &self.policy
+        &self.shared.policy
+    }
+
+    fn config_mut(&mut self) -> &mut Config {
+        &mut Arc::make_mut(&mut self.shared).config
     }
 }
 
@@ -231,8 +255,7 @@ impl<S, P> ::tower::Layer<S> for RateLimitLayer<P> {
     fn layer(&self, inner: S) -> RateLimit<S, P> {
         RateLimit {
             inner,
-            policy: self.policy.clone(),
-            config: self.config.clone(),
+            shared: self.shared.clone(),
         }
     }
 }
@@ -240,16 +263,14 @@ impl<S, P> ::tower::Layer<S> for RateLimitLayer<P> {
 /// The rate-limited service: [`RateLimitLayer`].
 pub struct RateLimit<S, P> {
     inner: S,
-    policy: Arc<P>,
-    config: Arc<Config>,
+    shared: Arc<Shared<P>>,
 }
 
 impl<S: Clone, P> Clone for RateLimit<S, P> {
     fn clone(&self) -> Self {
         RateLimit {
             inner: self.inner.clone(),
-            policy: self.policy.clone(),
-            config: self.config.clone(),
+            shared: self.shared.clone(),
         }
     }
 }
@@ -270,13 +291,14 @@ where
     }
 
     fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
-        let key = self.policy.key(&req);
+        let Shared { policy, config } = &*self.shared;
+        let key = policy.key(&req);
         let ask = Ask {
-            report: self.config.headers != Headers::Never,
-            report_grants: self.config.headers == Headers::Always,
-            max_wait: self.config.max_wait,
+            report: config.headers != Headers::Never,
+            report_grants: config.headers == Headers::Always,
+            max_wait: config.max_wait,
         };
-        let mut check = self.policy.decide(key, ask);
+        let mut check = policy.decide(key, ask);
         // An in-process policy has decided already (its future is `Ready`): act on the
         // decision here, calling the inner service this poll_ready made ready, so that the
         // response future holds only the inner one. A policy that is still deciding (Redis)
@@ -291,7 +313,7 @@ where
                 wait,
                 report,
             }) if wait.is_zero() => ResponseFuture {
-                report: self.config.shown(report),
+                report: config.shown(report),
                 state: State::Calling {
                     fut: self.inner.call(req),
                 },
@@ -332,9 +354,9 @@ where
             // place.
             inner: Some(take_inner(&mut this.inner)),
             // Only a request that may wait needs the policy again (to refund if it is
-            // dropped): no shared count to touch otherwise.
-            policy: (!ask.max_wait.is_zero()).then(|| this.policy.clone()),
-            config: this.config.clone(),
+            // dropped).
+            may_wait: !ask.max_wait.is_zero(),
+            shared: this.shared.clone(),
         }),
     }
 }
@@ -368,13 +390,13 @@ where
                 req: Some(req),
                 inner: Some(take_inner(&mut this.inner)),
                 reservation: Reservation {
-                    held: Some((this.policy.clone(), grant)),
+                    held: Some((this.shared.policy.clone(), grant)),
                 },
-                report: this.config.shown(report),
+                report: this.shared.config.shown(report),
             }),
         },
         Err(denied) => State::Refused {
-            resp: Some(refusal(&this.config, &denied, &report, &req)),
+            resp: Some(refusal(&this.shared.config, &denied, &report, &req)),
         },
     }
 }
@@ -429,8 +451,8 @@ pin_project_lite::pin_project! {
             check: P::Future,
             req: Option<Request<ReqBody>>,
             inner: Option<S>,
-            policy: Option<Arc<P>>,
-            config: Arc<Config>,
+            may_wait: bool,
+            shared: Arc<Shared<P>>,
         },
         Waiting {
             #[pin]
@@ -529,29 +551,32 @@ where
                 check,
                 req,
                 inner,
-                policy,
-                config,
+                may_wait,
+                shared,
             } => {
                 let decision = ready!(check.poll(cx));
                 let req = req.take().expect("polled after completion");
                 Poll::Ready(match decision.result {
                     Ok(grant) => {
                         let mut inner = inner.take().expect("polled after completion");
-                        let report = config.shown(decision.report);
-                        match policy.take() {
-                            Some(policy) if !decision.wait.is_zero() => Next::Wait(Slow::Waiting {
+                        let report = shared.config.shown(decision.report);
+                        if *may_wait && !decision.wait.is_zero() {
+                            Next::Wait(Slow::Waiting {
                                 sleep: tokio::time::sleep(decision.wait),
                                 req: Some(req),
                                 inner: Some(inner),
                                 reservation: Reservation {
-                                    held: Some((policy, grant)),
+                                    held: Some((shared.policy.clone(), grant)),
                                 },
                                 report,
-                            }),
-                            _ => Next::Call(inner.call(req), report),
+                            })
+                        } else {
+                            Next::Call(inner.call(req), report)
                         }
                     }
-                    Err(denied) => Next::Refuse(refusal(config, &denied, &decision.report, &req)),
+                    Err(denied) => {
+                        Next::Refuse(refusal(&shared.config, &denied, &decision.report, &req))
+                    }
                 })
             }
             SlowProj::Waiting {

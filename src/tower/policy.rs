@@ -406,6 +406,7 @@ where
         self.extractor.extract(req)
     }
 
+    #[inline]
     fn decide(self: &Arc<Self>, key: Self::Key, ask: Ask) -> Self::Future {
         let key = match key {
             Some(k) => k,
