@@ -2,12 +2,13 @@
 //! goes on `tonic::transport::Server::builder()`, in front of tonic-health's generated health
 //! service, and a tonic client calls it. A refusal is `RESOURCE_EXHAUSTED` with `retry-after`
 //! and the RateLimit fields in its metadata, sent as gRPC's trailers-only response (one
-//! HEADERS frame that ends the stream, checked with a plain hyper HTTP/2 client). The limiter
+//! HEADERS frame that ends the stream, checked with a plain hyper HTTP/2 client). `PeerIp`
+//! keys each client by the peer address tonic's server puts on the request. The limiter
 //! runs on a `ManualClock`, so "retry after `Retry-After`" is an advance of that clock, never
 //! a sleep.
 #![cfg(feature = "tonic")]
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -21,8 +22,8 @@ use tonic::{Code, Status};
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::HealthCheckRequest;
-use turnstile::tower::{global, Global, RateLimitLayer};
-use turnstile::{Limit, ManualClock, Nanos, TokenBucket};
+use turnstile::tower::{global, key, per_key, Global, MissingKey, Policy, RateLimitLayer};
+use turnstile::{KeyedTokenBucket, Limit, ManualClock, Nanos, TokenBucket};
 
 type Bucket = TokenBucket<ManualClock>;
 
@@ -35,7 +36,7 @@ fn bucket(clock: &ManualClock) -> Global<Bucket> {
 }
 
 /// Serves tonic-health's health service behind `layer` on 127.0.0.1, port 0.
-async fn serve(layer: RateLimitLayer<Global<Bucket>>) -> SocketAddr {
+async fn serve<P: Policy<tonic::body::Body>>(layer: RateLimitLayer<P>) -> SocketAddr {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     // The reporter marks the "" service (the whole server) SERVING.
@@ -53,8 +54,14 @@ async fn serve(layer: RateLimitLayer<Global<Bucket>>) -> SocketAddr {
 }
 
 async fn client(server: SocketAddr) -> HealthClient<Channel> {
+    client_from(server, None).await
+}
+
+/// A client whose connection comes from `local` (127.0.0.x: a peer of its own).
+async fn client_from(server: SocketAddr, local: Option<IpAddr>) -> HealthClient<Channel> {
     let channel = Endpoint::from_shared(format!("http://{server}"))
         .unwrap()
+        .local_address(local)
         .connect()
         .await
         .unwrap();
@@ -195,4 +202,39 @@ async fn without_grpc_refusals_and_with_no_body_a_tonic_client_maps_429_to_unava
     );
     clock.advance(Duration::from_secs(1));
     assert_eq!(check(&mut c).await.unwrap(), ServingStatus::Serving);
+}
+
+#[tokio::test]
+async fn per_ip_limits_key_each_peer_by_the_address_tonic_puts_on_the_request() {
+    let clock = ManualClock::new(Nanos::new(1_000_000_000));
+    let map = KeyedTokenBucket::builder(Limit::per_second(1.0).unwrap(), 2)
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    // A request PeerIp finds no address in is refused at once (with no RateLimit fields):
+    // only a key read from tonic's TcpConnectInfo lets the first calls through.
+    let policy = per_key("per-ip", key::PeerIp, map).on_missing_key(MissingKey::Deny);
+    let layer = RateLimitLayer::new(policy);
+    let server = serve(layer.clone()).await;
+    let a: IpAddr = "127.0.0.2".parse().unwrap();
+    let b: IpAddr = "127.0.0.3".parse().unwrap();
+    let mut from_a = client_from(server, Some(a)).await;
+    for _ in 0..2 {
+        assert_eq!(check(&mut from_a).await.unwrap(), ServingStatus::Serving);
+    }
+    let s = check(&mut from_a).await.unwrap_err();
+    assert_eq!(s.code(), Code::ResourceExhausted, "{s:?}");
+    assert_eq!(meta(&s, "ratelimit"), Some(r#""per-ip";r=0;t=2"#));
+    // Another peer has a burst of its own.
+    let mut from_b = client_from(server, Some(b)).await;
+    for _ in 0..2 {
+        assert_eq!(check(&mut from_b).await.unwrap(), ServingStatus::Serving);
+    }
+    assert_eq!(
+        check(&mut from_b).await.unwrap_err().code(),
+        Code::ResourceExhausted
+    );
+    let map = layer.policy().map();
+    assert_eq!(map.len(), 2);
+    assert!(map.contains(&a) && map.contains(&b));
 }

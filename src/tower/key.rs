@@ -35,8 +35,10 @@ pub trait KeyExtractor<B>: KeyType + Send + Sync + 'static {
 }
 
 /// The peer's IP address: from axum's `ConnectInfo<SocketAddr>` (feature `axum`; serve with
-/// `into_make_service_with_connect_info::<SocketAddr>()`), or from a plain [`SocketAddr`]
-/// request extension (what a hand-written hyper server can insert).
+/// `into_make_service_with_connect_info::<SocketAddr>()`), from a plain [`SocketAddr`]
+/// request extension (what a hand-written hyper server can insert), or from tonic's
+/// `TcpConnectInfo` (feature `tonic`: what a tonic server serving plain TCP puts on every
+/// request; over TLS tonic puts a `TlsConnectInfo` instead, which a [`from_fn`] can read).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct PeerIp;
 
@@ -50,7 +52,18 @@ pub fn peer_addr<B>(req: &Request<B>) -> Option<SocketAddr> {
     {
         return Some(info.0);
     }
-    req.extensions().get::<SocketAddr>().copied()
+    if let Some(addr) = req.extensions().get::<SocketAddr>() {
+        return Some(*addr);
+    }
+    // Last: a lookup that only tonic's requests pay for, not axum's or hyper's.
+    #[cfg(feature = "tonic")]
+    if let Some(info) = req
+        .extensions()
+        .get::<tonic::transport::server::TcpConnectInfo>()
+    {
+        return info.remote_addr();
+    }
+    None
 }
 
 impl KeyType for PeerIp {
