@@ -334,7 +334,7 @@ where
             },
             Poll::Pending => ResponseFuture {
                 report: None,
-                state: still_checking(self, check, req, ask),
+                state: still_checking(self, check, req),
             },
         }
     }
@@ -349,7 +349,6 @@ fn still_checking<S, P, ReqBody>(
     this: &mut RateLimit<S, P>,
     check: P::Future,
     req: Request<ReqBody>,
-    ask: Ask,
 ) -> State<S, P, ReqBody>
 where
     S: ::tower::Service<Request<ReqBody>> + Clone,
@@ -362,9 +361,6 @@ where
             // The service made ready by poll_ready answers this request; a clone takes its
             // place.
             inner: Some(take_inner(&mut this.inner)),
-            // Only a request that may wait needs the policy again (to refund if it is
-            // dropped).
-            may_wait: !ask.max_wait.is_zero(),
             shared: this.shared.clone(),
         }),
     }
@@ -394,15 +390,14 @@ where
     } = decision;
     match result {
         Ok(grant) => State::Slow {
-            slow: Box::pin(Slow::Waiting {
-                sleep: tokio::time::sleep(wait),
-                req: Some(req),
-                inner: Some(take_inner(&mut this.inner)),
-                reservation: Reservation {
-                    held: Some((this.shared.policy.clone(), grant)),
-                },
-                report: this.shared.config.shown(report),
-            }),
+            slow: Box::pin(Slow::waiting(
+                wait,
+                req,
+                take_inner(&mut this.inner),
+                this.shared.policy.clone(),
+                grant,
+                this.shared.config.shown(report),
+            )),
         },
         Err(denied) => State::Refused {
             resp: Some(refusal(&this.shared.config, &denied, &report, &req)),
@@ -460,7 +455,6 @@ pin_project_lite::pin_project! {
             check: P::Future,
             req: Option<Request<ReqBody>>,
             inner: Option<S>,
-            may_wait: bool,
             shared: Arc<Shared<P>>,
         },
         Waiting {
@@ -553,6 +547,27 @@ where
     S: ::tower::Service<Request<ReqBody>>,
     P: Policy<ReqBody>,
 {
+    /// A granted request waiting `wait` for its reserved permits, which it gives back to
+    /// `policy` if it is dropped before they are due.
+    fn waiting(
+        wait: Duration,
+        req: Request<ReqBody>,
+        inner: S,
+        policy: Arc<P>,
+        grant: P::Grant,
+        report: Option<Report>,
+    ) -> Self {
+        Slow::Waiting {
+            sleep: tokio::time::sleep(wait),
+            req: Some(req),
+            inner: Some(inner),
+            reservation: Reservation {
+                held: Some((policy, grant)),
+            },
+            report,
+        }
+    }
+
     /// Polls the decision or the wait; what comes next once it is over.
     fn poll_step(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Next<S, P, ReqBody>> {
         match self.project() {
@@ -560,7 +575,6 @@ where
                 check,
                 req,
                 inner,
-                may_wait,
                 shared,
             } => {
                 let decision = ready!(check.poll(cx));
@@ -569,16 +583,17 @@ where
                     Ok(grant) => {
                         let mut inner = inner.take().expect("polled after completion");
                         let report = shared.config.shown(decision.report);
-                        if *may_wait && !decision.wait.is_zero() {
-                            Next::Wait(Slow::Waiting {
-                                sleep: tokio::time::sleep(decision.wait),
-                                req: Some(req),
-                                inner: Some(inner),
-                                reservation: Reservation {
-                                    held: Some((shared.policy.clone(), grant)),
-                                },
+                        // A wait only where the layer lets requests wait (a policy asked to
+                        // reserve nothing ahead has no wait to give).
+                        if !shared.config.max_wait.is_zero() && !decision.wait.is_zero() {
+                            Next::Wait(Slow::waiting(
+                                decision.wait,
+                                req,
+                                inner,
+                                shared.policy.clone(),
+                                grant,
                                 report,
-                            })
+                            ))
                         } else {
                             Next::Call(inner.call(req), report)
                         }
