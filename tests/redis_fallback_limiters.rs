@@ -6,7 +6,7 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::redis_server::RedisServer;
 use turnstile::redis::{self, Fallback, FixedWindow, Gcra, Mode, RedisLimiter};
@@ -40,14 +40,7 @@ async fn through_an_outage<L: RedisLimiter + 'static>(
     );
 
     s.restart();
-    let restarted = Instant::now();
-    while f.mode() != Mode::Redis {
-        assert!(
-            restarted.elapsed() < Duration::from_secs(5),
-            "still in fallback"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    common::back_on_redis(&f).await;
     assert!(f.check("k").await.unwrap().is_ok(), "a fresh server grants");
     assert_eq!(
         s.cli(&["exists", key_in_redis]),
@@ -162,14 +155,7 @@ async fn the_status_comes_from_redis_then_from_the_local_limiter() {
         );
 
         s.restart();
-        let restarted = Instant::now();
-        while f.mode() != Mode::Redis {
-            assert!(
-                restarted.elapsed() < Duration::from_secs(5),
-                "still in fallback"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        common::back_on_redis(&f).await;
         // A fresh server: the GCRA's full bucket less one.
         assert_eq!(
             RedisLimiter::try_check_n_status(&f, "k", 1).await.unwrap(),

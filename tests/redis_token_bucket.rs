@@ -616,14 +616,7 @@ async fn in_a_fallback_d12_limits_stay_on_redis() {
 
     s.restart();
     // The fallback's PING task switches back (polled without blocking the runtime).
-    let restarted = std::time::Instant::now();
-    while f.mode() != Mode::Redis {
-        assert!(
-            restarted.elapsed() < Duration::from_secs(5),
-            "still in fallback"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    common::back_on_redis(&f).await;
     let _verdict = f.check("k").await.expect("answered by Redis");
     assert_eq!(s.cli(&["exists", "{k}.tokens"]), "1");
 }

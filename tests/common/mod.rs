@@ -1,6 +1,7 @@
 //! What the tests share: the differential tests' runner (random operation sequences through
 //! proptest, counting how each one ended: ran to the end, or stopped where a named deviation
-//! applies) and the bad-input tests' extreme times.
+//! applies), the bad-input tests' extreme times, and the wait for a Redis fallback to switch
+//! back.
 
 #[cfg(feature = "redis")]
 pub mod redis_counter;
@@ -157,5 +158,22 @@ pub async fn eventually(limit: std::time::Duration, mut cond: impl FnMut() -> bo
             "timed out after {limit:?} waiting for {what}"
         );
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}
+
+/// Waits, without blocking the runtime, until `f` answers from Redis again after its server
+/// came back (its health check switches it back by itself); fails after 5 s.
+#[cfg(feature = "redis")]
+#[allow(dead_code)] // not every test binary uses every helper
+pub async fn back_on_redis<L: turnstile::redis::RedisLimiter + 'static>(
+    f: &turnstile::redis::Fallback<L>,
+) {
+    let restarted = std::time::Instant::now();
+    while f.mode() != turnstile::redis::Mode::Redis {
+        assert!(
+            restarted.elapsed() < std::time::Duration::from_secs(5),
+            "still in fallback"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
 }
