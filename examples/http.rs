@@ -59,53 +59,44 @@ use std::process::ExitCode;
 #[path = "http/bench.rs"]
 mod bench;
 
+/// The example's name in its messages.
+const WHO: &str = "http example";
+
 fn main() -> ExitCode {
-    let args = match bench::parse_args(std::env::args().skip(1)) {
+    let args = match bench::report::args_or_exit(
+        bench::parse_args(std::env::args().skip(1)),
+        WHO,
+        bench::usage,
+    ) {
         Ok(a) => a,
-        Err(e) if e.is_empty() => {
-            println!("{}", bench::usage());
-            return ExitCode::SUCCESS;
-        }
-        Err(e) => {
-            eprintln!("http example: {e}\n\n{}", bench::usage());
-            return ExitCode::from(2);
-        }
+        Err(code) => return code,
     };
-    // Open the JSON file before the run, so a bad path fails now, not after the run.
-    let mut json_file = match &args.json {
-        Some(path) => match std::fs::File::create(path) {
-            Ok(f) => Some(f),
-            Err(e) => {
-                eprintln!("http example: --json {path}: {e}");
-                return ExitCode::from(2);
-            }
-        },
-        None => None,
+    let mut json_file = match bench::report::create_json(WHO, args.json.as_deref()) {
+        Ok(f) => f,
+        Err(code) => return code,
     };
 
     let mut out = std::io::stdout().lock();
     let report = match bench::run_all(&args, &mut out) {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("http example: {e}");
+            eprintln!("{WHO}: {e}");
             return ExitCode::from(2);
         }
     };
     if let Err(e) = bench::print_verdict(&report, &mut out) {
-        eprintln!("http example: writing the report: {e}");
+        eprintln!("{WHO}: writing the report: {e}");
         return ExitCode::from(2);
     }
     let _ = out.flush();
     drop(out);
 
-    if let (Some(path), Some(f)) = (&args.json, json_file.as_mut()) {
-        match f.write_all(bench::to_json(&report).as_bytes()) {
-            Ok(()) => eprintln!("http example: wrote {path}"),
-            Err(e) => {
-                eprintln!("http example: writing {path}: {e}");
-                return ExitCode::from(2);
-            }
-        }
+    if let Err(code) =
+        bench::report::write_json(WHO, args.json.as_deref(), json_file.as_mut(), || {
+            bench::to_json(&report)
+        })
+    {
+        return code;
     }
     if report.errors() > 0 {
         return ExitCode::FAILURE;

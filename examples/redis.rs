@@ -141,28 +141,21 @@ fn start_server() -> Result<Option<Server>, String> {
     Ok(Some(server))
 }
 
+/// The example's name in its messages.
+const WHO: &str = "redis example";
+
 fn main() -> ExitCode {
-    let args = match bench::parse_args(std::env::args().skip(1)) {
+    let args = match bench::report::args_or_exit(
+        bench::parse_args(std::env::args().skip(1)),
+        WHO,
+        bench::usage,
+    ) {
         Ok(a) => a,
-        Err(e) if e.is_empty() => {
-            println!("{}", bench::usage());
-            return ExitCode::SUCCESS;
-        }
-        Err(e) => {
-            eprintln!("redis example: {e}\n\n{}", bench::usage());
-            return ExitCode::from(2);
-        }
+        Err(code) => return code,
     };
-    // Open the JSON file before the run, so a bad path fails now, not after the run.
-    let mut json_file = match &args.json {
-        Some(path) => match std::fs::File::create(path) {
-            Ok(f) => Some(f),
-            Err(e) => {
-                eprintln!("redis example: --json {path}: {e}");
-                return ExitCode::from(2);
-            }
-        },
-        None => None,
+    let mut json_file = match bench::report::create_json(WHO, args.json.as_deref()) {
+        Ok(f) => f,
+        Err(code) => return code,
     };
 
     let (_server, url, what) = match &args.url {
@@ -175,14 +168,14 @@ fn main() -> ExitCode {
             }
             Ok(None) => {
                 eprintln!(
-                    "redis example: redis-server is not installed. Install it (Debian/Ubuntu: \
+                    "{WHO}: redis-server is not installed. Install it (Debian/Ubuntu: \
                      `apt-get install -y redis-server`, macOS: `brew install redis`), or pass \
                      --url redis://HOST:PORT/ to use a running server."
                 );
                 return ExitCode::from(2);
             }
             Err(e) => {
-                eprintln!("redis example: {e}");
+                eprintln!("{WHO}: {e}");
                 return ExitCode::from(2);
             }
         },
@@ -196,7 +189,7 @@ fn main() -> ExitCode {
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("redis example: building the tokio runtime: {e}");
+            eprintln!("{WHO}: building the tokio runtime: {e}");
             return ExitCode::from(2);
         }
     };
@@ -204,12 +197,12 @@ fn main() -> ExitCode {
     let report = match runtime.block_on(bench::run_all(&args, &url, &what, cores, &mut out)) {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("redis example: {e}");
+            eprintln!("{WHO}: {e}");
             return ExitCode::from(2);
         }
     };
     if let Err(e) = bench::print_verdict(&report, &mut out) {
-        eprintln!("redis example: writing the report: {e}");
+        eprintln!("{WHO}: writing the report: {e}");
         return ExitCode::from(2);
     }
     let _ = out.flush();
@@ -217,14 +210,12 @@ fn main() -> ExitCode {
     // The connection's tasks go with the runtime, before the server goes (on `_server`'s drop).
     drop(runtime);
 
-    if let (Some(path), Some(f)) = (&args.json, json_file.as_mut()) {
-        match f.write_all(bench::to_json(&report).as_bytes()) {
-            Ok(()) => eprintln!("redis example: wrote {path}"),
-            Err(e) => {
-                eprintln!("redis example: writing {path}: {e}");
-                return ExitCode::from(2);
-            }
-        }
+    if let Err(code) =
+        bench::report::write_json(WHO, args.json.as_deref(), json_file.as_mut(), || {
+            bench::to_json(&report)
+        })
+    {
+        return code;
     }
     if report.errors() > 0 {
         return ExitCode::FAILURE;

@@ -1,10 +1,13 @@
 //! What the benchmark examples share (`examples/redis/bench.rs`, `examples/http/bench.rs`):
 //! number and latency formatting, percentiles, the machine's load average (and the
-//! busy-machine note) and the JSON writer's escaping. Each includes this file as a module
-//! with `#[path]`.
+//! busy-machine note), the JSON writer's escaping and its `--json` file, and the exits for
+//! `--help` and a bad argument. Each includes this file as a module with `#[path]`.
 #![allow(dead_code)] // not every example uses every helper
 
 use std::fmt::Write as _;
+use std::fs::File;
+use std::io::Write as _;
+use std::process::ExitCode;
 use std::time::Duration;
 
 /// `12345.6` as `12,346`.
@@ -98,4 +101,63 @@ pub fn json_f64(x: f64) -> String {
 
 pub fn json_opt_f64(x: Option<f64>) -> String {
     x.map_or("null".to_string(), json_f64)
+}
+
+/// The parsed arguments, or the exit: for `--help` (the parser's `Err("")`) the usage on
+/// stdout and success, for a bad argument the error and the usage on stderr and 2. `who`
+/// names the example in the message.
+pub fn args_or_exit<A>(
+    parsed: Result<A, String>,
+    who: &str,
+    usage: impl FnOnce() -> String,
+) -> Result<A, ExitCode> {
+    match parsed {
+        Ok(a) => Ok(a),
+        Err(e) if e.is_empty() => {
+            println!("{}", usage());
+            Err(ExitCode::SUCCESS)
+        }
+        Err(e) => {
+            eprintln!("{who}: {e}\n\n{}", usage());
+            Err(ExitCode::from(2))
+        }
+    }
+}
+
+/// The `--json PATH` file, created before the run so that a bad path fails now, not after
+/// the run; `None` without `--json`.
+pub fn create_json(who: &str, path: Option<&str>) -> Result<Option<File>, ExitCode> {
+    let Some(path) = path else {
+        return Ok(None);
+    };
+    match File::create(path) {
+        Ok(f) => Ok(Some(f)),
+        Err(e) => {
+            eprintln!("{who}: --json {path}: {e}");
+            Err(ExitCode::from(2))
+        }
+    }
+}
+
+/// Writes `json()` to the file [`create_json`] opened for `path` (nothing without one), and
+/// says so on stderr.
+pub fn write_json(
+    who: &str,
+    path: Option<&str>,
+    file: Option<&mut File>,
+    json: impl FnOnce() -> String,
+) -> Result<(), ExitCode> {
+    let (Some(path), Some(f)) = (path, file) else {
+        return Ok(());
+    };
+    match f.write_all(json().as_bytes()) {
+        Ok(()) => {
+            eprintln!("{who}: wrote {path}");
+            Ok(())
+        }
+        Err(e) => {
+            eprintln!("{who}: writing {path}: {e}");
+            Err(ExitCode::from(2))
+        }
+    }
 }

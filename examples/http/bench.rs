@@ -18,7 +18,7 @@ use hyper_util::rt::TokioIo;
 use tokio::net::{TcpListener, TcpSocket};
 
 #[path = "../common/report.rs"]
-mod report;
+pub mod report;
 pub use report::{busy_note, fmt_dur, fmt_load, load_average, percentile, thousands};
 
 // Shared with examples/http_instructions.rs, which counts one more cell than this run has.

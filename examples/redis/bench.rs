@@ -15,7 +15,7 @@ use turnstile::redis::{
 use turnstile::Limit;
 
 #[path = "../common/report.rs"]
-mod report;
+pub mod report;
 pub use report::{busy_note, fmt_dur, fmt_load, load_average, percentile, thousands};
 use report::{json_f64, json_opt_f64, json_str};
 
