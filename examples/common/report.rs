@@ -12,12 +12,17 @@ use std::time::Duration;
 
 /// `12345.6` as `12,346`.
 pub fn thousands(x: f64) -> String {
-    let n = x.round().max(0.0) as u64;
+    group_digits(x.round().max(0.0) as u64, ',')
+}
+
+/// `n` in decimal with `sep` between groups of three digits: `1234567` and `'_'` as
+/// `1_234_567`.
+pub fn group_digits(n: u64, sep: char) -> String {
     let s = n.to_string();
     let mut out = String::new();
     for (i, ch) in s.chars().enumerate() {
         if i > 0 && (s.len() - i).is_multiple_of(3) {
-            out.push(',');
+            out.push(sep);
         }
         out.push(ch);
     }

@@ -1112,15 +1112,7 @@ impl Table {
 
 /// `1234567` as `1_234_567`.
 fn grouped(n: u64) -> String {
-    let s = n.to_string();
-    let mut out = String::new();
-    for (i, ch) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i).is_multiple_of(3) {
-            out.push('_');
-        }
-        out.push(ch);
-    }
-    out
+    report::group_digits(n, '_')
 }
 
 fn mops(c: &Cell) -> String {
