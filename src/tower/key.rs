@@ -114,45 +114,50 @@ impl ForwardedIp {
         }
         let headers = req.headers();
         let forwarded = headers.get_all(http::header::FORWARDED);
-        let mut chain: Vec<IpAddr> = Vec::new();
-        if forwarded.iter().next().is_some() {
-            for v in forwarded {
-                let Ok(v) = v.to_str() else { return peer };
-                for element in v.split(',') {
-                    for pair in element.split(';') {
+        let is_forwarded = forwarded.iter().next().is_some();
+        let lines = if is_forwarded {
+            forwarded
+        } else {
+            headers.get_all("x-forwarded-for")
+        };
+        // A line that is not text: the chain cannot be read at all.
+        if lines.iter().any(|v| v.to_str().is_err()) {
+            return peer;
+        }
+        // The chain is every hop of every line, left to right; walked here from the right
+        // (lines, elements and parameters each in reverse), with no list of it built: every
+        // trusted hop vouches for the one to its left, so the first untrusted one is the
+        // client. An obfuscated, unknown or unparsable node reads as 0.0.0.0: the chain
+        // cannot be followed past it.
+        let unknown = IpAddr::from([0u8, 0, 0, 0]);
+        let mut leftmost = None;
+        for v in lines.iter().rev() {
+            let v = v.to_str().unwrap_or_default();
+            for element in v.rsplit(',') {
+                if is_forwarded {
+                    for pair in element.rsplit(';') {
                         let Some((k, val)) = pair.trim().split_once('=') else {
                             continue;
                         };
                         if k.trim().eq_ignore_ascii_case("for") {
-                            match parse_forwarded_node(val.trim()) {
-                                Some(ip) => chain.push(ip),
-                                // An obfuscated or unknown node ("unknown", "_hidden"):
-                                // the chain cannot be followed past it.
-                                None => chain.push(IpAddr::from([0u8, 0, 0, 0])),
+                            let ip = parse_forwarded_node(val.trim()).unwrap_or(unknown);
+                            if !self.is_trusted(ip) {
+                                return ip;
                             }
+                            leftmost = Some(ip);
                         }
                     }
-                }
-            }
-        } else {
-            for v in headers.get_all("x-forwarded-for") {
-                let Ok(v) = v.to_str() else { return peer };
-                for part in v.split(',') {
-                    match IpAddr::from_str(part.trim()) {
-                        Ok(ip) => chain.push(canonical(ip)),
-                        Err(_) => chain.push(IpAddr::from([0u8, 0, 0, 0])),
+                } else {
+                    let ip = IpAddr::from_str(element.trim()).map_or(unknown, canonical);
+                    if !self.is_trusted(ip) {
+                        return ip;
                     }
+                    leftmost = Some(ip);
                 }
-            }
-        }
-        // From the right: every trusted hop vouches for the one to its left.
-        for &ip in chain.iter().rev() {
-            if !self.is_trusted(ip) {
-                return ip;
             }
         }
         // Every hop trusted (or no header): the leftmost, or the peer.
-        chain.first().copied().unwrap_or(peer)
+        leftmost.unwrap_or(peer)
     }
 }
 
@@ -356,6 +361,42 @@ mod tests {
         // A trusted peer with no header is the client itself.
         let r = req("[::1]:5000", &[]);
         assert_eq!(proxies().extract(&r), Some("::1".parse().unwrap()));
+    }
+
+    #[test]
+    fn the_chain_runs_across_header_lines_and_ends_at_its_leftmost_hop() {
+        let peer = "10.0.0.2:5000";
+        let xff = |lines: &[&str]| {
+            let r = req(
+                peer,
+                &lines
+                    .iter()
+                    .map(|l| ("x-forwarded-for", *l))
+                    .collect::<Vec<_>>(),
+            );
+            proxies().extract(&r).unwrap().to_string()
+        };
+        // Lines in order, each read left to right: one chain.
+        assert_eq!(xff(&["6.6.6.6, 198.51.100.7", "10.0.0.1"]), "198.51.100.7");
+        assert_eq!(xff(&["198.51.100.7", "10.0.0.1, 10.0.0.3"]), "198.51.100.7");
+        // Every hop trusted: the leftmost.
+        assert_eq!(xff(&["10.0.0.5, 10.0.0.1", "10.0.0.3"]), "10.0.0.5");
+        // Several `for=` in one element are read left to right too.
+        let r = req(
+            peer,
+            &[
+                ("forwarded", "for=198.51.100.8;for=10.0.0.3"),
+                ("forwarded", "for=10.0.0.1"),
+            ],
+        );
+        assert_eq!(proxies().extract(&r), Some("198.51.100.8".parse().unwrap()));
+        // A line that is not text: the chain cannot be read, the peer is the key.
+        let mut r = req(peer, &[("x-forwarded-for", "198.51.100.7")]);
+        r.headers_mut().append(
+            "x-forwarded-for",
+            http::HeaderValue::from_bytes(b"\xff").unwrap(),
+        );
+        assert_eq!(proxies().extract(&r), Some("10.0.0.2".parse().unwrap()));
     }
 
     #[test]
