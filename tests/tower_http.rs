@@ -204,7 +204,7 @@ async fn inline_per_ip_keys_are_independent_with_exact_headers_and_retry_after()
 async fn a_forged_forwarded_for_from_an_untrusted_peer_is_ignored() {
     let clock = ManualClock::new(Nanos::new(1_000_000_000));
     // Only 127.0.0.5 is a trusted proxy.
-    let proxies = ForwardedIp::new(["127.0.0.5/32".parse::<Cidr>().unwrap()]);
+    let proxies = ForwardedIp::x_forwarded_for(["127.0.0.5/32".parse::<Cidr>().unwrap()]);
     let layer = RateLimitLayer::new(per_key(
         "per-client",
         proxies,

@@ -2,23 +2,58 @@
 //!
 //! | extractor | key | from |
 //! |---|---|---|
-//! | [`PeerIp`] | `IpAddr` | the connection's peer address (axum's `ConnectInfo<SocketAddr>`, or a `SocketAddr` extension) |
-//! | [`ForwardedIp`] | `IpAddr` | `Forwarded` / `X-Forwarded-For`, **only** when the peer is a trusted proxy; else the peer |
-//! | [`Header`] | `String` | a request header's value |
+//! | [`PeerIp`](struct@PeerIp) | `IpAddr`, a network ([`Prefix`]) | the connection's peer address (axum's `ConnectInfo<SocketAddr>`, or a `SocketAddr` extension) |
+//! | [`ForwardedIp`] | `IpAddr`, a network ([`Prefix`]) | the one header the operator names (`X-Forwarded-For`, `Forwarded` or a single-address header), **only** when the peer is a trusted proxy; else the peer |
+//! | [`Header`](struct@Header) | `String` | a request header's value, at most 256 bytes of visible ASCII |
 //! | [`from_fn`] | anything | a function of the request |
 //!
-//! A forged `X-Forwarded-For` must not pick the key: anyone can send the header, so
-//! [`ForwardedIp`] reads it only from a peer in its trusted proxy list, and then walks the
-//! chain from the right (the hops nearest to this server), skipping trusted proxies, to the
-//! first address that is not one: the client as the last trusted proxy saw it. Addresses a
-//! client wrote further left are never used, whatever they say.
+//! # Key extraction rules
+//!
+//! - **One header, named at construction.** [`ForwardedIp::x_forwarded_for`] (what nginx,
+//!   ALB, Envoy and Cloudflare append to), [`ForwardedIp::forwarded`] (RFC 7239) or
+//!   [`ForwardedIp::header`] (one address a trusted peer sets: `X-Real-IP`,
+//!   `CF-Connecting-IP`). Nothing a request carries switches it: a client that sends
+//!   `Forwarded` to a server that reads the `X-Forwarded-For` its proxy writes is not heard.
+//!   Name the header your proxy writes: a header it passes through untouched is the client's.
+//! - **Trust.** The header is read only when the peer is in the trusted list; any other
+//!   peer's key is its own address, whatever it sends.
+//! - **From the right.** Each trusted proxy appends the address it received the request
+//!   from, so the chain is walked from its right end (the hop nearest this server; lines
+//!   of the header in order, read as one list), skipping trusted proxies, to the first
+//!   address that is not one: the client as the last trusted proxy saw it. What a client
+//!   wrote further left is never read, whatever it is (8 KiB of addresses, bytes that are
+//!   not text).
+//! - **Ports, brackets, quotes.** A hop is `192.0.2.7`, `192.0.2.7:5000`, `2001:db8::7`,
+//!   `[2001:db8::7]`, `[2001:db8::7]:4711`, optionally in double quotes (as `Forwarded`
+//!   writes them), the port digits or an obfuscated `_name`. An IPv4-mapped IPv6 address
+//!   (`::ffff:192.0.2.7`) is the IPv4 client. Trusted proxies are matched on the whole
+//!   address.
+//! - **A hop that cannot be read stops the walk.** `unknown`, an obfuscated `_name`,
+//!   garbage, an empty element, a `Forwarded` element without exactly one `for=`, bytes
+//!   that are not text, and a chain of more than [`ForwardedIp::MAX_HOPS`] trusted hops:
+//!   where the walk meets one, every hop to its right was written by a trusted proxy, and
+//!   the nearest of them (the peer, when it is the rightmost) wrote the hop it cannot name.
+//!   The key is that trusted proxy: the walk's last address it could vouch for. So a
+//!   client can neither choose a key (the proxies are the operator's) nor spread itself
+//!   over many: whatever it sends, it is keyed by its own address or by a trusted proxy's.
+//!   An empty or absent header from a trusted peer is the same: the peer is the key.
+//! - **Networks, not addresses.** The key is the client's address masked to a [`Prefix`]:
+//!   /32 for IPv4 and /64 for IPv6 by default, because a /64 is the smallest block one
+//!   subscriber holds (SLAAC needs a whole /64 per link; RFC 6177 advises giving an end
+//!   site more than one /64, and RIPE-690 a /56 or /48 per customer), so keying by address
+//!   would give one IPv6 subscriber 2^64 keys. [`Prefix::FULL`] keys every address apart (clients behind a
+//!   carrier that shares one /64 among subscribers); a /56 or /48 ([`Prefix::new`]) keys
+//!   a whole customer assignment together.
+//! - **Header keys are capped.** [`Header`](struct@Header) takes a value of at most 256
+//!   bytes ([`Header::max_len`]) of visible ASCII; any other value is no key, and the
+//!   policy's [`MissingKey`](super::MissingKey) applies.
 
 use std::hash::Hash;
 use std::marker::PhantomData;
 use std::net::{IpAddr, SocketAddr};
 use std::str::FromStr;
 
-use http::{HeaderName, Request};
+use http::{HeaderMap, HeaderName, Request};
 
 /// The key type of an extractor, whatever the request body: so that
 /// [`per_key`](super::per_key) can infer its map's key type from the extractor alone.
@@ -34,15 +69,55 @@ pub trait KeyExtractor<B>: KeyType + Send + Sync + 'static {
     fn extract(&self, req: &Request<B>) -> Option<Self::Key>;
 }
 
-/// The peer's IP address: from axum's `ConnectInfo<SocketAddr>` (feature `axum`; serve with
-/// `into_make_service_with_connect_info::<SocketAddr>()`), from a plain [`SocketAddr`]
-/// request extension (what a hand-written hyper server can insert), or from tonic's
-/// `TcpConnectInfo` (feature `tonic`: what a tonic server serving plain TCP puts on every
-/// request; over TLS tonic puts a `TlsConnectInfo` instead, which a [`from_fn`] can read).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct PeerIp;
+/// The peer's IP address, masked to a [`Prefix`] (/32 for IPv4, /64 for IPv6 by default;
+/// see the [module docs](self)): from axum's `ConnectInfo<SocketAddr>` (feature `axum`;
+/// serve with `into_make_service_with_connect_info::<SocketAddr>()`), from a plain
+/// [`SocketAddr`] request extension (what a hand-written hyper server can insert), or from
+/// tonic's `TcpConnectInfo` (feature `tonic`: what a tonic server serving plain TCP puts on
+/// every request; over TLS tonic puts a `TlsConnectInfo` instead, which a [`from_fn`] can
+/// read).
+///
+/// `PeerIp` is both the type and its default value (a constant of the same name), so
+/// `key::PeerIp` is the extractor with the default prefixes and `key::PeerIp.prefix(..)`
+/// one with others:
+///
+/// ```
+/// use std::net::{IpAddr, SocketAddr};
+/// use turnstile::tower::key::{KeyExtractor, PeerIp, Prefix};
+///
+/// let mut req = http::Request::new(());
+/// req.extensions_mut()
+///     .insert("[2001:db8:1:2::7]:5000".parse::<SocketAddr>().unwrap());
+/// // The subscriber's /64 by default, the address itself at /128.
+/// assert_eq!(PeerIp.extract(&req), Some("2001:db8:1:2::".parse::<IpAddr>().unwrap()));
+/// let per_address = PeerIp.prefix(Prefix::FULL);
+/// assert_eq!(per_address.extract(&req), Some("2001:db8:1:2::7".parse::<IpAddr>().unwrap()));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PeerIp {
+    prefix: Prefix,
+}
 
-/// The peer address of `req`, from the extensions [`PeerIp`] reads.
+/// [`PeerIp`](struct@PeerIp) with the default prefixes ([`Prefix::DEFAULT`]).
+#[allow(non_upper_case_globals)] // named for its type, as a unit struct's value would be
+pub const PeerIp: PeerIp = PeerIp {
+    prefix: Prefix::DEFAULT,
+};
+
+impl PeerIp {
+    /// This extractor keying by `prefix` instead.
+    pub fn prefix(self, prefix: Prefix) -> PeerIp {
+        PeerIp { prefix }
+    }
+}
+
+impl Default for PeerIp {
+    fn default() -> Self {
+        PeerIp
+    }
+}
+
+/// The peer address of `req`, from the extensions [`PeerIp`](struct@PeerIp) reads.
 #[inline]
 pub fn peer_addr<B>(req: &Request<B>) -> Option<SocketAddr> {
     #[cfg(feature = "axum")]
@@ -73,93 +148,242 @@ impl KeyType for PeerIp {
 impl<B> KeyExtractor<B> for PeerIp {
     #[inline]
     fn extract(&self, req: &Request<B>) -> Option<IpAddr> {
-        peer_addr(req).map(|a| canonical(a.ip()))
+        peer_addr(req).map(|a| self.prefix.apply(a.ip()))
     }
 }
 
-/// The client's address as trusted proxies report it (see the [module docs](self)): the
-/// rightmost address of `Forwarded` (its `for=` parameters; RFC 7239) or, without it,
-/// `X-Forwarded-For`, that is not itself a trusted proxy — read only when the peer is a
-/// trusted proxy. From any other peer the headers are ignored and the key is the peer's
-/// address, so a client cannot pick its own key.
+/// How much of a client's address is its key: the network of `v4` leading bits for an IPv4
+/// client, of `v6` for an IPv6 one. The key is that network's address (`2001:db8:1:2::` for
+/// `2001:db8:1:2::7` at /64), so every address of one network is one client.
+///
+/// The default, [`Prefix::DEFAULT`], is /32 and /64: an IPv4 address is one client (or one
+/// NAT), and a /64 is the smallest block an IPv6 subscriber holds (see the
+/// [module docs](self)). [`Prefix::FULL`] keys every IPv6 address apart; `Prefix::new(32,
+/// 56)` or `(32, 48)` a whole customer assignment together.
 ///
 /// ```
-/// use turnstile::tower::key::{Cidr, ForwardedIp};
+/// use std::net::IpAddr;
+/// use turnstile::tower::key::Prefix;
 ///
-/// let key = ForwardedIp::new(["10.0.0.0/8".parse::<Cidr>().unwrap(), "127.0.0.1/32".parse().unwrap()]);
+/// let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+/// assert_eq!(Prefix::DEFAULT.apply(ip("2001:db8:1:2::7")), ip("2001:db8:1:2::"));
+/// assert_eq!(Prefix::DEFAULT.apply(ip("192.0.2.7")), ip("192.0.2.7"));
+/// let p = Prefix::new(24, 48).unwrap();
+/// assert_eq!(p.apply(ip("2001:db8:1:2::7")), ip("2001:db8:1::"));
+/// assert_eq!(p.apply(ip("192.0.2.7")), ip("192.0.2.0"));
+/// assert!(Prefix::new(32, 129).is_err());
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Prefix {
+    v4: u8,
+    v6: u8,
+}
+
+/// Why a [`Prefix`] was refused: a length longer than its address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("prefix lengths /{v4} (IPv4) and /{v6} (IPv6) out of range: at most /32 and /128")]
+pub struct PrefixError {
+    v4: u8,
+    v6: u8,
+}
+
+impl Prefix {
+    /// /32 for IPv4, /64 for IPv6: one key per IPv4 address and per IPv6 subscriber.
+    pub const DEFAULT: Prefix = Prefix { v4: 32, v6: 64 };
+    /// /32 and /128: one key per address.
+    pub const FULL: Prefix = Prefix { v4: 32, v6: 128 };
+
+    /// Networks of `v4` bits (0..=32) for IPv4 clients and `v6` bits (0..=128) for IPv6
+    /// ones; zero makes every client of that family one key.
+    pub const fn new(v4: u8, v6: u8) -> Result<Prefix, PrefixError> {
+        if v4 > 32 || v6 > 128 {
+            return Err(PrefixError { v4, v6 });
+        }
+        Ok(Prefix { v4, v6 })
+    }
+
+    /// The IPv4 length.
+    pub const fn v4(self) -> u8 {
+        self.v4
+    }
+
+    /// The IPv6 length.
+    pub const fn v6(self) -> u8 {
+        self.v6
+    }
+
+    /// The network of `ip` (an IPv4-mapped IPv6 address as the IPv4 address it maps).
+    #[inline]
+    pub fn apply(self, ip: IpAddr) -> IpAddr {
+        match canonical(ip) {
+            IpAddr::V4(v4) => IpAddr::V4((u32::from(v4) & mask32(self.v4)).into()),
+            IpAddr::V6(v6) => IpAddr::V6((u128::from(v6) & mask128(self.v6)).into()),
+        }
+    }
+}
+
+impl Default for Prefix {
+    fn default() -> Self {
+        Prefix::DEFAULT
+    }
+}
+
+/// The leading `bits` of 32 set (`bits` at most 32).
+#[inline]
+fn mask32(bits: u8) -> u32 {
+    u32::MAX.checked_shl(32 - u32::from(bits)).unwrap_or(0)
+}
+
+/// The leading `bits` of 128 set (`bits` at most 128).
+#[inline]
+fn mask128(bits: u8) -> u128 {
+    u128::MAX.checked_shl(128 - u32::from(bits)).unwrap_or(0)
+}
+
+/// The header a [`ForwardedIp`] reads, and how.
+#[derive(Debug, Clone)]
+enum Source {
+    /// A comma-separated list of addresses, one per proxy, appended left to right.
+    XForwardedFor,
+    /// RFC 7239: a list of elements, each `;`-separated `name=value` pairs, the client in
+    /// `for=`.
+    Forwarded,
+    /// One address, set (not appended to) by the trusted peer.
+    Single(HeaderName),
+}
+
+/// The client's address as trusted proxies report it, masked to a [`Prefix`]: read from the
+/// one header named at construction, only when the peer is a trusted proxy, walked from the
+/// right past trusted proxies to the first address that is not one (see the
+/// [module docs](self) for every rule: ports, unreadable hops, prefixes). From any other
+/// peer the header is ignored and the key is the peer's address, so a client cannot pick its
+/// own key.
+///
+/// ```
+/// use std::net::{IpAddr, SocketAddr};
+/// use turnstile::tower::key::{Cidr, ForwardedIp, KeyExtractor, Prefix};
+///
+/// // Behind nginx at 10.0.0.2, which appends the client's address to X-Forwarded-For.
+/// let trusted = ["10.0.0.2".parse::<Cidr>().unwrap()];
+/// let key = ForwardedIp::x_forwarded_for(trusted);
+/// let mut req = http::Request::get("/")
+///     .header("x-forwarded-for", "6.6.6.6, 192.0.2.7:5000") // the client wrote 6.6.6.6
+///     .header("forwarded", "for=6.6.6.7") // and this, which is never read here
+///     .body(())
+///     .unwrap();
+/// req.extensions_mut()
+///     .insert("10.0.0.2:41000".parse::<SocketAddr>().unwrap());
+/// assert_eq!(key.extract(&req), Some("192.0.2.7".parse::<IpAddr>().unwrap()));
+///
+/// // Behind Cloudflare, which sets CF-Connecting-IP, keying every IPv6 address apart.
+/// let cloudflare = ["173.245.48.0/20".parse::<Cidr>().unwrap()]; // and its other ranges
+/// let key = ForwardedIp::header(http::HeaderName::from_static("cf-connecting-ip"), cloudflare)
+///     .prefix(Prefix::FULL);
 /// # let _ = key;
 /// ```
 #[derive(Debug, Clone)]
 pub struct ForwardedIp {
     trusted: Vec<Cidr>,
+    source: Source,
+    prefix: Prefix,
 }
 
 impl ForwardedIp {
-    /// Trusts the proxies in `trusted` (networks, e.g. `10.0.0.0/8`, or single addresses as
-    /// `/32` or `/128`).
-    pub fn new(trusted: impl IntoIterator<Item = Cidr>) -> Self {
+    /// The most hops of a chain the walk reads: real chains have a handful, and a longer one
+    /// of trusted proxies stops the walk as an unreadable hop does (its key is the last of
+    /// them read), so a request's cost is bounded whatever its headers.
+    pub const MAX_HOPS: usize = 32;
+
+    /// Reads `X-Forwarded-For` (every line of it, as one list) from the proxies in `trusted`
+    /// (networks, e.g. `10.0.0.0/8`, or single addresses): what nginx
+    /// (`$proxy_add_x_forwarded_for`), AWS ALB, Envoy and Cloudflare append to, and the
+    /// usual choice.
+    pub fn x_forwarded_for(trusted: impl IntoIterator<Item = Cidr>) -> Self {
+        Self::reading(Source::XForwardedFor, trusted)
+    }
+
+    /// Reads `Forwarded` (RFC 7239; its `for=` parameters) from the proxies in `trusted`.
+    pub fn forwarded(trusted: impl IntoIterator<Item = Cidr>) -> Self {
+        Self::reading(Source::Forwarded, trusted)
+    }
+
+    /// Reads `name`, a header holding one address that the proxies in `trusted` set,
+    /// replacing what the client sent (nginx's `X-Real-IP` set to `$remote_addr`,
+    /// Cloudflare's `CF-Connecting-IP`, Akamai's `True-Client-IP`). Where a request carries
+    /// several (lines, or a comma-separated list: a proxy that appended instead), the last
+    /// is read, the one the nearest proxy wrote; one that cannot be read makes the peer the
+    /// key.
+    pub fn header(name: HeaderName, trusted: impl IntoIterator<Item = Cidr>) -> Self {
+        Self::reading(Source::Single(name), trusted)
+    }
+
+    fn reading(source: Source, trusted: impl IntoIterator<Item = Cidr>) -> Self {
         ForwardedIp {
             trusted: trusted.into_iter().collect(),
+            source,
+            prefix: Prefix::DEFAULT,
         }
+    }
+
+    /// This extractor keying by `prefix` instead of [`Prefix::DEFAULT`]. Trusted proxies
+    /// are still matched on whole addresses.
+    pub fn prefix(mut self, prefix: Prefix) -> Self {
+        self.prefix = prefix;
+        self
     }
 
     fn is_trusted(&self, ip: IpAddr) -> bool {
         self.trusted.iter().any(|c| c.contains(ip))
     }
 
-    /// The client address for a request from `peer` with these headers.
-    fn client<B>(&self, req: &Request<B>, peer: IpAddr) -> IpAddr {
+    /// The client's whole address, for a request from `peer` with these headers.
+    fn client(&self, headers: &HeaderMap, peer: IpAddr) -> IpAddr {
         if !self.is_trusted(peer) {
             return peer;
         }
-        let headers = req.headers();
-        let forwarded = headers.get_all(http::header::FORWARDED);
-        let is_forwarded = forwarded.iter().next().is_some();
-        let lines = if is_forwarded {
-            forwarded
-        } else {
-            headers.get_all("x-forwarded-for")
+        let name = match &self.source {
+            Source::XForwardedFor => &X_FORWARDED_FOR,
+            Source::Forwarded => &http::header::FORWARDED,
+            Source::Single(name) => {
+                // The last element of the last line: what the nearest proxy wrote.
+                let last = headers.get_all(name).iter().next_back();
+                return last
+                    .and_then(|v| v.as_bytes().rsplit(|&b| b == b',').next())
+                    .and_then(parse_node)
+                    .unwrap_or(peer);
+            }
         };
-        // A line that is not text: the chain cannot be read at all.
-        if lines.iter().any(|v| v.to_str().is_err()) {
-            return peer;
-        }
         // The chain is every hop of every line, left to right; walked here from the right
-        // (lines, elements and parameters each in reverse), with no list of it built: every
+        // (lines and elements each in reverse) in place, with no list of it built. Every
         // trusted hop vouches for the one to its left, so the first untrusted one is the
-        // client. An obfuscated, unknown or unparsable node reads as 0.0.0.0: the chain
-        // cannot be followed past it.
-        let unknown = IpAddr::from([0u8, 0, 0, 0]);
-        let mut leftmost = None;
-        for v in lines.iter().rev() {
-            let v = v.to_str().unwrap_or_default();
-            for element in v.rsplit(',') {
-                if is_forwarded {
-                    for pair in element.rsplit(';') {
-                        let Some((k, val)) = pair.trim().split_once('=') else {
-                            continue;
-                        };
-                        if k.trim().eq_ignore_ascii_case("for") {
-                            let ip = parse_forwarded_node(val.trim()).unwrap_or(unknown);
-                            if !self.is_trusted(ip) {
-                                return ip;
-                            }
-                            leftmost = Some(ip);
-                        }
-                    }
-                } else {
-                    let ip = IpAddr::from_str(element.trim()).map_or(unknown, canonical);
-                    if !self.is_trusted(ip) {
-                        return ip;
-                    }
-                    leftmost = Some(ip);
+        // client; `vouched` is the last trusted hop passed, the key when the walk stops
+        // before it (a hop it cannot read, too many hops) or runs out of hops.
+        let mut vouched = peer;
+        let mut hops = 0;
+        for line in headers.get_all(name).iter().rev() {
+            for element in line.as_bytes().rsplit(|&b| b == b',') {
+                hops += 1;
+                if hops > Self::MAX_HOPS {
+                    return vouched;
                 }
+                let node = match self.source {
+                    Source::Forwarded => forwarded_for(element),
+                    _ => Some(element),
+                };
+                let Some(ip) = node.and_then(parse_node) else {
+                    return vouched;
+                };
+                if !self.is_trusted(ip) {
+                    return ip;
+                }
+                vouched = ip;
             }
         }
-        // Every hop trusted (or no header): the leftmost, or the peer.
-        leftmost.unwrap_or(peer)
+        vouched
     }
 }
+
+static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 
 impl KeyType for ForwardedIp {
     type Key = IpAddr;
@@ -168,22 +392,81 @@ impl KeyType for ForwardedIp {
 impl<B> KeyExtractor<B> for ForwardedIp {
     fn extract(&self, req: &Request<B>) -> Option<IpAddr> {
         let peer = canonical(peer_addr(req)?.ip());
-        Some(self.client(req, peer))
+        Some(self.prefix.apply(self.client(req.headers(), peer)))
     }
 }
 
-/// A `Forwarded` node: `192.0.2.60`, `"192.0.2.60:4711"`, `"[2001:db8::1]:4711"`.
-fn parse_forwarded_node(v: &str) -> Option<IpAddr> {
-    let v = v.trim_matches('"');
-    if let Some(rest) = v.strip_prefix('[') {
-        let end = rest.find(']')?;
-        return rest[..end].parse().ok().map(canonical);
+/// The node of a `Forwarded` element's one `for=` parameter; `None` for an element with
+/// none, with several (RFC 7239 allows one), or with a parameter that is not `name=value`.
+fn forwarded_for(element: &[u8]) -> Option<&[u8]> {
+    let mut node = None;
+    for pair in element.split(|&b| b == b';') {
+        let pair = pair.trim_ascii();
+        if pair.is_empty() {
+            continue;
+        }
+        let eq = pair.iter().position(|&b| b == b'=')?;
+        if pair[..eq].eq_ignore_ascii_case(b"for") {
+            if node.is_some() {
+                return None;
+            }
+            node = Some(&pair[eq + 1..]);
+        }
     }
-    let host = match v.rsplit_once(':') {
-        Some((h, port)) if port.bytes().all(|b| b.is_ascii_digit()) && !h.contains(':') => h,
-        _ => v,
+    node
+}
+
+/// One hop: `192.0.2.7`, `192.0.2.7:5000`, `2001:db8::7`, `[2001:db8::7]`,
+/// `[2001:db8::7]:4711`, optionally in double quotes, the port digits or an obfuscated
+/// `_name` (RFC 7239's node syntax, which covers every proxy's). `None` for anything else:
+/// `unknown`, an obfuscated node, an empty one, a zone id, bytes that are not text.
+fn parse_node(node: &[u8]) -> Option<IpAddr> {
+    let node = node.trim_ascii();
+    let node = match node {
+        [b'"', inner @ .., b'"'] => inner,
+        _ => node,
     };
-    host.parse().ok().map(canonical)
+    let (host, port, bracketed) = if let Some(rest) = node.strip_prefix(b"[") {
+        let end = rest.iter().position(|&b| b == b']')?;
+        let port = match &rest[end + 1..] {
+            [] => None,
+            [b':', port @ ..] => Some(port),
+            _ => return None,
+        };
+        (&rest[..end], port, true)
+    } else {
+        // One colon: IPv4 and a port. More: a bare IPv6 address, no port.
+        let mut colons = node.iter().enumerate().filter(|(_, &b)| b == b':');
+        match (colons.next(), colons.next()) {
+            (Some((at, _)), None) => (&node[..at], Some(&node[at + 1..]), false),
+            _ => (node, None, false),
+        }
+    };
+    if !port.is_none_or(is_port) {
+        return None;
+    }
+    let ip = IpAddr::from_str(std::str::from_utf8(host).ok()?).ok()?;
+    if bracketed && !ip.is_ipv6() {
+        return None;
+    }
+    Some(canonical(ip))
+}
+
+/// A port: 0..=65535 in decimal, or an obfuscated `_name` (RFC 7239's obfport).
+fn is_port(port: &[u8]) -> bool {
+    match port {
+        [b'_', name @ ..] => {
+            !name.is_empty()
+                && name
+                    .iter()
+                    .all(|&b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+        }
+        _ => {
+            (1..=5).contains(&port.len())
+                && port.iter().all(u8::is_ascii_digit)
+                && port.iter().fold(0u32, |n, &d| n * 10 + u32::from(d - b'0')) <= 65535
+        }
+    }
 }
 
 /// An IPv4 address mapped into IPv6 (`::ffff:a.b.c.d`, what a dual-stack socket reports) is
@@ -213,15 +496,11 @@ impl Cidr {
     pub fn contains(&self, ip: IpAddr) -> bool {
         match (self.addr, canonical(ip)) {
             (IpAddr::V4(net), IpAddr::V4(ip)) => {
-                let mask = u32::MAX
-                    .checked_shl(32 - u32::from(self.prefix))
-                    .unwrap_or(0);
+                let mask = mask32(self.prefix);
                 u32::from(net) & mask == u32::from(ip) & mask
             }
             (IpAddr::V6(net), IpAddr::V6(ip)) => {
-                let mask = u128::MAX
-                    .checked_shl(128 - u32::from(self.prefix))
-                    .unwrap_or(0);
+                let mask = mask128(self.prefix);
                 u128::from(net) & mask == u128::from(ip) & mask
             }
             _ => false,
@@ -251,10 +530,72 @@ impl FromStr for Cidr {
     }
 }
 
-/// The value of a request header (e.g. an API key), as a `String`; a request without it, or
-/// with a value that is not visible ASCII, has no key.
+/// The value of a request header (e.g. an API key), as a `String`: `Header(name)`, at most
+/// [`Header::DEFAULT_MAX_LEN`] bytes by default ([`Header::max_len`] sets another cap).
+/// A request without the header, or whose (first) value is empty, longer than the cap, or
+/// not visible ASCII (spaces allowed), has no key: the policy's
+/// [`MissingKey`](super::MissingKey) choice applies.
+///
+/// **Refuse keyless requests.** A client chooses this key: it can send a new value on every
+/// request, so a limit per header value bounds only clients that keep theirs, and under
+/// [`MissingKey::Allow`](super::MissingKey::Allow), `per_key`'s default, a client that omits
+/// the header or garbles it (257 bytes, a byte that is not text) skips the limit altogether.
+/// Put header-keyed limits under [`MissingKey::Deny`](super::MissingKey::Deny), or
+/// [`MissingKey::As`](super::MissingKey::As) to share one limit among every keyless request,
+/// and behind a limit the client cannot steer (per [`PeerIp`](struct@PeerIp) or
+/// [`ForwardedIp`]).
+///
+/// ```
+/// use http::HeaderName;
+/// use turnstile::tower::key::{Header, KeyExtractor};
+/// use turnstile::tower::{per_key, MissingKey};
+/// use turnstile::{KeyedTokenBucket, Limit};
+///
+/// let api_key = Header(HeaderName::from_static("x-api-key")).max_len(64);
+/// let req = |v: &str| http::Request::get("/").header("x-api-key", v).body(()).unwrap();
+/// assert_eq!(api_key.extract(&req("k-1")).as_deref(), Some("k-1"));
+/// assert_eq!(api_key.extract(&req(&"k".repeat(65))), None);
+///
+/// let per_api_key = per_key(
+///     "per-api-key",
+///     api_key,
+///     KeyedTokenBucket::new(Limit::per_second(10.0).unwrap(), 20),
+/// )
+/// .on_missing_key(MissingKey::Deny);
+/// # let _ = per_api_key;
+/// ```
 #[derive(Debug, Clone)]
-pub struct Header(pub HeaderName);
+pub struct Header {
+    name: HeaderName,
+    max_len: usize,
+}
+
+/// A [`Header`](struct@Header) extractor of `name`, capped at [`Header::DEFAULT_MAX_LEN`]
+/// bytes.
+#[allow(non_snake_case)] // named for its type, as a tuple struct's constructor would be
+pub fn Header(name: HeaderName) -> Header {
+    Header {
+        name,
+        max_len: Header::DEFAULT_MAX_LEN,
+    }
+}
+
+impl Header {
+    /// The default cap on a key's length, in bytes: room for any API key or token
+    /// identifier, and a bound on what one key costs a map (or a Redis key).
+    pub const DEFAULT_MAX_LEN: usize = 256;
+
+    /// This extractor with a cap of `max_len` bytes instead.
+    pub fn max_len(mut self, max_len: usize) -> Self {
+        self.max_len = max_len;
+        self
+    }
+
+    /// The header read.
+    pub fn name(&self) -> &HeaderName {
+        &self.name
+    }
+}
 
 impl KeyType for Header {
     type Key = String;
@@ -262,8 +603,13 @@ impl KeyType for Header {
 
 impl<B> KeyExtractor<B> for Header {
     fn extract(&self, req: &Request<B>) -> Option<String> {
-        let v = req.headers().get(&self.0)?.to_str().ok()?;
-        Some(v.to_string())
+        let v = req.headers().get(&self.name)?.as_bytes();
+        if v.is_empty() || v.len() > self.max_len || !v.iter().all(|&b| (b' '..=b'~').contains(&b))
+        {
+            return None;
+        }
+        // Visible ASCII: UTF-8 already.
+        std::str::from_utf8(v).ok().map(str::to_owned)
     }
 }
 
@@ -313,110 +659,351 @@ where
 mod tests {
     use super::*;
 
-    fn req(peer: &str, headers: &[(&str, &str)]) -> Request<()> {
-        let mut b = Request::get("/");
+    fn req(peer: &str, headers: &[(&str, &[u8])]) -> Request<()> {
+        let mut r = Request::get("/").body(()).unwrap();
         for (k, v) in headers {
-            b = b.header(*k, *v);
+            r.headers_mut().append(
+                HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                http::HeaderValue::from_bytes(v).unwrap(),
+            );
         }
-        let mut r = b.body(()).unwrap();
         r.extensions_mut()
             .insert(peer.parse::<SocketAddr>().unwrap());
         r
     }
 
-    fn proxies() -> ForwardedIp {
-        ForwardedIp::new(["10.0.0.0/8".parse().unwrap(), "::1".parse().unwrap()])
+    fn trusted() -> [Cidr; 2] {
+        ["10.0.0.0/8".parse().unwrap(), "::1".parse().unwrap()]
+    }
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    /// The key `x` gives a request from 10.0.0.2 (trusted) with `name: line` for each line.
+    fn key(x: &ForwardedIp, name: &str, lines: &[&[u8]]) -> String {
+        let headers: Vec<_> = lines.iter().map(|l| (name, *l)).collect();
+        x.extract(&req("10.0.0.2:5000", &headers))
+            .unwrap()
+            .to_string()
+    }
+
+    fn xff(lines: &[&str]) -> String {
+        let lines: Vec<_> = lines.iter().map(|l| l.as_bytes()).collect();
+        key(
+            &ForwardedIp::x_forwarded_for(trusted()),
+            "x-forwarded-for",
+            &lines,
+        )
+    }
+
+    fn fwd(lines: &[&str]) -> String {
+        let lines: Vec<_> = lines.iter().map(|l| l.as_bytes()).collect();
+        key(&ForwardedIp::forwarded(trusted()), "forwarded", &lines)
+    }
+
+    #[test]
+    fn nodes() {
+        let node = |s: &str| parse_node(s.as_bytes()).map(|ip| ip.to_string());
+        for (text, want) in [
+            ("192.0.2.7", "192.0.2.7"),
+            (" 192.0.2.7\t", "192.0.2.7"),
+            ("192.0.2.7:5000", "192.0.2.7"),
+            ("192.0.2.7:0", "192.0.2.7"),
+            ("192.0.2.7:65535", "192.0.2.7"),
+            ("\"192.0.2.7:5000\"", "192.0.2.7"),
+            ("192.0.2.7:_p-1.x", "192.0.2.7"),
+            ("2001:db8::7", "2001:db8::7"),
+            ("[2001:db8::7]", "2001:db8::7"),
+            ("[2001:db8::7]:4711", "2001:db8::7"),
+            ("\"[2001:db8::7]:4711\"", "2001:db8::7"),
+            ("[2001:db8::7]:_hidden", "2001:db8::7"),
+            ("::ffff:192.0.2.7", "192.0.2.7"),
+            ("[::ffff:192.0.2.7]:80", "192.0.2.7"),
+        ] {
+            assert_eq!(node(text).as_deref(), Some(want), "{text:?}");
+        }
+        for text in [
+            "",
+            " ",
+            "\"\"",
+            "unknown",
+            "_hidden",
+            "192.0.2.7:",
+            "192.0.2.7:65536",
+            "192.0.2.7:123456",
+            "192.0.2.7:-1",
+            "192.0.2.7:_",
+            "192.0.2.7:_a,b",
+            "192.0.2.7x",
+            "192.0.2",
+            "[192.0.2.7]",
+            "[192.0.2.7]:80",
+            "[2001:db8::7",
+            "[2001:db8::7]x",
+            "[2001:db8::7]:",
+            "2001:db8::7:4711x",
+            "\"192.0.2.7",
+            "fe80::1%eth0",
+            "[fe80::1%25eth0]:80",
+            "192.0.2.7\u{ff}",
+        ] {
+            assert_eq!(node(text), None, "{text:?}");
+        }
+        assert_eq!(parse_node(b"192.0.2.7\xff"), None);
+    }
+
+    #[test]
+    fn forwarded_elements() {
+        fn node(s: &str) -> Option<&str> {
+            forwarded_for(s.as_bytes()).map(|n| std::str::from_utf8(n).unwrap())
+        }
+        assert_eq!(node("for=192.0.2.7"), Some("192.0.2.7"));
+        assert_eq!(
+            node(" For=\"[::1]:80\" ; proto=https"),
+            Some("\"[::1]:80\"")
+        );
+        assert_eq!(node("by=10.0.0.1;for=192.0.2.7;"), Some("192.0.2.7"));
+        assert_eq!(node("proto=https;by=10.0.0.1"), None);
+        assert_eq!(node("for=1.2.3.4;for=5.6.7.8"), None);
+        assert_eq!(node("for=1.2.3.4;junk"), None);
+        assert_eq!(node(""), None);
     }
 
     #[test]
     fn a_forged_header_from_an_untrusted_peer_is_ignored() {
-        let r = req("203.0.113.9:5000", &[("x-forwarded-for", "1.2.3.4")]);
-        assert_eq!(proxies().extract(&r), Some("203.0.113.9".parse().unwrap()));
-        let r = req("203.0.113.9:5000", &[("forwarded", "for=1.2.3.4")]);
-        assert_eq!(proxies().extract(&r), Some("203.0.113.9".parse().unwrap()));
+        let direct = "203.0.113.9:5000";
+        for x in [
+            ForwardedIp::x_forwarded_for(trusted()),
+            ForwardedIp::forwarded(trusted()),
+            ForwardedIp::header(HeaderName::from_static("x-real-ip"), trusted()),
+        ] {
+            let r = req(
+                direct,
+                &[
+                    ("x-forwarded-for", b"1.2.3.4"),
+                    ("forwarded", b"for=1.2.3.5"),
+                    ("x-real-ip", b"1.2.3.6"),
+                ],
+            );
+            assert_eq!(x.extract(&r), Some(ip("203.0.113.9")), "{x:?}");
+        }
+    }
+
+    #[test]
+    fn only_the_named_header_is_read() {
+        let both: &[(&str, &[u8])] = &[
+            ("forwarded", b"for=6.6.6.6"),
+            ("x-forwarded-for", b"198.51.100.7"),
+            ("x-real-ip", b"198.51.100.8"),
+        ];
+        let r = req("10.0.0.2:5000", both);
+        let xff = ForwardedIp::x_forwarded_for(trusted());
+        assert_eq!(xff.extract(&r), Some(ip("198.51.100.7")));
+        let fwd = ForwardedIp::forwarded(trusted());
+        assert_eq!(fwd.extract(&r), Some(ip("6.6.6.6")));
+        let real = ForwardedIp::header(HeaderName::from_static("x-real-ip"), trusted());
+        assert_eq!(real.extract(&r), Some(ip("198.51.100.8")));
+        // The named header absent: the peer, never another header.
+        let r = req("10.0.0.2:5000", &[("forwarded", b"for=6.6.6.6")]);
+        assert_eq!(xff.extract(&r), Some(ip("10.0.0.2")));
+        assert_eq!(real.extract(&r), Some(ip("10.0.0.2")));
     }
 
     #[test]
     fn through_trusted_proxies_the_rightmost_untrusted_hop_is_the_client() {
         // The client wrote "6.6.6.6" itself; the edge proxy appended the real client.
-        let r = req(
-            "10.0.0.2:5000",
-            &[("x-forwarded-for", "6.6.6.6, 198.51.100.7, 10.0.0.1")],
+        assert_eq!(xff(&["6.6.6.6, 198.51.100.7, 10.0.0.1"]), "198.51.100.7");
+        assert_eq!(
+            xff(&["6.6.6.6, 198.51.100.7:5000, 10.0.0.1"]),
+            "198.51.100.7"
         );
-        assert_eq!(proxies().extract(&r), Some("198.51.100.7".parse().unwrap()));
-        let r = req(
-            "10.0.0.2:5000",
-            &[(
-                "forwarded",
-                "for=6.6.6.6, for=\"[2001:db8::7]:4711\";proto=https, for=10.0.0.1",
-            )],
+        assert_eq!(
+            fwd(&["for=6.6.6.6, for=\"[2001:db8::7]:4711\";proto=https, for=10.0.0.1"]),
+            "2001:db8::"
         );
-        assert_eq!(proxies().extract(&r), Some("2001:db8::7".parse().unwrap()));
-        // Garbage to the right of the client cannot be skipped: it stops the walk.
-        let r = req(
-            "10.0.0.2:5000",
-            &[("x-forwarded-for", "198.51.100.7, junk")],
-        );
-        assert_eq!(proxies().extract(&r), Some("0.0.0.0".parse().unwrap()));
         // A trusted peer with no header is the client itself.
         let r = req("[::1]:5000", &[]);
-        assert_eq!(proxies().extract(&r), Some("::1".parse().unwrap()));
+        let x = ForwardedIp::x_forwarded_for(trusted()).prefix(Prefix::FULL);
+        assert_eq!(x.extract(&r), Some(ip("::1")));
     }
 
     #[test]
     fn the_chain_runs_across_header_lines_and_ends_at_its_leftmost_hop() {
-        let peer = "10.0.0.2:5000";
-        let xff = |lines: &[&str]| {
-            let r = req(
-                peer,
-                &lines
-                    .iter()
-                    .map(|l| ("x-forwarded-for", *l))
-                    .collect::<Vec<_>>(),
-            );
-            proxies().extract(&r).unwrap().to_string()
-        };
         // Lines in order, each read left to right: one chain.
         assert_eq!(xff(&["6.6.6.6, 198.51.100.7", "10.0.0.1"]), "198.51.100.7");
         assert_eq!(xff(&["198.51.100.7", "10.0.0.1, 10.0.0.3"]), "198.51.100.7");
+        assert_eq!(
+            fwd(&["for=6.6.6.6", "for=198.51.100.7", "for=10.0.0.1"]),
+            "198.51.100.7"
+        );
         // Every hop trusted: the leftmost.
         assert_eq!(xff(&["10.0.0.5, 10.0.0.1", "10.0.0.3"]), "10.0.0.5");
-        // Several `for=` in one element are read left to right too.
-        let r = req(
-            peer,
-            &[
-                ("forwarded", "for=198.51.100.8;for=10.0.0.3"),
-                ("forwarded", "for=10.0.0.1"),
-            ],
-        );
-        assert_eq!(proxies().extract(&r), Some("198.51.100.8".parse().unwrap()));
-        // A line that is not text: the chain cannot be read, the peer is the key.
-        let mut r = req(peer, &[("x-forwarded-for", "198.51.100.7")]);
-        r.headers_mut().append(
-            "x-forwarded-for",
-            http::HeaderValue::from_bytes(b"\xff").unwrap(),
-        );
-        assert_eq!(proxies().extract(&r), Some("10.0.0.2".parse().unwrap()));
     }
 
     #[test]
-    fn mapped_ipv4_is_the_ipv4_client() {
-        let r = req("[::ffff:203.0.113.9]:5000", &[]);
-        assert_eq!(PeerIp.extract(&r), Some("203.0.113.9".parse().unwrap()));
+    fn an_unreadable_hop_is_the_trusted_hop_to_its_right() {
+        for tail in [
+            "junk",
+            "unknown",
+            "_hidden",
+            "",
+            " ",
+            "1.2.3.4:99999",
+            "[::1",
+        ] {
+            // Written by the peer: the peer.
+            assert_eq!(
+                xff(&[&format!("198.51.100.7, {tail}")]),
+                "10.0.0.2",
+                "{tail:?}"
+            );
+            // Written by the proxy 10.0.0.1 that the peer vouches for: that proxy.
+            assert_eq!(
+                xff(&[&format!("198.51.100.7, {tail}, 10.0.0.1")]),
+                "10.0.0.1",
+                "{tail:?}"
+            );
+        }
+        for tail in [
+            "for=unknown",
+            "for=_hidden",
+            "proto=https",
+            "for=1.1.1.1;for=2.2.2.2",
+            "for",
+        ] {
+            assert_eq!(
+                fwd(&[&format!("for=198.51.100.7, {tail}")]),
+                "10.0.0.2",
+                "{tail:?}"
+            );
+        }
+        // An empty line is an empty element.
+        assert_eq!(xff(&["198.51.100.7", ""]), "10.0.0.2");
+        // Bytes that are not text: unreadable where the walk meets them, unread left of
+        // the client.
+        let x = ForwardedIp::x_forwarded_for(trusted());
+        assert_eq!(
+            key(&x, "x-forwarded-for", &[b"198.51.100.7", b"\xff"]),
+            "10.0.0.2"
+        );
+        assert_eq!(
+            key(&x, "x-forwarded-for", &[b"\xff\xfe, 198.51.100.7"]),
+            "198.51.100.7"
+        );
+        assert_eq!(
+            key(&x, "x-forwarded-for", &[b"\xff", b"198.51.100.7"]),
+            "198.51.100.7"
+        );
+        // Empty elements left of the client are never reached.
+        assert_eq!(xff(&[",,6.6.6.6,,198.51.100.7"]), "198.51.100.7");
+    }
+
+    #[test]
+    fn the_walk_reads_at_most_max_hops() {
+        let chain = |trusted_hops: usize| {
+            let mut v = "198.51.100.7".to_string();
+            for i in 0..trusted_hops {
+                v.push_str(&format!(", 10.0.0.{}", i % 250 + 3));
+            }
+            xff(&[&v])
+        };
+        assert_eq!(chain(ForwardedIp::MAX_HOPS - 1), "198.51.100.7");
+        // The client is hop MAX_HOPS + 1: the walk stops at the last trusted hop it read,
+        // the leftmost of the MAX_HOPS (10.0.0.3 + 0, read last).
+        assert_eq!(chain(ForwardedIp::MAX_HOPS), "10.0.0.3");
+        assert_eq!(
+            chain(1000),
+            format!("10.0.0.{}", (1000 - ForwardedIp::MAX_HOPS) % 250 + 3)
+        );
+    }
+
+    #[test]
+    fn a_single_address_header_is_its_last_value() {
+        let real = ForwardedIp::header(HeaderName::from_static("x-real-ip"), trusted());
+        let k = |lines: &[&[u8]]| key(&real, "x-real-ip", lines);
+        assert_eq!(k(&[b"198.51.100.7"]), "198.51.100.7");
+        assert_eq!(k(&[b"\"[2001:db8::7]:443\""]), "2001:db8::");
+        assert_eq!(k(&[b"6.6.6.6", b"198.51.100.7"]), "198.51.100.7");
+        assert_eq!(k(&[b"6.6.6.6, 198.51.100.7"]), "198.51.100.7");
+        // A trusted address in it is still the client: it is not a chain.
+        assert_eq!(k(&[b"10.9.9.9"]), "10.9.9.9");
+        for bad in [
+            &b"unknown"[..],
+            b"",
+            b"198.51.100.7, ",
+            b"\xff",
+            b"1.2.3.4:x",
+        ] {
+            assert_eq!(k(&[bad]), "10.0.0.2", "{bad:?}");
+        }
+        assert_eq!(k(&[]), "10.0.0.2");
+    }
+
+    #[test]
+    fn prefixes() {
+        let v6 = req("[2001:db8:1:2:3:4:5:6]:80", &[]);
+        let v4 = req("192.0.2.77:80", &[]);
+        let mapped = req("[::ffff:192.0.2.77]:80", &[]);
+        assert_eq!(PeerIp.extract(&v6), Some(ip("2001:db8:1:2::")));
+        assert_eq!(PeerIp::default().extract(&v6), Some(ip("2001:db8:1:2::")));
+        assert_eq!(PeerIp.extract(&v4), Some(ip("192.0.2.77")));
+        assert_eq!(PeerIp.extract(&mapped), Some(ip("192.0.2.77")));
+        let full = PeerIp.prefix(Prefix::FULL);
+        assert_eq!(full.extract(&v6), Some(ip("2001:db8:1:2:3:4:5:6")));
+        let wide = PeerIp.prefix(Prefix::new(16, 48).unwrap());
+        assert_eq!(wide.extract(&v6), Some(ip("2001:db8:1::")));
+        assert_eq!(wide.extract(&mapped), Some(ip("192.0.0.0")));
+        let none = Prefix::new(0, 0).unwrap();
+        assert_eq!(none.apply(ip("2001:db8::1")), ip("::"));
+        assert_eq!(none.apply(ip("192.0.2.1")), ip("0.0.0.0"));
+        let odd = Prefix::new(31, 127).unwrap();
+        assert_eq!(odd.apply(ip("192.0.2.77")), ip("192.0.2.76"));
+        assert_eq!(odd.apply(ip("2001:db8::7")), ip("2001:db8::6"));
+        assert_eq!(Prefix::new(33, 64), Err(PrefixError { v4: 33, v6: 64 }));
+        assert!(Prefix::new(32, 129).is_err());
+        assert_eq!(Prefix::default(), Prefix::DEFAULT);
+        assert_eq!((Prefix::DEFAULT.v4(), Prefix::DEFAULT.v6()), (32, 64));
+        // ForwardedIp masks the client, and matches trusted proxies on whole addresses:
+        // ::1 is trusted, ::2 (the same /64) is not.
+        let x = ForwardedIp::x_forwarded_for(trusted());
+        let r = req("[::1]:80", &[("x-forwarded-for", b"2001:db8:1:2::9, ::2")]);
+        assert_eq!(x.extract(&r), Some(ip("::")));
+        let x = x.prefix(Prefix::FULL);
+        assert_eq!(x.extract(&r), Some(ip("::2")));
+    }
+
+    #[test]
+    fn header_keys_are_capped_visible_ascii() {
+        let h = Header(HeaderName::from_static("x-api-key"));
+        let k = |v: &[u8]| h.extract(&req("192.0.2.1:1", &[("x-api-key", v)]));
+        assert_eq!(k(b"key 1").as_deref(), Some("key 1"));
+        let max = "k".repeat(Header::DEFAULT_MAX_LEN);
+        assert_eq!(k(max.as_bytes()), Some(max.clone()));
+        assert_eq!(k(format!("{max}k").as_bytes()), None);
+        for bad in [&b""[..], b"a\tb", b"caf\xc3\xa9", b"\xff"] {
+            assert_eq!(k(bad), None, "{bad:?}");
+        }
+        assert_eq!(h.extract(&req("192.0.2.1:1", &[])), None);
+        let short = h.clone().max_len(3);
+        assert_eq!(short.name(), "x-api-key");
+        let r = req("192.0.2.1:1", &[("x-api-key", b"abcd")]);
+        assert_eq!(short.extract(&r), None);
+        assert_eq!(h.extract(&r).as_deref(), Some("abcd"));
     }
 
     #[test]
     fn cidrs() {
         let c: Cidr = "10.0.0.0/8".parse().unwrap();
-        assert!(c.contains("10.255.0.1".parse().unwrap()));
-        assert!(!c.contains("11.0.0.1".parse().unwrap()));
-        assert!(c.contains("::ffff:10.1.2.3".parse().unwrap()));
+        assert!(c.contains(ip("10.255.0.1")));
+        assert!(!c.contains(ip("11.0.0.1")));
+        assert!(c.contains(ip("::ffff:10.1.2.3")));
         let all: Cidr = "0.0.0.0/0".parse().unwrap();
-        assert!(all.contains("1.2.3.4".parse().unwrap()));
+        assert!(all.contains(ip("1.2.3.4")));
         assert!("10.0.0.0/33".parse::<Cidr>().is_err());
         assert!("nope".parse::<Cidr>().is_err());
         let one: Cidr = "2001:db8::1".parse().unwrap();
-        assert!(one.contains("2001:db8::1".parse().unwrap()));
-        assert!(!one.contains("2001:db8::2".parse().unwrap()));
+        assert!(one.contains(ip("2001:db8::1")));
+        assert!(!one.contains(ip("2001:db8::2")));
     }
 }
