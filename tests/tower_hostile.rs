@@ -12,6 +12,8 @@
 //! printed (`--nocapture`).
 #![cfg(all(feature = "tower", feature = "axum"))]
 
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
 use std::collections::hash_map::RandomState;
 use std::net::{IpAddr, SocketAddr};
 
@@ -24,6 +26,30 @@ use turnstile::tower::{per_key, RateLimitLayer};
 use turnstile::{KeyedTokenBucket, Limit, ManualClock, Nanos};
 
 type Map = KeyedTokenBucket<IpAddr, RandomState, ManualClock>;
+
+/// Counts the allocations of each thread, so that a test can say a call made none.
+struct Counting;
+
+thread_local! {
+    static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
+}
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        let _ = ALLOCATIONS.try_with(|n| n.set(n.get() + 1));
+        System.alloc(layout)
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        System.dealloc(ptr, layout)
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        let _ = ALLOCATIONS.try_with(|n| n.set(n.get() + 1));
+        System.realloc(ptr, layout, new_size)
+    }
+}
+
+#[global_allocator]
+static ALLOC: Counting = Counting;
 
 /// The proxy's address: the one peer `trusting_the_proxy` trusts.
 const PROXY: &str = "127.0.0.1";
@@ -693,4 +719,125 @@ async fn eight_kib_headers() {
     )
     .await;
     out.one_key(PROXY);
+}
+
+/// Reading the key of a request with 8 KiB headers allocates nothing, however the walk ends:
+/// at the client past 8 KiB of forged hops, at the hop cap in 8 KiB of trusted ones, at an
+/// unreadable hop, or in a single-address header.
+#[test]
+fn the_walk_allocates_nothing() {
+    let forged: String = (0..700)
+        .map(|i| format!("203.0.{}.{}, ", i / 250, i % 250))
+        .collect();
+    let trusted_hops = ", 127.0.0.1".repeat(800);
+    let real_ip = http::HeaderName::from_static("x-real-ip");
+    let cases: [(ForwardedIp, &str, String, &str); 5] = [
+        (
+            xff_proxy(),
+            "x-forwarded-for",
+            format!("{forged}198.51.100.7:5000"),
+            "198.51.100.7",
+        ),
+        (
+            xff_proxy(),
+            "x-forwarded-for",
+            format!("203.0.113.1{trusted_hops}"),
+            PROXY,
+        ),
+        (
+            xff_proxy(),
+            "x-forwarded-for",
+            format!("{forged}198.51.100.7, unknown"),
+            PROXY,
+        ),
+        (
+            forwarded_proxy(),
+            "forwarded",
+            format!("for={forged}for=\"[2001:db8:1:2::7]:4711\";proto=https"),
+            "2001:db8:1:2::",
+        ),
+        (
+            ForwardedIp::header(real_ip, trusted()),
+            "x-real-ip",
+            format!("{forged}198.51.100.7"),
+            "198.51.100.7",
+        ),
+    ];
+    for (x, name, value, want) in cases {
+        assert!(value.len() >= 8 * 1024, "{}", value.len());
+        let mut req = http::Request::get("/")
+            .header(name, value)
+            .body(())
+            .unwrap();
+        req.extensions_mut()
+            .insert(SocketAddr::new(ip(PROXY), 5000));
+        let before = ALLOCATIONS.with(Cell::get);
+        let key = x.extract(&req);
+        let allocations = ALLOCATIONS.with(Cell::get) - before;
+        assert_eq!((key, allocations), (Some(ip(want)), 0), "{name}");
+    }
+}
+
+// ---- keys from a header -----------------------------------------------------------------
+
+/// `key::Header` takes at most 256 bytes of visible ASCII: a longer value, one that is not
+/// text and an empty one are no key, so the policy's missing-key choice answers them. Under
+/// `MissingKey::Deny` they are refused; under `Allow` (per_key's default) they pass, every
+/// one: the reason the docs tell header-keyed limits to refuse keyless requests.
+#[tokio::test]
+async fn header_keys_over_the_cap_or_not_text_are_no_key() {
+    use turnstile::tower::key::Header;
+    use turnstile::tower::MissingKey;
+
+    let long = "k".repeat(Header::DEFAULT_MAX_LEN);
+    let values: Vec<Vec<u8>> = vec![
+        long.clone().into_bytes(),
+        format!("{long}k").into_bytes(),
+        b"key-\xff".to_vec(),
+        Vec::new(),
+    ];
+    for (missing, want) in [
+        (MissingKey::Deny, [200, 429, 429, 429]),
+        (MissingKey::Allow, [200, 200, 200, 200]),
+    ] {
+        let map: KeyedTokenBucket<String, RandomState, ManualClock> =
+            KeyedTokenBucket::builder(Limit::ZERO, BURST as u32)
+                .clock(ManualClock::new(Nanos::new(1_000_000_000)))
+                .build()
+                .unwrap();
+        let api_key = Header(http::HeaderName::from_static("x-api-key"));
+        let policy = per_key("per-api-key", api_key, map).on_missing_key(missing.clone());
+        let layer = RateLimitLayer::new(policy);
+        let app = Router::new()
+            .route("/", get(|| async { "ok" }))
+            .layer(layer.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let server = listener.local_addr().unwrap();
+        let serving = tokio::spawn(async move {
+            axum::serve(
+                listener,
+                app.into_make_service_with_connect_info::<SocketAddr>(),
+            )
+            .await
+            .unwrap();
+        });
+        let mut got = [0; 4];
+        for (i, v) in values.iter().enumerate() {
+            // Twice each: the same answer both times (the 256-byte key's burst is two).
+            got[i] = raw_get(server, ip(DIRECT), &[h("X-Api-Key", v)]).await;
+            let again = raw_get(server, ip(DIRECT), &[h("X-Api-Key", v)]).await;
+            assert_eq!(
+                again, got[i],
+                "{missing:?}, value {i}: the same answer twice"
+            );
+        }
+        serving.abort();
+        let keys = layer.policy().map().len();
+        eprintln!(
+            "x-api-key of 256 B, 257 B, obs-text, empty under {missing:?}: {got:?}, {keys} key(s)"
+        );
+        // Only the 256-byte value is a key.
+        assert_eq!((got, keys), (want, 1), "{missing:?}");
+        assert!(layer.policy().map().contains(&long));
+    }
 }

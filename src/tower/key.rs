@@ -391,7 +391,9 @@ impl KeyType for ForwardedIp {
 
 impl<B> KeyExtractor<B> for ForwardedIp {
     fn extract(&self, req: &Request<B>) -> Option<IpAddr> {
-        let peer = canonical(peer_addr(req)?.ip());
+        // An IPv4-mapped peer or hop needs no conversion here: trusted networks match it
+        // (`Cidr::contains`) and keys mask it (`Prefix::apply`) as the IPv4 address it maps.
+        let peer = peer_addr(req)?.ip();
         Some(self.prefix.apply(self.client(req.headers(), peer)))
     }
 }
@@ -449,7 +451,7 @@ fn parse_node(node: &[u8]) -> Option<IpAddr> {
     if bracketed && !ip.is_ipv6() {
         return None;
     }
-    Some(canonical(ip))
+    Some(ip)
 }
 
 /// A port: 0..=65535 in decimal, or an obfuscated `_name` (RFC 7239's obfport).
@@ -718,8 +720,8 @@ mod tests {
             ("[2001:db8::7]:4711", "2001:db8::7"),
             ("\"[2001:db8::7]:4711\"", "2001:db8::7"),
             ("[2001:db8::7]:_hidden", "2001:db8::7"),
-            ("::ffff:192.0.2.7", "192.0.2.7"),
-            ("[::ffff:192.0.2.7]:80", "192.0.2.7"),
+            ("::ffff:192.0.2.7", "::ffff:192.0.2.7"),
+            ("[::ffff:192.0.2.7]:80", "::ffff:192.0.2.7"),
         ] {
             assert_eq!(node(text).as_deref(), Some(want), "{text:?}");
         }
