@@ -186,12 +186,21 @@ fn twenty(f: impl Fn(usize) -> Lines) -> Vec<Lines> {
     (1..=20).map(f).collect()
 }
 
+/// [`scenario`] of twenty requests from the proxy, the `n`th with the lines `f(n)`.
+async fn through_proxy(label: &str, x: ForwardedIp, f: impl Fn(usize) -> Lines) -> Outcome {
+    scenario(label, x, PROXY, twenty(f)).await
+}
+
 fn xff_proxy() -> ForwardedIp {
     ForwardedIp::x_forwarded_for(trusted())
 }
 
 fn forwarded_proxy() -> ForwardedIp {
     ForwardedIp::forwarded(trusted())
+}
+
+fn real_ip_proxy() -> ForwardedIp {
+    ForwardedIp::header(http::HeaderName::from_static("x-real-ip"), trusted())
 }
 
 // ---- which header -----------------------------------------------------------------------
@@ -201,16 +210,15 @@ fn forwarded_proxy() -> ForwardedIp {
 /// named, so the forged one is never read: 2 of 20 pass.
 #[tokio::test]
 async fn a_forged_forwarded_beside_the_proxys_xff_picks_no_key() {
-    let out = scenario(
+    let out = through_proxy(
         "forged Forwarded beside the proxy's XFF",
         xff_proxy(),
-        PROXY,
-        twenty(|n| {
+        |n| {
             vec![
                 h("Forwarded", format!("for=203.0.113.{n}")),
                 h("X-Forwarded-For", "198.51.100.7"),
             ]
-        }),
+        },
     )
     .await;
     out.one_key("198.51.100.7");
@@ -219,16 +227,15 @@ async fn a_forged_forwarded_beside_the_proxys_xff_picks_no_key() {
 /// The reverse: the proxy writes `Forwarded`, the client sends `X-Forwarded-For`.
 #[tokio::test]
 async fn a_forged_xff_beside_the_proxys_forwarded_picks_no_key() {
-    let out = scenario(
+    let out = through_proxy(
         "forged XFF beside the proxy's Forwarded",
         forwarded_proxy(),
-        PROXY,
-        twenty(|n| {
+        |n| {
             vec![
                 h("X-Forwarded-For", format!("203.0.113.{n}")),
                 h("Forwarded", "for=198.51.100.7;proto=https"),
             ]
-        }),
+        },
     )
     .await;
     out.one_key("198.51.100.7");
@@ -238,42 +245,36 @@ async fn a_forged_xff_beside_the_proxys_forwarded_picks_no_key() {
 /// headers the client sends are not read, and of several values the last (the proxy's) is.
 #[tokio::test]
 async fn a_single_address_header_is_the_only_one_read() {
-    let real_ip = || ForwardedIp::header(http::HeaderName::from_static("x-real-ip"), trusted());
-    let out = scenario(
+    let out = through_proxy(
         "X-Real-IP beside forged XFF and Forwarded",
-        real_ip(),
-        PROXY,
-        twenty(|n| {
+        real_ip_proxy(),
+        |n| {
             vec![
                 h("X-Forwarded-For", format!("203.0.113.{n}")),
                 h("Forwarded", format!("for=203.0.114.{n}")),
                 h("X-Real-IP", "198.51.100.7:5000"),
             ]
-        }),
+        },
     )
     .await;
     out.one_key("198.51.100.7");
     // The client's own line first, the proxy's after it: the proxy's.
-    let out = scenario(
+    let out = through_proxy(
         "X-Real-IP, the client's line before the proxy's",
-        real_ip(),
-        PROXY,
-        twenty(|n| {
+        real_ip_proxy(),
+        |n| {
             vec![
                 h("X-Real-IP", format!("203.0.113.{n}")),
                 h("X-Real-IP", "198.51.100.7"),
             ]
-        }),
+        },
     )
     .await;
     out.one_key("198.51.100.7");
     // One client per address, one key each.
-    let out = scenario(
-        "X-Real-IP of 20 clients",
-        real_ip(),
-        PROXY,
-        twenty(|n| vec![h("X-Real-IP", format!("[2001:db8:{n}::1]:443"))]),
-    )
+    let out = through_proxy("X-Real-IP of 20 clients", real_ip_proxy(), |n| {
+        vec![h("X-Real-IP", format!("[2001:db8:{n}::1]:443"))]
+    })
     .await;
     assert_eq!((out.allowed, out.keys), (20, 20));
     assert!(out.has("2001:db8:7::"));
@@ -294,10 +295,7 @@ async fn an_untrusted_peer_sending_every_header_is_its_own_key() {
     for (label, x) in [
         ("direct client, XFF extractor", xff_proxy()),
         ("direct client, Forwarded extractor", forwarded_proxy()),
-        (
-            "direct client, X-Real-IP extractor",
-            ForwardedIp::header(http::HeaderName::from_static("x-real-ip"), trusted()),
-        ),
+        ("direct client, X-Real-IP extractor", real_ip_proxy()),
     ] {
         scenario(label, x, DIRECT, twenty(every))
             .await
@@ -309,30 +307,24 @@ async fn an_untrusted_peer_sending_every_header_is_its_own_key() {
 /// the proxy's last, and the walk from the right meets the proxy's first.
 #[tokio::test]
 async fn several_header_lines_are_one_chain() {
-    let out = scenario(
-        "client's XFF lines, then the proxy's",
-        xff_proxy(),
-        PROXY,
-        twenty(|n| {
-            vec![
-                h("X-Forwarded-For", format!("203.0.113.{n}")),
-                h("X-Forwarded-For", format!("203.0.114.{n}, 127.0.0.1")),
-                h("X-Forwarded-For", "198.51.100.7"),
-            ]
-        }),
-    )
+    let out = through_proxy("client's XFF lines, then the proxy's", xff_proxy(), |n| {
+        vec![
+            h("X-Forwarded-For", format!("203.0.113.{n}")),
+            h("X-Forwarded-For", format!("203.0.114.{n}, 127.0.0.1")),
+            h("X-Forwarded-For", "198.51.100.7"),
+        ]
+    })
     .await;
     out.one_key("198.51.100.7");
-    let out = scenario(
+    let out = through_proxy(
         "client's Forwarded lines, then the proxy's",
         forwarded_proxy(),
-        PROXY,
-        twenty(|n| {
+        |n| {
             vec![
                 h("Forwarded", format!("for=203.0.113.{n}")),
                 h("Forwarded", "for=198.51.100.7"),
             ]
-        }),
+        },
     )
     .await;
     out.one_key("198.51.100.7");
@@ -344,12 +336,9 @@ async fn several_header_lines_are_one_chain() {
 /// request passes.
 #[tokio::test]
 async fn xff_hops_with_ports_are_one_key_per_client() {
-    let out = scenario(
-        "XFF 192.0.2.N:5000 for 20 clients",
-        xff_proxy(),
-        PROXY,
-        twenty(|n| vec![h("X-Forwarded-For", format!("192.0.2.{n}:5000"))]),
-    )
+    let out = through_proxy("XFF 192.0.2.N:5000 for 20 clients", xff_proxy(), |n| {
+        vec![h("X-Forwarded-For", format!("192.0.2.{n}:5000"))]
+    })
     .await;
     assert_eq!((out.allowed, out.keys), (20, 20));
     assert!(out.has("192.0.2.20"));
@@ -384,7 +373,7 @@ async fn brackets_ports_and_quotes_parse_in_every_header() {
         ),
         (
             "X-Real-IP forms",
-            ForwardedIp::header(http::HeaderName::from_static("x-real-ip"), trusted()),
+            real_ip_proxy(),
             vec![
                 "[2001:db8:1:2::7]:4711",
                 "[2001:db8:1:2::7]",
@@ -451,12 +440,9 @@ async fn an_ipv4_mapped_client_is_the_ipv4_client() {
 /// assignment) by default.
 #[tokio::test]
 async fn twenty_addresses_of_one_slash_64_are_one_key() {
-    let out = scenario(
-        "20 addresses of 2001:db8:1:2::/64",
-        xff_proxy(),
-        PROXY,
-        twenty(|n| vec![h("X-Forwarded-For", format!("2001:db8:1:2:{n:x}::{n:x}"))]),
-    )
+    let out = through_proxy("20 addresses of 2001:db8:1:2::/64", xff_proxy(), |n| {
+        vec![h("X-Forwarded-For", format!("2001:db8:1:2:{n:x}::{n:x}"))]
+    })
     .await;
     out.one_key("2001:db8:1:2::");
 }
@@ -465,28 +451,24 @@ async fn twenty_addresses_of_one_slash_64_are_one_key() {
 #[tokio::test]
 async fn other_prefixes_are_a_choice() {
     let per_address = xff_proxy().prefix(Prefix::FULL);
-    let out = scenario(
-        "20 addresses of one /64 at /128",
-        per_address,
-        PROXY,
-        twenty(|n| vec![h("X-Forwarded-For", format!("2001:db8:1:2::{n:x}"))]),
-    )
+    let out = through_proxy("20 addresses of one /64 at /128", per_address, |n| {
+        vec![h("X-Forwarded-For", format!("2001:db8:1:2::{n:x}"))]
+    })
     .await;
     assert_eq!((out.allowed, out.keys), (20, 20));
     assert!(out.has("2001:db8:1:2::14"));
     let per_56 = xff_proxy().prefix(Prefix::new(24, 56).unwrap());
-    let out = scenario(
+    let out = through_proxy(
         "20 /64s of one /56, and one IPv4 /24, at /56 and /24",
         per_56,
-        PROXY,
-        twenty(|n| {
+        |n| {
             let addr = if n % 2 == 0 {
                 format!("2001:db8:1:{n:x}::1")
             } else {
                 format!("192.0.2.{n}")
             };
             vec![h("X-Forwarded-For", addr)]
-        }),
+        },
     )
     .await;
     assert_eq!((out.allowed, out.keys), (4, 2));
@@ -571,12 +553,9 @@ async fn an_unreadable_hop_is_the_trusted_hop_that_wrote_it() {
         ),
     ] {
         let prefix = if name == "Forwarded" { "for=" } else { "" };
-        let out = scenario(
-            label,
-            x,
-            PROXY,
-            twenty(|n| vec![h(name, format!("{prefix}203.0.113.{n}, {tail}"))]),
-        )
+        let out = through_proxy(label, x, |n| {
+            vec![h(name, format!("{prefix}203.0.113.{n}, {tail}"))]
+        })
         .await;
         out.one_key(PROXY);
     }
@@ -586,16 +565,15 @@ async fn an_unreadable_hop_is_the_trusted_hop_that_wrote_it() {
         "127.0.0.1/32".parse().unwrap(),
         "10.0.0.0/8".parse().unwrap(),
     ]);
-    let out = scenario(
+    let out = through_proxy(
         "XFF garbage written by the inner proxy 10.1.2.3",
         two,
-        PROXY,
-        twenty(|n| {
+        |n| {
             vec![h(
                 "X-Forwarded-For",
                 format!("203.0.113.{n}, junk, 10.1.2.3"),
             )]
-        }),
+        },
     )
     .await;
     out.one_key("10.1.2.3");
@@ -615,39 +593,26 @@ async fn empty_values_and_elements() {
         ),
         ("XFF of commas", ",,,".to_string()),
     ] {
-        let out = scenario(
-            label,
-            xff_proxy(),
-            PROXY,
-            twenty(|n| vec![h("X-Forwarded-For", value.replace('N', &n.to_string()))]),
-        )
+        let out = through_proxy(label, xff_proxy(), |n| {
+            vec![h("X-Forwarded-For", value.replace('N', &n.to_string()))]
+        })
         .await;
         out.one_key(PROXY);
     }
-    let out = scenario(
-        "empty elements left of the client",
-        xff_proxy(),
-        PROXY,
-        twenty(|n| {
-            vec![h(
-                "X-Forwarded-For",
-                format!(",203.0.113.{n},, ,198.51.100.7"),
-            )]
-        }),
-    )
+    let out = through_proxy("empty elements left of the client", xff_proxy(), |n| {
+        vec![h(
+            "X-Forwarded-For",
+            format!(",203.0.113.{n},, ,198.51.100.7"),
+        )]
+    })
     .await;
     out.one_key("198.51.100.7");
-    let out = scenario(
-        "empty Forwarded",
-        forwarded_proxy(),
-        PROXY,
-        twenty(|n| {
-            vec![
-                h("Forwarded", format!("for=203.0.113.{n}")),
-                h("Forwarded", ""),
-            ]
-        }),
-    )
+    let out = through_proxy("empty Forwarded", forwarded_proxy(), |n| {
+        vec![
+            h("Forwarded", format!("for=203.0.113.{n}")),
+            h("Forwarded", ""),
+        ]
+    })
     .await;
     out.one_key(PROXY);
 }
@@ -657,28 +622,18 @@ async fn empty_values_and_elements() {
 /// any unreadable hop.
 #[tokio::test]
 async fn bytes_that_are_not_text() {
-    let out = scenario(
-        "XFF with obs-text left of the client",
-        xff_proxy(),
-        PROXY,
-        twenty(|n| {
-            let mut v = format!("203.0.113.{n}").into_bytes();
-            v.extend_from_slice(b"\xff\xfe\x80, 198.51.100.7");
-            vec![h("X-Forwarded-For", v)]
-        }),
-    )
+    let out = through_proxy("XFF with obs-text left of the client", xff_proxy(), |n| {
+        let mut v = format!("203.0.113.{n}").into_bytes();
+        v.extend_from_slice(b"\xff\xfe\x80, 198.51.100.7");
+        vec![h("X-Forwarded-For", v)]
+    })
     .await;
     out.one_key("198.51.100.7");
-    let out = scenario(
-        "XFF ending in obs-text",
-        xff_proxy(),
-        PROXY,
-        twenty(|n| {
-            let mut v = format!("203.0.113.{n}, 198.51.100.7").into_bytes();
-            v.extend_from_slice(b"\xff");
-            vec![h("X-Forwarded-For", v)]
-        }),
-    )
+    let out = through_proxy("XFF ending in obs-text", xff_proxy(), |n| {
+        let mut v = format!("203.0.113.{n}, 198.51.100.7").into_bytes();
+        v.extend_from_slice(b"\xff");
+        vec![h("X-Forwarded-For", v)]
+    })
     .await;
     out.one_key(PROXY);
 }
@@ -688,11 +643,10 @@ async fn bytes_that_are_not_text() {
 /// `ForwardedIp::MAX_HOPS` of them, and reads as a chain the walk cannot finish.
 #[tokio::test]
 async fn eight_kib_headers() {
-    let out = scenario(
+    let out = through_proxy(
         "8 KiB of forged hops left of the client",
         xff_proxy(),
-        PROXY,
-        twenty(|n| {
+        |n| {
             let mut v = String::new();
             let mut i = 0;
             while v.len() < 8 * 1024 {
@@ -701,21 +655,20 @@ async fn eight_kib_headers() {
             }
             v.push_str("198.51.100.7");
             vec![h("X-Forwarded-For", v)]
-        }),
+        },
     )
     .await;
     out.one_key("198.51.100.7");
-    let out = scenario(
+    let out = through_proxy(
         "8 KiB of trusted hops right of a forged one",
         xff_proxy(),
-        PROXY,
-        twenty(|n| {
+        |n| {
             let mut v = format!("203.0.113.{n}");
             while v.len() < 8 * 1024 {
                 v.push_str(", 127.0.0.1");
             }
             vec![h("X-Forwarded-For", v)]
-        }),
+        },
     )
     .await;
     out.one_key(PROXY);
