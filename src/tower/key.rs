@@ -16,7 +16,8 @@
 //!   `Forwarded` to a server that reads the `X-Forwarded-For` its proxy writes is not heard.
 //!   Name the header your proxy writes: a header it passes through untouched is the client's.
 //! - **Trust.** The header is read only when the peer is in the trusted list; any other
-//!   peer's key is its own address, whatever it sends.
+//!   peer's key is its own address, whatever it sends. Trust the proxies' own addresses
+//!   only: a host inside a trusted network can write any chain it likes.
 //! - **From the right.** Each trusted proxy appends the address it received the request
 //!   from, so the chain is walked from its right end (the hop nearest this server; lines
 //!   of the header in order, read as one list), skipping trusted proxies, to the first
@@ -30,20 +31,21 @@
 //!   address.
 //! - **A hop that cannot be read stops the walk.** `unknown`, an obfuscated `_name`,
 //!   garbage, an empty element, a `Forwarded` element without exactly one `for=`, bytes
-//!   that are not text, and a chain of more than [`ForwardedIp::MAX_HOPS`] trusted hops:
-//!   where the walk meets one, every hop to its right was written by a trusted proxy, and
-//!   the nearest of them (the peer, when it is the rightmost) wrote the hop it cannot name.
-//!   The key is that trusted proxy: the walk's last address it could vouch for. So a
-//!   client can neither choose a key (the proxies are the operator's) nor spread itself
-//!   over many: whatever it sends, it is keyed by its own address or by a trusted proxy's.
-//!   An empty or absent header from a trusted peer is the same: the peer is the key.
+//!   that are not text; and a chain whose first [`ForwardedIp::MAX_HOPS`] hops from the
+//!   right are all trusted. Where the walk meets such a hop, every hop to its right was
+//!   written by a trusted proxy, and the nearest of them (the peer, when the hop is the
+//!   rightmost) wrote the one it cannot name. The key is that proxy: the last trusted hop
+//!   the walk passed. So a client can neither choose a key (the proxies are the
+//!   operator's) nor spread itself over many: whatever it sends, it is keyed by its own
+//!   address or by a trusted proxy's. An empty or absent header from a trusted peer reads
+//!   the same way: the peer is the key.
 //! - **Networks, not addresses.** The key is the client's address masked to a [`Prefix`]:
 //!   /32 for IPv4 and /64 for IPv6 by default, because a /64 is the smallest block one
 //!   subscriber holds (SLAAC needs a whole /64 per link; RFC 6177 advises giving an end
 //!   site more than one /64, and RIPE-690 a /56 or /48 per customer), so keying by address
-//!   would give one IPv6 subscriber 2^64 keys. [`Prefix::FULL`] keys every address apart (clients behind a
-//!   carrier that shares one /64 among subscribers); a /56 or /48 ([`Prefix::new`]) keys
-//!   a whole customer assignment together.
+//!   would give one IPv6 subscriber 2^64 keys. [`Prefix::FULL`] keys every address apart
+//!   (for clients of a carrier that puts many subscribers in one /64); a /56 or /48
+//!   ([`Prefix::new`]) keys a whole customer assignment together.
 //! - **Header keys are capped.** [`Header`](struct@Header) takes a value of at most 256
 //!   bytes ([`Header::max_len`]) of visible ASCII; any other value is no key, and the
 //!   policy's [`MissingKey`](super::MissingKey) applies.
