@@ -1222,6 +1222,28 @@ mod tests {
             (1.0, 1.0)
         );
 
+        // Delay mode: the first reserved ahead (its burst spent, the next token 1 s away);
+        // the reservation comes back too.
+        let ahead = Arc::new(global("a", bucket()).and(Stalled));
+        assert!(ahead.first.limiter().check_n_at(clock.now(), 1).is_ok());
+        let mut fut = Policy::<()>::decide(
+            &ahead,
+            ((), ()),
+            Ask {
+                max_wait: Duration::from_secs(10),
+                ..Ask::default()
+            },
+        );
+        let noop = &mut Context::from_waker(Waker::noop());
+        assert!(Pin::new(&mut fut).poll(noop).is_pending());
+        assert_eq!(tokens(&ahead.first), -1.0, "the first reserved ahead");
+        drop(fut);
+        assert_eq!(
+            tokens(&ahead.first),
+            0.0,
+            "the reservation was not given back"
+        );
+
         // A decision that completed is the caller's: dropping it after changes nothing.
         let done = Arc::new(global("a", bucket()).and(global("b", bucket())));
         let d = now_or_never(Policy::<()>::decide(&done, ((), ()), Ask::default()));
