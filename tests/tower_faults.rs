@@ -240,16 +240,15 @@ enum Lasting {
 
 /// The fault's test: healthy requests, the fault, requests through it, its end, the way
 /// back to Redis and a few requests after; then the checks of the module docs and a summary
-/// line. `resets` says that the fault empties Redis (a restart, a full resync), which starts
-/// the key's budget afresh: one burst more for Redis's bound.
-async fn run(
-    name: &str,
-    mut rig: Rig,
-    lasting: Lasting,
-    resets: bool,
-    inject: impl FnOnce(&mut RedisServer),
-    undo: impl FnOnce(&mut RedisServer),
-) {
+/// line.
+async fn run(name: &str, mut rig: Rig, fault: Fault) {
+    let Fault {
+        lasting,
+        resets,
+        max_failures,
+        inject,
+        undo,
+    } = fault;
     // Healthy: Redis answers.
     for _ in 0..3 {
         let a = Rig::one(&rig.client, rig.addr).await;
@@ -366,6 +365,10 @@ async fn run(
         assert!(failed > 0, "{name}: the policy saw no failure");
     }
     assert!(
+        failed <= max_failures,
+        "{name}: {failed} failures, more than {max_failures}"
+    );
+    assert!(
         back < BACK_WITHIN,
         "{name}: back on Redis {back:?} after the fault, not within {BACK_WITHIN:?}"
     );
@@ -387,16 +390,63 @@ const LOCAL: FailurePolicy = FailurePolicy::Local(SHARE);
 /// running every test's servers, clients and Redis at once on its cores.
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(()); // held for a test, never per request
 
+/// A fault: how it acts, how to cause it and how to end it.
+struct Fault {
+    lasting: Lasting,
+    /// Whether it empties Redis (a restart, a full resync), which starts the key's budget
+    /// afresh: one burst more for Redis's bound.
+    resets: bool,
+    /// The most decisions the failure policy may answer (an instant fault: what was in
+    /// flight when it struck, at most).
+    max_failures: u64,
+    inject: Box<dyn FnOnce(&mut RedisServer)>,
+    undo: Box<dyn FnOnce(&mut RedisServer)>,
+}
+
+impl Fault {
+    fn new(
+        lasting: Lasting,
+        resets: bool,
+        inject: impl FnOnce(&mut RedisServer) + 'static,
+        undo: impl FnOnce(&mut RedisServer) + 'static,
+    ) -> Fault {
+        Fault {
+            lasting,
+            resets,
+            max_failures: u64::MAX,
+            inject: Box::new(inject),
+            undo: Box::new(undo),
+        }
+    }
+
+    fn at_most(self, max_failures: u64) -> Fault {
+        Fault {
+            max_failures,
+            ..self
+        }
+    }
+}
+
+/// One test per failure policy listed: a server of its own started with `extra`, `fault`
+/// under the layer.
 macro_rules! fault_tests {
-    ($fault:ident: $($test:ident => $policy:expr),* $(,)?) => {
+    ($fault:ident, extra $extra:expr; $($test:ident => $policy:expr),* $(,)?) => {
         $(
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $test() {
+            #[test]
+            fn $test() {
                 let _one_at_a_time = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-                let Some(redis) = server(stringify!($test), $fault::EXTRA) else {
+                let Some(redis) = server(stringify!($test), $extra) else {
                     return;
                 };
-                $fault::run(stringify!($test), Rig::new(redis, $policy).await).await;
+                tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(2)
+                    .enable_all()
+                    .build()
+                    .unwrap()
+                    .block_on(async {
+                        let rig = Rig::new(redis, $policy).await;
+                        run(stringify!($test), rig, $fault()).await
+                    });
             }
         )*
     };
@@ -404,60 +454,37 @@ macro_rules! fault_tests {
 
 /// SIGSTOP: connections stay open and nothing answers; every request waits the deadline, no
 /// more, and is answered by the failure policy.
-mod sigstop {
-    use super::*;
-    pub const EXTRA: &[&str] = &[];
-    pub async fn run(name: &str, rig: Rig) {
-        super::run(
-            name,
-            rig,
-            Lasting::Yes,
-            false,
-            |r| r.pause(),
-            |r| r.resume(),
-        )
-        .await;
-    }
+fn sigstop() -> Fault {
+    Fault::new(Lasting::Yes, false, |r| r.pause(), |r| r.resume())
 }
-fault_tests!(sigstop:
+fault_tests!(sigstop, extra &[];
     sigstop_open => FailurePolicy::Open,
     sigstop_closed => FailurePolicy::Closed,
     sigstop_local => LOCAL,
 );
 
 /// SIGKILL: refused connections; then a restart on the same port, empty.
-mod sigkill {
-    use super::*;
-    pub const EXTRA: &[&str] = &[];
-    pub async fn run(name: &str, rig: Rig) {
-        super::run(name, rig, Lasting::Yes, true, |r| r.kill(), |r| r.restart()).await;
-    }
+fn sigkill() -> Fault {
+    Fault::new(Lasting::Yes, true, |r| r.kill(), |r| r.restart())
 }
-fault_tests!(sigkill:
+fault_tests!(sigkill, extra &[];
     sigkill_and_restart_closed => FailurePolicy::Closed,
     sigkill_and_restart_local => LOCAL,
 );
 
 /// Out of memory: `maxmemory 1` with `noeviction`; every script that writes answers OOM.
-mod oom {
-    use super::*;
-    pub const EXTRA: &[&str] = &["--maxmemory-policy", "noeviction"];
-    pub async fn run(name: &str, rig: Rig) {
-        super::run(
-            name,
-            rig,
-            Lasting::Yes,
-            false,
-            |r| {
-                cli_ok(r, &["CONFIG", "SET", "maxmemory", "1"]);
-                assert!(r.cli(&["SET", "probe", "1"]).starts_with("OOM"));
-            },
-            |r| cli_ok(r, &["CONFIG", "SET", "maxmemory", "0"]),
-        )
-        .await;
-    }
+fn oom() -> Fault {
+    Fault::new(
+        Lasting::Yes,
+        false,
+        |r| {
+            cli_ok(r, &["CONFIG", "SET", "maxmemory", "1"]);
+            assert!(r.cli(&["SET", "probe", "1"]).starts_with("OOM"));
+        },
+        |r| cli_ok(r, &["CONFIG", "SET", "maxmemory", "0"]),
+    )
 }
-fault_tests!(oom:
+fault_tests!(oom, extra &["--maxmemory-policy", "noeviction"];
     oom_open => FailurePolicy::Open,
     oom_closed => FailurePolicy::Closed,
     oom_local => LOCAL,
@@ -465,129 +492,106 @@ fault_tests!(oom:
 
 /// BUSY: a script that never ends, from a client of its own; past `busy-reply-threshold`
 /// (50 ms here) every other command answers BUSY, until `SCRIPT KILL`.
-mod busy {
-    use super::*;
+fn busy() -> Fault {
     use std::io::{Read, Write};
-    use std::sync::Mutex;
-
-    pub const EXTRA: &[&str] = &["--busy-reply-threshold", "50"];
-
-    pub async fn run(name: &str, rig: Rig) {
-        // The script's client, read after the kill (its reply is the kill's error).
-        let script = Mutex::new(None); // the fault's set-up and end only, no request's path
-        super::run(
-            name,
-            rig,
-            Lasting::Yes,
-            false,
-            |r| {
-                let mut s = std::net::TcpStream::connect(("127.0.0.1", r.port)).unwrap();
-                s.write_all(b"EVAL \"while true do end\" 0\r\n").unwrap();
-                redis_server::wait_until(
-                    Duration::from_secs(5),
-                    || r.cli(&["PING"]).starts_with("BUSY"),
-                    "the server to answer BUSY",
-                );
-                *script.lock().unwrap() = Some(s);
-            },
-            |r| {
-                cli_ok(r, &["SCRIPT", "KILL"]);
-                let mut s = script.lock().unwrap().take().unwrap();
-                let mut reply = [0u8; 64];
-                s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-                let n = s.read(&mut reply).unwrap();
-                assert!(reply[..n].starts_with(b"-"), "the killed script's reply");
-            },
-        )
-        .await;
-    }
+    use std::net::TcpStream;
+    use std::sync::{Arc, Mutex};
+    // The script's client, read after the kill (its reply is the kill's error).
+    let script = Arc::new(Mutex::new(None::<TcpStream>)); // the fault's set-up and end only
+    let held = script.clone();
+    Fault::new(
+        Lasting::Yes,
+        false,
+        move |r| {
+            let mut s = TcpStream::connect(("127.0.0.1", r.port)).unwrap();
+            s.write_all(b"EVAL \"while true do end\" 0\r\n").unwrap();
+            redis_server::wait_until(
+                Duration::from_secs(5),
+                || r.cli(&["PING"]).starts_with("BUSY"),
+                "the server to answer BUSY",
+            );
+            *held.lock().unwrap() = Some(s);
+        },
+        move |r| {
+            cli_ok(r, &["SCRIPT", "KILL"]);
+            let mut s = script.lock().unwrap().take().unwrap();
+            let mut reply = [0u8; 64];
+            s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            let n = s.read(&mut reply).unwrap();
+            assert!(reply[..n].starts_with(b"-"), "the killed script's reply");
+        },
+    )
 }
-fault_tests!(busy:
+fault_tests!(busy, extra &["--busy-reply-threshold", "50"];
     busy_closed => FailurePolicy::Closed,
     busy_local => LOCAL,
 );
 
 /// READONLY: the server made a replica of another (an empty one), so every script that
 /// writes answers READONLY; then `REPLICAOF NO ONE`. The full sync empties it.
-mod readonly {
-    use super::*;
-    pub const EXTRA: &[&str] = &[];
-    pub async fn run(name: &str, rig: Rig) {
-        let primary = RedisServer::start_on_a_free_port(&[], false);
-        let port = primary.port.to_string();
-        super::run(
-            name,
-            rig,
-            Lasting::Yes,
-            true,
-            |r| {
-                cli_ok(r, &["REPLICAOF", "127.0.0.1", &port]);
-                redis_server::wait_until(
-                    Duration::from_secs(10),
-                    || {
-                        r.cli(&["INFO", "replication"])
-                            .contains("master_link_status:up")
-                    },
-                    "the replica to sync",
-                );
-                assert!(r.cli(&["SET", "probe", "1"]).starts_with("READONLY"));
-            },
-            |r| cli_ok(r, &["REPLICAOF", "NO", "ONE"]),
-        )
-        .await;
-        drop(primary);
-    }
+fn readonly() -> Fault {
+    let primary = RedisServer::start_on_a_free_port(&[], false);
+    let port = primary.port.to_string();
+    Fault::new(
+        Lasting::Yes,
+        true,
+        move |r| {
+            cli_ok(r, &["REPLICAOF", "127.0.0.1", &port]);
+            redis_server::wait_until(
+                Duration::from_secs(10),
+                || {
+                    r.cli(&["INFO", "replication"])
+                        .contains("master_link_status:up")
+                },
+                "the replica to sync",
+            );
+            assert!(r.cli(&["SET", "probe", "1"]).starts_with("READONLY"));
+        },
+        move |r| {
+            cli_ok(r, &["REPLICAOF", "NO", "ONE"]);
+            drop(primary);
+        },
+    )
 }
-fault_tests!(readonly:
+fault_tests!(readonly, extra &[];
     readonly_closed => FailurePolicy::Closed,
     readonly_local => LOCAL,
 );
 
 /// `SCRIPT FLUSH`: the next `EVALSHA` answers NOSCRIPT and the script is loaded again; the
 /// policy should see nothing of it.
-mod script_flush {
-    use super::*;
-    pub const EXTRA: &[&str] = &[];
-    pub async fn run(name: &str, rig: Rig) {
-        super::run(
-            name,
-            rig,
-            Lasting::No,
-            false,
-            |r| cli_ok(r, &["SCRIPT", "FLUSH"]),
-            |_| {},
-        )
-        .await;
-    }
+fn script_flush() -> Fault {
+    Fault::new(
+        Lasting::No,
+        false,
+        |r| cli_ok(r, &["SCRIPT", "FLUSH"]),
+        |_| {},
+    )
+    .at_most(0)
 }
-fault_tests!(script_flush:
+fault_tests!(script_flush, extra &[];
     script_flush_closed => FailurePolicy::Closed,
 );
 
 /// `CLIENT KILL TYPE normal`: the layer's connection is closed under it; the connection
 /// manager reconnects.
-mod client_kill {
-    use super::*;
-    pub const EXTRA: &[&str] = &[];
-    pub async fn run(name: &str, rig: Rig) {
-        super::run(
-            name,
-            rig,
-            Lasting::No,
-            false,
-            |r| {
-                let killed: u32 = r
-                    .cli(&["CLIENT", "KILL", "TYPE", "normal"])
-                    .parse()
-                    .unwrap();
-                assert!(killed >= 1, "the layer's connection was killed");
-            },
-            |_| {},
-        )
-        .await;
-    }
+fn client_kill() -> Fault {
+    Fault::new(
+        Lasting::No,
+        false,
+        |r| {
+            let killed: u32 = r
+                .cli(&["CLIENT", "KILL", "TYPE", "normal"])
+                .parse()
+                .unwrap();
+            assert!(killed >= 1, "the layer's connection was killed");
+        },
+        |_| {},
+    )
+    // The first request of each client after the kill, at most.
+    .at_most(CLIENTS as u64)
 }
-fault_tests!(client_kill:
+fault_tests!(client_kill, extra &[];
     client_kill_closed => FailurePolicy::Closed,
     client_kill_local => LOCAL,
 );

@@ -704,10 +704,10 @@ pub struct Fleet<X, R: crate::redis::RedisLimiter + 'static> {
 /// returns, whatever it is, and a missed deadline are answered by the
 /// [failure policy](Fleet::on_failure) (default [`FailurePolicy::Local`] with a share of 1:
 /// see there why), and logged as a `tracing` warning, at most one a second per policy, with
-/// the count of those not logged since ([`Fleet::failures`] counts them all). A limiter that
-/// answers in process itself while Redis is down (a [`Fallback`](crate::redis::Fallback),
-/// which also stops sending calls to a Redis it knows is down) rarely leaves anything to the
-/// failure policy.
+/// the count of those not logged since ([`Fleet::failures`] counts them all). A
+/// [`Fallback`](crate::redis::Fallback) limiter answers an unreachable Redis itself (in
+/// process, and without a round trip for as long as the outage lasts); what it passes on
+/// (an answer such as `OOM`, a script error) is the failure policy's.
 ///
 /// **Every refusal a retry can cure carries `Retry-After`:** the server's figure, the local
 /// limiter's, or [`FAILURE_RETRY_AFTER`] for a refusal of [`FailurePolicy::Closed`]. (A
