@@ -12,6 +12,8 @@
 //! * the grants stay within what the limits state: Redis's own (burst plus rate times the
 //!   test's length, and one burst more where the fault empties Redis), the local limiter's
 //!   under `Local`, none beyond Redis's under `Closed`, everything under `Open`;
+//! * every failure logged: a `tracing` warning at most once a second per policy, each
+//!   counting the failures it left out, never more than happened;
 //! * back on Redis within [`BACK_WITHIN`] of the fault's end.
 //!
 //! Where an answer came from is read off its `RateLimit-Policy` (the layer sends it on every
@@ -58,8 +60,8 @@ type Layer = RateLimitLayer<turnstile::tower::Fleet<key::Header, Gcra<Connection
 
 /// The layer under test: `fleet(Gcra)` keyed by `x-key`, with the default deadline and
 /// `failure`, its RateLimit headers on every answer.
-fn layer(gcra: Gcra<ConnectionManager>, failure: FailurePolicy) -> Layer {
-    let policy = fleet("fleet", key::Header("x-key".parse().unwrap()), gcra)
+fn layer(name: &str, gcra: Gcra<ConnectionManager>, failure: FailurePolicy) -> Layer {
+    let policy = fleet(name, key::Header("x-key".parse().unwrap()), gcra)
         .on_failure(failure)
         .unwrap();
     RateLimitLayer::new(policy).headers(Headers::Always)
@@ -112,10 +114,12 @@ struct Rig {
 }
 
 impl Rig {
-    async fn new(redis: RedisServer, failure: FailurePolicy) -> Rig {
+    /// The rig of test `name` (the fleet policy's name too, which its log events carry).
+    async fn new(name: &str, redis: RedisServer, failure: FailurePolicy) -> Rig {
+        log::install();
         let con = turnstile::redis::connect(&redis.url()).await.unwrap();
         let gcra = Gcra::new(con, Limit::per_second(PER_SEC).unwrap(), BURST).unwrap();
-        let layer = layer(gcra, failure);
+        let layer = layer(name, gcra, failure);
         let app = Router::new()
             .route("/", get(|| async { "ok" }))
             .layer(layer.clone());
@@ -364,6 +368,22 @@ async fn run(name: &str, mut rig: Rig, fault: Fault) {
     if lasting == Lasting::Yes {
         assert!(failed > 0, "{name}: the policy saw no failure");
     }
+    // Logged, at most once a second, each event counting those left out since the last.
+    let events = log::of(name);
+    if failed > 0 {
+        assert!(!events.is_empty(), "{name}: failures, and no log event");
+    }
+    let since_first = elapsed.ceil() as usize + 1;
+    assert!(
+        events.len() <= since_first,
+        "{name}: {} events in {elapsed:.1} s",
+        events.len()
+    );
+    let told: u64 = events.iter().map(|suppressed| 1 + suppressed).sum();
+    assert!(
+        told <= failed,
+        "{name}: the events told of {told} failures, {failed} happened"
+    );
     assert!(
         failed <= max_failures,
         "{name}: {failed} failures, more than {max_failures}"
@@ -444,7 +464,7 @@ macro_rules! fault_tests {
                     .build()
                     .unwrap()
                     .block_on(async {
-                        let rig = Rig::new(redis, $policy).await;
+                        let rig = Rig::new(stringify!($test), redis, $policy).await;
                         run(stringify!($test), rig, $fault()).await
                     });
             }
@@ -595,3 +615,68 @@ fault_tests!(client_kill, extra &[];
     client_kill_closed => FailurePolicy::Closed,
     client_kill_local => LOCAL,
 );
+
+/// The `tracing` events of the fleet policies, caught by a process-wide subscriber (the
+/// policies log from the runtime's worker threads).
+mod log {
+    use std::sync::{Mutex, Once};
+
+    /// `(policy, suppressed)` of every warning of turnstile's.
+    static EVENTS: Mutex<Vec<(String, u64)>> = Mutex::new(Vec::new()); // a test's log only
+
+    struct Events;
+
+    impl tracing::Subscriber for Events {
+        fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+            true
+        }
+        fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+            tracing::span::Id::from_u64(1)
+        }
+        fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+        fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+        fn event(&self, event: &tracing::Event<'_>) {
+            #[derive(Default)]
+            struct Fields(Option<String>, Option<u64>);
+            impl tracing::field::Visit for Fields {
+                fn record_str(&mut self, f: &tracing::field::Field, v: &str) {
+                    if f.name() == "policy" {
+                        self.0 = Some(v.to_owned());
+                    }
+                }
+                fn record_u64(&mut self, f: &tracing::field::Field, v: u64) {
+                    if f.name() == "suppressed" {
+                        self.1 = Some(v);
+                    }
+                }
+                fn record_debug(&mut self, _: &tracing::field::Field, _: &dyn std::fmt::Debug) {}
+            }
+            if !event.metadata().target().starts_with("turnstile") {
+                return;
+            }
+            let mut fields = Fields::default();
+            event.record(&mut fields);
+            if let Fields(Some(policy), Some(suppressed)) = fields {
+                EVENTS.lock().unwrap().push((policy, suppressed));
+            }
+        }
+        fn enter(&self, _: &tracing::span::Id) {}
+        fn exit(&self, _: &tracing::span::Id) {}
+    }
+
+    /// Installs the subscriber, once, before any policy logs.
+    pub fn install() {
+        static ONCE: Once = Once::new();
+        ONCE.call_once(|| tracing::subscriber::set_global_default(Events).unwrap());
+    }
+
+    /// The `suppressed` counts of `policy`'s events.
+    pub fn of(policy: &str) -> Vec<u64> {
+        let events = EVENTS.lock().unwrap();
+        events
+            .iter()
+            .filter(|(p, _)| p == policy)
+            .map(|&(_, s)| s)
+            .collect()
+    }
+}
