@@ -554,6 +554,53 @@ async fn a_client_that_goes_away_while_waiting_gives_its_reservation_back() {
     assert_eq!(bucket.tokens_at(now), 0.0);
 }
 
+/// A policy whose decision never comes (a backend that stalls, with no deadline of its own).
+struct Stalled;
+
+impl<B> Policy<B> for Stalled {
+    type Key = ();
+    type Grant = ();
+    type Future = std::future::Pending<turnstile::tower::Decision<()>>;
+    fn key(&self, _: &Request<B>) {}
+    fn decide(self: &std::sync::Arc<Self>, _: (), _: turnstile::tower::Ask) -> Self::Future {
+        std::future::pending()
+    }
+    fn refund(&self, _: ()) {}
+}
+
+/// `and`: a request whose client goes away while the second policy decides gives back the
+/// first's permit (the server drops the request's future, and with it the decision).
+#[tokio::test]
+async fn a_request_dropped_while_the_second_policy_decides_gives_the_first_permit_back() {
+    let clock = ManualClock::new(Nanos::new(1_000_000_000));
+    let now = clock.now();
+    let bucket = std::sync::Arc::new(TokenBucket::with_clock(
+        Limit::per_second(1.0).unwrap(),
+        1,
+        clock.clone(),
+    ));
+    let layer = RateLimitLayer::new(global("all", bucket.clone()).and(Stalled));
+    let server = serve(app(layer)).await;
+    let waiting = tokio::spawn({
+        let c = client("127.0.0.2");
+        async move { get_from(&c, server, &[]).await.status }
+    });
+    common::eventually(
+        Duration::from_secs(10),
+        || bucket.tokens_at(now) < 0.5,
+        "the first policy's grant",
+    )
+    .await;
+    waiting.abort();
+    common::eventually(
+        Duration::from_secs(10),
+        || bucket.tokens_at(now) > 0.5,
+        "the refund",
+    )
+    .await;
+    assert_eq!(bucket.tokens_at(now), 1.0);
+}
+
 /// The inline map cannot reserve ahead: in delay mode a request it cannot grant now is
 /// refused at once (not held until its token is due), and the refusal reserves nothing.
 #[tokio::test]

@@ -80,7 +80,9 @@ mod policy;
 pub use body::{RefusalBody, ResponseBody};
 
 #[cfg(feature = "redis")]
-pub use policy::{fleet, Fleet};
+pub use policy::{
+    fleet, FailurePolicy, Fleet, DEFAULT_DEADLINE, DEFAULT_LOCAL_MAX_KEYS, FAILURE_RETRY_AFTER,
+};
 pub use policy::{
     global, per_key, And, AndFuture, Ask, Decision, Global, KeyGrant, MissingKey, PerKey,
     PerKeyMap, Policy, PolicyExt, Report,

@@ -482,11 +482,28 @@ impl<Body: 'static, A: Policy<Body>, B: Policy<Body>> Policy<Body> for And<A, B>
 
 pin_project_lite::pin_project! {
     /// [`And`]'s decision in flight: the first policy's, then the second's (no allocation).
+    /// Dropped while the second decides (the client went away, a timeout layer gave up), it
+    /// gives back what the first granted, as a refusal by the second would.
     pub struct AndFuture<Body, A: Policy<Body>, B: Policy<Body>> {
         #[pin]
         state: AndState<Body, A, B>,
         policy: Arc<And<A, B>>,
         ask: Ask,
+    }
+
+    impl<Body, A: Policy<Body>, B: Policy<Body>> PinnedDrop for AndFuture<Body, A, B> {
+        fn drop(this: Pin<&mut Self>) {
+            let this = this.project();
+            // The first's grant is held here only while the second decides: once the second
+            // has answered, it has been handed on in the decision or given back. A grant of
+            // the second still in flight is its own future's to give back (a nested `And`'s,
+            // dropped with this one's fields, after this).
+            if let AndStateProj::Second { first, .. } = this.state.project() {
+                if let Some((grant, _, _)) = first.take() {
+                    this.policy.first.refund(grant);
+                }
+            }
+        }
     }
 }
 
@@ -602,26 +619,104 @@ fn one_report(
 
 // ---- Redis ------------------------------------------------------------------------------
 
+/// The default [`Fleet::deadline`]: 100 ms, [`Fallback`](crate::redis::Fallback)'s per-call
+/// timeout. A healthy Redis answers a limiter's script in well under a millisecond on a LAN
+/// and in a few at its tail, so 100 ms is far beyond any answer that is coming, yet is what a
+/// request pays at most for an outage: under a person's notice and well under the timeouts of
+/// clients and load balancers, which would otherwise give up first (the way a stalled Redis
+/// becomes an outage of the service).
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+pub const DEFAULT_DEADLINE: Duration = Duration::from_millis(100);
+
+/// The retry time of a refusal the Redis limiter did not decide ([`FailurePolicy::Closed`]):
+/// one second, the least `Retry-After` says above zero. How long an outage lasts is not
+/// known; one second sends a client back soon without inviting it to retry at once.
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+pub const FAILURE_RETRY_AFTER: Duration = Duration::from_secs(1);
+
+/// The default bound on the keys of a [`Fleet`]'s local map ([`FailurePolicy::Local`]): 65 536
+/// keys, at a few hundred bytes each (a compact limiter and its entry) some tens of MiB at
+/// most. A new key that finds the map full is refused with a retry time (the map's
+/// [`WhenFull::Deny`](crate::keyed::WhenFull::Deny)), so a flood of keys during an outage can
+/// neither grow the process nor reset anyone's limit. [`Fleet::local_max_keys`] changes it.
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+pub const DEFAULT_LOCAL_MAX_KEYS: u64 = 65_536;
+
+/// What a [`Fleet`] policy answers when its Redis limiter does not: an error (the connection
+/// down or refused, an answer such as `OOM`, `READONLY`, `BUSY`, `NOPERM`, a script error,
+/// bad input), or no answer within the [deadline](Fleet::deadline).
+///
+/// The default is [`FailurePolicy::Local`] with a share of 1: each process answers from its
+/// own limiter per key, with the fleet's whole limit. Like failing open (Envoy's global rate
+/// limit default), an outage of the limiter is not an outage of the service: a client within
+/// the fleet's limit is within it at every process (what one process sees of its requests is
+/// a part of them), so no request the fleet's limit admits is refused. Unlike failing open, a
+/// client over the limit is still held to it at each process, instead of being let through
+/// unlimited for as long as Redis is down (an attacker who can make Redis fail, by filling
+/// its memory say, would otherwise switch the limit off). The price is a bounded in-process
+/// map ([`DEFAULT_LOCAL_MAX_KEYS`]) and, across a fleet of `n`, up to `n` times the limit for
+/// a client spread over all of them; a share of `1 / n` keeps the fleet near the one limit,
+/// at the cost of refusing a client whose requests reach one process more than its share.
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum FailurePolicy {
+    /// Let the request through (fail open).
+    Open,
+    /// Refuse it (fail closed), with a `Retry-After` of [`FAILURE_RETRY_AFTER`].
+    Closed,
+    /// Answer in process: a limiter per key with the Redis limiter's configuration, its
+    /// limit scaled by this share, in `(0, 1]` ([`RedisLimiter::local`](crate::redis::RedisLimiter::local)),
+    /// in a map of at most [`Fleet::local_max_keys`] keys. Its refusals carry the local
+    /// limiter's retry time, and the `RateLimit` headers its status. The local limiters
+    /// persist across outages (a flapping connection hands nobody a fresh budget at each
+    /// flap) and are evicted once idle.
+    Local(f64),
+}
+
 /// A fleet-wide limit on Redis, per key: [`fleet`] (features `tower` and `redis`).
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
-pub struct Fleet<X, R> {
+pub struct Fleet<X, R: crate::redis::RedisLimiter + 'static> {
     name: Arc<str>,
     extractor: X,
-    limiter: R,
+    // Shared with the local map's factory, which builds a key's limiter from it.
+    limiter: Arc<R>,
+    missing: MissingKey<String>,
+    deadline: Duration,
+    failure: FailurePolicy,
+    local_max_keys: u64,
+    /// The local limiters: built for [`FailurePolicy::Local`] only.
+    local: Option<Keyed<String, R::Local>>,
+    log: FailureLog,
 }
 
 /// A policy that takes one permit per request from a Redis limiter
 /// ([`Gcra`](crate::redis::Gcra), [`Fallback`](crate::redis::Fallback), [`Coalesce`](crate::redis::Coalesce), …)
 /// under the request's key (its `Display` form): one limit shared by every server of a
-/// fleet. Requests with no key pass. A Redis error that reaches the policy (a limiter not
-/// wrapped in a `Fallback`) refuses the request with no `Retry-After`: failing closed is the
-/// safe side of a limit, and a [`Fallback`](crate::redis::Fallback) is how to fail open.
+/// fleet. Requests with no key (or an empty one) pass; see [`Fleet::on_missing_key`].
+///
+/// **Deadline and failures.** Each decision waits for Redis at most the
+/// [deadline](Fleet::deadline) (default [`DEFAULT_DEADLINE`], 100 ms); an error the limiter
+/// returns, whatever it is, and a missed deadline are answered by the
+/// [failure policy](Fleet::on_failure) (default [`FailurePolicy::Local`] with a share of 1:
+/// see there why), and logged as a `tracing` warning, at most one a second per policy, with
+/// the count of those not logged since ([`Fleet::failures`] counts them all). A
+/// [`Fallback`](crate::redis::Fallback) limiter answers an unreachable Redis itself (in
+/// process, and without a round trip for as long as the outage lasts); what it passes on
+/// (an answer such as `OOM`, a script error) is the failure policy's.
+///
+/// **Every refusal a retry can cure carries `Retry-After`:** the server's figure, the local
+/// limiter's, or [`FAILURE_RETRY_AFTER`] for a refusal of [`FailurePolicy::Closed`]. (A
+/// keyless request under [`MissingKey::Deny`] gets none: no wait makes it acceptable.)
 ///
 /// A Redis grant cannot be given back, so in [`PolicyExt::and`] put this policy last. The
-/// decision is a boxed future (one allocation per request, next to a network round trip);
-/// `Retry-After` is the server's figure. The `RateLimit` headers carry the key's status
-/// after the check, from the limiter's own answer to it
+/// decision is a boxed future (one allocation per request, next to a network round trip).
+/// The `RateLimit` headers carry the key's status after the check, from the limiter's own
+/// answer to it
 /// ([`RedisLimiter::try_check_n_status`](crate::redis::RedisLimiter::try_check_n_status),
 /// no extra round trip): exact for [`Gcra`](crate::redis::Gcra) (`q` = burst, `w` = burst /
 /// limit, `r` and `t` from its [`Throttle`](crate::redis::Throttle)), for the go-zero
@@ -629,22 +724,133 @@ pub struct Fleet<X, R> {
 /// [`FixedWindow`](crate::redis::FixedWindow), and for a
 /// [`Fallback`](crate::redis::Fallback) over them (its local limiter's while Redis is
 /// down). A limiter that cannot say exactly (a [`Coalesce`](crate::redis::Coalesce), whose
-/// batches answer verdicts only) leaves the policy out of the headers; so does a Redis error.
+/// batches answer verdicts only) leaves the policy out of the headers; so do
+/// [`FailurePolicy::Open`] and [`FailurePolicy::Closed`] answers.
+///
+/// ```no_run
+/// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
+/// use std::time::Duration;
+/// use turnstile::redis::Gcra;
+/// use turnstile::tower::{fleet, key, FailurePolicy, MissingKey, RateLimitLayer};
+/// use turnstile::Limit;
+///
+/// let con = turnstile::redis::connect("redis://127.0.0.1:6379/").await?;
+/// let gcra = Gcra::new(con, Limit::per_second(10.0)?, 20)?;
+/// let per_api_key = fleet("per-key", key::Header("x-api-key".parse()?), gcra)
+///     .deadline(Duration::from_millis(50))?
+///     // Four servers: each answers a quarter of the limit while Redis is down.
+///     .on_failure(FailurePolicy::Local(0.25))?
+///     .on_missing_key(MissingKey::Deny);
+/// let layer = RateLimitLayer::new(per_api_key);
+/// # let _ = layer;
+/// # Ok(()) }
+/// ```
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub fn fleet<X, R>(name: impl Into<Arc<str>>, extractor: X, limiter: R) -> Fleet<X, R>
 where
     R: crate::redis::RedisLimiter + 'static,
 {
+    let limiter = Arc::new(limiter);
+    let failure = FailurePolicy::Local(1.0);
     Fleet {
         name: name.into(),
         extractor,
+        local: Some(
+            local_map(&limiter, 1.0, DEFAULT_LOCAL_MAX_KEYS)
+                .unwrap_or_else(|_| unreachable!("the defaults are valid")),
+        ),
         limiter,
+        missing: MissingKey::Allow,
+        deadline: DEFAULT_DEADLINE,
+        failure,
+        local_max_keys: DEFAULT_LOCAL_MAX_KEYS,
+        log: FailureLog::default(),
     }
 }
 
+/// The local limiters of [`FailurePolicy::Local`]: `limiter`'s own local form with `share` of
+/// its limit, one per key, at most `max_keys` of them.
 #[cfg(feature = "redis")]
-impl<X, R> Fleet<X, R> {
+fn local_map<R: crate::redis::RedisLimiter + 'static>(
+    limiter: &Arc<R>,
+    share: f64,
+    max_keys: u64,
+) -> Result<Keyed<String, R::Local>, crate::ConfigError> {
+    let limiter = limiter.clone();
+    Keyed::builder(move |_: &String| limiter.local(share))
+        .max_keys(max_keys)
+        .build()
+}
+
+#[cfg(feature = "redis")]
+impl<X, R: crate::redis::RedisLimiter + 'static> Fleet<X, R> {
+    /// The most a decision waits for Redis (default [`DEFAULT_DEADLINE`]) before the
+    /// [failure policy](Fleet::on_failure) answers it. A call that missed it was sent: a
+    /// stalled Redis may still count it when it wakes.
+    ///
+    /// # Errors
+    /// [`ConfigError::ZeroTimeout`](crate::ConfigError::ZeroTimeout) for zero: no call
+    /// would ever be answered.
+    pub fn deadline(mut self, deadline: Duration) -> Result<Self, crate::ConfigError> {
+        if deadline.is_zero() {
+            return Err(crate::ConfigError::ZeroTimeout);
+        }
+        self.deadline = deadline;
+        Ok(self)
+    }
+
+    /// What answers a request the Redis limiter did not (default [`FailurePolicy::Local`]
+    /// with a share of 1; see [`FailurePolicy`] for why).
+    ///
+    /// # Errors
+    /// [`ConfigError::InvalidShare`](crate::ConfigError::InvalidShare) for a local share
+    /// outside `(0, 1]` (NaN included).
+    pub fn on_failure(mut self, failure: FailurePolicy) -> Result<Self, crate::ConfigError> {
+        self.local = match failure {
+            FailurePolicy::Local(share) if !(share > 0.0 && share <= 1.0) => {
+                return Err(crate::ConfigError::InvalidShare(share))
+            }
+            FailurePolicy::Local(share) => {
+                Some(local_map(&self.limiter, share, self.local_max_keys)?)
+            }
+            FailurePolicy::Open | FailurePolicy::Closed => None,
+        };
+        self.failure = failure;
+        Ok(self)
+    }
+
+    /// The most keys [`FailurePolicy::Local`]'s map holds (default
+    /// [`DEFAULT_LOCAL_MAX_KEYS`]); a new key that finds it full is refused, with a retry
+    /// time.
+    ///
+    /// # Errors
+    /// [`ConfigError::ZeroMaxKeys`](crate::ConfigError::ZeroMaxKeys) for zero.
+    pub fn local_max_keys(mut self, max_keys: u64) -> Result<Self, crate::ConfigError> {
+        if max_keys == 0 {
+            return Err(crate::ConfigError::ZeroMaxKeys);
+        }
+        self.local_max_keys = max_keys;
+        let failure = self.failure;
+        self.on_failure(failure)
+    }
+
+    /// What to do with requests the extractor finds no key in, or an empty one (default
+    /// [`MissingKey::Allow`]), as [`PerKey::on_missing_key`]: let them through, refuse them
+    /// (with no `Retry-After`), or count them all under one key (its `Display` form).
+    pub fn on_missing_key(mut self, missing: MissingKey<X::Key>) -> Self
+    where
+        X: KeyType,
+        X::Key: std::fmt::Display,
+    {
+        self.missing = match missing {
+            MissingKey::Allow => MissingKey::Allow,
+            MissingKey::Deny => MissingKey::Deny,
+            MissingKey::As(k) => MissingKey::As(k.to_string()),
+        };
+        self
+    }
+
     /// The Redis limiter.
     pub fn limiter(&self) -> &R {
         &self.limiter
@@ -653,6 +859,108 @@ impl<X, R> Fleet<X, R> {
     /// The policy's name.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// The failure policy.
+    pub fn failure_policy(&self) -> FailurePolicy {
+        self.failure
+    }
+
+    /// How many decisions the failure policy has answered (Redis errors and missed
+    /// deadlines), logged or not.
+    pub fn failures(&self) -> u64 {
+        self.log.total.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// [`FailurePolicy::Local`]'s limiters (`None` under another policy): for
+    /// [`Keyed::len`] or a key's limiter.
+    pub fn local(&self) -> Option<&Keyed<String, R::Local>> {
+        self.local.as_ref()
+    }
+
+    /// The answer of the failure policy to a check of `key` the limiter failed with `error`.
+    #[cold]
+    fn failed(
+        &self,
+        key: &str,
+        error: &crate::redis::RedisLimitError,
+        ask: Ask,
+    ) -> crate::redis::StatusVerdict {
+        self.log.record(&self.name, error, self.failure);
+        match (&self.failure, &self.local) {
+            (FailurePolicy::Local(_), Some(local)) => {
+                // The in-process per-key check (no reserve-ahead: the Redis limiters have
+                // none either), with the key's local status when the answer shows it.
+                let ask = Ask {
+                    max_wait: Duration::ZERO,
+                    ..ask
+                };
+                let ((result, _), status) =
+                    PerKeyMap::take(local, &key.to_owned(), local.now(), ask);
+                (result, status)
+            }
+            (FailurePolicy::Open, _) => (Ok(()), None),
+            _ => (
+                Err(crate::redis::denied_after(Some(FAILURE_RETRY_AFTER))),
+                None,
+            ),
+        }
+    }
+}
+
+/// The failure log's state: lock-free, so that an outage's every request costs a few atomic
+/// operations and at most one event a second.
+#[cfg(feature = "redis")]
+#[derive(Default)]
+struct FailureLog {
+    /// Failures so far.
+    total: std::sync::atomic::AtomicU64,
+    /// Failures not logged since the last event.
+    suppressed: std::sync::atomic::AtomicU64,
+    /// The earliest time (ns on the quanta clock) the next event may be logged.
+    next: std::sync::atomic::AtomicU64,
+}
+
+#[cfg(feature = "redis")]
+impl FailureLog {
+    /// The interval between two events.
+    const EVERY: Duration = Duration::from_secs(1);
+
+    /// Counts a failure, and logs it unless another was logged less than a second ago.
+    fn record(&self, policy: &str, error: &crate::redis::RedisLimitError, failure: FailurePolicy) {
+        let Some(suppressed) = self.admit(crate::QuantaClock::new().now()) else {
+            return;
+        };
+        tracing::warn!(
+            policy,
+            %error,
+            on_failure = ?failure,
+            suppressed,
+            "turnstile: the fleet policy's Redis limiter failed; the failure policy answered"
+        );
+    }
+
+    /// Counts a failure at `now`: `Some(failures not logged since the last event)` if this
+    /// one is to be logged, `None` if it is counted among them.
+    fn admit(&self, now: Nanos) -> Option<u64> {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.total.fetch_add(1, Relaxed);
+        let next = self.next.load(Relaxed);
+        let due = now.as_u64() >= next
+            && self
+                .next
+                .compare_exchange(
+                    next,
+                    now.saturating_add(Self::EVERY).as_u64(),
+                    Relaxed,
+                    Relaxed,
+                )
+                .is_ok();
+        if !due {
+            self.suppressed.fetch_add(1, Relaxed);
+            return None;
+        }
+        Some(self.suppressed.swap(0, Relaxed))
     }
 }
 
@@ -672,41 +980,58 @@ where
     }
 
     fn decide(self: &Arc<Self>, key: Self::Key, ask: Ask) -> Self::Future {
+        // An empty key is no key: Redis limiters refuse one as bad input.
+        let key = match key.filter(|k| !k.is_empty()) {
+            Some(k) => k,
+            None => match &self.missing {
+                MissingKey::Allow => return Box::pin(ready(decided(Ok(())))),
+                MissingKey::Deny => {
+                    let now = crate::QuantaClock::new().now();
+                    return Box::pin(ready(decided(Err(Denied::new(now, None)))));
+                }
+                MissingKey::As(k) => k.clone(),
+            },
+        };
         let this = self.clone();
         Box::pin(async move {
-            let Some(key) = key else {
-                return Decision {
-                    result: Ok(()),
-                    wait: Duration::ZERO,
-                    report: Report::default(),
-                };
-            };
             // With headers, the check that also answers the key's status (the same round
             // trip: the status comes from the check's own reply). Without, the plain check:
             // for the limiters that can say, the status costs nothing in Redis but is still
             // work here (a `Fallback` in fallback mode reads its local limiter's), and a
             // hand-written limiter's `try_check_n` may be cheaper than its status.
-            let (result, status) = if ask.report || ask.report_grants {
-                match this.limiter.try_check_n_status(&key, 1).await {
-                    Ok((verdict, status)) => (verdict, status),
-                    Err(_) => (Err(crate::redis::denied_after(None)), None),
-                }
+            let deadline = this.deadline;
+            let answer = if ask.report || ask.report_grants {
+                tokio::time::timeout(deadline, this.limiter.try_check_n_status(&key, 1)).await
             } else {
-                match this.limiter.try_check_n(&key, 1).await {
-                    Ok(verdict) => (verdict, None),
-                    Err(_) => (Err(crate::redis::denied_after(None)), None),
+                let check = this.limiter.try_check_n(&key, 1);
+                tokio::time::timeout(deadline, async move { Ok((check.await?, None)) }).await
+            };
+            let (result, status) = match answer {
+                Ok(Ok(verdict)) => verdict,
+                Ok(Err(e)) => this.failed(&key, &e, ask),
+                Err(_elapsed) => {
+                    this.failed(&key, &crate::redis::RedisLimitError::Timeout(deadline), ask)
                 }
             };
             let report = one_report(ask.reports(result.is_ok()), &this.name, || status);
             Decision {
-                result,
-                wait: Duration::ZERO,
                 report,
+                ..decided(result)
             }
         })
     }
 
     fn refund(&self, _: ()) {}
+}
+
+/// A fleet decision, with no report.
+#[cfg(feature = "redis")]
+fn decided(result: Result<(), Denied>) -> Decision<()> {
+    Decision {
+        result,
+        wait: Duration::ZERO,
+        report: Report::default(),
+    }
 }
 
 #[cfg(test)]
@@ -840,5 +1165,307 @@ mod tests {
         let d = decide();
         assert!(d.result.is_ok());
         assert_eq!(d.wait, Duration::from_secs(1));
+    }
+
+    /// A policy whose decision never comes (a Redis that stalls, with no deadline).
+    struct Stalled;
+
+    impl Policy<()> for Stalled {
+        type Key = ();
+        type Grant = ();
+        type Future = std::future::Pending<Decision<()>>;
+        fn key(&self, _: &Request<()>) {}
+        fn decide(self: &Arc<Self>, _: (), _: Ask) -> Self::Future {
+            std::future::pending()
+        }
+        fn refund(&self, _: ()) {}
+    }
+
+    /// Polls `policy`'s decision once, for a request, and drops it while it is pending.
+    fn abandon<P: Policy<()>>(policy: &Arc<P>) {
+        let req = Request::new(());
+        let mut fut = Policy::<()>::decide(policy, policy.key(&req), Ask::default());
+        let noop = &mut Context::from_waker(Waker::noop());
+        assert!(Pin::new(&mut fut).poll(noop).is_pending());
+    }
+
+    #[test]
+    fn and_gives_the_first_grant_back_when_dropped_while_the_second_decides() {
+        let clock = ManualClock::new(Nanos::new(1_000_000_000));
+        // Burst 1, no refill on a clock that stands still: a permit is back only if refunded.
+        let bucket = || TokenBucket::with_clock(Limit::per_second(1.0).unwrap(), 1, clock.clone());
+        let tokens = |g: &Global<TokenBucket<ManualClock>>| g.limiter().tokens();
+
+        let both = Arc::new(global("a", bucket()).and(Stalled));
+        abandon(&both);
+        assert_eq!(
+            tokens(&both.first),
+            1.0,
+            "the first's grant was not given back"
+        );
+
+        // Nested, either way round: every grant taken before the stall comes back.
+        let left = Arc::new(
+            global("a", bucket())
+                .and(global("b", bucket()))
+                .and(Stalled),
+        );
+        abandon(&left);
+        assert_eq!(
+            (tokens(&left.first.first), tokens(&left.first.second)),
+            (1.0, 1.0)
+        );
+        let right = Arc::new(global("a", bucket()).and(global("b", bucket()).and(Stalled)));
+        abandon(&right);
+        assert_eq!(
+            (tokens(&right.first), tokens(&right.second.first)),
+            (1.0, 1.0)
+        );
+
+        // Delay mode: the first reserved ahead (its burst spent, the next token 1 s away);
+        // the reservation comes back too.
+        let ahead = Arc::new(global("a", bucket()).and(Stalled));
+        assert!(ahead.first.limiter().check_n_at(clock.now(), 1).is_ok());
+        let mut fut = Policy::<()>::decide(
+            &ahead,
+            ((), ()),
+            Ask {
+                max_wait: Duration::from_secs(10),
+                ..Ask::default()
+            },
+        );
+        let noop = &mut Context::from_waker(Waker::noop());
+        assert!(Pin::new(&mut fut).poll(noop).is_pending());
+        assert_eq!(tokens(&ahead.first), -1.0, "the first reserved ahead");
+        drop(fut);
+        assert_eq!(
+            tokens(&ahead.first),
+            0.0,
+            "the reservation was not given back"
+        );
+
+        // A decision that completed is the caller's: dropping it after changes nothing.
+        let done = Arc::new(global("a", bucket()).and(global("b", bucket())));
+        let d = now_or_never(Policy::<()>::decide(&done, ((), ()), Ask::default()));
+        assert!(d.result.is_ok());
+        drop(d);
+        assert_eq!((tokens(&done.first), tokens(&done.second)), (0.0, 0.0));
+    }
+
+    #[cfg(feature = "redis")]
+    mod fleet {
+        use super::*;
+        use crate::redis::{RedisLimitError, RedisLimiter};
+        use crate::FixedWindow;
+        use std::sync::atomic::{AtomicU8, Ordering};
+
+        const GRANT: u8 = 0;
+        const FAIL: u8 = 1;
+        const STALL: u8 = 2;
+
+        /// A Redis limiter that grants, fails or stalls, as told; its local form is a window
+        /// of 4 a minute, scaled by the share.
+        #[derive(Default)]
+        struct Fake(AtomicU8);
+
+        impl RedisLimiter for Fake {
+            type Local = FixedWindow;
+            fn local(&self, share: f64) -> FixedWindow {
+                FixedWindow::new((4.0 * share).ceil() as u32, Duration::from_secs(60)).unwrap()
+            }
+            async fn ping(&self) -> Result<(), RedisLimitError> {
+                Ok(())
+            }
+            async fn try_check_n(
+                &self,
+                _: &str,
+                _: u32,
+            ) -> Result<Result<(), Denied>, RedisLimitError> {
+                match self.0.load(Ordering::Relaxed) {
+                    GRANT => Ok(Ok(())),
+                    FAIL => Err(RedisLimitError::UnexpectedReply("OOM".into())),
+                    _ => std::future::pending().await,
+                }
+            }
+        }
+
+        type Fleet = super::Fleet<key::Header, Fake>;
+
+        fn policy(failure: FailurePolicy, mode: u8) -> Arc<Fleet> {
+            let f = fleet(
+                "f",
+                key::Header("x-key".parse().unwrap()),
+                Fake(AtomicU8::new(mode)),
+            );
+            Arc::new(f.on_failure(failure).unwrap())
+        }
+
+        async fn decide(p: &Arc<Fleet>, key: Option<&str>, ask: Ask) -> Decision<()> {
+            let mut req = Request::new(());
+            if let Some(k) = key {
+                req.headers_mut().insert("x-key", k.parse().unwrap());
+            }
+            Policy::<()>::decide(p, p.key(&req), ask).await
+        }
+
+        /// The answers to `n` checks of one key: `Some(Retry-After in seconds)` for a refusal,
+        /// `None` for a grant.
+        async fn answers(p: &Arc<Fleet>, n: usize) -> Vec<Option<Option<u64>>> {
+            let mut out = Vec::new();
+            for _ in 0..n {
+                let d = decide(p, Some("k"), Ask::default()).await;
+                out.push(d.result.err().map(|e| e.retry_after_secs()));
+            }
+            out
+        }
+
+        #[tokio::test]
+        async fn each_failure_policy_answers_a_failing_redis_as_it_says() {
+            assert_eq!(
+                answers(&policy(FailurePolicy::Open, FAIL), 6).await,
+                [None; 6]
+            );
+            // Closed: refused, and told when to come back.
+            assert_eq!(
+                answers(&policy(FailurePolicy::Closed, FAIL), 2).await,
+                [Some(Some(1)); 2]
+            );
+            // Local with half the limit: 2 of the window's 4, then refused until the window
+            // ends (60 s away, rounded up).
+            let local = policy(FailurePolicy::Local(0.5), FAIL);
+            let got = answers(&local, 4).await;
+            assert_eq!(got[..2], [None, None]);
+            assert!(matches!(got[2], Some(Some(59..=60))), "{got:?}");
+            assert_eq!(local.local().unwrap().len(), 1);
+            // The local answer reports the local window, when asked for.
+            let d = decide(
+                &local,
+                Some("k"),
+                Ask {
+                    report: true,
+                    ..Ask::default()
+                },
+            )
+            .await;
+            assert_eq!(d.report.items[0].1.quota, 2);
+            assert_eq!(local.failures(), 5);
+            // The default is the local answer with the whole limit.
+            let default = Arc::new(fleet(
+                "f",
+                key::Header("x-key".parse().unwrap()),
+                Fake(AtomicU8::new(FAIL)),
+            ));
+            assert_eq!(default.failure_policy(), FailurePolicy::Local(1.0));
+            assert_eq!(
+                answers(&default, 5)
+                    .await
+                    .iter()
+                    .filter(|a| a.is_none())
+                    .count(),
+                4
+            );
+            // A Redis that answers is what decides, whatever the failure policy.
+            assert_eq!(
+                answers(&policy(FailurePolicy::Closed, GRANT), 3).await,
+                [None; 3]
+            );
+        }
+
+        #[tokio::test(start_paused = true)]
+        async fn a_stalled_redis_is_answered_at_the_deadline_by_the_failure_policy() {
+            let deadline = Duration::from_millis(30);
+            for (failure, granted) in [(FailurePolicy::Open, true), (FailurePolicy::Closed, false)]
+            {
+                let p = policy(failure, STALL);
+                let p = Arc::new(Arc::into_inner(p).unwrap().deadline(deadline).unwrap());
+                let start = tokio::time::Instant::now();
+                // Far past the deadline, the test's own: without one, no answer ever comes.
+                let d = tokio::time::timeout(deadline * 100, decide(&p, Some("k"), Ask::default()))
+                    .await
+                    .expect("no answer at the deadline");
+                assert_eq!(start.elapsed(), deadline);
+                assert_eq!(d.result.is_ok(), granted);
+                assert_eq!(p.failures(), 1);
+            }
+        }
+
+        #[tokio::test]
+        async fn a_request_without_a_key_gets_the_missing_key_choice() {
+            let with = |m: MissingKey<String>| {
+                let f = fleet(
+                    "f",
+                    key::Header("x-key".parse().unwrap()),
+                    Fake(AtomicU8::new(FAIL)),
+                );
+                Arc::new(
+                    f.on_failure(FailurePolicy::Local(0.5))
+                        .unwrap()
+                        .on_missing_key(m),
+                )
+            };
+            // Allow: through, untouched (no failure: Redis is not asked).
+            let p = with(MissingKey::Allow);
+            for key in [None, Some("")] {
+                assert!(decide(&p, key, Ask::default()).await.result.is_ok());
+            }
+            assert_eq!(p.failures(), 0);
+            // Deny: refused, with no Retry-After (no wait makes it acceptable).
+            let p = with(MissingKey::Deny);
+            for key in [None, Some("")] {
+                let d = decide(&p, key, Ask::default()).await;
+                assert_eq!(d.result.unwrap_err().retry_after(), None);
+            }
+            // As: every keyless request shares one key's limit (2 here, locally).
+            let p = with(MissingKey::As("anonymous".into()));
+            let mut granted = 0;
+            for key in [None, Some(""), None, None] {
+                granted += decide(&p, key, Ask::default()).await.result.is_ok() as u32;
+            }
+            assert_eq!(granted, 2);
+            assert!(p.local().unwrap().contains("anonymous"));
+            assert!(decide(&p, Some("other"), Ask::default())
+                .await
+                .result
+                .is_ok());
+        }
+
+        #[test]
+        fn bad_settings_are_typed_errors() {
+            let f = || fleet("f", key::PeerIp, Fake::default());
+            assert!(matches!(
+                f().deadline(Duration::ZERO),
+                Err(crate::ConfigError::ZeroTimeout)
+            ));
+            for share in [0.0, 1.5, f64::NAN] {
+                assert!(matches!(
+                    f().on_failure(FailurePolicy::Local(share)),
+                    Err(crate::ConfigError::InvalidShare(_))
+                ));
+            }
+            assert!(matches!(
+                f().local_max_keys(0),
+                Err(crate::ConfigError::ZeroMaxKeys)
+            ));
+            let f = f().local_max_keys(3).unwrap();
+            assert_eq!(f.local().unwrap().max_keys(), 3);
+            assert!(f
+                .on_failure(FailurePolicy::Closed)
+                .unwrap()
+                .local()
+                .is_none());
+        }
+
+        #[test]
+        fn the_failure_log_logs_at_most_once_a_second_with_the_count_it_left_out() {
+            let log = FailureLog::default();
+            let s = |ms: u64| Nanos::new(5_000_000_000 + ms * 1_000_000);
+            assert_eq!(log.admit(s(0)), Some(0));
+            assert_eq!(log.admit(s(1)), None);
+            assert_eq!(log.admit(s(999)), None);
+            assert_eq!(log.admit(s(1_000)), Some(2));
+            assert_eq!(log.admit(s(1_500)), None);
+            assert_eq!(log.admit(s(2_000)), Some(1));
+            assert_eq!(log.total.load(Ordering::Relaxed), 6);
+        }
     }
 }
