@@ -12,9 +12,7 @@ use std::time::{Duration, Instant};
 
 use common::redis_server::RedisServer;
 use common::redis_shared;
-use turnstile::redis::{
-    Coalesce, ConnectionManager, Fallback, Gcra, RedisLimitError, RedisLimiter, Throttle,
-};
+use turnstile::redis::{Coalesce, Fallback, Gcra, RedisLimitError, RedisLimiter, Throttle};
 use turnstile::Limit;
 
 /// One permit an hour: the real time a test takes refills nothing that counts.
@@ -22,7 +20,7 @@ fn hourly() -> Limit {
     Limit::every(Duration::from_secs(3600))
 }
 
-async fn gcra(s: &RedisServer, burst: u32) -> Gcra<ConnectionManager> {
+async fn gcra(s: &RedisServer, burst: u32) -> Gcra {
     let con = turnstile::redis::connect(&s.url()).await.expect("connect");
     let g = Gcra::new(con, hourly(), burst).unwrap();
     g.peek("warm-up").await.expect("script loaded");
@@ -30,7 +28,7 @@ async fn gcra(s: &RedisServer, burst: u32) -> Gcra<ConnectionManager> {
 }
 
 /// Waits (yielding to the runtime) until `c` has `n` checks queued.
-async fn until_queued(c: &Coalesce<Gcra<ConnectionManager>>, n: u64) {
+async fn until_queued(c: &Coalesce<Gcra>, n: u64) {
     let deadline = Instant::now() + Duration::from_secs(20);
     while c.stats().queued != n {
         assert!(
@@ -43,7 +41,7 @@ async fn until_queued(c: &Coalesce<Gcra<ConnectionManager>>, n: u64) {
 }
 
 /// Waits until `c` has sent `n` calls (the first check of a key holds it once sent).
-async fn until_sent(c: &Coalesce<Gcra<ConnectionManager>>, n: u64) {
+async fn until_sent(c: &Coalesce<Gcra>, n: u64) {
     let deadline = Instant::now() + Duration::from_secs(20);
     while c.stats().calls != n {
         assert!(

@@ -144,30 +144,35 @@ async fn a_stalled_server_times_out_into_the_fallback_and_back() {
 }
 
 #[tokio::test]
-async fn errors_that_are_not_connectivity_are_returned_in_redis_mode() {
+async fn misconfigurations_are_answered_in_process_without_leaving_redis_mode() {
     let Some(server) =
-        RedisServer::start("errors_that_are_not_connectivity_are_returned_in_redis_mode")
+        RedisServer::start("misconfigurations_are_answered_in_process_without_leaving_redis_mode")
     else {
         return;
     };
     guarded(async {
         let window = Duration::from_secs(60);
+        // A script error on every call: answered by the local limiter (quota 5), counted,
+        // and Redis is tried again on every call (the mode stays).
         let broken = Counter::new(&server, 5, window, Kind::ScriptError).await;
         let fb = Fallback::builder(broken).timeout(TIMEOUT).build().unwrap();
-        for _ in 0..3 {
-            let e = fb.check("x").await.unwrap_err();
-            assert!(!e.is_connectivity(), "{e:?}");
-            assert!(e.to_string().contains("broken limiter"), "{e}");
-        }
-        assert_eq!(fb.mode(), Mode::Redis);
+        let verdicts: Vec<bool> = {
+            let mut v = Vec::new();
+            for _ in 0..7 {
+                v.push(fb.check("x").await.expect("answered in process").is_ok());
+            }
+            v
+        };
+        assert_eq!(verdicts, [true, true, true, true, true, false, false]);
+        assert_eq!(fb.misconfigurations(), 7);
+        assert_eq!(fb.local().len(), 1, "the key's local limiter answered");
 
         let odd = Counter::new(&server, 5, window, Kind::Unexpected).await;
         let fb2 = Fallback::builder(odd).timeout(TIMEOUT).build().unwrap();
-        assert!(matches!(
-            fb2.check("x").await,
-            Err(RedisLimitError::UnexpectedReply(_))
-        ));
+        assert!(fb2.check("x").await.unwrap().is_ok());
+        assert_eq!(fb2.misconfigurations(), 1);
 
+        // Bad input is still the caller's.
         let good = Counter::new(&server, 5, window, Kind::Count).await;
         let fb3 = Fallback::builder(good).timeout(TIMEOUT).build().unwrap();
         assert!(matches!(
@@ -178,11 +183,12 @@ async fn errors_that_are_not_connectivity_are_returned_in_redis_mode() {
             fb3.check_n("x", 6).await,
             Err(RedisLimitError::ExceedsBurst { n: 6, burst: 5 })
         ));
+        assert!(fb3.local().is_empty(), "nothing was answered in process");
+        assert_eq!(fb3.misconfigurations(), 0);
 
         for f in [&fb, &fb2, &fb3] {
-            assert_eq!(f.mode(), Mode::Redis, "an answer is not an outage");
+            assert_eq!(f.mode(), Mode::Redis, "a misconfiguration is not an outage");
             assert_eq!(f.switches_to_fallback(), 0);
-            assert!(f.local().is_empty(), "nothing was answered in process");
         }
         // No health check was started (it would have pinged by now).
         tokio::time::sleep(Duration::from_millis(250)).await;
