@@ -43,7 +43,9 @@
 //! [`RedisLimitError::QueueFull`], an outage, which a [`Fallback`](super::Fallback) (or the
 //! tower policy `fleet`) answers by its failure policy. So what a stalled Redis and a flood
 //! of clients can hold is at most that many waiting checks (a few dozen bytes each, plus
-//! their key), however long the stall.
+//! their key), however long the stall. A call that ends in an outage answers the checks
+//! queued behind it with the same error at once, rather than sending them to a server that
+//! just failed: a queued check waits at most one deadline too.
 //!
 //! # No status
 //! [`RedisLimiter::try_check_n_status`] keeps its default: a check, answered with no
@@ -292,15 +294,21 @@ impl<L: RedisBatch + 'static> Coalesce<L> {
             scc::hash_map::Entry::Vacant(slot) => {
                 slot.insert_entry(Vec::new());
                 // Whatever happens to this future from here, the queue is handed on.
-                let _lead = Lead {
+                let mut lead = Lead {
                     shared: shared.clone(),
                     key,
+                    outage: None,
                 };
                 shared.calls.fetch_add(1, Relaxed);
                 let verdict = shared
                     .within_deadline(shared.limiter.try_check_n(key, n))
                     .await;
                 shared.checks.fetch_add(1, Relaxed);
+                if let Err(e) = &verdict {
+                    if e.is_outage() {
+                        lead.outage = Some(e.clone());
+                    }
+                }
                 return verdict;
             }
         };
@@ -313,10 +321,17 @@ impl<L: RedisBatch + 'static> Coalesce<L> {
 struct Lead<'k, L: RedisBatch + 'static> {
     shared: Arc<Shared<L>>,
     key: &'k str,
+    /// The outage the call ended with, if it did: the queued checks get it at once rather
+    /// than one more deadline of waiting on a server that just failed.
+    outage: Option<RedisLimitError>,
 }
 
 impl<L: RedisBatch + 'static> Drop for Lead<'_, L> {
     fn drop(&mut self) {
+        if let Some(e) = &self.outage {
+            self.shared.fail_queued(self.key, e);
+            return;
+        }
         let Some(batch) = self.shared.next_batch(self.key) else {
             return;
         };
@@ -374,6 +389,10 @@ async fn drain<L: RedisBatch + 'static>(
                     for w in batch.drain(..) {
                         let _ = w.tx.send(Err(e.clone()));
                     }
+                    if e.is_outage() {
+                        shared.fail_queued(&key, &e);
+                        return;
+                    }
                 }
             }
         }
@@ -418,6 +437,17 @@ impl<L> Shared<L> {
         }
         let rest = waiting.split_off(self.max_batch);
         Some(mem::replace(waiting, rest))
+    }
+
+    /// Answers every check queued for `key` with `e`, until none is left (which frees the
+    /// key for the next check's own call).
+    fn fail_queued(&self, key: &str, e: &RedisLimitError) {
+        while let Some(batch) = self.next_batch(key) {
+            self.queued.fetch_sub(batch.len() as u64, Relaxed);
+            for w in batch {
+                let _ = w.tx.send(Err(e.clone()));
+            }
+        }
     }
 
     /// Frees `key` and fails whatever is queued for it.

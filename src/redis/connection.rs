@@ -168,11 +168,29 @@ impl Connection {
         });
     }
 
-    fn check<T>(&self, answer: &Result<T, RedisError>) {
-        if let Err(e) = answer {
-            if e.code() == Some("READONLY") {
-                self.after_readonly();
-            }
+    /// Whether `answer` is `READONLY`: redis-rs returns a server's error reply as a value
+    /// (converted into an error by the caller's `query_async`), a failed pipeline as an
+    /// error.
+    fn check_one(&self, answer: &Result<Value, RedisError>) {
+        let readonly = match answer {
+            Ok(Value::ServerError(e)) => e.code() == "READONLY",
+            Ok(_) => false,
+            Err(e) => e.code() == Some("READONLY"),
+        };
+        if readonly {
+            self.after_readonly();
+        }
+    }
+
+    fn check_many(&self, answer: &Result<Vec<Value>, RedisError>) {
+        let readonly = match answer {
+            Ok(values) => values
+                .iter()
+                .any(|v| matches!(v, Value::ServerError(e) if e.code() == "READONLY")),
+            Err(e) => e.code() == Some("READONLY"),
+        };
+        if readonly {
+            self.after_readonly();
         }
     }
 }
@@ -181,7 +199,7 @@ impl ConnectionLike for Connection {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         Box::pin(async move {
             let answer = self.manager.req_packed_command(cmd).await;
-            self.check(&answer);
+            self.check_one(&answer);
             answer
         })
     }
@@ -194,7 +212,7 @@ impl ConnectionLike for Connection {
     ) -> RedisFuture<'a, Vec<Value>> {
         Box::pin(async move {
             let answer = self.manager.req_packed_commands(cmd, offset, count).await;
-            self.check(&answer);
+            self.check_many(&answer);
             answer
         })
     }
