@@ -1,9 +1,10 @@
 //! `turnstile::redis::Fallback` against a real redis-server (tests/common/redis_server.rs):
 //! answers from Redis while it answers; on a kill or a stall (SIGSTOP) it answers every call
 //! from the in-process limiters, with no error reaching the caller and each call bounded by
-//! the timeout; it goes back to Redis within a second of Redis answering again; errors that
-//! are not connectivity problems are returned; the share scales the fallback; one health
-//! check runs at a time and stops with the limiter.
+//! the timeout; it goes back to Redis within a second of Redis answering again;
+//! misconfigurations are answered in process without leaving Redis mode; the share scales
+//! the fallback; the local map is bounded by default; one health check runs at a time and
+//! stops with the limiter.
 //!
 //! These tests wrap a small counter limiter of their own (`Counter` in
 //! `tests/common/redis_counter.rs`: a quota per window, counted by a Lua script), enough to
@@ -20,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use common::redis_counter::*;
 use common::redis_server::RedisServer;
-use turnstile::redis::{Fallback, Mode, RedisLimitError};
+use turnstile::redis::{Fallback, Mode, RedisLimitError, DEFAULT_MAX_LOCAL_KEYS};
 use turnstile::ConfigError;
 
 #[tokio::test]
@@ -345,6 +346,41 @@ async fn bad_settings_are_typed_errors_not_panics() {
             .fleet_size(4)
             .build()
             .is_ok());
+    })
+    .await;
+}
+
+/// The local map holds [`DEFAULT_MAX_LOCAL_KEYS`] keys unless told otherwise; a new key that
+/// finds it full is refused with a retry time (the next sweep), the keys in it keep theirs.
+#[tokio::test]
+async fn the_local_map_is_bounded_by_default() {
+    let Some(mut server) = RedisServer::start("the_local_map_is_bounded_by_default") else {
+        return;
+    };
+    guarded(async {
+        let c = Counter::new(&server, 5, Duration::from_secs(60), Kind::Count).await;
+        let fb = Fallback::new(c);
+        assert_eq!(fb.local().max_keys(), DEFAULT_MAX_LOCAL_KEYS);
+        let c = Counter::new(&server, 5, Duration::from_secs(60), Kind::Count).await;
+        let fb = Fallback::builder(c)
+            .timeout(TIMEOUT)
+            .max_keys(2)
+            .build()
+            .unwrap();
+        server.kill();
+        assert!(answered(&fb, "a").await);
+        assert!(answered(&fb, "b").await);
+        assert_eq!(fb.mode(), Mode::Fallback);
+        let full = fb.check("c").await.unwrap().unwrap_err();
+        assert!(
+            full.retry_after().is_some(),
+            "a full map says when to retry"
+        );
+        assert!(
+            answered(&fb, "a").await,
+            "keys in the map keep their limits"
+        );
+        assert_eq!(fb.local().len(), 2);
     })
     .await;
 }
