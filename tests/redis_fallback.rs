@@ -360,7 +360,8 @@ async fn the_local_map_is_bounded_by_default() {
     guarded(async {
         let c = Counter::new(&server, 5, Duration::from_secs(60), Kind::Count).await;
         let fb = Fallback::new(c);
-        assert_eq!(fb.local().max_keys(), DEFAULT_MAX_LOCAL_KEYS);
+        assert_eq!(DEFAULT_MAX_LOCAL_KEYS, 100_000);
+        assert_eq!(fb.local().max_keys(), 100_000);
         let c = Counter::new(&server, 5, Duration::from_secs(60), Kind::Count).await;
         let fb = Fallback::builder(c)
             .timeout(TIMEOUT)

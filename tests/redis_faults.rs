@@ -570,6 +570,8 @@ async fn coalesce_answers_within_its_deadline_and_bounds_its_queue() {
         assert!(e.is_outage(), "{e:?}");
     }
     let slowest = t.elapsed();
+    assert!(over < SLACK, "QueueFull took {over:?}");
+    assert!(slowest <= DEADLINE + SLACK, "{slowest:?}");
     assert_eq!(c.stats().queued, 0);
     server.resume();
     // The key is free again: the next check is its own call and answered by Redis.
