@@ -33,7 +33,7 @@
 //! # A deadline on every call
 //! Every call ([`Blocking::try_check_n`], [`Blocking::ping`], [`Blocking::run`],
 //! [`Blocking::block_on`]) waits at most the wrapper's deadline ([`Blocking::with_deadline`],
-//! default [`DEFAULT_DEADLINE`](super::DEFAULT_DEADLINE), 250 ms) and then answers
+//! default [`DEFAULT_DEADLINE`], 250 ms) and then answers
 //! [`RedisLimitError::Timeout`]: a stalled Redis never holds a caller's thread longer, even
 //! over a connection built without a response timeout. (A [`Fallback`](super::Fallback)
 //! inside answers within its own, shorter, timeout first.)
@@ -223,7 +223,7 @@ impl<L> Blocking<L> {
     }
 
     /// The same wrapper with every call bounded by `deadline` instead of
-    /// [`DEFAULT_DEADLINE`](super::DEFAULT_DEADLINE).
+    /// [`DEFAULT_DEADLINE`].
     ///
     /// ```no_run
     /// use std::time::Duration;

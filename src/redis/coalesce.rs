@@ -35,7 +35,7 @@
 //!
 //! # Bounded: a deadline on every call, and on the queue
 //! Every round trip a `Coalesce` sends (a check's own, and each batch) is bounded by a
-//! deadline ([`CoalesceBuilder::deadline`], default [`DEFAULT_DEADLINE`](super::DEFAULT_DEADLINE),
+//! deadline ([`CoalesceBuilder::deadline`], default [`DEFAULT_DEADLINE`],
 //! 250 ms): past it the checks it carried fail with [`RedisLimitError::Timeout`], so a
 //! stalled server holds no key for longer than that. Checks waiting behind calls in flight
 //! are bounded too, over all keys ([`CoalesceBuilder::max_queued`], default
@@ -202,7 +202,7 @@ impl<L: RedisBatch + 'static> CoalesceBuilder<L> {
     }
 
     /// The most any round trip (a check's own, a batch) may take (default
-    /// [`DEFAULT_DEADLINE`](super::DEFAULT_DEADLINE), 250 ms); past it its checks fail with
+    /// [`DEFAULT_DEADLINE`], 250 ms); past it its checks fail with
     /// [`RedisLimitError::Timeout`]. Zero is refused by [`CoalesceBuilder::build`].
     pub fn deadline(mut self, deadline: Duration) -> Self {
         self.deadline = deadline;
@@ -235,7 +235,7 @@ impl<L: RedisBatch + 'static> CoalesceBuilder<L> {
 impl<L: RedisBatch + 'static> Coalesce<L> {
     /// Coalesces `limiter`'s checks with the defaults: at most [`DEFAULT_MAX_BATCH`] per
     /// round trip, [`DEFAULT_MAX_QUEUED`] waiting, each call within
-    /// [`DEFAULT_DEADLINE`](super::DEFAULT_DEADLINE).
+    /// [`DEFAULT_DEADLINE`].
     pub fn new(limiter: L) -> Self {
         Coalesce::builder(limiter)
             .build()

@@ -11,8 +11,10 @@
 //! | [`FixedWindow`] | go-zero `PeriodLimit` (`prefix + key`) | a counter with a TTL |
 //! | [`Gcra`] | redis-cell's `CL.THROTTLE` answers | one key: the theoretical arrival time, on `TIME` |
 //!
-//! Every limiter is generic over its connection: a single server through redis-rs's
-//! reconnecting [`ConnectionManager`], or a Redis Cluster
+//! Every limiter is generic over its connection: a single server through the [`Connection`]
+//! [`connect`] builds (redis-rs's reconnecting [`ConnectionManager`], with a response
+//! timeout, TCP keepalive and a reconnect on `READONLY`), any `ConnectionManager` of your
+//! own, or a Redis Cluster
 //! through [`ClusterConnection`](::redis::cluster_async::ClusterConnection). Each call touches
 //! one key or keys in one hash slot, so the limiters work on a cluster unchanged. Scripts are
 //! sent once and run by `EVALSHA`; after `SCRIPT FLUSH`, a restart or a failover the server
@@ -23,6 +25,26 @@
 //! an infrastructure error ([`RedisLimitError`]: bad input before any round trip, or Redis
 //! itself failing), the inner one the limiter's verdict, with a [`Denied`](crate::Denied)
 //! that says when to retry.
+//!
+//! # Deadlines, outages and bad input
+//! * **Every call answers within a deadline**: the connections [`connect`] and
+//!   [`connect_cluster`] build time out a command after [`DEFAULT_DEADLINE`] (250 ms;
+//!   [`ConnectOptions::response_timeout`]), a [`Coalesce`] bounds each round trip it sends
+//!   ([`CoalesceBuilder::deadline`]), a [`Blocking`] each call
+//!   ([`Blocking::with_deadline`]), and a [`Fallback`] each check by its own timeout
+//!   (100 ms), answering in process past it.
+//! * **Outages** ([`RedisLimitError::is_outage`]): Redis unreachable or too slow, a full
+//!   `Coalesce` queue, and the answers of a server that cannot serve now: `OOM`, `BUSY`,
+//!   `LOADING`, `MASTERDOWN`, `READONLY`, `TRYAGAIN`, `CLUSTERDOWN`, `NOSCRIPT`. A
+//!   [`Fallback`] answers them in process until its health check passes; the health check
+//!   ([`RedisLimiter::ping`]) is a script Redis treats as a write, so it fails while any of
+//!   them lasts. `READONLY` also makes a [`Connection`] reconnect (a failover leaves it on
+//!   the demoted primary otherwise).
+//! * **Misconfigurations** ([`RedisLimitError::is_misconfiguration`]: `NOPERM`,
+//!   `WRONGTYPE`, a script error, an unexpected reply): a [`Fallback`] answers them in
+//!   process too, logs them with `tracing` at most once a second, and stays on Redis.
+//! * **Bad input** is refused before any round trip: an empty key, a key longer than
+//!   [`DEFAULT_MAX_KEY_LEN`] (512 bytes), more permits than the burst.
 
 pub use ::redis::aio::ConnectionManager;
 
