@@ -477,6 +477,10 @@ fn readonly_after_a_failover_reconnects_to_the_new_primary() {
         written, "1",
         "the check after the failover was counted on the new primary"
     );
+    assert!(
+        con.readonly_reconnects() >= 1,
+        "READONLY closed the connection"
+    );
     assert!(back + after < BACK_WITHIN, "back after {:?}", back + after);
 }
 
