@@ -42,10 +42,11 @@
 //! [`DEFAULT_MAX_QUEUED`]): a check that finds the bound reached is answered at once with
 //! [`RedisLimitError::QueueFull`], an outage, which a [`Fallback`](super::Fallback) (or the
 //! tower policy `fleet`) answers by its failure policy. So what a stalled Redis and a flood
-//! of clients can hold is at most that many waiting checks (a few dozen bytes each, plus
-//! their key), however long the stall. A call that ends in an outage answers the checks
-//! queued behind it with the same error at once, rather than sending them to a server that
-//! just failed: a queued check waits at most one deadline too.
+//! of clients can hold is at most that many waiting checks (each its queue entry and a
+//! oneshot channel, a few hundred bytes, plus its key while it leads a call), however long
+//! the stall. A queued check waits at most one deadline for the call ahead of it and one for
+//! its own batch; a call that ends in an outage answers the checks queued behind it with
+//! the same error at once, rather than sending them to a server that just failed.
 //!
 //! # No status
 //! [`RedisLimiter::try_check_n_status`] keeps its default: a check, answered with no
@@ -107,9 +108,9 @@ pub trait RedisBatch: RedisLimiter {
 /// The most requests one batch carries; the rest wait for the next call.
 pub const DEFAULT_MAX_BATCH: usize = 512;
 
-/// The most checks that wait behind calls in flight, over all keys, by default: a stalled
-/// Redis under 10 000 checks a second fills it in under two seconds, and it holds a few
-/// hundred kilobytes.
+/// The most checks that wait behind calls in flight, over all keys, by default: a few
+/// megabytes at most, and more than a process checking tens of thousands of times a second
+/// keeps waiting within one deadline.
 pub const DEFAULT_MAX_QUEUED: usize = 16_384;
 
 /// Concurrent checks of one key coalesced into one round trip (see the
