@@ -164,10 +164,14 @@ fn timed(p: &dyn Probe, key: &str) -> (Duration, Verdict) {
     (t.elapsed(), v)
 }
 
-/// `rounds` rounds of `per_round` concurrent checks over the keys.
-fn checks(p: &Arc<dyn Probe>, rounds: usize, per_round: usize) -> Tally {
+/// At least `rounds` rounds of `per_round` concurrent checks over the keys, and rounds
+/// until `at_least` has passed.
+fn checks(p: &Arc<dyn Probe>, rounds: usize, per_round: usize, at_least: Duration) -> Tally {
     let mut tally = Tally::default();
-    for r in 0..rounds {
+    let start = Instant::now();
+    let mut r = 0;
+    while r < rounds || start.elapsed() < at_least {
+        r += 1;
         let threads: Vec<_> = (0..per_round)
             .map(|i| {
                 let p = p.clone();
@@ -261,7 +265,9 @@ fn run_fault(
             assert!(killed >= 1, "the limiter's connection was killed");
         }
     }
-    let during = checks(&p, 10, 8);
+    // At least 10 rounds and 600 ms of the fault: a health check that flapped (back to
+    // Redis every 100 ms, out again at the next check) would show several switches.
+    let during = checks(&p, 10, 8, Duration::from_millis(600));
     let in_fallback = p.switches() > switches_before;
     match fault {
         Fault::Stop => server.resume(),
@@ -286,7 +292,7 @@ fn run_fault(
         Fault::ScriptFlush | Fault::ClientKill => {}
     }
     let back = back_on_redis(&*p, &mut all);
-    let after = checks(&p, 2, 8);
+    let after = checks(&p, 2, 8, Duration::ZERO);
     for t in [&during, &after] {
         all.sent += t.sent;
         all.granted += t.granted;
