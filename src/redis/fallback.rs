@@ -117,10 +117,13 @@
 //! [`FallbackBuilder::max_keys`] says otherwise: a key flood during an outage cannot grow
 //! memory without bound. A new key that finds the map full (and no idle key to sweep) is
 //! refused, with a retry time of the next sweep; keys already in the map keep their limits.
-//! At the measured 302 bytes per key of a compact token bucket ([`Gcra`](super::Gcra)'s
-//! local limiter; [`Keyed`]'s docs) plus the key's own bytes, the default bound costs about
-//! 30 MB with short keys (an IP address) and at most about 85 MB with keys at the
-//! [`DEFAULT_MAX_KEY_LEN`](super::DEFAULT_MAX_KEY_LEN) cap. Sweeps run **off the request
+//! At the measured cost of a key in a [`Keyed`] map (its docs: 302 bytes with a compact
+//! token bucket, the local limiter of [`Gcra`](super::Gcra) and
+//! [`TokenBucket`](super::TokenBucket); 574 with the padded fixed window of
+//! [`FixedWindow`](super::FixedWindow)) plus the key's own bytes, the default bound costs
+//! about 35 MB (60 MB for a fixed window) with short keys such as an IP address, and at most
+//! about 85 MB (110 MB) with keys at the [`DEFAULT_MAX_KEY_LEN`](super::DEFAULT_MAX_KEY_LEN)
+//! cap. Sweeps run **off the request
 //! path**, on a thread of the map's own ([`Keyed::spawn_sweeper`], started by the first
 //! answer in process), so no check pays for a sweep of the whole map.
 //!
