@@ -31,7 +31,9 @@ fn go_zero_window(con: &Connection, quota: u32) -> FixedWindow {
 }
 
 async fn manager(s: &RedisServer) -> Connection {
-    turnstile::redis::connect(&s.url()).await.expect("connect")
+    turnstile::redis::connect_with(&s.url(), &patient_connection())
+        .await
+        .expect("connect")
 }
 
 /// A small deterministic generator (xorshift), so a failure replays.
@@ -274,7 +276,7 @@ async fn token_bucket_forced_coalesced_batch_matches_one_by_one() {
             .await
             .unwrap();
     }
-    let c = Arc::new(Coalesce::new(tb));
+    let c = Arc::new(patient(tb));
     tb_warm_up(c.limiter()).await;
     // Prefix sums 3 … 30: the 15th request (3) is denied, the 16th (1) takes the last token.
     let ns = sizes(40);
@@ -617,7 +619,7 @@ async fn fixed_window_forced_coalesced_batch_matches_one_by_one() {
     let w = go_zero_window(&con, QUOTA);
     let _ = w.status("warm-up").await.unwrap();
     let _ = w.take_n("warm-up", 1).await.unwrap();
-    let c = Arc::new(Coalesce::new(w));
+    let c = Arc::new(patient(w));
     let ns = sizes(30);
     let batched = forced_batch(&s, &c, "batched", &ns).await;
     let mut alone = Vec::new();
@@ -675,4 +677,18 @@ async fn fixed_window_bad_input_refuses_the_whole_batch() {
         Err(RedisLimitError::EmptyKey)
     ));
     assert!(RedisBatch::validate(&w, "k", 3).is_ok());
+}
+
+/// A connection that waits as long as a test stops the server to force a batch (the default
+/// response timeout would end the call in flight first).
+fn patient_connection() -> turnstile::redis::ConnectOptions {
+    turnstile::redis::ConnectOptions::new().response_timeout(Duration::from_secs(60))
+}
+
+/// A `Coalesce` whose calls wait as long as the connection does.
+fn patient<L: turnstile::redis::RedisBatch + 'static>(limiter: L) -> Coalesce<L> {
+    Coalesce::builder(limiter)
+        .deadline(Duration::from_secs(60))
+        .build()
+        .unwrap()
 }
