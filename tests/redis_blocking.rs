@@ -31,14 +31,14 @@ const MINUTE: Duration = Duration::from_secs(60);
 /// Shared across threads (in an `Arc`): checked when this file compiles.
 const _: () = {
     const fn send_sync<T: Send + Sync>() {}
-    send_sync::<Blocking<Gcra<ConnectionManager>>>();
+    send_sync::<Blocking<Gcra>>();
     send_sync::<Blocking<TokenBucket<ConnectionManager>>>();
     send_sync::<Blocking<FixedWindow<ConnectionManager>>>();
     send_sync::<Blocking<Fallback<Gcra<ConnectionManager>>>>();
 };
 
 /// A blocking GCRA of one permit a minute with a burst of `burst`, on `url`.
-fn gcra(url: &str, burst: u32) -> Blocking<Gcra<ConnectionManager>> {
+fn gcra(url: &str, burst: u32) -> Blocking<Gcra> {
     Blocking::new(|| async move {
         let con = redis::connect(url).await?;
         Ok(Gcra::new(con, Limit::every(MINUTE), burst)?)
@@ -228,7 +228,7 @@ async fn refused_inside_a_runtime(test: &str) {
 
     // Building one here is refused before anything is built.
     let called = AtomicBool::new(false);
-    let e = Blocking::<Gcra<ConnectionManager>>::new(|| {
+    let e = Blocking::<Gcra>::new(|| {
         called.store(true, Ordering::Relaxed);
         async { Err::<_, BoxError>("never built".into()) }
     })
@@ -286,7 +286,7 @@ fn dropping_outside_a_runtime_does_not_block_and_stops_the_worker() {
 }
 
 /// Builds a `Blocking` on a thread with no runtime, uses it there, and returns it.
-fn built_elsewhere(url: String, name: &'static str) -> Blocking<Gcra<ConnectionManager>> {
+fn built_elsewhere(url: String, name: &'static str) -> Blocking<Gcra> {
     std::thread::spawn(move || {
         let limiter = Blocking::with_runtime(runtime_named(name), || async move {
             let con = redis::connect(&url).await?;
@@ -389,7 +389,7 @@ fn bad_input_is_a_typed_error() {
         .enable_all()
         .build()
         .unwrap();
-    let e = Blocking::<Gcra<ConnectionManager>>::with_runtime(current_thread, || async {
+    let e = Blocking::<Gcra>::with_runtime(current_thread, || async {
         unreachable!("not built on a current-thread runtime")
     })
     .unwrap_err();

@@ -12,9 +12,7 @@ use std::time::{Duration, Instant};
 
 use common::redis_server::RedisServer;
 use common::redis_shared;
-use turnstile::redis::{
-    Coalesce, ConnectionManager, Fallback, Gcra, RedisLimitError, RedisLimiter, Throttle,
-};
+use turnstile::redis::{Coalesce, Fallback, Gcra, RedisLimitError, RedisLimiter, Throttle};
 use turnstile::Limit;
 
 /// One permit an hour: the real time a test takes refills nothing that counts.
@@ -22,15 +20,17 @@ fn hourly() -> Limit {
     Limit::every(Duration::from_secs(3600))
 }
 
-async fn gcra(s: &RedisServer, burst: u32) -> Gcra<ConnectionManager> {
-    let con = turnstile::redis::connect(&s.url()).await.expect("connect");
+async fn gcra(s: &RedisServer, burst: u32) -> Gcra {
+    let con = turnstile::redis::connect_with(&s.url(), &patient_connection())
+        .await
+        .expect("connect");
     let g = Gcra::new(con, hourly(), burst).unwrap();
     g.peek("warm-up").await.expect("script loaded");
     g
 }
 
 /// Waits (yielding to the runtime) until `c` has `n` checks queued.
-async fn until_queued(c: &Coalesce<Gcra<ConnectionManager>>, n: u64) {
+async fn until_queued(c: &Coalesce<Gcra>, n: u64) {
     let deadline = Instant::now() + Duration::from_secs(20);
     while c.stats().queued != n {
         assert!(
@@ -43,7 +43,7 @@ async fn until_queued(c: &Coalesce<Gcra<ConnectionManager>>, n: u64) {
 }
 
 /// Waits until `c` has sent `n` calls (the first check of a key holds it once sent).
-async fn until_sent(c: &Coalesce<Gcra<ConnectionManager>>, n: u64) {
+async fn until_sent(c: &Coalesce<Gcra>, n: u64) {
     let deadline = Instant::now() + Duration::from_secs(20);
     while c.stats().calls != n {
         assert!(
@@ -79,7 +79,7 @@ async fn a_forced_batch_decides_what_the_same_checks_decide_one_by_one() {
     // 72nd (1) takes the last permit.
     const BURST: u32 = 151;
     let ns = sizes(200);
-    let c = Arc::new(Coalesce::new(gcra(&s, BURST).await));
+    let c = Arc::new(patient(gcra(&s, BURST).await));
 
     // The server stops: the first check's call hangs in flight and the others queue behind
     // it, in a known order (each is queued before the next is spawned).
@@ -145,7 +145,7 @@ async fn dropped_checks_take_nothing_and_never_strand_the_queue() {
         return;
     };
     const BURST: u32 = 100;
-    let c = Arc::new(Coalesce::new(gcra(&s, BURST).await));
+    let c = Arc::new(patient(gcra(&s, BURST).await));
     s.pause();
     // The leader (5 permits) and 10 queued checks of 2 permits each.
     let spawn = |n: u32| {
@@ -187,7 +187,7 @@ async fn bad_input_never_enters_a_batch() {
     let Some(s) = RedisServer::start("bad_input_never_enters_a_batch") else {
         return;
     };
-    let c = Coalesce::new(gcra(&s, 3).await);
+    let c = patient(gcra(&s, 3).await);
     assert!(matches!(
         c.try_check_n("", 1).await,
         Err(RedisLimitError::EmptyKey)
@@ -210,7 +210,7 @@ async fn a_fallback_wraps_a_coalescing_limiter() {
     let Some(mut s) = RedisServer::start("a_fallback_wraps_a_coalescing_limiter") else {
         return;
     };
-    let f = Fallback::builder(Coalesce::new(gcra(&s, 2).await))
+    let f = Fallback::builder(patient(gcra(&s, 2).await))
         .timeout(Duration::from_millis(200))
         .build()
         .unwrap();
@@ -233,7 +233,21 @@ fn the_shared_limit_holds_under_coalesced_load() {
     const RATE: f64 = 500.0;
     const BURST: u32 = 50;
     let run = redis_shared::run(&s.url(), "shared", Duration::from_secs(2), 4, 8, |con| {
-        Coalesce::new(Gcra::new(con, Limit::per_second(RATE).unwrap(), BURST).unwrap())
+        patient(Gcra::new(con, Limit::per_second(RATE).unwrap(), BURST).unwrap())
     });
     redis_shared::assert_within_the_limit(&run, RATE, BURST);
+}
+
+/// A connection that waits as long as a test stops the server to force a batch (the default
+/// response timeout would end the call in flight first).
+fn patient_connection() -> turnstile::redis::ConnectOptions {
+    turnstile::redis::ConnectOptions::new().response_timeout(Duration::from_secs(60))
+}
+
+/// A `Coalesce` whose calls wait as long as the connection does.
+fn patient<L: turnstile::redis::RedisBatch + 'static>(limiter: L) -> Coalesce<L> {
+    Coalesce::builder(limiter)
+        .deadline(Duration::from_secs(60))
+        .build()
+        .unwrap()
 }

@@ -15,16 +15,25 @@ use common::redis_server::RedisServer;
 use redis::aio::ConnectionLike;
 use turnstile::redis::token_bucket::{keys, BATCH_SCRIPT, SCRIPT};
 use turnstile::redis::{
-    Coalesce, ConnectionManager, FixedWindow, RedisBatch, RedisLimitError, RedisLimiter,
-    TokenBucket,
+    Coalesce, Connection, FixedWindow, RedisBatch, RedisLimitError, RedisLimiter, TokenBucket,
 };
 use turnstile::{Denied, Outcome};
 
 /// go-zero's `core/limit/tokenscript.lua`, verbatim (tests/data/go-zero/README.md).
 const GO_ZERO_TOKEN_SCRIPT: &str = include_str!("data/go-zero/tokenscript.lua");
 
-async fn manager(s: &RedisServer) -> ConnectionManager {
-    turnstile::redis::connect(&s.url()).await.expect("connect")
+/// A window on go-zero's keys (no prefix), so the tests read the keys go-zero names.
+fn go_zero_window(con: &Connection, quota: u32) -> FixedWindow {
+    FixedWindow::builder(con.clone(), quota, HOUR)
+        .prefix("")
+        .build()
+        .unwrap()
+}
+
+async fn manager(s: &RedisServer) -> Connection {
+    turnstile::redis::connect_with(&s.url(), &patient_connection())
+        .await
+        .expect("connect")
 }
 
 /// A small deterministic generator (xorshift), so a failure replays.
@@ -65,7 +74,7 @@ async fn bucket_state<C: ConnectionLike>(
 }
 
 /// A window's counter and remaining TTL in ms (-2: no key, -1: no TTL).
-async fn window_state(con: &mut ConnectionManager, key: &str) -> (Option<i64>, i64) {
+async fn window_state(con: &mut Connection, key: &str) -> (Option<i64>, i64) {
     redis::pipe()
         .get(key)
         .pttl(key)
@@ -267,7 +276,7 @@ async fn token_bucket_forced_coalesced_batch_matches_one_by_one() {
             .await
             .unwrap();
     }
-    let c = Arc::new(Coalesce::new(tb));
+    let c = Arc::new(patient(tb));
     tb_warm_up(c.limiter()).await;
     // Prefix sums 3 … 30: the 15th request (3) is denied, the 16th (1) takes the last token.
     let ns = sizes(40);
@@ -474,7 +483,7 @@ async fn fixed_window_batch_decides_and_stores_what_one_by_one_takes_do() {
     use Outcome::{Allowed, HitQuota, OverQuota};
 
     // Quota 10, an hour's window: counts 2 6 7 10 (the quota) 10 (n = 0) 12 13.
-    let w = FixedWindow::new(con.clone(), 10, HOUR).unwrap();
+    let w = go_zero_window(&con, 10);
     let ns = [2, 4, 1, 3, 0, 2, 1];
     let batch = w.take_batch("batch", &ns).await.unwrap();
     let mut alone = Vec::new();
@@ -488,8 +497,8 @@ async fn fixed_window_batch_decides_and_stores_what_one_by_one_takes_do() {
         [Allowed, Allowed, Allowed, HitQuota, Allowed, OverQuota, OverQuota]
     );
     let (b, a) = (
-        window_state(&mut con, "batch").await,
-        window_state(&mut con, "alone").await,
+        window_state(&mut con, &w.redis_key("batch")).await,
+        window_state(&mut con, &w.redis_key("alone")).await,
     );
     assert_eq!((b.0, a.0), (Some(13), Some(13)), "every request counts");
     assert!(about(b.1, 3600) && about(a.1, 3600), "{b:?} {a:?}");
@@ -508,6 +517,7 @@ async fn fixed_window_batch_decides_and_stores_what_one_by_one_takes_do() {
     // time 1234 s before the hour's end; a batch led by n = 0 requests opens it as the
     // first nonzero take does, and a batch of zeros sends nothing.
     let w = FixedWindow::builder(con.clone(), 5, HOUR)
+        .prefix("")
         .align_utc()
         .build()
         .unwrap();
@@ -539,7 +549,7 @@ async fn fixed_window_batch_decides_and_stores_what_one_by_one_takes_do() {
             .await
             .unwrap();
     }
-    let w = FixedWindow::new(con.clone(), 5, HOUR).unwrap();
+    let w = go_zero_window(&con, 5);
     let batch = w.take_batch("batch-nt", &[1, 1]).await.unwrap();
     let alone = [
         w.take("alone-nt").await.unwrap(),
@@ -559,7 +569,7 @@ async fn fixed_window_batch_decides_and_stores_what_one_by_one_takes_do() {
     let mut crossings = 0;
     for case in 0..100u32 {
         let quota = rng.range(1, 20) as u32;
-        let w = FixedWindow::new(con.clone(), quota, HOUR).unwrap();
+        let w = go_zero_window(&con, quota);
         let (kb, ka) = (format!("rb{case}"), format!("ra{case}"));
         let before = rng.range(0, 2 * u64::from(quota));
         if before > 0 {
@@ -606,10 +616,10 @@ async fn fixed_window_forced_coalesced_batch_matches_one_by_one() {
     // Prefix sums 3 … 29 30 33: the 14th request reaches the quota of 30 (HitQuota, still
     // granted) and every later one is over it (denied, and still counted).
     const QUOTA: u32 = 30;
-    let w = FixedWindow::new(con.clone(), QUOTA, HOUR).unwrap();
+    let w = go_zero_window(&con, QUOTA);
     let _ = w.status("warm-up").await.unwrap();
     let _ = w.take_n("warm-up", 1).await.unwrap();
-    let c = Arc::new(Coalesce::new(w));
+    let c = Arc::new(patient(w));
     let ns = sizes(30);
     let batched = forced_batch(&s, &c, "batched", &ns).await;
     let mut alone = Vec::new();
@@ -634,8 +644,8 @@ async fn fixed_window_forced_coalesced_batch_matches_one_by_one() {
     }
     let total: u32 = ns.iter().sum();
     let (b, a) = (
-        window_state(&mut con, "batched").await,
-        window_state(&mut con, "alone").await,
+        window_state(&mut con, &c.limiter().redis_key("batched")).await,
+        window_state(&mut con, &c.limiter().redis_key("alone")).await,
     );
     assert_eq!((b.0, a.0), (Some(total.into()), Some(total.into())));
     assert!(about(b.1, 3600) && about(a.1, 3600), "{b:?} {a:?}");
@@ -647,7 +657,7 @@ async fn fixed_window_bad_input_refuses_the_whole_batch() {
         return;
     };
     let mut con = manager(&s).await;
-    let w = FixedWindow::new(con.clone(), 3, HOUR).unwrap();
+    let w = go_zero_window(&con, 3);
     assert!(matches!(
         w.take_batch("k", &[1, 4]).await,
         Err(RedisLimitError::ExceedsBurst { n: 4, burst: 3 })
@@ -667,4 +677,18 @@ async fn fixed_window_bad_input_refuses_the_whole_batch() {
         Err(RedisLimitError::EmptyKey)
     ));
     assert!(RedisBatch::validate(&w, "k", 3).is_ok());
+}
+
+/// A connection that waits as long as a test stops the server to force a batch (the default
+/// response timeout would end the call in flight first).
+fn patient_connection() -> turnstile::redis::ConnectOptions {
+    turnstile::redis::ConnectOptions::new().response_timeout(Duration::from_secs(60))
+}
+
+/// A `Coalesce` whose calls wait as long as the connection does.
+fn patient<L: turnstile::redis::RedisBatch + 'static>(limiter: L) -> Coalesce<L> {
+    Coalesce::builder(limiter)
+        .deadline(Duration::from_secs(60))
+        .build()
+        .unwrap()
 }

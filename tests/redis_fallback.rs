@@ -1,9 +1,10 @@
 //! `turnstile::redis::Fallback` against a real redis-server (tests/common/redis_server.rs):
 //! answers from Redis while it answers; on a kill or a stall (SIGSTOP) it answers every call
 //! from the in-process limiters, with no error reaching the caller and each call bounded by
-//! the timeout; it goes back to Redis within a second of Redis answering again; errors that
-//! are not connectivity problems are returned; the share scales the fallback; one health
-//! check runs at a time and stops with the limiter.
+//! the timeout; it goes back to Redis within a second of Redis answering again;
+//! misconfigurations are answered in process without leaving Redis mode; the share scales
+//! the fallback; the local map is bounded by default; one health check runs at a time and
+//! stops with the limiter.
 //!
 //! These tests wrap a small counter limiter of their own (`Counter` in
 //! `tests/common/redis_counter.rs`: a quota per window, counted by a Lua script), enough to
@@ -20,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use common::redis_counter::*;
 use common::redis_server::RedisServer;
-use turnstile::redis::{Fallback, Mode, RedisLimitError};
+use turnstile::redis::{Fallback, Mode, RedisLimitError, DEFAULT_MAX_LOCAL_KEYS};
 use turnstile::ConfigError;
 
 #[tokio::test]
@@ -144,30 +145,35 @@ async fn a_stalled_server_times_out_into_the_fallback_and_back() {
 }
 
 #[tokio::test]
-async fn errors_that_are_not_connectivity_are_returned_in_redis_mode() {
+async fn misconfigurations_are_answered_in_process_without_leaving_redis_mode() {
     let Some(server) =
-        RedisServer::start("errors_that_are_not_connectivity_are_returned_in_redis_mode")
+        RedisServer::start("misconfigurations_are_answered_in_process_without_leaving_redis_mode")
     else {
         return;
     };
     guarded(async {
         let window = Duration::from_secs(60);
+        // A script error on every call: answered by the local limiter (quota 5), counted,
+        // and Redis is tried again on every call (the mode stays).
         let broken = Counter::new(&server, 5, window, Kind::ScriptError).await;
         let fb = Fallback::builder(broken).timeout(TIMEOUT).build().unwrap();
-        for _ in 0..3 {
-            let e = fb.check("x").await.unwrap_err();
-            assert!(!e.is_connectivity(), "{e:?}");
-            assert!(e.to_string().contains("broken limiter"), "{e}");
-        }
-        assert_eq!(fb.mode(), Mode::Redis);
+        let verdicts: Vec<bool> = {
+            let mut v = Vec::new();
+            for _ in 0..7 {
+                v.push(fb.check("x").await.expect("answered in process").is_ok());
+            }
+            v
+        };
+        assert_eq!(verdicts, [true, true, true, true, true, false, false]);
+        assert_eq!(fb.misconfigurations(), 7);
+        assert_eq!(fb.local().len(), 1, "the key's local limiter answered");
 
         let odd = Counter::new(&server, 5, window, Kind::Unexpected).await;
         let fb2 = Fallback::builder(odd).timeout(TIMEOUT).build().unwrap();
-        assert!(matches!(
-            fb2.check("x").await,
-            Err(RedisLimitError::UnexpectedReply(_))
-        ));
+        assert!(fb2.check("x").await.unwrap().is_ok());
+        assert_eq!(fb2.misconfigurations(), 1);
 
+        // Bad input is still the caller's.
         let good = Counter::new(&server, 5, window, Kind::Count).await;
         let fb3 = Fallback::builder(good).timeout(TIMEOUT).build().unwrap();
         assert!(matches!(
@@ -178,11 +184,12 @@ async fn errors_that_are_not_connectivity_are_returned_in_redis_mode() {
             fb3.check_n("x", 6).await,
             Err(RedisLimitError::ExceedsBurst { n: 6, burst: 5 })
         ));
+        assert!(fb3.local().is_empty(), "nothing was answered in process");
+        assert_eq!(fb3.misconfigurations(), 0);
 
         for f in [&fb, &fb2, &fb3] {
-            assert_eq!(f.mode(), Mode::Redis, "an answer is not an outage");
+            assert_eq!(f.mode(), Mode::Redis, "a misconfiguration is not an outage");
             assert_eq!(f.switches_to_fallback(), 0);
-            assert!(f.local().is_empty(), "nothing was answered in process");
         }
         // No health check was started (it would have pinged by now).
         tokio::time::sleep(Duration::from_millis(250)).await;
@@ -339,6 +346,42 @@ async fn bad_settings_are_typed_errors_not_panics() {
             .fleet_size(4)
             .build()
             .is_ok());
+    })
+    .await;
+}
+
+/// The local map holds [`DEFAULT_MAX_LOCAL_KEYS`] keys unless told otherwise; a new key that
+/// finds it full is refused with a retry time (the next sweep), the keys in it keep theirs.
+#[tokio::test]
+async fn the_local_map_is_bounded_by_default() {
+    let Some(mut server) = RedisServer::start("the_local_map_is_bounded_by_default") else {
+        return;
+    };
+    guarded(async {
+        let c = Counter::new(&server, 5, Duration::from_secs(60), Kind::Count).await;
+        let fb = Fallback::new(c);
+        assert_eq!(DEFAULT_MAX_LOCAL_KEYS, 100_000);
+        assert_eq!(fb.local().max_keys(), 100_000);
+        let c = Counter::new(&server, 5, Duration::from_secs(60), Kind::Count).await;
+        let fb = Fallback::builder(c)
+            .timeout(TIMEOUT)
+            .max_keys(2)
+            .build()
+            .unwrap();
+        server.kill();
+        assert!(answered(&fb, "a").await);
+        assert!(answered(&fb, "b").await);
+        assert_eq!(fb.mode(), Mode::Fallback);
+        let full = fb.check("c").await.unwrap().unwrap_err();
+        assert!(
+            full.retry_after().is_some(),
+            "a full map says when to retry"
+        );
+        assert!(
+            answered(&fb, "a").await,
+            "keys in the map keep their limits"
+        );
+        assert_eq!(fb.local().len(), 2);
     })
     .await;
 }

@@ -1,5 +1,6 @@
 //! `Fallback`'s switches are `tracing` events: a warning with the error on the way to the
-//! fallback, an info with the outage's length on the way back. Alone in its own test binary:
+//! fallback, an info with the outage's length on the way back; misconfigurations are error
+//! events, at most one a second, counting the ones suppressed. Alone in its own test binary:
 //! `tracing` caches each call site's interest process-wide when it is first hit, and another
 //! test's thread hitting the same call site first, with no subscriber, while this one installs
 //! its own, can leave the site disabled for this test (a rare, real race seen in CI).
@@ -77,10 +78,48 @@ async fn each_switch_is_a_tracing_event() {
 
         server.restart();
         wait_for(&fb, Mode::Redis, BACK_WITHIN).await;
+        {
+            let seen = events.0.lock().unwrap();
+            assert_eq!(seen.len(), 2, "{seen:?}");
+            assert!(seen[1].starts_with("INFO"), "{seen:?}");
+            assert!(seen[1].contains(" outage="), "{seen:?}");
+        }
+
+        // Misconfigurations: an ERROR event at most once a second, each counting the ones
+        // suppressed since the last; together they account for every one.
+        events.0.lock().unwrap().clear();
+        let broken = Counter::new(&server, 5, Duration::from_secs(60), Kind::ScriptError).await;
+        let fb = Fallback::builder(broken).timeout(TIMEOUT).build().unwrap();
+        let t = std::time::Instant::now();
+        for _ in 0..30 {
+            let _ = answered(&fb, "m").await;
+        }
+        let took = t.elapsed();
+        // Past the second, one more: its event reports the rest.
+        while t.elapsed() < Duration::from_millis(1100) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let _ = answered(&fb, "m").await;
         let seen = events.0.lock().unwrap();
-        assert_eq!(seen.len(), 2, "{seen:?}");
-        assert!(seen[1].starts_with("INFO"), "{seen:?}");
-        assert!(seen[1].contains(" outage="), "{seen:?}");
+        assert!(seen.iter().all(|e| e.starts_with("ERROR")), "{seen:?}");
+        let suppressed: u64 = seen
+            .iter()
+            .map(|e| {
+                let n = e.split(" suppressed=").nth(1).expect("a suppressed field");
+                n.split(' ').next().unwrap().parse::<u64>().unwrap()
+            })
+            .sum();
+        assert_eq!(seen.len() as u64 + suppressed, 31, "{seen:?}");
+        assert_eq!(fb.misconfigurations(), 31);
+        assert!(
+            seen.len() as u64 <= took.as_secs() + 2,
+            "{} events for 31 errors in {took:?}: not rate-limited",
+            seen.len()
+        );
+        assert!(
+            seen.len() >= 2,
+            "the last event reports the suppressed: {seen:?}"
+        );
     })
     .await;
 }

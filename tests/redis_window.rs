@@ -25,8 +25,12 @@ async fn manager(s: &RedisServer) -> ConnectionManager {
     ConnectionManager::new(client).await.expect("a connection")
 }
 
-fn window(con: ConnectionManager, quota: u32, secs: u64) -> FixedWindow {
-    FixedWindow::new(con, quota, Duration::from_secs(secs)).expect("a valid window")
+/// A window with go-zero's keys: no prefix, so the tests read the keys go-zero names.
+fn window(con: ConnectionManager, quota: u32, secs: u64) -> FixedWindow<ConnectionManager> {
+    FixedWindow::builder(con, quota, Duration::from_secs(secs))
+        .prefix("")
+        .build()
+        .expect("a valid window")
 }
 
 /// go-zero's script by `EVAL` (its text, not a hash), as go-redis's `Script.Run` falls back
@@ -161,6 +165,7 @@ async fn the_ttl_is_set_on_the_first_hit_only() {
     assert!((49_000..=50_000).contains(&left), "PTTL {left}");
     // Aligned, too: a take at another time does not move the window's end.
     let a = FixedWindow::builder(con.clone(), 3, Duration::from_secs(DAY))
+        .prefix("")
         .align(UTC8)
         .build()
         .unwrap();
@@ -280,6 +285,7 @@ async fn alignment_with_an_explicit_utc_offset() {
     let c = con.clone();
     let aligned = |period: u64, offset: i64| {
         FixedWindow::builder(c.clone(), 5, Duration::from_secs(period))
+            .prefix("")
             .align(offset)
             .build()
             .unwrap()
@@ -392,6 +398,7 @@ async fn the_status_of_a_check_is_the_count_and_ttl_it_left() {
     );
     // Aligned to the minute: a window opened 10 s into it ends in 50 s.
     let aligned = FixedWindow::builder(con.clone(), 5, Duration::from_secs(60))
+        .prefix("")
         .align(0)
         .build()
         .unwrap();
@@ -615,7 +622,7 @@ async fn bad_input_and_d14_config_errors() {
     let w = b(1, Duration::from_secs(2)).build().unwrap();
     assert_eq!(w.period(), Duration::from_secs(2));
     assert!(w.take("r").await.unwrap().is_permitted());
-    let left = pttl(&mut con, "r").await;
+    let left = pttl(&mut con, &w.redis_key("r")).await;
     assert!((1_600..=2_000).contains(&left), "PTTL {left}");
 }
 
@@ -676,6 +683,7 @@ async fn redis_limiter_denials_ping_and_local() {
     assert!(local.check().is_ok());
     assert!(local.check().is_err());
     let aligned = FixedWindow::builder(con.clone(), 10, Duration::from_secs(DAY))
+        .prefix("")
         .align(UTC8)
         .build()
         .unwrap();

@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use turnstile::redis::{
-    Coalesce, ConnectionManager, Fallback, FixedWindow, Gcra, RedisLimitError, RedisLimiter,
-    TokenBucket,
+    Coalesce, ConnectOptions, Connection, Fallback, FixedWindow, Gcra, RedisLimitError,
+    RedisLimiter, TokenBucket,
 };
 use turnstile::Limit;
 
@@ -315,7 +315,7 @@ impl Report {
 
 /// What the tasks share.
 struct Targets {
-    con: ConnectionManager,
+    con: Connection,
     noop: ::redis::Script,
     hot: Gcra,
     random: Gcra,
@@ -400,7 +400,7 @@ fn xorshift(x: &mut u64) -> u64 {
 
 /// The server's `(calls, usec)` for `command` (lower case, e.g. `evalsha`), from
 /// `INFO commandstats`; `None` if it could not be read.
-async fn command_stats(con: &ConnectionManager, command: &str) -> Option<(u64, u64)> {
+async fn command_stats(con: &Connection, command: &str) -> Option<(u64, u64)> {
     let info: String = ::redis::cmd("INFO")
         .arg("commandstats")
         .query_async(&mut con.clone())
@@ -537,7 +537,10 @@ pub async fn run_all(
     runtime_workers: usize,
     out: &mut dyn Write,
 ) -> Result<Report, String> {
-    let con = turnstile::redis::connect(url)
+    // The same generous deadline as the fallback cell's timeout: a loaded machine must not
+    // turn a slow answer into an error.
+    let options = ConnectOptions::new().response_timeout(Duration::from_secs(2));
+    let con = turnstile::redis::connect_with(url, &options)
         .await
         .map_err(|e| format!("connecting to {url}: {e}"))?;
     let info: String = ::redis::cmd("INFO")
@@ -569,7 +572,10 @@ pub async fn run_all(
             .timeout(Duration::from_secs(2))
             .build()
             .map_err(|e| e.to_string())?,
-        coalesced: Coalesce::new(gcra("turnstile:bench:coalesced:")?),
+        coalesced: Coalesce::builder(gcra("turnstile:bench:coalesced:")?)
+            .deadline(Duration::from_secs(2))
+            .build()
+            .map_err(|e| e.to_string())?,
         // go-zero's whole-second token bucket and fixed window, also set never to deny.
         token_bucket: TokenBucket::new(con.clone(), TB_RATE, TB_BURST)
             .map_err(|e| e.to_string())?

@@ -30,6 +30,14 @@
 //! thread, plus tokio's blocking pool, which starts threads only when something needs one
 //! (a DNS lookup while connecting).
 //!
+//! # A deadline on every call
+//! Every call ([`Blocking::try_check_n`], [`Blocking::ping`], [`Blocking::run`],
+//! [`Blocking::block_on`]) waits at most the wrapper's deadline ([`Blocking::with_deadline`],
+//! default [`DEFAULT_DEADLINE`], 250 ms) and then answers
+//! [`RedisLimitError::Timeout`]: a stalled Redis never holds a caller's thread longer, even
+//! over a connection built without a response timeout. (A [`Fallback`](super::Fallback)
+//! inside answers within its own, shorter, timeout first.)
+//!
 //! # Not from inside an async runtime
 //! Blocking a thread on which a tokio runtime is current would stall that runtime, and
 //! tokio's `block_on` panics there. Every method checks first
@@ -68,10 +76,11 @@
 use std::error::Error;
 use std::fmt;
 use std::future::Future;
+use std::time::Duration;
 
 use tokio::runtime::{Builder, Runtime, RuntimeFlavor};
 
-use super::{RedisLimitError, RedisLimiter};
+use super::{RedisLimitError, RedisLimiter, DEFAULT_DEADLINE};
 use crate::{ConfigError, Denied};
 
 /// The name of the worker thread of the runtime [`Blocking::new`] builds.
@@ -121,6 +130,7 @@ pub struct Blocking<L> {
     // limiter is dropped inside the runtime's context, then the runtime shuts down.
     limiter: Option<L>,
     runtime: Option<Runtime>,
+    deadline: Duration,
 }
 
 impl<L> Blocking<L> {
@@ -202,6 +212,7 @@ impl<L> Blocking<L> {
         let mut blocking = Blocking {
             limiter: None,
             runtime: Some(runtime),
+            deadline: DEFAULT_DEADLINE,
         };
         if blocking.runtime().handle().runtime_flavor() == RuntimeFlavor::CurrentThread {
             return Err(ConfigError::CurrentThreadRuntime.into());
@@ -209,6 +220,40 @@ impl<L> Blocking<L> {
         outside_runtime()?;
         blocking.limiter = Some(blocking.runtime().block_on(async { make().await })?);
         Ok(blocking)
+    }
+
+    /// The same wrapper with every call bounded by `deadline` instead of
+    /// [`DEFAULT_DEADLINE`].
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use turnstile::redis::{self, Blocking, Gcra};
+    /// use turnstile::Limit;
+    ///
+    /// fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    ///     let limiter = Blocking::new(|| async {
+    ///         let con = redis::connect("redis://127.0.0.1:6379/").await?;
+    ///         Ok(Gcra::new(con, Limit::per_second(10.0)?, 5)?)
+    ///     })?
+    ///     .with_deadline(Duration::from_millis(50))?;
+    ///     assert_eq!(limiter.deadline(), Duration::from_millis(50));
+    ///     Ok(())
+    /// }
+    /// ```
+    ///
+    /// # Errors
+    /// [`ConfigError::ZeroTimeout`] for a zero deadline (every call would time out).
+    pub fn with_deadline(mut self, deadline: Duration) -> Result<Self, ConfigError> {
+        if deadline.is_zero() {
+            return Err(ConfigError::ZeroTimeout);
+        }
+        self.deadline = deadline;
+        Ok(self)
+    }
+
+    /// The most a call waits before it answers [`RedisLimitError::Timeout`].
+    pub fn deadline(&self) -> Duration {
+        self.deadline
     }
 
     /// The wrapped async limiter: for its other methods ([`Gcra::limit`](super::Gcra::limit),
@@ -242,11 +287,17 @@ impl<L> Blocking<L> {
     /// ```
     ///
     /// # Errors
-    /// [`RedisLimitError::InsideAsyncRuntime`] (and `fut` is not run) when called where a
-    /// tokio runtime is current.
+    /// [`RedisLimitError::Timeout`] (and `fut` is dropped) past the deadline
+    /// ([`Blocking::with_deadline`]); [`RedisLimitError::InsideAsyncRuntime`] (and `fut` is
+    /// not run) when called where a tokio runtime is current.
     pub fn block_on<F: Future>(&self, fut: F) -> Result<F::Output, RedisLimitError> {
         outside_runtime()?;
-        Ok(self.runtime().block_on(fut))
+        let deadline = self.deadline;
+        self.runtime().block_on(async move {
+            tokio::time::timeout(deadline, fut)
+                .await
+                .map_err(|_elapsed| RedisLimitError::Timeout(deadline))
+        })
     }
 
     /// Calls `f` with the wrapped limiter and runs the future it returns on the wrapper's
@@ -264,8 +315,9 @@ impl<L> Blocking<L> {
     /// ```
     ///
     /// # Errors
-    /// The future's error; [`RedisLimitError::InsideAsyncRuntime`] (converted into it, and
-    /// `f` is not called) when called where a tokio runtime is current.
+    /// The future's error; [`RedisLimitError::Timeout`] past the deadline
+    /// ([`Blocking::with_deadline`]) and [`RedisLimitError::InsideAsyncRuntime`] (and `f` is
+    /// not called) when called where a tokio runtime is current, both converted into it.
     pub fn run<'a, T, E, Fut>(&'a self, f: impl FnOnce(&'a L) -> Fut) -> Result<T, E>
     where
         Fut: Future<Output = Result<T, E>>,
@@ -273,9 +325,15 @@ impl<L> Blocking<L> {
     {
         outside_runtime()?;
         let limiter = self.limiter();
+        let deadline = self.deadline;
         // `f` is called inside the runtime's context too, in case it does more than build
         // a future.
-        self.runtime().block_on(async move { f(limiter).await })
+        self.runtime().block_on(async move {
+            match tokio::time::timeout(deadline, f(limiter)).await {
+                Ok(answer) => answer,
+                Err(_elapsed) => Err(RedisLimitError::Timeout(deadline).into()),
+            }
+        })
     }
 
     fn runtime(&self) -> &Runtime {
@@ -307,8 +365,9 @@ impl<L: RedisLimiter> Blocking<L> {
 
     /// Takes `n` permits for `key` if the shared limit has them: the wrapped limiter's
     /// [`RedisLimiter::try_check_n`], blocking this thread until it answers. The outer error
-    /// is bad input or Redis failing (never a connectivity error from a
-    /// [`Fallback`](super::Fallback)), the inner `Err` a denial with its retry time.
+    /// is bad input or Redis failing (from a [`Fallback`](super::Fallback), only bad input), the
+    /// inner `Err` a denial with its retry time, all within the deadline
+    /// ([`Blocking::with_deadline`]).
     ///
     /// ```no_run
     /// # fn f(limiter: turnstile::redis::Blocking<
@@ -320,7 +379,8 @@ impl<L: RedisLimiter> Blocking<L> {
     ///
     /// # Errors
     /// The wrapped limiter's ([`RedisLimitError::EmptyKey`],
-    /// [`RedisLimitError::ExceedsBurst`], Redis's own), and
+    /// [`RedisLimitError::ExceedsBurst`], Redis's own), [`RedisLimitError::Timeout`] past the
+    /// deadline, and
     /// [`RedisLimitError::InsideAsyncRuntime`] when called where a tokio runtime is current.
     pub fn try_check_n(&self, key: &str, n: u32) -> Result<Result<(), Denied>, RedisLimitError> {
         self.run(|limiter| limiter.try_check_n(key, n))
@@ -366,6 +426,7 @@ impl<L: fmt::Debug> fmt::Debug for Blocking<L> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Blocking")
             .field("limiter", self.limiter())
+            .field("deadline", &self.deadline)
             .finish_non_exhaustive()
     }
 }

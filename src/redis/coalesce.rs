@@ -33,6 +33,21 @@
 //! never strands the checks queued behind it. A check dropped while queued is left out of its
 //! batch and takes nothing. `examples/redis.rs` measures the checks per round trip.
 //!
+//! # Bounded: a deadline on every call, and on the queue
+//! Every round trip a `Coalesce` sends (a check's own, and each batch) is bounded by a
+//! deadline ([`CoalesceBuilder::deadline`], default [`DEFAULT_DEADLINE`],
+//! 250 ms): past it the checks it carried fail with [`RedisLimitError::Timeout`], so a
+//! stalled server holds no key for longer than that. Checks waiting behind calls in flight
+//! are bounded too, over all keys ([`CoalesceBuilder::max_queued`], default
+//! [`DEFAULT_MAX_QUEUED`]): a check that finds the bound reached is answered at once with
+//! [`RedisLimitError::QueueFull`], an outage, which a [`Fallback`](super::Fallback) (or the
+//! tower policy `fleet`) answers by its failure policy. So what a stalled Redis and a flood
+//! of clients can hold is at most that many waiting checks (each its queue entry and a
+//! oneshot channel, a few hundred bytes, plus its key while it leads a call), however long
+//! the stall. A queued check waits at most one deadline for the call ahead of it and one for
+//! its own batch; a call that ends in an outage answers the checks queued behind it with
+//! the same error at once, rather than sending them to a server that just failed.
+//!
 //! # No status
 //! [`RedisLimiter::try_check_n_status`] keeps its default: a check, answered with no
 //! [`QuotaStatus`](crate::QuotaStatus) (`None`), so the tower policy `fleet` over a
@@ -69,8 +84,10 @@ use std::sync::Arc;
 
 use tokio::sync::oneshot;
 
-use super::{RedisLimitError, RedisLimiter};
-use crate::Denied;
+use std::time::Duration;
+
+use super::{RedisLimitError, RedisLimiter, DEFAULT_DEADLINE};
+use crate::{ConfigError, Denied};
 
 /// A Redis limiter that can decide several requests of one key in one round trip.
 pub trait RedisBatch: RedisLimiter {
@@ -90,6 +107,11 @@ pub trait RedisBatch: RedisLimiter {
 
 /// The most requests one batch carries; the rest wait for the next call.
 pub const DEFAULT_MAX_BATCH: usize = 512;
+
+/// The most checks that wait behind calls in flight, over all keys, by default: a few
+/// megabytes at most, and more than a process checking tens of thousands of times a second
+/// keeps waiting within one deadline.
+pub const DEFAULT_MAX_QUEUED: usize = 16_384;
 
 /// Concurrent checks of one key coalesced into one round trip (see the
 /// [module docs](self)). Wraps any [`RedisBatch`] limiter ([`Gcra`](super::Gcra),
@@ -134,28 +156,109 @@ struct Shared<L> {
     /// arrived since, for the next call.
     in_flight: scc::HashMap<String, Vec<Waiter>>,
     max_batch: usize,
+    max_queued: usize,
+    deadline: Duration,
     checks: AtomicU64,
     calls: AtomicU64,
     queued: AtomicU64,
 }
 
-impl<L: RedisBatch + 'static> Coalesce<L> {
-    /// Coalesces `limiter`'s checks, at most [`DEFAULT_MAX_BATCH`] per round trip.
-    pub fn new(limiter: L) -> Self {
-        Coalesce::with_max_batch(limiter, DEFAULT_MAX_BATCH)
+/// Configures a [`Coalesce`]: [`Coalesce::builder`].
+///
+/// ```no_run
+/// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
+/// use std::time::Duration;
+/// use turnstile::redis::{Coalesce, Gcra};
+/// use turnstile::Limit;
+///
+/// let con = turnstile::redis::connect("redis://127.0.0.1:6379/").await?;
+/// let api = Coalesce::builder(Gcra::new(con, Limit::per_second(1000.0)?, 100)?)
+///     .max_queued(1_000)
+///     .deadline(Duration::from_millis(80))
+///     .build()?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+#[must_use = "a builder does nothing until .build()"]
+pub struct CoalesceBuilder<L> {
+    limiter: L,
+    max_batch: usize,
+    max_queued: usize,
+    deadline: Duration,
+}
+
+impl<L: RedisBatch + 'static> CoalesceBuilder<L> {
+    /// The most requests one batch carries (default [`DEFAULT_MAX_BATCH`]; 0 counts as 1).
+    pub fn max_batch(mut self, max_batch: usize) -> Self {
+        self.max_batch = max_batch.max(1);
+        self
     }
 
-    /// Coalesces `limiter`'s checks, at most `max_batch` (at least 1) per round trip.
-    pub fn with_max_batch(limiter: L, max_batch: usize) -> Self {
-        Coalesce {
+    /// The most checks waiting behind calls in flight, over all keys (default
+    /// [`DEFAULT_MAX_QUEUED`]); one more is [`RedisLimitError::QueueFull`] at once. 0 queues
+    /// nothing: a check of a key with a call in flight is refused so.
+    pub fn max_queued(mut self, max_queued: usize) -> Self {
+        self.max_queued = max_queued;
+        self
+    }
+
+    /// The most any round trip (a check's own, a batch) may take (default
+    /// [`DEFAULT_DEADLINE`], 250 ms); past it its checks fail with
+    /// [`RedisLimitError::Timeout`]. Zero is refused by [`CoalesceBuilder::build`].
+    pub fn deadline(mut self, deadline: Duration) -> Self {
+        self.deadline = deadline;
+        self
+    }
+
+    /// The limiter.
+    ///
+    /// # Errors
+    /// [`ConfigError::ZeroTimeout`] for a zero deadline.
+    pub fn build(self) -> Result<Coalesce<L>, ConfigError> {
+        if self.deadline.is_zero() {
+            return Err(ConfigError::ZeroTimeout);
+        }
+        Ok(Coalesce {
             shared: Arc::new(Shared {
-                limiter,
+                limiter: self.limiter,
                 in_flight: scc::HashMap::new(),
-                max_batch: max_batch.max(1),
+                max_batch: self.max_batch,
+                max_queued: self.max_queued,
+                deadline: self.deadline,
                 checks: AtomicU64::new(0),
                 calls: AtomicU64::new(0),
                 queued: AtomicU64::new(0),
             }),
+        })
+    }
+}
+
+impl<L: RedisBatch + 'static> Coalesce<L> {
+    /// Coalesces `limiter`'s checks with the defaults: at most [`DEFAULT_MAX_BATCH`] per
+    /// round trip, [`DEFAULT_MAX_QUEUED`] waiting, each call within
+    /// [`DEFAULT_DEADLINE`].
+    pub fn new(limiter: L) -> Self {
+        Coalesce::builder(limiter)
+            .build()
+            .unwrap_or_else(|_| unreachable!("the defaults are valid"))
+    }
+
+    /// Coalesces `limiter`'s checks, at most `max_batch` (at least 1) per round trip, the
+    /// other settings the defaults.
+    pub fn with_max_batch(limiter: L, max_batch: usize) -> Self {
+        Coalesce::builder(limiter)
+            .max_batch(max_batch)
+            .build()
+            .unwrap_or_else(|_| unreachable!("the defaults are valid"))
+    }
+
+    /// A builder, for the batch size, the queue bound and the deadline.
+    pub fn builder(limiter: L) -> CoalesceBuilder<L> {
+        CoalesceBuilder {
+            limiter,
+            max_batch: DEFAULT_MAX_BATCH,
+            max_queued: DEFAULT_MAX_QUEUED,
+            deadline: DEFAULT_DEADLINE,
         }
     }
 
@@ -178,21 +281,35 @@ impl<L: RedisBatch + 'static> Coalesce<L> {
         shared.limiter.validate(key, n)?;
         let rx = match shared.in_flight.entry_sync(key.to_owned()) {
             scc::hash_map::Entry::Occupied(mut queue) => {
+                // Counted before it is queued, so the bound holds however many race here.
+                if shared.queued.fetch_add(1, Relaxed) >= shared.max_queued as u64 {
+                    shared.queued.fetch_sub(1, Relaxed);
+                    return Err(RedisLimitError::QueueFull {
+                        max: shared.max_queued,
+                    });
+                }
                 let (tx, rx) = oneshot::channel();
                 queue.get_mut().push(Waiter { n, tx });
-                shared.queued.fetch_add(1, Relaxed);
                 rx
             }
             scc::hash_map::Entry::Vacant(slot) => {
                 slot.insert_entry(Vec::new());
                 // Whatever happens to this future from here, the queue is handed on.
-                let _lead = Lead {
+                let mut lead = Lead {
                     shared: shared.clone(),
                     key,
+                    outage: None,
                 };
                 shared.calls.fetch_add(1, Relaxed);
-                let verdict = shared.limiter.try_check_n(key, n).await;
+                let verdict = shared
+                    .within_deadline(shared.limiter.try_check_n(key, n))
+                    .await;
                 shared.checks.fetch_add(1, Relaxed);
+                if let Err(e) = &verdict {
+                    if e.is_outage() {
+                        lead.outage = Some(e.clone());
+                    }
+                }
                 return verdict;
             }
         };
@@ -205,10 +322,17 @@ impl<L: RedisBatch + 'static> Coalesce<L> {
 struct Lead<'k, L: RedisBatch + 'static> {
     shared: Arc<Shared<L>>,
     key: &'k str,
+    /// The outage the call ended with, if it did: the queued checks get it at once rather
+    /// than one more deadline of waiting on a server that just failed.
+    outage: Option<RedisLimitError>,
 }
 
 impl<L: RedisBatch + 'static> Drop for Lead<'_, L> {
     fn drop(&mut self) {
+        if let Some(e) = &self.outage {
+            self.shared.fail_queued(self.key, e);
+            return;
+        }
         let Some(batch) = self.shared.next_batch(self.key) else {
             return;
         };
@@ -217,7 +341,7 @@ impl<L: RedisBatch + 'static> Drop for Lead<'_, L> {
                 rt.spawn(drain(self.shared.clone(), self.key.to_owned(), batch));
             }
             // Dropped outside any runtime: nothing can send the queue. Its checks fail with
-            // `Abandoned` (a connectivity error, which a `Fallback` answers), and the key is
+            // `Abandoned` (an outage, which a `Fallback` answers), and the key is
             // freed for the next check.
             Err(_) => {
                 self.shared.queued.fetch_sub(batch.len() as u64, Relaxed);
@@ -241,7 +365,9 @@ async fn drain<L: RedisBatch + 'static>(
         if !batch.is_empty() {
             let ns: Vec<u32> = batch.iter().map(|w| w.n).collect();
             shared.calls.fetch_add(1, Relaxed);
-            let verdicts = shared.limiter.try_check_batch(&key, &ns).await;
+            let verdicts = shared
+                .within_deadline(shared.limiter.try_check_batch(&key, &ns))
+                .await;
             shared.checks.fetch_add(batch.len() as u64, Relaxed);
             let verdicts = verdicts.and_then(|vs| {
                 if vs.len() == batch.len() {
@@ -264,6 +390,10 @@ async fn drain<L: RedisBatch + 'static>(
                     for w in batch.drain(..) {
                         let _ = w.tx.send(Err(e.clone()));
                     }
+                    if e.is_outage() {
+                        shared.fail_queued(&key, &e);
+                        return;
+                    }
                 }
             }
         }
@@ -280,6 +410,17 @@ async fn drain<L: RedisBatch + 'static>(
 }
 
 impl<L> Shared<L> {
+    /// `call`'s answer, or [`RedisLimitError::Timeout`] past the deadline.
+    async fn within_deadline<T>(
+        &self,
+        call: impl Future<Output = Result<T, RedisLimitError>>,
+    ) -> Result<T, RedisLimitError> {
+        match tokio::time::timeout(self.deadline, call).await {
+            Ok(answer) => answer,
+            Err(_elapsed) => Err(RedisLimitError::Timeout(self.deadline)),
+        }
+    }
+
     /// Up to `max_batch` checks queued for `key`, or `None` after removing the key (no call
     /// in flight any more) when none are.
     fn next_batch(&self, key: &str) -> Option<Vec<Waiter>> {
@@ -297,6 +438,17 @@ impl<L> Shared<L> {
         }
         let rest = waiting.split_off(self.max_batch);
         Some(mem::replace(waiting, rest))
+    }
+
+    /// Answers every check queued for `key` with `e`, until none is left (which frees the
+    /// key for the next check's own call).
+    fn fail_queued(&self, key: &str, e: &RedisLimitError) {
+        while let Some(batch) = self.next_batch(key) {
+            self.queued.fetch_sub(batch.len() as u64, Relaxed);
+            for w in batch {
+                let _ = w.tx.send(Err(e.clone()));
+            }
+        }
     }
 
     /// Frees `key` and fails whatever is queued for it.
@@ -318,6 +470,10 @@ impl<L: RedisBatch + 'static> RedisLimiter for Coalesce<L> {
         self.shared.limiter.ping()
     }
 
+    fn max_key_len(&self) -> usize {
+        self.shared.limiter.max_key_len()
+    }
+
     fn try_check_n(&self, key: &str, n: u32) -> impl Future<Output = Verdict> + Send {
         self.check(key, n)
     }
@@ -328,6 +484,8 @@ impl<L: std::fmt::Debug> std::fmt::Debug for Coalesce<L> {
         f.debug_struct("Coalesce")
             .field("limiter", &self.shared.limiter)
             .field("max_batch", &self.shared.max_batch)
+            .field("max_queued", &self.shared.max_queued)
+            .field("deadline", &self.shared.deadline)
             .finish_non_exhaustive()
     }
 }

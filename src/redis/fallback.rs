@@ -3,19 +3,27 @@
 //!
 //! # What the caller sees
 //! [`Fallback::check_n`] answers like the wrapped limiter's
-//! [`try_check_n`](RedisLimiter::try_check_n), with one difference: **a connectivity error
-//! never reaches the caller**.
+//! [`try_check_n`](RedisLimiter::try_check_n), with one difference: **no Redis error
+//! reaches the caller**; only bad input does (an empty or too long key, more permits than
+//! the burst).
 //!
 //! * **Redis mode** (the normal one): the call goes to the wrapped limiter, bounded by the
 //!   per-call timeout ([`FallbackBuilder::timeout`], default 100 ms). Its verdict (grant, or
-//!   a [`Denied`] with the server's retry-after) is returned as is. So is every error that is
-//!   not a connectivity problem ([`RedisLimitError::is_connectivity`] false: bad input, a
-//!   script error, an unexpected reply): those are bugs or misconfigurations that an
-//!   in-process limiter would only hide, and hiding them is how go-zero's rescue mode
-//!   *flaps* on a script that always fails (seed semantics §4.3, the ttl = 0 case).
-//! * **The switch**: a connectivity error or a timeout moves the limiter to **fallback
-//!   mode**, and *that same call* is answered in process; a `tracing::warn!` event carries
-//!   the error.
+//!   a [`Denied`] with the server's retry-after) is returned as is.
+//! * **The switch**: an outage ([`RedisLimitError::is_outage`]: Redis unreachable, a
+//!   timeout, or a server answering that it cannot serve now, such as `OOM`, `BUSY`,
+//!   `LOADING`, `READONLY`) moves the limiter to **fallback mode**, and *that same call* is
+//!   answered in process; a `tracing::warn!` event carries the error.
+//! * **A misconfiguration** ([`RedisLimitError::is_misconfiguration`]: `NOPERM`,
+//!   `WRONGTYPE`, a script error, an unexpected reply) is answered in process too, by the
+//!   same failure policy, but leaves the mode alone: the next call tries Redis again, so the
+//!   limiter is back on Redis as soon as an operator fixes the cause. Such errors last until
+//!   someone acts, so they are logged with `tracing::error!` at most once a second per
+//!   limiter (the event counts the ones it suppressed) and counted
+//!   ([`Fallback::misconfigurations`]). Passing them on instead would turn every request
+//!   into an error for as long as the misconfiguration lasts; switching to fallback mode
+//!   would hide them behind a health check that passes (go-zero's rescue mode *flaps* so on
+//!   a script that always fails, seed semantics §4.3, the ttl = 0 case).
 //! * **Fallback mode**: every call is answered by an in-process limiter of the key
 //!   ([`RedisLimiter::local`], built with the configured share, in a [`Keyed`] map), with no
 //!   round trip: a grant, or a [`Denied`] with the local limiter's retry time. An empty key is
@@ -25,8 +33,11 @@
 //!   [`RedisLimitError::ExceedsBurst`].
 //! * **The return**: a background task (one at a time, started by the switch) sends
 //!   [`RedisLimiter::ping`] every 100 ms ([`FallbackBuilder::ping_every`]), each bounded by
-//!   the same timeout; the first `PONG` switches back to Redis mode (a `tracing::info!`
-//!   event with the outage's length) and ends the task. Calls in flight when Redis comes
+//!   the same timeout; the first that passes switches back to Redis mode (a
+//!   `tracing::info!` event with the outage's length) and ends the task. The crate's
+//!   limiters probe with a script Redis treats as a write, so a server that answers `PING`
+//!   but still cannot run the limiter (`OOM`, a read-only replica) keeps the limiter in
+//!   fallback mode instead of flapping. Calls in flight when Redis comes
 //!   back finish in fallback mode; the next ones go to Redis.
 //!
 //! A call that timed out was sent: a stalled Redis may still run it when it wakes, so the
@@ -99,9 +110,22 @@
 //! As go-zero's rescue limiter does, the local limiters are **kept** when Redis comes back,
 //! not cleared: a connection that flaps would otherwise hand every process a fresh budget at
 //! each flap. They cost nothing while Redis answers, and the [`Keyed`] map evicts each one
-//! once it is idle (a fresh one would be as strict), at its periodic sweeps, which run in
-//! fallback mode; [`Fallback::local`] gives the map for an explicit
-//! [`Keyed::evict_idle`] or a bound on keys ([`FallbackBuilder::max_keys`]).
+//! once it is idle (a fresh one would be as strict), at its periodic sweeps.
+//!
+//! # The local map's bound
+//! The map holds at most [`DEFAULT_MAX_LOCAL_KEYS`] keys (100 000) unless
+//! [`FallbackBuilder::max_keys`] says otherwise: a key flood during an outage cannot grow
+//! memory without bound. A new key that finds the map full (and no idle key to sweep) is
+//! refused, with a retry time of the next sweep; keys already in the map keep their limits.
+//! At the measured cost of a key in a [`Keyed`] map (its docs: 302 bytes with a compact
+//! token bucket, the local limiter of [`Gcra`](super::Gcra) and
+//! [`TokenBucket`](super::TokenBucket); 574 with the padded fixed window of
+//! [`FixedWindow`](super::FixedWindow)) plus the key's own bytes, the default bound costs
+//! about 35 MB (60 MB for a fixed window) with short keys such as an IP address, and at most
+//! about 85 MB (110 MB) with keys at the [`DEFAULT_MAX_KEY_LEN`](super::DEFAULT_MAX_KEY_LEN)
+//! cap. Sweeps run **off the request
+//! path**, on a thread of the map's own ([`Keyed::spawn_sweeper`], started by the first
+//! answer in process), so no check pays for a sweep of the whole map.
 //!
 //! # Cost and design
 //! The mode is one atomic byte. In Redis mode a call adds one `Acquire` load of it and the
@@ -116,11 +140,11 @@
 //! timeout already do: call [`Fallback::check_n`] from within one. If that runtime shuts down
 //! during an outage the task goes with it and the limiter stays in fallback mode.
 
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, Weak}; // Mutex: mode switches and drop only, never a check
 use std::time::{Duration, Instant};
 
-use super::{RedisLimitError, RedisLimiter};
+use super::{ErrorLog, RedisLimitError, RedisLimiter};
 use crate::{ConfigError, Denied, Keyed, Limiter};
 
 // The mode lives in a std atomic rather than `crate::sync`'s: the Redis module is not
@@ -134,6 +158,10 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(100);
 
 /// The default interval of [`Fallback`]'s health-check `PING`s (go-zero's `pingInterval`).
 pub const DEFAULT_PING_EVERY: Duration = Duration::from_millis(100);
+
+/// The default bound on [`Fallback`]'s local map ([`FallbackBuilder::max_keys`]); see the
+/// [module docs](self#the-local-maps-bound) for the memory it implies.
+pub const DEFAULT_MAX_LOCAL_KEYS: u64 = 100_000;
 
 /// Where a [`Fallback`]'s answers come from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -163,7 +191,10 @@ where
 {
     mode: AtomicU8,
     limiter: Arc<L>,
-    local: Keyed<String, L::Local>,
+    local: Arc<Keyed<String, L::Local>>,
+    /// Whether the local map's sweeper thread runs (started by the first local answer).
+    sweeping: AtomicBool,
+    misconfigured: ErrorLog,
     timeout: Duration,
     ping_every: Duration,
     share: f64,
@@ -217,7 +248,7 @@ impl<L: RedisLimiter + 'static> std::fmt::Debug for Fallback<L> {
 impl<L: RedisLimiter + 'static> Fallback<L> {
     /// Wraps `limiter` with the defaults: a 100 ms timeout per call, a `PING` every 100 ms
     /// while in fallback, a share of 1 (each process in fallback admits the whole limit) and
-    /// no bound on local keys.
+    /// at most [`DEFAULT_MAX_LOCAL_KEYS`] local keys.
     pub fn new(limiter: L) -> Fallback<L> {
         Fallback::builder(limiter)
             .build()
@@ -231,7 +262,7 @@ impl<L: RedisLimiter + 'static> Fallback<L> {
             timeout: DEFAULT_TIMEOUT,
             ping_every: DEFAULT_PING_EVERY,
             share: 1.0,
-            max_keys: None,
+            max_keys: DEFAULT_MAX_LOCAL_KEYS,
             invalid: None,
         }
     }
@@ -242,9 +273,9 @@ impl<L: RedisLimiter + 'static> Fallback<L> {
     }
 
     /// Takes `n` permits for `key`: from Redis through the wrapped limiter (within the
-    /// timeout), or from the key's local limiter while Redis is unreachable. The outer error
-    /// is never a connectivity error: it is bad input or an error Redis answered with (see
-    /// the [module docs](self)); the inner `Err` is a denial with its retry time.
+    /// timeout), or from the key's local limiter while Redis cannot serve (or answers a
+    /// misconfiguration). The outer error is only ever bad input (see the
+    /// [module docs](self)); the inner `Err` is a denial with its retry time.
     pub async fn check_n(&self, key: &str, n: u32) -> Result<Result<(), Denied>, RedisLimitError> {
         self.answer(
             key,
@@ -316,8 +347,9 @@ impl<L: RedisLimiter + 'static> Fallback<L> {
     }
 
     /// What [`Fallback::check_n`] and [`Fallback::check_n_status`] share: `redis()` within
-    /// the timeout while in Redis mode (its answer returned unless it is a connectivity
-    /// error, which switches to fallback mode), else `local()` on the local map.
+    /// the timeout while in Redis mode (its answer returned unless it is an outage, which
+    /// switches to fallback mode, or a misconfiguration, logged), else `local()` on the
+    /// local map.
     async fn answer<T, F>(
         &self,
         key: &str,
@@ -329,16 +361,19 @@ impl<L: RedisLimiter + 'static> Fallback<L> {
     {
         let inner = &*self.inner;
         if inner.mode.load(Ordering::Acquire) == REDIS {
-            let e = match tokio::time::timeout(inner.timeout, redis()).await {
+            match tokio::time::timeout(inner.timeout, redis()).await {
                 Ok(Ok(answer)) => return Ok(answer),
-                Ok(Err(e)) if !e.is_connectivity() => return Err(e),
-                Ok(Err(e)) => e,
-                Err(_elapsed) => RedisLimitError::Timeout(inner.timeout),
-            };
-            self.switch_to_fallback(&e);
+                Ok(Err(e)) if e.is_outage() => self.switch_to_fallback(&e),
+                Ok(Err(e)) if e.is_misconfiguration() => inner
+                    .misconfigured
+                    .report(&e, "the fallback's local limiter"),
+                Ok(Err(e)) => return Err(e),
+                Err(_elapsed) => self.switch_to_fallback(&RedisLimitError::Timeout(inner.timeout)),
+            }
         }
-        if key.is_empty() {
-            return Err(RedisLimitError::EmptyKey);
+        super::check_key(key, inner.limiter.max_key_len())?;
+        if !inner.sweeping.load(Ordering::Relaxed) {
+            self.start_sweeper();
         }
         Ok(local(&inner.local))
     }
@@ -355,6 +390,13 @@ impl<L: RedisLimiter + 'static> Fallback<L> {
     /// How many times this limiter has switched from Redis to fallback mode.
     pub fn switches_to_fallback(&self) -> u64 {
         self.inner.to_fallback.load(Ordering::Relaxed)
+    }
+
+    /// How many checks Redis answered with a misconfiguration
+    /// ([`RedisLimitError::is_misconfiguration`]), each answered in process (and logged, at
+    /// most once a second).
+    pub fn misconfigurations(&self) -> u64 {
+        self.inner.misconfigured.total()
     }
 
     /// How many times this limiter has switched back from fallback to Redis mode.
@@ -393,6 +435,15 @@ impl<L: RedisLimiter + 'static> Fallback<L> {
         self.inner.share
     }
 
+    /// Starts the local map's sweeper thread, once.
+    #[cold]
+    fn start_sweeper(&self) {
+        if !self.inner.sweeping.swap(true, Ordering::Relaxed) {
+            // Detached: it holds the map weakly and ends soon after the limiter is dropped.
+            drop(self.inner.local.spawn_sweeper());
+        }
+    }
+
     /// Moves to fallback mode after `e`, unless another call already did; the call that
     /// moves it starts the health check.
     #[cold]
@@ -425,7 +476,7 @@ impl<L: RedisLimiter + 'static> Fallback<L> {
 
 /// A [`Fallback`] is a Redis limiter itself, so what takes any Redis limiter
 /// ([`Blocking`](super::Blocking), for one) takes it too: its checks are
-/// [`Fallback::check_n`]'s (never a connectivity error), its `PING` is the wrapped limiter's
+/// [`Fallback::check_n`]'s (never a Redis error), its `PING` is the wrapped limiter's
 /// within the timeout, and its local limiter is the wrapped limiter's.
 impl<L: RedisLimiter + 'static> RedisLimiter for Fallback<L> {
     type Local = L::Local;
@@ -444,6 +495,11 @@ impl<L: RedisLimiter + 'static> RedisLimiter for Fallback<L> {
             Ok(answer) => answer,
             Err(_elapsed) => Err(RedisLimitError::Timeout(timeout)),
         }
+    }
+
+    /// The wrapped limiter's.
+    fn max_key_len(&self) -> usize {
+        self.inner.limiter.max_key_len()
     }
 
     /// [`Fallback::check_n`].
@@ -497,7 +553,7 @@ where
     timeout: Duration,
     ping_every: Duration,
     share: f64,
-    max_keys: Option<u64>,
+    max_keys: u64,
     /// The first invalid setting, returned by `build` (a typed error, never a panic).
     invalid: Option<ConfigError>,
 }
@@ -563,9 +619,10 @@ impl<L: RedisLimiter + 'static> FallbackBuilder<L> {
     }
 
     /// The most keys the local map holds ([`crate::keyed::KeyedBuilder::max_keys`]; a new
-    /// key that finds it full is denied). Unbounded by default.
+    /// key that finds it full is denied with the next sweep's time): default
+    /// [`DEFAULT_MAX_LOCAL_KEYS`]; `u64::MAX` for no bound.
     pub fn max_keys(mut self, max_keys: u64) -> Self {
-        self.max_keys = Some(max_keys);
+        self.max_keys = max_keys;
         self
     }
 
@@ -584,15 +641,14 @@ impl<L: RedisLimiter + 'static> FallbackBuilder<L> {
             let limiter = limiter.clone();
             move |_: &String| limiter.local(share)
         };
-        let mut local = Keyed::builder(factory);
-        if let Some(max) = self.max_keys {
-            local = local.max_keys(max);
-        }
+        let local = Keyed::builder(factory).max_keys(self.max_keys).build()?;
         Ok(Fallback {
             inner: Arc::new(Inner {
                 mode: AtomicU8::new(REDIS),
                 limiter,
-                local: local.build()?,
+                local: Arc::new(local),
+                sweeping: AtomicBool::new(false),
+                misconfigured: ErrorLog::new(),
                 timeout: self.timeout,
                 ping_every: self.ping_every,
                 share,

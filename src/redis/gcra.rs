@@ -36,7 +36,7 @@
 //! # Redis Cluster
 //! A call touches one key, so it runs on any master of a cluster unchanged (the key picks the
 //! slot; `{hash tags}` in keys work as usual). The connection may be a
-//! [`ConnectionManager`] or a
+//! [`Connection`] (or any [`ConnectionManager`](super::ConnectionManager)) or a
 //! [`ClusterConnection`](::redis::cluster_async::ClusterConnection); the script is run by
 //! `EVALSHA` and loaded on `NOSCRIPT` (after `SCRIPT FLUSH`, a restart, a failover or a slot
 //! moving to a node that never saw it) by redis-rs's [`Script`], whose
@@ -86,11 +86,10 @@
 //! # Example
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
-//! use turnstile::redis::{ConnectionManager, Gcra, RedisLimiter};
+//! use turnstile::redis::{Gcra, RedisLimiter};
 //! use turnstile::Limit;
 //!
-//! let client = redis::Client::open("redis://127.0.0.1:6380/")?;
-//! let con = ConnectionManager::new(client).await?;
+//! let con = turnstile::redis::connect("redis://127.0.0.1:6380/").await?;
 //! // 100 requests per second per user, bursts of 20, shared by every server of the fleet.
 //! let per_user = Gcra::builder(Limit::per_second(100.0)?, 20)
 //!     .prefix("api:user:")
@@ -115,7 +114,7 @@ use std::time::Duration;
 use ::redis::aio::ConnectionLike;
 use ::redis::Script;
 
-use super::{denied_after, ConnectionManager, RedisBatch, RedisLimitError, RedisLimiter};
+use super::{denied_after, Connection, RedisBatch, RedisLimitError, RedisLimiter};
 use crate::{Compact, ConfigError, Denied, Limit, QuantaClock, QuotaStatus, TokenBucket};
 
 /// Units of time per µs: a unit is 10⁻¹⁸ s.
@@ -204,15 +203,17 @@ pub struct Throttle {
 /// A GCRA limit shared through Redis: one key per limit, on the server's clock (see the
 /// [module docs](self)).
 ///
-/// `C` is the connection: a [`ConnectionManager`] (the default) or a
+/// `C` is the connection: a [`Connection`] (the default, from [`connect`](super::connect)), a
+/// [`ConnectionManager`](super::ConnectionManager) or a
 /// [`ClusterConnection`](::redis::cluster_async::ClusterConnection). Cheap to share: calls
 /// take `&self` and clone the (multiplexed) connection handle; cloning the limiter clones
 /// that handle too.
 #[derive(Clone)]
-pub struct Gcra<C = ConnectionManager> {
+pub struct Gcra<C = Connection> {
     con: C,
     script: Script,
     prefix: String,
+    max_key_len: usize,
     limit: Limit,
     burst: u32,
     /// The emission interval `T` in units (10⁻¹⁸ s); 0 under [`Limit::INF`].
@@ -227,6 +228,7 @@ pub struct GcraBuilder {
     limit: Limit,
     burst: u32,
     prefix: String,
+    max_key_len: usize,
 }
 
 impl GcraBuilder {
@@ -234,6 +236,14 @@ impl GcraBuilder {
     /// `prefix + key`.
     pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
         self.prefix = prefix.into();
+        self
+    }
+
+    /// The longest key a check accepts, in bytes, not counting the prefix (default
+    /// [`DEFAULT_MAX_KEY_LEN`](super::DEFAULT_MAX_KEY_LEN), 512): a longer one is
+    /// [`RedisLimitError::KeyTooLong`], before any round trip.
+    pub fn max_key_len(mut self, max: usize) -> Self {
+        self.max_key_len = max;
         self
     }
 
@@ -251,6 +261,7 @@ impl GcraBuilder {
             con,
             script: Script::new(SCRIPT),
             prefix: self.prefix,
+            max_key_len: self.max_key_len,
             limit: self.limit,
             burst: self.burst,
             t,
@@ -288,7 +299,7 @@ fn split(units: u128) -> (u64, u64) {
     ((units / UNITS_PER_US) as u64, (units % UNITS_PER_US) as u64)
 }
 
-impl Gcra<ConnectionManager> {
+impl Gcra<Connection> {
     /// A builder for a limit of `limit` permits per second with a capacity of `burst`
     /// permits; `.build(con)` makes the limiter.
     pub fn builder(limit: Limit, burst: u32) -> GcraBuilder {
@@ -296,6 +307,7 @@ impl Gcra<ConnectionManager> {
             limit,
             burst,
             prefix: "turnstile:gcra:".to_string(),
+            max_key_len: super::DEFAULT_MAX_KEY_LEN,
         }
     }
 }
@@ -338,7 +350,8 @@ where
     /// nothing), in one round trip, and answers as `CL.THROTTLE` does.
     ///
     /// # Errors
-    /// Before any round trip: [`RedisLimitError::EmptyKey`], and
+    /// Before any round trip: [`RedisLimitError::EmptyKey`],
+    /// [`RedisLimitError::KeyTooLong`] ([`GcraBuilder::max_key_len`]), and
     /// [`RedisLimitError::ExceedsBurst`] for `n > burst`. Then Redis's own errors
     /// ([`RedisLimitError::Redis`]) and [`RedisLimitError::UnexpectedReply`].
     pub async fn throttle(&self, key: &str, n: u32) -> Result<Throttle, RedisLimitError> {
@@ -399,9 +412,7 @@ where
 
     /// Bad input, refused before any round trip.
     fn validate(&self, key: &str, n: u32) -> Result<(), RedisLimitError> {
-        if key.is_empty() {
-            return Err(RedisLimitError::EmptyKey);
-        }
+        super::check_key(key, self.max_key_len)?;
         if n > self.burst {
             return Err(RedisLimitError::ExceedsBurst {
                 n,
@@ -479,6 +490,10 @@ where
 
     async fn ping(&self) -> Result<(), RedisLimitError> {
         super::ping(&self.con).await
+    }
+
+    fn max_key_len(&self) -> usize {
+        self.max_key_len
     }
 
     async fn try_check_n(&self, key: &str, n: u32) -> Result<Result<(), Denied>, RedisLimitError> {

@@ -11,8 +11,10 @@
 //! | [`FixedWindow`] | go-zero `PeriodLimit` (`prefix + key`) | a counter with a TTL |
 //! | [`Gcra`] | redis-cell's `CL.THROTTLE` answers | one key: the theoretical arrival time, on `TIME` |
 //!
-//! Every limiter is generic over its connection: a single server through redis-rs's
-//! reconnecting [`ConnectionManager`], or a Redis Cluster
+//! Every limiter is generic over its connection: a single server through the [`Connection`]
+//! [`connect`] builds (redis-rs's reconnecting [`ConnectionManager`], with a response
+//! timeout, TCP keepalive and a reconnect on `READONLY`), any `ConnectionManager` of your
+//! own, or a Redis Cluster
 //! through [`ClusterConnection`](::redis::cluster_async::ClusterConnection). Each call touches
 //! one key or keys in one hash slot, so the limiters work on a cluster unchanged. Scripts are
 //! sent once and run by `EVALSHA`; after `SCRIPT FLUSH`, a restart or a failover the server
@@ -23,51 +25,76 @@
 //! an infrastructure error ([`RedisLimitError`]: bad input before any round trip, or Redis
 //! itself failing), the inner one the limiter's verdict, with a [`Denied`](crate::Denied)
 //! that says when to retry.
+//!
+//! # Deadlines, outages and bad input
+//! * **Every call answers within a deadline**: the connections [`connect`] and
+//!   [`connect_cluster`] build time out a command after [`DEFAULT_DEADLINE`] (250 ms;
+//!   [`ConnectOptions::response_timeout`]), a [`Coalesce`] bounds each round trip it sends
+//!   ([`CoalesceBuilder::deadline`]), a [`Blocking`] each call
+//!   ([`Blocking::with_deadline`]), and a [`Fallback`] each check by its own timeout
+//!   (100 ms), answering in process past it.
+//! * **Outages** ([`RedisLimitError::is_outage`]): Redis unreachable or too slow, a full
+//!   `Coalesce` queue, and the answers of a server that cannot serve now: `OOM`, `BUSY`,
+//!   `LOADING`, `MASTERDOWN`, `READONLY`, `TRYAGAIN`, `CLUSTERDOWN`, `NOSCRIPT`. A
+//!   [`Fallback`] answers them in process until its health check passes; the health check
+//!   ([`RedisLimiter::ping`]) is a script Redis treats as a write, so it fails while any of
+//!   them lasts. `READONLY` also makes a [`Connection`] reconnect (a failover leaves it on
+//!   the demoted primary otherwise).
+//! * **Misconfigurations** ([`RedisLimitError::is_misconfiguration`]: `NOPERM`,
+//!   `WRONGTYPE`, a script error, an unexpected reply): a [`Fallback`] answers them in
+//!   process too, logs them with `tracing` at most once a second, and stays on Redis.
+//! * **Bad input** is refused before any round trip: an empty key, a key longer than
+//!   [`DEFAULT_MAX_KEY_LEN`] (512 bytes), more permits than the burst.
 
 pub use ::redis::aio::ConnectionManager;
 
 pub mod blocking;
 pub mod coalesce;
+mod connection;
+mod error_log;
 pub mod fallback;
 pub mod gcra;
 pub mod token_bucket;
 pub mod window;
 
 pub use blocking::Blocking;
-pub use coalesce::{Coalesce, CoalesceStats, RedisBatch, DEFAULT_MAX_BATCH};
-pub use fallback::{Fallback, FallbackBuilder, Mode, DEFAULT_PING_EVERY, DEFAULT_TIMEOUT};
+pub use coalesce::{
+    Coalesce, CoalesceBuilder, CoalesceStats, RedisBatch, DEFAULT_MAX_BATCH, DEFAULT_MAX_QUEUED,
+};
+pub use connection::{connect, connect_with, ConnectOptions, Connection};
+pub use fallback::{
+    Fallback, FallbackBuilder, Mode, DEFAULT_MAX_LOCAL_KEYS, DEFAULT_PING_EVERY, DEFAULT_TIMEOUT,
+};
 pub use gcra::{Gcra, GcraBuilder, Throttle};
 pub use token_bucket::TokenBucket;
 pub use window::FixedWindow;
 
+pub(crate) use error_log::ErrorLog;
+
 use std::time::Duration;
 
-/// A reconnecting connection to one Redis server, set up for limiters: after a restart or an
-/// outage it reconnects within 100 ms (redis-rs's default backoff can wait seconds, which
-/// would keep a [`Fallback`] in fallback that long), a connection attempt gives up after
-/// 500 ms, and calls carry no response timeout of their own ([`Fallback`] puts its per-call
-/// timeout around each check). Equivalent to redis-rs's
-/// `Client::get_connection_manager_with_config` with those settings; build your own
-/// [`ConnectionManager`] for others.
-///
-/// ```no_run
-/// # async fn f() -> Result<(), turnstile::redis::RedisLimitError> {
-/// let con = turnstile::redis::connect("redis://127.0.0.1:6379/").await?;
-/// # Ok(()) }
-/// ```
-pub async fn connect(url: &str) -> Result<ConnectionManager, RedisLimitError> {
-    let config = ::redis::aio::ConnectionManagerConfig::new()
-        .set_min_delay(Duration::from_millis(20))
-        .set_max_delay(Duration::from_millis(100))
-        .set_connection_timeout(Some(Duration::from_millis(500)))
-        .set_response_timeout(None);
-    let client = ::redis::Client::open(url)?;
-    Ok(client.get_connection_manager_with_config(config).await?)
-}
+/// The deadline every Redis call gets unless configured otherwise: the response timeout of
+/// the connections [`connect`] builds ([`ConnectOptions::response_timeout`]), a
+/// [`Coalesce`]'s batch calls ([`CoalesceBuilder::deadline`]) and a [`Blocking`] call
+/// ([`Blocking::with_deadline`]). Longer than [`Fallback`]'s per-call timeout
+/// ([`DEFAULT_TIMEOUT`], 100 ms), so that under a `Fallback` its own timer decides, and short
+/// enough that a bare limiter over a stalled server answers
+/// [`RedisLimitError::Timeout`] (or a timed-out [`RedisLimitError::Redis`]) a quarter of a
+/// second later rather than never.
+pub const DEFAULT_DEADLINE: Duration = Duration::from_millis(250);
+
+/// The longest key (as passed to a check; the operator's prefix is not counted) every Redis
+/// limiter accepts by default: a longer one is [`RedisLimitError::KeyTooLong`], before any
+/// round trip. Keys often come from requests (a header, a path); 512 bytes holds any
+/// address, API key or user id while keeping a client from storing kilobytes per key in
+/// Redis and in a [`Fallback`]'s local map. [`GcraBuilder::max_key_len`] and
+/// [`window::Builder::max_key_len`] change it.
+pub const DEFAULT_MAX_KEY_LEN: usize = 512;
 
 /// A connection to a Redis Cluster, from the URLs of some of its nodes (redis-rs's
-/// `ClusterClient`, which follows `MOVED` and `ASK` redirections). Every turnstile Redis
-/// limiter touches one slot per call, so it runs on a cluster unchanged.
+/// `ClusterClient`, which follows `MOVED` and `ASK` redirections), with the
+/// [`DEFAULT_DEADLINE`] as its response timeout. Every turnstile Redis limiter touches one
+/// slot per call, so it runs on a cluster unchanged.
 ///
 /// ```no_run
 /// # async fn f() -> Result<(), turnstile::redis::RedisLimitError> {
@@ -77,17 +104,42 @@ pub async fn connect(url: &str) -> Result<ConnectionManager, RedisLimitError> {
 pub async fn connect_cluster(
     urls: &[&str],
 ) -> Result<::redis::cluster_async::ClusterConnection, RedisLimitError> {
-    let client = ::redis::cluster::ClusterClient::new(urls.to_vec())?;
+    let client = ::redis::cluster::ClusterClient::builder(urls.to_vec())
+        .response_timeout(DEFAULT_DEADLINE)
+        .tcp_settings(connection::tcp_settings(Some(
+            connection::DEFAULT_KEEPALIVE,
+        )))
+        .build()?;
     Ok(client.get_async_connection().await?)
 }
 
 /// Why a Redis limiter could not answer. Bad input is refused before any round trip.
+///
+/// Three kinds, each with its own answer in [`Fallback`] (and the tower policy `fleet`):
+/// * **outages** ([`RedisLimitError::is_outage`]): Redis cannot serve now (unreachable, too
+///   slow, or answering that it cannot: OOM, BUSY, LOADING, ...); answered by the failure
+///   policy, in process;
+/// * **misconfigurations** ([`RedisLimitError::is_misconfiguration`]): Redis answered, but
+///   not what the limiter needs (NOPERM, WRONGTYPE, a script error, an unexpected reply);
+///   logged, rate-limited, and answered by the failure policy too: they last until an
+///   operator acts, and every request meanwhile still needs an answer;
+/// * **bad input** (the rest: an empty or too long key, more permits than the burst, a
+///   blocking call inside a runtime): the caller's to handle, returned as they are.
 #[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum RedisLimitError {
     /// The key was empty.
     #[error("empty key: every limited client needs a non-empty key")]
     EmptyKey,
+    /// The key was longer than the limiter accepts ([`DEFAULT_MAX_KEY_LEN`] by default);
+    /// refused before any round trip.
+    #[error("a key of {len} bytes, longer than the {max} a limiter accepts")]
+    KeyTooLong {
+        /// The key's length in bytes.
+        len: usize,
+        /// The most the limiter accepts.
+        max: usize,
+    },
     /// More permits were asked for than the limiter can ever grant at once.
     #[error("{n} permits asked for, more than the burst of {burst}: never granted")]
     ExceedsBurst {
@@ -96,44 +148,106 @@ pub enum RedisLimitError {
         /// The most the limiter grants at once.
         burst: u32,
     },
-    /// Redis did not answer within the per-call timeout.
+    /// Redis did not answer within the deadline. An outage.
     #[error("redis did not answer within {0:?}")]
     Timeout(Duration),
-    /// Redis answered with an error, or the connection failed.
+    /// Redis answered with an error, or the connection failed; an outage or a
+    /// misconfiguration depending on the error ([`RedisLimitError::is_outage`]).
     #[error("redis: {0}")]
     Redis(#[from] ::redis::RedisError),
-    /// The script answered something this crate's script never returns.
+    /// The script answered something this crate's script never returns. A misconfiguration
+    /// (another program's data under the limiter's key, a proxy in the way).
     #[error("unexpected reply from the limiter's script: {0}")]
     UnexpectedReply(String),
     /// A [`Coalesce`] check was queued behind a call whose future was dropped outside any
-    /// tokio runtime, so nothing could send it. Counts as connectivity: a [`Fallback`]
-    /// answers it.
+    /// tokio runtime, so nothing could send it. An outage: a [`Fallback`] answers it.
     #[error("the coalesced call this check waited for was dropped outside a runtime")]
     Abandoned,
+    /// A [`Coalesce`] already had its bound of checks waiting
+    /// ([`CoalesceBuilder::max_queued`]): refused at once rather than queued. An outage: a
+    /// [`Fallback`] answers it.
+    #[error("{max} checks already wait for Redis: not queued")]
+    QueueFull {
+        /// The bound.
+        max: usize,
+    },
     /// A [`Blocking`] limiter was called (or built) on a thread where a tokio runtime is
     /// current, where blocking would stall the runtime (and tokio panics): await the async
-    /// limiter there instead ([`Blocking::limiter`]). Not a connectivity error.
+    /// limiter there instead ([`Blocking::limiter`]). Not an outage.
     #[error("a blocking Redis limiter was called inside a tokio runtime, where it must not block; await the async limiter instead (Blocking::limiter)")]
     InsideAsyncRuntime,
 }
 
+/// The error codes with which a Redis server says it cannot serve now, though it will
+/// again without anyone changing the configuration: out of memory under `noeviction`, a
+/// script running past its time limit, a dataset loading, a replica whose primary is down
+/// (or a demoted primary), a cluster resharding or down, and a script cache emptied between
+/// a load and its run.
+const OUTAGE_CODES: [&str; 8] = [
+    "OOM",
+    "BUSY",
+    "LOADING",
+    "MASTERDOWN",
+    "READONLY",
+    "TRYAGAIN",
+    "CLUSTERDOWN",
+    "NOSCRIPT",
+];
+
 impl RedisLimitError {
-    /// Whether Redis could not be reached (a connection error, a refused or dropped
-    /// connection, a timeout), as opposed to an answer: the cases a fallback covers. A script
-    /// error, bad input or an unexpected reply is not.
-    pub fn is_connectivity(&self) -> bool {
+    /// Whether Redis cannot serve now: unreachable (a connection error, a refused or
+    /// dropped connection), too slow (a timeout), a full [`Coalesce`] queue, or a server
+    /// answering that it cannot (`OOM`, `BUSY`, `LOADING`, `MASTERDOWN`, `READONLY`,
+    /// `TRYAGAIN`, `CLUSTERDOWN`, `NOSCRIPT`, and cluster redirections). What a [`Fallback`]
+    /// answers in process, switching to fallback mode until the health check passes.
+    pub fn is_outage(&self) -> bool {
         match self {
-            RedisLimitError::Timeout(_) | RedisLimitError::Abandoned => true,
+            RedisLimitError::Timeout(_)
+            | RedisLimitError::Abandoned
+            | RedisLimitError::QueueFull { .. } => true,
             RedisLimitError::Redis(e) => {
                 e.is_io_error()
                     || e.is_connection_dropped()
                     || e.is_connection_refusal()
                     || e.is_timeout()
                     || e.is_cluster_error()
+                    || e.code().is_some_and(|c| OUTAGE_CODES.contains(&c))
             }
             _ => false,
         }
     }
+
+    /// The same as [`RedisLimitError::is_outage`] (its former name).
+    pub fn is_connectivity(&self) -> bool {
+        self.is_outage()
+    }
+
+    /// Whether Redis answered, but not what the limiter needs: an error that is not an
+    /// outage (`NOPERM`, `WRONGTYPE`, a script error, an unknown command) or an unexpected
+    /// reply. It lasts until an operator changes something; a [`Fallback`] logs it
+    /// (rate-limited) and answers the check in process, without leaving Redis mode.
+    pub fn is_misconfiguration(&self) -> bool {
+        match self {
+            RedisLimitError::UnexpectedReply(_) => true,
+            RedisLimitError::Redis(_) => !self.is_outage(),
+            _ => false,
+        }
+    }
+}
+
+/// Bad input every limiter refuses before any round trip: an empty key, or one longer than
+/// `max`.
+pub(crate) fn check_key(key: &str, max: usize) -> Result<(), RedisLimitError> {
+    if key.is_empty() {
+        return Err(RedisLimitError::EmptyKey);
+    }
+    if key.len() > max {
+        return Err(RedisLimitError::KeyTooLong {
+            len: key.len(),
+            max,
+        });
+    }
+    Ok(())
 }
 
 /// What every Redis limiter offers, and what the fallback ([`RedisLimitError::is_connectivity`]
@@ -155,9 +269,19 @@ pub trait RedisLimiter: Send + Sync {
     /// quotas and bursts scale too, rounded up to at least 1).
     fn local(&self, share: f64) -> Self::Local;
 
-    /// One `PING` on the limiter's connection: what the fallback's health check sends every
-    /// 100 ms to learn that Redis is back.
+    /// Whether the limiter's server can serve it now: what the fallback's health check sends
+    /// every 100 ms to learn that Redis is back, and a readiness probe. The crate's limiters
+    /// send a script that writes nothing but is flagged as one that may write, so a server
+    /// that answers `PING` but cannot run the limiter (out of memory, a read-only replica)
+    /// fails it too; a server too old for script flags (Redis < 7) gets a plain `PING`.
     fn ping(&self) -> impl std::future::Future<Output = Result<(), RedisLimitError>> + Send;
+
+    /// The longest key (as passed to a check) the limiter accepts: longer is
+    /// [`RedisLimitError::KeyTooLong`] before any round trip. [`DEFAULT_MAX_KEY_LEN`] unless
+    /// the limiter says otherwise.
+    fn max_key_len(&self) -> usize {
+        DEFAULT_MAX_KEY_LEN
+    }
 
     /// Takes `n` permits for `key` if the shared limit has them.
     fn try_check_n(
@@ -216,16 +340,35 @@ pub(crate) fn denied_after(retry_after: Option<Duration>) -> crate::Denied {
     crate::Denied::new(now, retry_after.map(|d| now.saturating_add(d)))
 }
 
-/// `PING` on a connection, expecting `PONG`.
+/// The health probe of [`RedisLimiter::ping`] on a connection: a script flagged as one that
+/// may write (Redis 7 refuses it at once under `OOM`, on a read-only replica, while `BUSY` or
+/// `LOADING`), and a plain `PING` where the server cannot compile the flag (Redis < 7).
 pub(crate) async fn ping<C>(con: &C) -> Result<(), RedisLimitError>
 where
     C: ::redis::aio::ConnectionLike + Clone + Send,
 {
     let mut con = con.clone();
-    let pong: String = ::redis::cmd("PING").query_async(&mut con).await?;
+    let probe: Result<String, _> = ::redis::cmd("EVAL")
+        .arg(PROBE)
+        .arg(0)
+        .query_async(&mut con)
+        .await;
+    let pong = match probe {
+        Ok(pong) => pong,
+        Err(e) => {
+            let e = RedisLimitError::from(e);
+            if e.is_outage() {
+                return Err(e);
+            }
+            ::redis::cmd("PING").query_async(&mut con).await?
+        }
+    };
     if pong == "PONG" {
         Ok(())
     } else {
         Err(RedisLimitError::UnexpectedReply(pong))
     }
 }
+
+/// The probe script: no flags after the shebang means "may write" to Redis 7.
+const PROBE: &str = "#!lua\nreturn 'PONG'";

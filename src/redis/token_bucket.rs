@@ -85,7 +85,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use ::redis::aio::ConnectionLike;
 use ::redis::Script;
 
-use super::{ConnectionManager, RedisBatch, RedisLimitError, RedisLimiter};
+use super::{Connection, RedisBatch, RedisLimitError, RedisLimiter};
 use crate::{Compact, ConfigError, Denied, Limit, QuantaClock, QuotaStatus};
 
 /// The limiter's Lua script: go-zero's `tokenscript.lua` (MIT, Copyright (c) 2022 zeromicro)
@@ -257,7 +257,7 @@ pub fn ttl(rate: u32, burst: u32) -> u64 {
 /// and the 1 s granularity).
 ///
 /// Generic over the connection: a single server through the reconnecting
-/// [`ConnectionManager`] (the default) or a Redis Cluster through
+/// [`Connection`] (the default, from [`connect`](super::connect)) or a Redis Cluster through
 /// [`ClusterConnection`](::redis::cluster_async::ClusterConnection). Cloning is cheap when the
 /// connection's is (both are handles on one multiplexed connection).
 ///
@@ -274,7 +274,7 @@ pub fn ttl(rate: u32, burst: u32) -> u64 {
 /// # Ok(()) }
 /// ```
 #[derive(Clone)]
-pub struct TokenBucket<C = ConnectionManager> {
+pub struct TokenBucket<C = Connection> {
     con: C,
     rate: u32,
     burst: u32,
@@ -399,9 +399,7 @@ where
 
     /// Bad input, refused before any round trip (single checks and batches alike).
     fn validate(&self, key: &str, n: u32) -> Result<(), RedisLimitError> {
-        if key.is_empty() {
-            return Err(RedisLimitError::EmptyKey);
-        }
+        super::check_key(key, super::DEFAULT_MAX_KEY_LEN)?;
         if n > self.burst {
             return Err(RedisLimitError::ExceedsBurst {
                 n,

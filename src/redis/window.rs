@@ -64,11 +64,10 @@
 //! ```no_run
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 //! use std::time::Duration;
-//! use turnstile::redis::{ConnectionManager, FixedWindow};
+//! use turnstile::redis::FixedWindow;
 //! use turnstile::Outcome;
 //!
-//! let client = redis::Client::open("redis://127.0.0.1:6380/")?;
-//! let con = ConnectionManager::new(client).await?;
+//! let con = turnstile::redis::connect("redis://127.0.0.1:6380/").await?;
 //! // 1000 requests per calendar day in UTC+8, shared with go-zero's
 //! // NewPeriodLimit(86400, 1000, store, "periodlimit:", Align()) running in UTC+8.
 //! let limiter = FixedWindow::builder(con, 1000, Duration::from_secs(86_400))
@@ -91,7 +90,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use ::redis::aio::ConnectionLike;
 use ::redis::Script;
 
-use super::{ConnectionManager, RedisBatch, RedisLimitError, RedisLimiter};
+use super::{Connection, RedisBatch, RedisLimitError, RedisLimiter};
 use crate::{ConfigError, Outcome};
 
 /// The script [`FixedWindow::take_n`] runs: go-zero's `periodscript.lua` for `n` requests at
@@ -162,17 +161,18 @@ impl WindowStatus {
 /// go-zero's `PeriodLimit` on Redis: `quota` requests per `period` per key, shared by every
 /// process using the same Redis (see the [module docs](self)).
 ///
-/// `C` is the connection: redis-rs's [`ConnectionManager`] (the default) or a
+/// `C` is the connection: a [`Connection`] (the default, from
+/// [`connect`](super::connect)), redis-rs's [`ConnectionManager`](super::ConnectionManager) or a
 /// [`ClusterConnection`](::redis::cluster_async::ClusterConnection); the limiter clones it
 /// per call (both are handles to one multiplexed connection).
 ///
 /// ```no_run
 /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 /// use std::time::Duration;
-/// use turnstile::redis::{ConnectionManager, FixedWindow};
+/// use turnstile::redis::FixedWindow;
 /// use turnstile::Outcome;
 ///
-/// let con = ConnectionManager::new(redis::Client::open("redis://127.0.0.1:6380/")?).await?;
+/// let con = turnstile::redis::connect("redis://127.0.0.1:6380/").await?;
 /// let w = FixedWindow::builder(con, 5, Duration::from_secs(100)).prefix("pl:").build()?;
 /// let outcomes = [
 ///     w.take("k").await?, w.take("k").await?, w.take("k").await?, w.take("k").await?,
@@ -184,7 +184,7 @@ impl WindowStatus {
 /// # }
 /// ```
 #[derive(Clone)]
-pub struct FixedWindow<C = ConnectionManager> {
+pub struct FixedWindow<C = Connection> {
     con: C,
     quota: u32,
     /// Whole seconds, at least 1.
@@ -192,21 +192,30 @@ pub struct FixedWindow<C = ConnectionManager> {
     /// Seconds east of UTC, less than a day either way; `None`: windows from the first hit.
     align: Option<i32>,
     prefix: String,
+    max_key_len: usize,
 }
+
+/// The key prefix of a [`FixedWindow`] unless [`Builder::prefix`] sets another.
+pub const DEFAULT_PREFIX: &str = "turnstile:window:";
 
 /// Options for a [`FixedWindow`] on Redis: [`Builder::prefix`], [`Builder::align`].
 #[derive(Clone, Debug)]
 #[must_use = "a builder does nothing until `build` is called"]
-pub struct Builder<C = ConnectionManager> {
+pub struct Builder<C = Connection> {
     con: C,
     quota: u32,
     period: Duration,
     prefix: String,
     align: Option<i64>,
+    max_key_len: usize,
 }
 
 impl<C> Builder<C> {
-    /// Prepends `prefix` to every key (go-zero's `keyPrefix`, plain concatenation).
+    /// Prepends `prefix` to every key (go-zero's `keyPrefix`, plain concatenation; default
+    /// [`DEFAULT_PREFIX`], so that a key taken from a request cannot name another program's
+    /// key in a shared database). To share a limit with go-zero services, set go-zero's own
+    /// prefix here explicitly (go-zero has no default: its services pass one to
+    /// `NewPeriodLimit`), `""` included.
     ///
     /// ```
     /// use std::time::Duration;
@@ -217,6 +226,14 @@ impl<C> Builder<C> {
     /// ```
     pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
         self.prefix = prefix.into();
+        self
+    }
+
+    /// The longest key a check accepts, in bytes, not counting the prefix (default
+    /// [`DEFAULT_MAX_KEY_LEN`](super::DEFAULT_MAX_KEY_LEN), 512): a longer one is
+    /// [`RedisLimitError::KeyTooLong`], before any round trip.
+    pub fn max_key_len(mut self, max: usize) -> Self {
+        self.max_key_len = max;
         self
     }
 
@@ -299,13 +316,14 @@ impl<C> Builder<C> {
             period_secs,
             align,
             prefix: self.prefix,
+            max_key_len: self.max_key_len,
         })
     }
 }
 
 impl<C> FixedWindow<C> {
-    /// `quota` requests per `period` per key on `con`, windows from the first hit, no key
-    /// prefix: `builder(con, quota, period).build()`.
+    /// `quota` requests per `period` per key on `con`, windows from the first hit, the
+    /// default prefix ([`DEFAULT_PREFIX`]): `builder(con, quota, period).build()`.
     ///
     /// ```
     /// use std::time::Duration;
@@ -331,8 +349,9 @@ impl<C> FixedWindow<C> {
             con,
             quota,
             period,
-            prefix: String::new(),
+            prefix: DEFAULT_PREFIX.to_string(),
             align: None,
+            max_key_len: super::DEFAULT_MAX_KEY_LEN,
         }
     }
 
@@ -396,9 +415,7 @@ impl<C> FixedWindow<C> {
     /// Bad input, refused before any round trip: the one check of single takes, batches
     /// ([`RedisBatch::validate`]) and status reads.
     fn check_input(&self, key: &str, n: u32) -> Result<(), RedisLimitError> {
-        if key.is_empty() {
-            return Err(RedisLimitError::EmptyKey);
-        }
+        super::check_key(key, self.max_key_len)?;
         if n > self.quota {
             return Err(RedisLimitError::ExceedsBurst {
                 n,
@@ -639,6 +656,10 @@ where
 
     fn ping(&self) -> impl std::future::Future<Output = Result<(), RedisLimitError>> + Send {
         super::ping(&self.con)
+    }
+
+    fn max_key_len(&self) -> usize {
+        self.max_key_len
     }
 
     /// Takes `n` permits for `key` (`Allowed` or `HitQuota`); a denial (`OverQuota`) says to

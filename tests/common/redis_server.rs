@@ -77,6 +77,14 @@ impl RedisServer {
         Some(RedisServer::start_on_a_free_port(&[], false))
     }
 
+    /// [`RedisServer::start`] with extra `redis-server` arguments.
+    pub fn start_with(test: &str, extra: &[&str]) -> Option<RedisServer> {
+        if !available(test) {
+            return None;
+        }
+        Some(RedisServer::start_on_a_free_port(extra, false))
+    }
+
     /// Starts a server with extra `redis-server` arguments on a port that was free a moment
     /// ago (and, for a cluster node, whose bus port, port + 10000, was too). Another process
     /// can take a port between that check and the server's bind (other tests' connections
@@ -198,6 +206,125 @@ impl RedisServer {
     pub fn cli(&self, args: &[&str]) -> String {
         cli(self.port, args)
     }
+
+    /// Runs `CONFIG SET name value`, asserting `OK`.
+    pub fn config_set(&self, name: &str, value: &str) {
+        let out = self.cli(&["config", "set", name, value]);
+        assert_eq!(out, "OK", "CONFIG SET {name} {value}");
+    }
+
+    /// Runs a script that spins for `ms` milliseconds on the server's clock, from a raw
+    /// client of its own on another thread, and waits until the server answers `BUSY` to
+    /// others (set `busy-reply-threshold` below `ms` first). Join the handle to wait for the
+    /// script's end.
+    pub fn busy_for(&self, ms: u64) -> std::thread::JoinHandle<String> {
+        const SPIN: &str = "local function us() local t = redis.call('TIME') \
+            return tonumber(t[1]) * 1000000 + tonumber(t[2]) end \
+            local stop = us() + tonumber(ARGV[1]) * 1000 \
+            while us() < stop do end return 1";
+        let port = self.port;
+        let ms_arg = ms.to_string();
+        let spin = std::thread::spawn(move || cli(port, &["eval", SPIN, "0", &ms_arg]));
+        wait_until(
+            Duration::from_secs(10),
+            || cli(port, &["ping"]).starts_with("BUSY"),
+            "the server to answer BUSY",
+        );
+        spin
+    }
+
+    /// Makes this server a replica of `primary` (`REPLICAOF`), and waits until it is
+    /// connected to it (its writes then answer `READONLY`).
+    pub fn replicate(&self, primary: &RedisServer) {
+        // Redis 7 waits 5 s for more replicas before a diskless sync by default.
+        primary.config_set("repl-diskless-sync-delay", "0");
+        let port = primary.port.to_string();
+        assert_eq!(self.cli(&["replicaof", "127.0.0.1", &port]), "OK");
+        wait_until(
+            Duration::from_secs(10),
+            || {
+                self.cli(&["info", "replication"])
+                    .contains("master_link_status:up")
+            },
+            "the replica's link to its primary",
+        );
+    }
+
+    /// Makes this server a primary again (`REPLICAOF NO ONE`).
+    pub fn promote(&self) {
+        assert_eq!(self.cli(&["replicaof", "no", "one"]), "OK");
+    }
+}
+
+/// A TCP proxy on loopback that connects each new client to the server it points at now:
+/// what a failover behind a DNS name or a virtual IP looks like to a client. Connections
+/// already open stay on the server they were opened to.
+pub struct Proxy {
+    pub port: u16,
+    target: std::sync::Arc<std::sync::atomic::AtomicU16>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Proxy {
+    /// A proxy to the server on `target`.
+    pub fn to(target: u16) -> Proxy {
+        use std::sync::atomic::{AtomicBool, AtomicU16, Ordering};
+        use std::sync::Arc;
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind the proxy");
+        let port = listener.local_addr().unwrap().port();
+        let to = Arc::new(AtomicU16::new(target));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (to2, stop2) = (to.clone(), stop.clone());
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                if stop2.load(Ordering::Relaxed) {
+                    return;
+                }
+                let Ok(client) = client else { continue };
+                let Ok(server) = TcpStream::connect(("127.0.0.1", to2.load(Ordering::Relaxed)))
+                else {
+                    continue;
+                };
+                let _ = client.set_nodelay(true);
+                let _ = server.set_nodelay(true);
+                pipe(client.try_clone().unwrap(), server.try_clone().unwrap());
+                pipe(server, client);
+            }
+        });
+        Proxy {
+            port,
+            target: to,
+            stop,
+        }
+    }
+
+    /// New connections go to the server on `target` from now on.
+    pub fn point_at(&self, target: u16) {
+        self.target
+            .store(target, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The URL to connect to.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        // Wakes the accept loop so that it sees the flag.
+        let _ = TcpStream::connect(("127.0.0.1", self.port));
+    }
+}
+
+/// Copies `from` to `to` on a thread of its own until either side closes.
+fn pipe(mut from: TcpStream, mut to: TcpStream) {
+    std::thread::spawn(move || {
+        let _ = std::io::copy(&mut from, &mut to);
+        let _ = to.shutdown(Shutdown::Both);
+        let _ = from.shutdown(Shutdown::Both);
+    });
 }
 
 impl Drop for RedisServer {
