@@ -40,7 +40,7 @@ use http_body_util::{BodyExt, Empty};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use turnstile::redis::{ConnectionManager, Gcra};
+use turnstile::redis::Gcra;
 use turnstile::tower::{fleet, key, FailurePolicy, Headers, RateLimitLayer};
 use turnstile::Limit;
 
@@ -65,11 +65,11 @@ const SHARE: f64 = 0.5;
 const CLIENTS: usize = 4;
 const EACH: usize = 5;
 
-type Layer = RateLimitLayer<turnstile::tower::Fleet<key::Header, Gcra<ConnectionManager>>>;
+type Layer = RateLimitLayer<turnstile::tower::Fleet<key::Header, Gcra>>;
 
 /// The layer under test: `fleet(Gcra)` keyed by `x-key`, with the default deadline and
 /// `failure`, its RateLimit headers on every answer.
-fn layer(name: &str, gcra: Gcra<ConnectionManager>, failure: FailurePolicy) -> Layer {
+fn layer(name: &str, gcra: Gcra, failure: FailurePolicy) -> Layer {
     let policy = fleet(name, key::Header("x-key".parse().unwrap()), gcra)
         .on_failure(failure)
         .unwrap();

@@ -1,20 +1,22 @@
-//! [`ErrorLog`]: configuration errors logged at most once a second per limiter.
+//! [`ErrorLog`]: failures logged at most once a second per limiter or policy.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::RedisLimitError;
+use crate::{Clock, Nanos, QuantaClock};
 
-/// The most one limiter logs of its configuration errors: one event per this span, the
-/// ones in between counted in the next event's `suppressed` field.
+/// The most one limiter (or one tower `fleet` policy) logs of its failures: one event per
+/// this span, the ones in between counted in the next event's `suppressed` field.
 const EVERY: Duration = Duration::from_secs(1);
 
-/// A rate-limited `tracing::error!` for errors that last until an operator acts (`NOPERM`, a
-/// script error, `WRONGTYPE`): every request meets them, and a log line per request would
-/// flood the logs. Lock-free: two atomics, and the clock read only on the error path.
+/// A gate for rate-limited `tracing` events about failures that every request meets while
+/// they last (`NOPERM`, a script error, `WRONGTYPE`, an outage under the `fleet` policy): a
+/// log line per request would flood the logs. Lock-free: three atomics, and the clock read
+/// only on the failure path.
+#[derive(Debug, Default)]
 pub(crate) struct ErrorLog {
-    origin: Instant,
-    /// Nanoseconds after `origin` before which nothing more is logged.
+    /// The quanta reading before which nothing more is logged.
     next: AtomicU64,
     suppressed: AtomicU64,
     total: AtomicU64,
@@ -22,31 +24,40 @@ pub(crate) struct ErrorLog {
 
 impl ErrorLog {
     pub(crate) fn new() -> Self {
-        ErrorLog {
-            origin: Instant::now(),
-            next: AtomicU64::new(0),
-            suppressed: AtomicU64::new(0),
-            total: AtomicU64::new(0),
-        }
+        ErrorLog::default()
     }
 
-    /// Counts `e`, and logs it unless one was logged within the last second.
-    #[cold]
-    pub(crate) fn report(&self, e: &RedisLimitError, answered_by: &'static str) {
+    /// Counts a failure at `now`: `Some(failures not logged since the last event)` if this
+    /// one is to be logged, `None` if it is counted among them.
+    pub(crate) fn admit_at(&self, now: Nanos) -> Option<u64> {
         self.total.fetch_add(1, Relaxed);
-        let now = u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX);
         let next = self.next.load(Relaxed);
-        let until = now.saturating_add(EVERY.as_nanos() as u64);
-        if now < next
+        let until = now.saturating_add(EVERY).as_u64();
+        if now.as_u64() < next
             || self
                 .next
                 .compare_exchange(next, until, Relaxed, Relaxed)
                 .is_err()
         {
             self.suppressed.fetch_add(1, Relaxed);
-            return;
+            return None;
         }
-        let suppressed = self.suppressed.swap(0, Relaxed);
+        Some(self.suppressed.swap(0, Relaxed))
+    }
+
+    /// [`ErrorLog::admit_at`] on the process's clock.
+    #[cold]
+    pub(crate) fn admit(&self) -> Option<u64> {
+        self.admit_at(QuantaClock::new().now())
+    }
+
+    /// Counts the configuration error `e`, and logs it unless one was logged within the
+    /// last second.
+    #[cold]
+    pub(crate) fn report(&self, e: &RedisLimitError, answered_by: &'static str) {
+        let Some(suppressed) = self.admit() else {
+            return;
+        };
         tracing::error!(
             error = %e,
             suppressed,
@@ -55,8 +66,26 @@ impl ErrorLog {
         );
     }
 
-    /// How many errors were reported, logged or not.
+    /// How many failures were counted, logged or not.
     pub(crate) fn total(&self) -> u64 {
         self.total.load(Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn logs_at_most_once_a_second_with_the_count_it_left_out() {
+        let log = ErrorLog::new();
+        let s = |ms: u64| Nanos::new(5_000_000_000 + ms * 1_000_000);
+        assert_eq!(log.admit_at(s(0)), Some(0));
+        assert_eq!(log.admit_at(s(1)), None);
+        assert_eq!(log.admit_at(s(999)), None);
+        assert_eq!(log.admit_at(s(1_000)), Some(2));
+        assert_eq!(log.admit_at(s(1_500)), None);
+        assert_eq!(log.admit_at(s(2_000)), Some(1));
+        assert_eq!(log.total(), 6);
     }
 }

@@ -691,13 +691,14 @@ pub struct Fleet<X, R: crate::redis::RedisLimiter + 'static> {
     local_max_keys: u64,
     /// The local limiters: built for [`FailurePolicy::Local`] only.
     local: Option<Keyed<String, R::Local>>,
-    log: FailureLog,
+    log: crate::redis::ErrorLog,
 }
 
 /// A policy that takes one permit per request from a Redis limiter
 /// ([`Gcra`](crate::redis::Gcra), [`Fallback`](crate::redis::Fallback), [`Coalesce`](crate::redis::Coalesce), …)
 /// under the request's key (its `Display` form): one limit shared by every server of a
-/// fleet. Requests with no key (or an empty one) pass; see [`Fleet::on_missing_key`].
+/// fleet. Requests with no key (or an empty one, or one longer than the limiter's
+/// [`max_key_len`](crate::redis::RedisLimiter::max_key_len)) pass; see [`Fleet::on_missing_key`].
 ///
 /// **Deadline and failures.** Each decision waits for Redis at most the
 /// [deadline](Fleet::deadline) (default [`DEFAULT_DEADLINE`], 100 ms); an error the limiter
@@ -765,7 +766,7 @@ where
         deadline: DEFAULT_DEADLINE,
         failure,
         local_max_keys: DEFAULT_LOCAL_MAX_KEYS,
-        log: FailureLog::default(),
+        log: crate::redis::ErrorLog::new(),
     }
 }
 
@@ -869,7 +870,7 @@ impl<X, R: crate::redis::RedisLimiter + 'static> Fleet<X, R> {
     /// How many decisions the failure policy has answered (Redis errors and missed
     /// deadlines), logged or not.
     pub fn failures(&self) -> u64 {
-        self.log.total.load(std::sync::atomic::Ordering::Relaxed)
+        self.log.total()
     }
 
     /// [`FailurePolicy::Local`]'s limiters (`None` under another policy): for
@@ -886,7 +887,15 @@ impl<X, R: crate::redis::RedisLimiter + 'static> Fleet<X, R> {
         error: &crate::redis::RedisLimitError,
         ask: Ask,
     ) -> crate::redis::StatusVerdict {
-        self.log.record(&self.name, error, self.failure);
+        if let Some(suppressed) = self.log.admit() {
+            tracing::warn!(
+                policy = &*self.name,
+                %error,
+                on_failure = ?self.failure,
+                suppressed,
+                "turnstile: the fleet policy's Redis limiter failed; the failure policy answered"
+            );
+        }
         match (&self.failure, &self.local) {
             (FailurePolicy::Local(_), Some(local)) => {
                 // The in-process per-key check (no reserve-ahead: the Redis limiters have
@@ -908,62 +917,6 @@ impl<X, R: crate::redis::RedisLimiter + 'static> Fleet<X, R> {
     }
 }
 
-/// The failure log's state: lock-free, so that an outage's every request costs a few atomic
-/// operations and at most one event a second.
-#[cfg(feature = "redis")]
-#[derive(Default)]
-struct FailureLog {
-    /// Failures so far.
-    total: std::sync::atomic::AtomicU64,
-    /// Failures not logged since the last event.
-    suppressed: std::sync::atomic::AtomicU64,
-    /// The earliest time (ns on the quanta clock) the next event may be logged.
-    next: std::sync::atomic::AtomicU64,
-}
-
-#[cfg(feature = "redis")]
-impl FailureLog {
-    /// The interval between two events.
-    const EVERY: Duration = Duration::from_secs(1);
-
-    /// Counts a failure, and logs it unless another was logged less than a second ago.
-    fn record(&self, policy: &str, error: &crate::redis::RedisLimitError, failure: FailurePolicy) {
-        let Some(suppressed) = self.admit(crate::QuantaClock::new().now()) else {
-            return;
-        };
-        tracing::warn!(
-            policy,
-            %error,
-            on_failure = ?failure,
-            suppressed,
-            "turnstile: the fleet policy's Redis limiter failed; the failure policy answered"
-        );
-    }
-
-    /// Counts a failure at `now`: `Some(failures not logged since the last event)` if this
-    /// one is to be logged, `None` if it is counted among them.
-    fn admit(&self, now: Nanos) -> Option<u64> {
-        use std::sync::atomic::Ordering::Relaxed;
-        self.total.fetch_add(1, Relaxed);
-        let next = self.next.load(Relaxed);
-        let due = now.as_u64() >= next
-            && self
-                .next
-                .compare_exchange(
-                    next,
-                    now.saturating_add(Self::EVERY).as_u64(),
-                    Relaxed,
-                    Relaxed,
-                )
-                .is_ok();
-        if !due {
-            self.suppressed.fetch_add(1, Relaxed);
-            return None;
-        }
-        Some(self.suppressed.swap(0, Relaxed))
-    }
-}
-
 #[cfg(feature = "redis")]
 impl<B, X, R> Policy<B> for Fleet<X, R>
 where
@@ -980,8 +933,11 @@ where
     }
 
     fn decide(self: &Arc<Self>, key: Self::Key, ask: Ask) -> Self::Future {
-        // An empty key is no key: Redis limiters refuse one as bad input.
-        let key = match key.filter(|k| !k.is_empty()) {
+        // An empty key, or one longer than the limiter takes, is no key: the limiter would
+        // refuse it as bad input, which the failure policy must not answer (under `Open` a
+        // client could pass unlimited by sending a long key).
+        let max = self.limiter.max_key_len();
+        let key = match key.filter(|k| !k.is_empty() && k.len() <= max) {
             Some(k) => k,
             None => match &self.missing {
                 MissingKey::Allow => return Box::pin(ready(decided(Ok(())))),
@@ -1453,19 +1409,6 @@ mod tests {
                 .unwrap()
                 .local()
                 .is_none());
-        }
-
-        #[test]
-        fn the_failure_log_logs_at_most_once_a_second_with_the_count_it_left_out() {
-            let log = FailureLog::default();
-            let s = |ms: u64| Nanos::new(5_000_000_000 + ms * 1_000_000);
-            assert_eq!(log.admit(s(0)), Some(0));
-            assert_eq!(log.admit(s(1)), None);
-            assert_eq!(log.admit(s(999)), None);
-            assert_eq!(log.admit(s(1_000)), Some(2));
-            assert_eq!(log.admit(s(1_500)), None);
-            assert_eq!(log.admit(s(2_000)), Some(1));
-            assert_eq!(log.total.load(Ordering::Relaxed), 6);
         }
     }
 }
