@@ -175,7 +175,7 @@ use crate::error::ConfigError;
 use crate::limit::Limit;
 use crate::limiter::{Denied, QuotaStatus};
 use crate::scale::{Scale, D_MAX, TAU_MAX};
-use crate::sync::{retry_hint, AtomicU64, Mutex, Ordering}; // Mutex: inserts of new keys and resizes only, never a check of an existing key
+use crate::sync::{AtomicU64, Mutex, Ordering}; // Mutex: inserts of new keys and resizes only, never a check of an existing key
 
 #[cfg(not(loom))]
 use std::sync::atomic::{AtomicPtr, AtomicUsize};
@@ -386,6 +386,11 @@ struct Table<K> {
     mask: usize,
     /// Non-`EMPTY` slots; changed only under `writer` (or before the table is published).
     used: AtomicUsize,
+    /// The table a resize is copying this one into: set (`Release`) before the first live
+    /// word is frozen, so a check that finds its word frozen finds the word's continuation
+    /// there (module docs, "Resize"). Not owned: the map owns its current table, the epoch
+    /// collector the retired ones.
+    next: AtomicPtr<Table<K>>,
 }
 
 impl<K> Table<K> {
@@ -400,7 +405,19 @@ impl<K> Table<K> {
                 .collect(),
             mask: slots - 1,
             used: AtomicUsize::new(0),
+            next: AtomicPtr::new(std::ptr::null_mut()),
         }
+    }
+
+    /// The table this one is being copied into, if a resize has started; valid while the
+    /// guard that reached `self` is pinned (it is retired only after a later resize, which
+    /// starts after this one has published it).
+    #[inline]
+    fn next<'g>(&'g self) -> Option<&'g Table<K>> {
+        // SAFETY: set once, by a resize, to a table that is the map's current one or retired
+        // to the epoch collector after every guard pinned before its own replacement (ours
+        // included) is dropped. `Acquire` pairs with the resize's `Release` store.
+        unsafe { self.next.load(Ordering::Acquire).as_ref() }
     }
 
     /// The slot holding `key` (live, dead or frozen), if any.
@@ -433,7 +450,7 @@ impl<K> Table<K> {
 
     /// Puts `key` with word `state` in the first `EMPTY` slot of its probe. Only under
     /// `writer` (or on a table not yet published), with room left ([`Table::has_room`]).
-    fn claim(&self, hash: u64, key: K, state: u64) {
+    fn claim(&self, hash: u64, key: K, state: u64) -> &Slot<K> {
         let mut i = hash as usize & self.mask;
         loop {
             let slot = &self.slots[i];
@@ -445,7 +462,7 @@ impl<K> Table<K> {
                 unsafe { slot.key.write(key) };
                 slot.state.store(state, Ordering::Release);
                 self.used.fetch_add(1, Ordering::Relaxed);
-                return;
+                return slot;
             }
             i = (i + 1) & self.mask;
         }
@@ -614,8 +631,22 @@ where
 /// How one check ended on the slot it found.
 enum Outcome {
     Done(Result<(), Denied>),
-    /// The slot is frozen by a resize: look the key up again once the new table is out.
+    /// The slot is frozen by a resize. A live word was copied to the table the resize is
+    /// filling before it was frozen: the check goes on there ([`Table::next`]). A dead one
+    /// was not copied: the key is inserted again, after the resize.
     Frozen,
+}
+
+/// Where a check that found `slot` of `table` frozen goes on: the table the resize copies
+/// into, if the word is live (copied there before it was frozen); `None` for a dead word,
+/// which is not copied.
+#[inline]
+fn forward<'g, K>(table: &'g Table<K>, slot: &Slot<K>) -> Option<&'g Table<K>> {
+    // `Acquire` pairs with the freeze's `AcqRel`: the copy and `next` are visible.
+    if tag(slot.state.load(Ordering::Acquire)) == 0 {
+        return None;
+    }
+    table.next()
 }
 
 impl<K, S, C> KeyedTokenBucket<K, S, C>
@@ -779,24 +810,21 @@ where
     {
         self.maybe_sweep(now, false);
         let hash = self.hasher.hash_one(key);
-        let backoff = Backoff::new();
         loop {
-            let frozen = {
+            {
                 let guard = reclaim::pin();
-                match self.table(&guard).find(hash, key) {
-                    Some(slot) => match self.on_slot(slot, now, n) {
+                let mut table = self.table(&guard);
+                while let Some(slot) = table.find(hash, key) {
+                    match self.on_slot(slot, now, n) {
                         Outcome::Done(r) => return r,
-                        Outcome::Frozen => true,
-                    },
-                    None => false,
+                        Outcome::Frozen => match forward(table, slot) {
+                            Some(next) => table = next,
+                            // A dead key in a table being copied, which drops it: inserted
+                            // again below, under `writer`, so after the copy is out.
+                            None => break,
+                        },
+                    }
                 }
-            };
-            if frozen {
-                // A resize is copying this table: wait for its successor (unpinned, so as
-                // not to hold up the collector).
-                backoff.snooze();
-                retry_hint();
-                continue;
             }
             if !self.insert(key, hash, now) {
                 return self.full(now);
@@ -925,7 +953,9 @@ where
     }
 
     /// Replaces `old` (the current table) by a new one holding its live keys, sized for them
-    /// plus `extra` with room to grow. Only under `writer`.
+    /// plus `extra` with room to grow. Only under `writer`. No check waits for it: each live
+    /// word is copied into the new table *before* it is frozen in the old one, so a check
+    /// that finds it frozen goes on in the new table at once (module docs, "Resize").
     fn resize<'g>(
         &self,
         old: &'g Table<K>,
@@ -941,45 +971,70 @@ where
                 keys.push((i, self.hasher.hash_one(&k), k));
             }
         }
-        // Freeze: after this no write lands in `old` (EMPTY slots are only filled under
-        // `writer`, which we hold). The CAS reads the last word of each slot whatever its
-        // ordering; `Acquire` is for a `DEAD` word this resize drops: it synchronizes with
-        // the eviction's `Release`, so the sweep's `judged` is visible to every insert after
-        // us under `writer` (module docs, step 2). Nothing is published by the freeze itself:
-        // a check that sees it waits for the table swap, which publishes the new table.
-        let mut live_words = Vec::with_capacity(keys.len());
-        for (i, hash, k) in keys {
+        // Dead words first: frozen, they cannot be revived any more, so what is left to copy
+        // is known before the new table is sized. `Acquire` synchronizes with the eviction's
+        // `Release`, so the sweep's `judged` is visible to every insert after us under
+        // `writer` (module docs, step 2). A check that finds a dead word frozen inserts the
+        // key again, under `writer`, after this resize.
+        keys.retain(|&(i, _, _)| {
             let state = &old.slots[i].state;
             let mut s = state.load(Ordering::Relaxed);
-            loop {
+            while tag(s) == 0 {
                 match state.compare_exchange_weak(
                     s,
                     s | FROZEN,
                     Ordering::Acquire,
                     Ordering::Relaxed,
                 ) {
-                    Ok(_) => break,
+                    Ok(_) => return false,
                     Err(actual) => s = actual,
                 }
             }
-            if tag(s) != 0 {
-                live_words.push((hash, k, s));
+            true
+        });
+        let want = (keys.len() + extra).max(1) * 2;
+        let new = Box::into_raw(Box::new(Table::new(
+            want.next_power_of_two().max(self.min_slots),
+        )));
+        // SAFETY: just allocated; published below, freed only by a later resize (after
+        // `guard` unpins) or with the map.
+        let new_ref: &'g Table<K> = unsafe { &*new };
+        // Before any live word is frozen: a check that sees the freeze (`Acquire`, from the
+        // freeze's `AcqRel`) sees this too.
+        old.next.store(new, Ordering::Release);
+        // Live words: copy, then freeze the word copied; if the word changed in between (a
+        // grant, a refund, an eviction), copy the newer one and try again. The new slot is
+        // read by no check until the freeze succeeds (only a frozen old slot leads there,
+        // and the new table is not published yet), so the copy is the word's continuation.
+        for (i, hash, k) in keys {
+            let state = &old.slots[i].state;
+            let mut s = state.load(Ordering::Acquire);
+            let copy = new_ref.claim(hash, k, s);
+            loop {
+                match state.compare_exchange_weak(
+                    s,
+                    s | FROZEN,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                ) {
+                    Ok(_) => break,
+                    Err(actual) => {
+                        s = actual;
+                        copy.state.store(s, Ordering::Release);
+                    }
+                }
             }
         }
-        let want = (live_words.len() + extra).max(1) * 2;
-        let new = Table::new(want.next_power_of_two().max(self.min_slots));
-        for (hash, k, s) in live_words {
-            new.claim(hash, k, s);
-        }
-        let new = Box::into_raw(Box::new(new));
+        #[cfg(test)]
+        tests::resize_hook();
         let old_ptr = self.table.swap(new, Ordering::AcqRel);
         self.resizes.fetch_add(1, Ordering::Relaxed);
         debug_assert!(std::ptr::eq(old_ptr, old));
         // SAFETY: `old_ptr` came from `Box::into_raw` and is unreachable from the map now;
-        // threads pinned before the swap may still read it, which the epoch waits for.
+        // threads pinned before the swap may still read it (and follow its `next`, the new
+        // table, which outlives them), which the epoch waits for.
         unsafe { reclaim::retire(guard, old_ptr) };
-        // SAFETY: just published; freed only by a later resize, after `guard` unpins.
-        unsafe { &*new }
+        new_ref
     }
 
     /// The current table, valid while `guard` is pinned.
@@ -1146,22 +1201,23 @@ where
             return true;
         }
         let hash = self.hasher.hash_one(key);
-        let backoff = Backoff::new();
+        let guard = reclaim::pin();
+        let mut table = self.table(&guard);
         loop {
-            {
-                let guard = reclaim::pin();
-                match self.table(&guard).find(hash, key) {
-                    None => return true,
-                    Some(slot) => {
-                        if self.refund_on_slot(slot, now, n) {
-                            return true;
-                        }
+            match table.find(hash, key) {
+                None => return true,
+                Some(slot) => {
+                    if self.refund_on_slot(slot, now, n) {
+                        return true;
+                    }
+                    // Frozen, so live (a dead word returns above): its continuation is in the
+                    // table being filled.
+                    match forward(table, slot) {
+                        Some(next) => table = next,
+                        None => return true,
                     }
                 }
             }
-            // Frozen: a resize is copying this table; wait for its successor (unpinned).
-            backoff.snooze();
-            retry_hint();
         }
     }
 
@@ -1721,6 +1777,74 @@ impl<K, S, C: Clock> fmt::Debug for KeyedTokenBucketBuilder<K, S, C> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::cell::RefCell;
+    use std::sync::{mpsc, Arc};
+
+    use crate::ManualClock;
+
+    thread_local! {
+        /// Run by a resize on this thread after it has frozen every word of the old table
+        /// and before it publishes the new one.
+        static RESIZE_HOOK: RefCell<Option<Box<dyn Fn()>>> = const { RefCell::new(None) };
+    }
+
+    pub(super) fn resize_hook() {
+        RESIZE_HOOK.with(|h| {
+            if let Some(hook) = h.borrow().as_ref() {
+                hook();
+            }
+        });
+    }
+
+    /// A resize parked with every word of the old table frozen: a grant on a key it holds
+    /// completes meanwhile, and lands in the new table.
+    #[test]
+    fn a_grant_does_not_wait_for_a_resize_in_progress() {
+        let k = Arc::new(
+            KeyedTokenBucket::<u64, _, _>::builder(Limit::per_second(1.0).unwrap(), 2)
+                .clock(ManualClock::default())
+                .build()
+                .unwrap(),
+        );
+        // 16 slots, at most 14 used: the 15th key resizes.
+        for key in 0..14u64 {
+            k.check_n_at(&key, Nanos::ZERO, 1).unwrap();
+        }
+        assert_eq!(k.resizes(), 0);
+        let (parked_tx, parked) = mpsc::channel();
+        let (go, go_rx) = mpsc::channel::<()>();
+        let resizer = {
+            let k = k.clone();
+            std::thread::spawn(move || {
+                RESIZE_HOOK.with(|h| {
+                    *h.borrow_mut() = Some(Box::new(move || {
+                        parked_tx.send(()).unwrap();
+                        let _ = go_rx.recv();
+                    }))
+                });
+                k.check_n_at(&100, Nanos::ZERO, 1)
+            })
+        };
+        parked
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the resize reached its hook");
+        let (done_tx, done) = mpsc::channel();
+        let checker = {
+            let k = k.clone();
+            std::thread::spawn(move || done_tx.send(k.check_n_at(&0, Nanos::ZERO, 1)).unwrap())
+        };
+        let granted = done.recv_timeout(Duration::from_secs(10));
+        go.send(()).unwrap();
+        assert!(resizer.join().unwrap().is_ok());
+        checker.join().unwrap();
+        assert!(granted
+            .expect("a check of a held key waited for the resize")
+            .is_ok());
+        assert_eq!(k.resizes(), 1);
+        // The grant made during the resize is the new table's: key 0's burst of 2 is spent.
+        assert!(k.check_n_at(&0, Nanos::ZERO, 1).is_err());
+        assert_eq!(k.len(), 15);
+    }
 
     #[test]
     fn word_layout_round_trips() {
