@@ -146,6 +146,7 @@ use crossbeam_utils::Backoff;
 use crate::clock::{Clock, Nanos, QuantaClock};
 use crate::error::ConfigError;
 use crate::limiter::{Denied, Idle, Limiter, QuotaStatus};
+use crate::sweeper::Sweeper;
 use crate::sync::{fence, AtomicU32, AtomicU64, Ordering};
 
 /// A map's configuration function, fallible or (with `E = Infallible`) not.
@@ -221,6 +222,8 @@ where
     max_keys: u64,
     when_full: WhenFull,
     sweep_every: u64,
+    /// Whether checks sweep inline, or a thread of the map's own ([`Self::spawn_sweeper`]).
+    sweeper: Sweeper,
     /// When the last sweep started (ns on `clock`); claimed by CAS so one thread sweeps.
     last_sweep: AtomicU64,
     /// The latest time any sweep judged idleness at: newborn limiters are born no earlier
@@ -312,8 +315,8 @@ where
     K: Eq + Hash + Clone + Send + Sync + 'static,
     L: Limiter + Idle + 'static,
 {
-    /// Per-key limiters built by `factory` on each key's first use, with no key bound, sweeps
-    /// every 10 s, on the shared quanta clock.
+    /// Per-key limiters built by `factory` on each key's first use, at most
+    /// [`DEFAULT_MAX_KEYS`] of them, swept every 10 s, on the shared quanta clock.
     ///
     /// ```
     /// use std::time::Duration;
@@ -418,7 +421,7 @@ where
     ) -> KeyedBuilder<K, L, QuantaClock, E> {
         KeyedBuilder {
             factory: Box::new(factory),
-            max_keys: u64::MAX,
+            max_keys: DEFAULT_MAX_KEYS,
             when_full: WhenFull::Deny,
             sweep_every: DEFAULT_SWEEP_EVERY.as_nanos() as u64,
             clock: QuantaClock::new(),
@@ -428,6 +431,22 @@ where
 
 /// How often idle keys are swept by default.
 pub const DEFAULT_SWEEP_EVERY: Duration = Duration::from_secs(10);
+
+/// The key bound of a map built without [`KeyedBuilder::max_keys`]
+/// (or [`KeyedTokenBucketBuilder::max_keys`](crate::keyed_bucket::KeyedTokenBucketBuilder::max_keys)):
+/// 2^20, a little over a million keys.
+///
+/// Keys usually come from clients (addresses, API keys, headers), so a map without a bound
+/// is memory a client flood can fill; the bound holds it at the bound's cost, and, with
+/// [`WhenFull::Deny`], a flood beyond it cannot hand anyone a fresh limit (new keys are
+/// refused until a sweep frees room; held keys are never evicted to make room). A million
+/// is well above the keys one process sees active within a sweep period, and its cost is
+/// modest: a [`KeyedTokenBucket`](crate::KeyedTokenBucket) holds its table of
+/// `2^21 * (8 + size_of::<K>())` bytes rounded up to 8 (32 MiB for `u64` keys, 64 MiB for
+/// `IpAddr`); a `Keyed` its entry (~60 bytes) plus the limiter per key (~300 MiB in all for
+/// compact token buckets; module docs, "Memory"). Raise or lower it with `max_keys`;
+/// `max_keys(u64::MAX)` is no bound.
+pub const DEFAULT_MAX_KEYS: u64 = 1 << 20;
 
 impl<K, L, C, E> Keyed<K, L, C, E>
 where
@@ -495,13 +514,13 @@ where
         self.len() == 0
     }
 
-    /// The key bound (`u64::MAX`: none).
+    /// The key bound ([`DEFAULT_MAX_KEYS`] unless the builder set one; `u64::MAX`: none).
     ///
     /// ```
     /// use std::time::Duration;
     /// use turnstile::{FixedWindow, Keyed};
     /// let k = Keyed::new(|_: &u32| FixedWindow::new(1, Duration::from_secs(1)).unwrap());
-    /// assert_eq!(k.max_keys(), u64::MAX);
+    /// assert_eq!(k.max_keys(), turnstile::keyed::DEFAULT_MAX_KEYS);
     /// ```
     pub fn max_keys(&self) -> u64 {
         self.max_keys
@@ -846,11 +865,13 @@ where
         }
     }
 
-    /// Moves sweeping off the request path: a thread sweeps every half `sweep_every`, so no
-    /// check ever finds a sweep due and runs it inline (a sweep visits every key: ~35–130 ms
-    /// for a million keys here, which one unlucky request would otherwise wait for). The
-    /// thread holds only a weak reference and ends within half `sweep_every` of the last
-    /// `Arc` being dropped. With `sweep_every` of `Duration::MAX` it ends at once.
+    /// Moves sweeping off the request path: a thread sweeps every half `sweep_every`, and
+    /// early when a new key finds the map full (the check wakes it rather than sweeping), so
+    /// no check ever runs a sweep inline (a sweep visits every key: ~35–130 ms for a million
+    /// keys here, which one unlucky request would otherwise wait for). The thread holds only
+    /// a weak reference and ends when the map is dropped. With `sweep_every` of
+    /// `Duration::MAX` it ends at once and nothing changes. The tower `per_key` policy starts
+    /// one for its map.
     ///
     /// ```
     /// use std::sync::Arc;
@@ -873,20 +894,10 @@ where
     where
         C: 'static,
     {
-        let weak = std::sync::Arc::downgrade(self);
-        let every = self.sweep_every;
-        std::thread::spawn(move || {
-            if every == u64::MAX {
-                return;
-            }
-            let nap = Duration::from_nanos((every / 2).max(1));
-            loop {
-                std::thread::sleep(nap);
-                let Some(k) = weak.upgrade() else { return };
-                let now = k.clock.now();
-                k.last_sweep.store(now.as_u64(), Ordering::Relaxed);
-                k.evict_idle_at(now);
-            }
+        Sweeper::spawn(self, self.sweep_every, |k| &k.sweeper, |k| {
+            let now = k.clock.now();
+            k.last_sweep.store(now.as_u64(), Ordering::Relaxed);
+            k.evict_idle_at(now);
         })
     }
 
@@ -1069,7 +1080,7 @@ where
         let gap = if early {
             self.early_sweep_gap()
         } else {
-            self.sweep_every
+            self.sweeper.inline_every()
         };
         let due = last.saturating_add(gap);
         if hint.as_u64() < due {
@@ -1083,6 +1094,7 @@ where
             .last_sweep
             .compare_exchange(last, now.as_u64(), Ordering::Relaxed, Ordering::Relaxed)
             .is_ok()
+            && !self.sweeper.wake()
         {
             self.evict_idle_at(now);
         }
@@ -1127,8 +1139,9 @@ where
     C: Clock,
     E: 'static,
 {
-    /// Holds at most `max_keys` keys; what happens to a new key beyond that is
-    /// [`KeyedBuilder::when_full`]'s policy. Zero is [`ConfigError::ZeroMaxKeys`].
+    /// Holds at most `max_keys` keys (default [`DEFAULT_MAX_KEYS`]; `u64::MAX`: no bound);
+    /// what happens to a new key beyond that is [`KeyedBuilder::when_full`]'s policy. Zero
+    /// is [`ConfigError::ZeroMaxKeys`].
     ///
     /// ```
     /// use std::time::Duration;
@@ -1228,6 +1241,7 @@ where
             max_keys: self.max_keys,
             when_full: self.when_full,
             sweep_every: self.sweep_every,
+            sweeper: Sweeper::new(self.sweep_every),
             last_sweep: AtomicU64::new(now),
             judged: AtomicU64::new(0),
             clock: self.clock,

@@ -168,13 +168,14 @@ use std::time::Duration;
 
 use crossbeam_utils::Backoff;
 
-pub use crate::keyed::{WhenFull, DEFAULT_SWEEP_EVERY};
+pub use crate::keyed::{WhenFull, DEFAULT_MAX_KEYS, DEFAULT_SWEEP_EVERY};
 
 use crate::clock::{Clock, Nanos, QuantaClock};
 use crate::error::ConfigError;
 use crate::limit::Limit;
 use crate::limiter::{Denied, QuotaStatus};
 use crate::scale::{Scale, D_MAX, TAU_MAX};
+use crate::sweeper::Sweeper;
 use crate::sync::{AtomicU64, Mutex, Ordering}; // Mutex: inserts of new keys and resizes only, never a check of an existing key
 
 #[cfg(not(loom))]
@@ -364,6 +365,8 @@ where
     max_keys: u64,
     when_full: WhenFull,
     sweep_every: u64,
+    /// Whether checks sweep inline, or a thread of the map's own ([`Self::spawn_sweeper`]).
+    sweeper: Sweeper,
     last_sweep: AtomicU64,
     /// The latest time any sweep judged at; only grows.
     judged: AtomicU64,
@@ -584,7 +587,7 @@ where
     K: Eq + Hash + Clone + Send + Sync + 'static,
 {
     /// `limit` tokens per second per key, bursts of `burst`, on the shared quanta clock, with
-    /// no key bound and sweeps every 10 s.
+    /// at most [`DEFAULT_MAX_KEYS`] keys and sweeps every 10 s.
     ///
     /// ```
     /// use turnstile::{keyed_bucket::KeyedTokenBucket, Limit};
@@ -620,7 +623,7 @@ where
             capacity: 0,
             classify: Box::new(|_| 0),
             hasher: RandomState::new(),
-            max_keys: u64::MAX,
+            max_keys: DEFAULT_MAX_KEYS,
             when_full: WhenFull::Deny,
             sweep_every: DEFAULT_SWEEP_EVERY.as_nanos() as u64,
             clock: QuantaClock::new(),
@@ -710,12 +713,12 @@ where
         self.len() == 0
     }
 
-    /// The key bound (`u64::MAX`: none).
+    /// The key bound ([`DEFAULT_MAX_KEYS`] unless the builder set one; `u64::MAX`: none).
     ///
     /// ```
     /// use turnstile::{keyed_bucket::KeyedTokenBucket, Limit};
     /// let k = KeyedTokenBucket::<u32>::new(Limit::per_second(1.0).unwrap(), 1);
-    /// assert_eq!(k.max_keys(), u64::MAX);
+    /// assert_eq!(k.max_keys(), turnstile::keyed_bucket::DEFAULT_MAX_KEYS);
     /// ```
     pub fn max_keys(&self) -> u64 {
         self.max_keys
@@ -992,9 +995,13 @@ where
             }
             true
         });
-        let want = (keys.len() + extra).max(1) * 2;
+        // Room to grow (twice the keys), but never past the key bound's table: at the bound
+        // a resize purges the dead slots and keeps the size, so memory stays the bound's.
+        let need = slots_for(keys.len() + extra);
+        let bound = slots_for(usize::try_from(self.max_keys).unwrap_or(usize::MAX));
+        let grown = ((keys.len() + extra).max(1) * 2).next_power_of_two();
         let new = Box::into_raw(Box::new(Table::new(
-            want.next_power_of_two().max(self.min_slots),
+            grown.min(bound).max(need).max(self.min_slots),
         )));
         // SAFETY: just allocated; published below, freed only by a later resize (after
         // `guard` unpins) or with the map.
@@ -1294,8 +1301,11 @@ where
     }
 
     /// Moves sweeping off the request path, as [`Keyed::spawn_sweeper`](crate::Keyed::spawn_sweeper):
-    /// a thread sweeps every half `sweep_every` and ends within that of the last `Arc` being
-    /// dropped (at once with a `sweep_every` of `Duration::MAX`).
+    /// a thread sweeps every half `sweep_every`, and early when a new key finds the map full
+    /// (a check wakes it rather than sweeping); no check sweeps any more. The thread holds
+    /// only a weak reference and ends when the map is dropped. With a `sweep_every` of
+    /// `Duration::MAX` it ends at once and nothing changes. The tower `per_key` policy
+    /// starts one for its map.
     ///
     /// ```
     /// use std::sync::Arc;
@@ -1319,20 +1329,10 @@ where
         S: Send + Sync + 'static,
         C: 'static,
     {
-        let weak = std::sync::Arc::downgrade(self);
-        let every = self.sweep_every;
-        std::thread::spawn(move || {
-            if every == u64::MAX {
-                return;
-            }
-            let nap = Duration::from_nanos((every / 2).max(1));
-            loop {
-                std::thread::sleep(nap);
-                let Some(k) = weak.upgrade() else { return };
-                let now = k.clock.now();
-                k.last_sweep.store(now.as_u64(), Ordering::Relaxed);
-                k.evict_idle_at(now);
-            }
+        Sweeper::spawn(self, self.sweep_every, |k| &k.sweeper, |k| {
+            let now = k.clock.now();
+            k.last_sweep.store(now.as_u64(), Ordering::Relaxed);
+            k.evict_idle_at(now);
         })
     }
 
@@ -1455,7 +1455,7 @@ where
         let gap = if early {
             self.early_sweep_gap()
         } else {
-            self.sweep_every
+            self.sweeper.inline_every()
         };
         let due = last.saturating_add(gap);
         if hint.as_u64() < due {
@@ -1474,6 +1474,7 @@ where
             .last_sweep
             .compare_exchange(last, now.as_u64(), Ordering::Relaxed, Ordering::Relaxed)
             .is_ok()
+            && !self.sweeper.wake()
         {
             self.evict_idle_at(now);
         }
@@ -1600,7 +1601,9 @@ where
         self
     }
 
-    /// Holds at most `max_keys` keys (0 is [`ConfigError::ZeroMaxKeys`]).
+    /// Holds at most `max_keys` keys (default [`DEFAULT_MAX_KEYS`]; `u64::MAX`: no bound;
+    /// 0 is [`ConfigError::ZeroMaxKeys`]). The table never grows past what `max_keys` keys
+    /// need (module docs, "Memory and the key bound").
     ///
     /// ```
     /// use turnstile::{keyed_bucket::KeyedTokenBucket, Limit};
@@ -1750,6 +1753,7 @@ where
             max_keys: self.max_keys,
             when_full: self.when_full,
             sweep_every: self.sweep_every,
+            sweeper: Sweeper::new(self.sweep_every),
             last_sweep: AtomicU64::new(now),
             judged: AtomicU64::new(0),
             resizes: AtomicU64::new(0),

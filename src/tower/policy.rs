@@ -209,6 +209,16 @@ pub trait PerKeyMap<K>: Send + Sync + 'static {
     /// Gives back one permit `take` granted `key` at `at` (a later policy refused the
     /// request). Exact where the key's limiter refunds exactly; a no-op where it cannot.
     fn refund(&self, key: &K, at: Nanos);
+
+    /// Moves the map's sweeps off the request path: [`per_key`] calls it once, on the map it
+    /// now owns. The crate's maps start their sweeper thread ([`Keyed::spawn_sweeper`],
+    /// [`KeyedTokenBucket::spawn_sweeper`]), which ends when the policy (and so the map) is
+    /// dropped. The default does nothing: the map sweeps as it likes.
+    fn spawn_sweeper(self: &Arc<Self>)
+    where
+        Self: Sized,
+    {
+    }
 }
 
 impl<K, L, C> PerKeyMap<K> for Keyed<K, L, C>
@@ -257,6 +267,11 @@ where
     fn refund(&self, key: &K, at: Nanos) {
         let _ = self.refund_n_at(key, at, 1);
     }
+
+    fn spawn_sweeper(self: &Arc<Self>) {
+        // Detached: it ends by itself when the map drops.
+        drop(Keyed::spawn_sweeper(self));
+    }
 }
 
 /// The inline map: one lookup and one CAS per allowed request, the cheapest per-key check
@@ -303,13 +318,19 @@ where
     fn refund(&self, key: &K, at: Nanos) {
         let _ = self.refund_n_at(key, at, 1);
     }
+
+    fn spawn_sweeper(self: &Arc<Self>) {
+        // Detached: it ends by itself when the map drops.
+        drop(KeyedTokenBucket::spawn_sweeper(self));
+    }
 }
 
 /// A limiter per key, picked by a [`KeyExtractor`]: [`per_key`].
 pub struct PerKey<K, X, M> {
     name: Arc<str>,
     extractor: X,
-    map: M,
+    /// Shared with the map's sweeper thread, which holds a `Weak` and ends when this drops.
+    map: Arc<M>,
     missing: MissingKey<K>,
 }
 
@@ -365,6 +386,8 @@ where
     X: KeyType<Key = K> + Send + Sync + 'static,
     M: PerKeyMap<K>,
 {
+    let map = Arc::new(map);
+    map.spawn_sweeper();
     PerKey {
         name: name.into(),
         extractor,
