@@ -122,18 +122,27 @@
 //! # Sweeps and the key bound
 //! A sweep visits every key; it runs inline in the first check after `sweep_every` (default
 //! 10 s) has passed since the last one, or when the user calls [`Keyed::evict_idle`]. That
-//! request pays for the sweep (35–130 ms for a million keys here, depending on the limiter);
-//! [`Keyed::spawn_sweeper`] moves sweeps to a thread of their own, which latency-sensitive
-//! servers with many keys should use. Sweeps judge idleness at the **map's clock**, never at
-//! a time a caller passed to [`Keyed::check_n_at`]: a caller's time only tells a check that
-//! a sweep may be due (it then reads the clock), so one caller's future time cannot evict
-//! other keys that are busy at the present. With
-//! [`KeyedBuilder::max_keys`], a new key that finds the map full triggers an early sweep (at
-//! most one per tenth of `sweep_every`); if that frees no room, the request is refused with a
-//! retry time of the next such sweep ([`WhenFull::Deny`], the default: memory stays bounded and
-//! an attacker cycling keys cannot reset anyone's limit) or let through without a limiter
-//! ([`WhenFull::Allow`], for those who would rather fail open). Existing keys are never
-//! evicted to make room: that would hand their owners a fresh quota.
+//! request pays for the sweep (tens of milliseconds for a million keys, depending on the
+//! limiter); [`Keyed::spawn_sweeper`] moves sweeps to a thread of their own, which
+//! latency-sensitive servers with many keys should use, and which the tower `per_key` policy
+//! starts for its map: then no check sweeps (a full map wakes the thread for its early sweep
+//! instead). Sweeps judge idleness at the **map's clock**, never at a time a caller passed to
+//! [`Keyed::check_n_at`]: a caller's time only tells a check that a sweep may be due (it then
+//! reads the clock), so one caller's future time cannot evict other keys that are busy at
+//! the present.
+//!
+//! The map holds at most [`KeyedBuilder::max_keys`] keys ([`DEFAULT_MAX_KEYS`], 2^20, by
+//! default: keys usually come from clients, and a flood of distinct ones would otherwise
+//! grow the map without end; `u64::MAX` is no bound). A new key that finds the map full
+//! triggers an early sweep (at most one per tenth of `sweep_every`); if that frees no room,
+//! the request is refused with a retry time of the next such sweep ([`WhenFull::Deny`], the
+//! default: memory stays bounded and an attacker cycling keys cannot reset anyone's limit)
+//! or let through without a limiter ([`WhenFull::Allow`], for those who would rather fail
+//! open). Existing keys are never evicted to make room: that would hand their owners a fresh
+//! quota. A flood of new keys at any rate so costs at most the bound's memory (the entry and
+//! the limiter per key: module docs, "Memory"); checks of held keys take no lock a new key's
+//! insert takes (an insert locks one bucket of the `HashIndex`, which grows and shrinks
+//! incrementally), and with a sweeper thread none of them sweeps.
 
 use std::borrow::Borrow;
 use std::convert::Infallible;

@@ -48,26 +48,10 @@
 //!
 //! # The table
 //! An open-addressing table with linear probing: slots of `(state: AtomicU64, key)`, a power
-//! of two of them, at most seven eighths used. Chosen by measurement (the issue's
-//! prototypes, this 2-core VM, `u64` keys, instructions per check): `scc::HashIndex` with the
-//! word inline 180, `DashMap` inline 119 (and it takes a shard read lock per lookup), a bare
-//! table of this shape 35. This one, with its epoch pin, sweep check, quota table and
-//! revival paths, takes 161 per granted check with foldhash and 243 with SipHash, where
-//! governor's keyed check takes 289 (`scripts/instructions`, clock-free, loop included).
-//! `RUNS=3 scripts/bench-runs keyed` (`keyed_inline_*`) against governor's keyed limiter, ns
-//! per check, median of 3 runs (ratio to governor, median and min–max), 2026-11-30:
-//!
-//! | cell | SipHash (default) | foldhash | governor |
-//! |---|---|---|---|
-//! | hot key, 1 thread | 54.8 (0.91, 0.70–0.95) | 32.4 (0.56, 0.53–0.58) | 57.7 |
-//! | hot key, 2 threads | 110.6 (0.42, 0.35–0.64) | 70.3 (0.26, 0.22–0.45) | 265.3 |
-//! | 100k random keys, 1 thread | 111.4 (0.76, 0.67–0.82) | 77.3 (0.64, 0.45–0.68) | 161.1 |
-//! | 100k random keys, 2 threads | 199.3 (0.62, 0.59–1.95) | 136.2 (0.52, 0.48–0.70) | 261.9 |
-//!
-//! The hot key at one thread is near its floor: a quanta clock read (13.5 ns), the hash
-//! (SipHash 18.5 ns), the epoch pin (4.3 ns) and one CAS (4.4 ns), timed one by one during
-//! development (no script keeps those), add up to 40.7 ns; the clock and the hash alone are
-//! more than half of governor's check, which hashes with SipHash too.
+//! of two of them, at most seven eighths used. Chosen by instruction counts per check against
+//! `scc::HashIndex` and `DashMap` with the word inline and governor's keyed limiter
+//! (`scripts/instructions`); a granted check is a clock read, the hash, an epoch pin, a probe
+//! and one CAS, nothing else (the README has the measured figures).
 //!
 //! The protocol (every atomic below is the slot's `state` unless named):
 //!
@@ -93,28 +77,55 @@
 //! * **Revive** (a check finding its key `DEAD`): reserve room under `max_keys`, then CAS
 //!   `DEAD(q) -> live(q, units(B))` with `B = max(now, judged)` read after the `Acquire` load
 //!   that saw `DEAD`; then check on the new word. A returning key reuses its slot, its own key.
-//! * **Resize** (grow, or rebuild to drop `DEAD` slots after a sweep; under `writer`): hash
-//!   and clone every key first (user code, which may panic, runs before anything changes),
-//!   then freeze every non-`EMPTY` slot by CAS `s -> s | FROZEN` (`Acquire`: see step 2
-//!   below), copy the live words to a new table, publish it (`swap`, `Release`)
-//!   and retire the old one to the epoch collector, which frees it (and its keys) once no
-//!   pinned thread can still read it. A check that finds its word frozen decides a denial
-//!   from it (a frozen word is the key's final state in the old table and its first in the
-//!   new) and otherwise waits for the new table (a grant cannot be written to a frozen
-//!   slot), then looks the key up again. `EMPTY` slots need no freeze: only the lock holder
-//!   fills them.
+//! * **Resize** (grow, or rebuild to drop `DEAD` slots; under `writer`): hash and clone every
+//!   key first (user code, which may panic, runs before anything changes). Freeze the `DEAD`
+//!   words (CAS `s -> s | FROZEN`, `Acquire`: see step 2 below): a frozen dead word can no
+//!   longer be revived, so what is left to copy is known, and the new table is sized for it.
+//!   Store the new table in the old one's `next` (`Release`). Then, for each live word:
+//!   **copy it** into the new table (the key, then its word, as an insert does), **then
+//!   freeze it** (CAS from the copied value, `AcqRel`); if a grant, refund or eviction changed
+//!   the word in between, the CAS fails, the newer word is copied over the first and the CAS
+//!   retried. Publish the new table (`swap`, `Release`) and retire the old one to the epoch
+//!   collector, which frees it (and its keys) once no pinned thread can still read it.
+//! * **A check on a frozen word** goes on in the table the resize is filling: a live word was
+//!   frozen only once its exact value was in the new table, and no thread writes the new
+//!   slot before that freeze (only a frozen old slot leads to it; the table is not published
+//!   yet), so the new slot is the word's continuation. The check loads `next` (its `Acquire`
+//!   load of the frozen word, which the freeze's `Release` half published, makes `next` and
+//!   the copy visible), finds the key there and runs its CAS loop on that word, following
+//!   `next` again if a later resize has frozen that one too. **No check of a key the table
+//!   holds waits for a resize**, nor for the thread doing it: it never needs the resizer to
+//!   make progress. A frozen *dead* word was not copied: its check inserts the key again, and
+//!   the insert (under `writer`) comes after the resize, as any new key's does. `EMPTY` slots
+//!   need no freeze: only the lock holder fills them.
 //!
 //! loom checks the protocol in `loom-tests/tests/keyed_bucket.rs` (check ‖ evict with
-//! revival, insert ‖ check ‖ evict, check ‖ resize, a stale reading across an eviction).
+//! revival, insert ‖ check ‖ evict, check ‖ growth, two grants ‖ growth, refund ‖ growth,
+//! check ‖ purge, a stale reading across an eviction); a unit test parks a resize with every
+//! word frozen and shows a grant on a held key completes.
 //!
-//! **Waiting on a resize.** A grant on a key whose slot a resize has frozen waits until the
-//! resizer publishes the new table: the one place a check waits for another thread. A
-//! resize happens when inserts fill seven eighths of the table (it doubles, so inserts pay
-//! amortized O(1)), or when a sweep leaves more `DEAD` slots than live ones; it copies the
-//! live keys (tens of ns each: ~20 ms for a million). Denials never wait. A map sized up front
-//! ([`KeyedTokenBucketBuilder::capacity`]) never grows below that many keys and never
-//! shrinks below it, so its grants never wait for growth.
+//! # Memory and the key bound
+//! A slot is `8 + size_of::<K>()` bytes rounded up to `K`'s alignment (16 for `u64`, 32 for
+//! [`IpAddr`](std::net::IpAddr), whose 17 bytes round up to 24 beside the word). The map holds
+//! at most `max_keys` keys ([`DEFAULT_MAX_KEYS`], 2^20, unless the builder says otherwise),
+//! and its table never grows past what they need: the power of two above `max_keys * 8/7`
+//! slots (2^21 for the default: 32 MiB with `u64` keys, 64 MiB with `IpAddr`). A resize
+//! copies into a new table before it frees the old one, and clones the keys first, so while
+//! one runs the map briefly holds both tables and the clones (at most about 2.2 times the
+//! table for `IpAddr` keys). At the bound, a table with dead slots is rebuilt at the same
+//! size without them rather than grown.
 //!
+//! **What a flood costs.** A client sending new keys at any rate fills the map to its bound
+//! (and no further), at the bound's memory: after that, a new key finds the map full and is
+//! refused ([`WhenFull::Deny`]) or let through untracked ([`WhenFull::Allow`]) until a sweep
+//! evicts idle keys; keys the map holds are never evicted to make room, so a flood cannot hand
+//! anyone a fresh bucket. A held key's check does not wait for the flood: not for its
+//! inserts (a check of a held key takes no lock), nor for the resizes they cause (above),
+//! nor for the sweeps (off the request path when a sweeper thread runs, as under the tower
+//! `per_key` policy). What it does pay is the flood's cache pressure on the shared machine.
+//! A legitimate client *new* to the map (or evicted as idle) during a flood competes with
+//! it for room, and its insert is serialized with the flood's under `writer`.
+
 //! # Eviction never loses a grant; stale readings never gain
 //! Eviction keeps the guarantee of [`Keyed`](crate::Keyed) (its module docs state and prove
 //! it; here it is shorter, as the limiter *is* the word):
@@ -154,10 +165,12 @@
 //! # Sweeps and the key bound
 //! As for [`Keyed`](crate::Keyed): a sweep runs inline in the first check after
 //! `sweep_every` (default 10 s), on a thread of its own with
-//! [`KeyedTokenBucket::spawn_sweeper`], or by hand ([`KeyedTokenBucket::evict_idle`]). Sweeps
-//! judge at the map's clock. With `max_keys`, a new (or revived) key that finds the map full
-//! triggers an early sweep, then is refused ([`WhenFull::Deny`]) or let through untracked
-//! ([`WhenFull::Allow`]).
+//! [`KeyedTokenBucket::spawn_sweeper`] (the tower `per_key` policy starts one), or by hand
+//! ([`KeyedTokenBucket::evict_idle`]). Sweeps judge at the map's clock. A new (or revived)
+//! key that finds the map full asks for an early sweep (at most one per tenth of
+//! `sweep_every`): inline, or by waking the sweeper thread when there is one, so that with a
+//! sweeper no check ever sweeps; the key is then refused ([`WhenFull::Deny`]) or let through
+//! untracked ([`WhenFull::Allow`]).
 
 use std::borrow::Borrow;
 use std::collections::hash_map::RandomState;
@@ -738,8 +751,8 @@ where
     }
 
     /// How many times the table has been replaced: grown by inserts, or rebuilt without its
-    /// evicted keys after a sweep. A metric: each replacement copies the live keys, and
-    /// grants on keys being copied wait for it.
+    /// evicted keys. A metric: each replacement copies the live keys, under the lock that
+    /// inserts of new keys take (checks of held keys go on meanwhile).
     ///
     /// ```
     /// use turnstile::{keyed_bucket::KeyedTokenBucket, Limit};
@@ -1580,10 +1593,11 @@ where
     }
 
     /// Sizes the table for `keys` keys from the start, and never shrinks it below that: up
-    /// to `keys` keys, no insert grows the table, so no grant ever waits for a resize
-    /// (module docs, "Waiting on a resize"), at the price of holding the memory
-    /// (`~16 * 8/7 * keys` bytes for `u64` keys, rounded up to a power of two) while empty.
-    /// Default 0: the table starts at 16 slots and follows the keys.
+    /// to `keys` keys, no insert grows the table, so new keys never pay for copying it
+    /// (checks of held keys never wait for a resize either way: module docs, "Resize"), at
+    /// the price of holding the memory (`~16 * 8/7 * keys` bytes for `u64` keys, rounded up
+    /// to a power of two) while empty. Default 0: the table starts at 16 slots and follows
+    /// the keys, up to what `max_keys` needs.
     ///
     /// ```
     /// use turnstile::{keyed_bucket::KeyedTokenBucket, Limit};
