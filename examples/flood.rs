@@ -8,9 +8,15 @@
 //!     [--map inline|keyed] [--max-keys N] [--interval-us US] [--limit PER_S] [--burst B]
 //! ```
 //!
+//! The map is built with its defaults (the key bound, `sweep_every`) unless `--max-keys` says
+//! otherwise, and `per_key` runs its sweeps, as a server would get them. Every client has the
+//! same quota (`--limit`/`--burst`); the legitimate client checks well within it, so any
+//! refusal it gets is the map's doing. The flood keys are idle (and so evictable) once their
+//! token is back, `1/limit` after their check.
+//!
 //! Prints, once a second and at the end: the keys sent, the map's size, the process's RSS and
 //! peak RSS (`VmRSS`, `VmHWM` from `/proc/self/status`), and the legitimate client's checks:
-//! p50, p99 and max latency, and how many it was refused.
+//! p50, p99, p99.9 and max latency, and how many it was refused.
 
 use std::net::{IpAddr, Ipv6Addr};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

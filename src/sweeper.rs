@@ -8,6 +8,7 @@
 
 use std::sync::atomic::AtomicBool;
 use std::sync::OnceLock;
+#[cfg(not(loom))]
 use std::time::{Duration, Instant};
 
 use crate::sync::{AtomicU64, Ordering};
