@@ -217,7 +217,11 @@ fn main() {
         if let Some(m) = a.max_keys {
             b = b.max_keys(m);
         }
-        run(&a, b.build().unwrap_or_else(|_| usage()), KeyedTokenBucket::len);
+        run(
+            &a,
+            b.build().unwrap_or_else(|_| usage()),
+            KeyedTokenBucket::len,
+        );
     } else {
         let burst = a.burst;
         let mut b = Keyed::builder(move |_: &IpAddr| TokenBucket::compact(limit, burst));

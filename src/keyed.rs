@@ -903,11 +903,16 @@ where
     where
         C: 'static,
     {
-        Sweeper::spawn(self, self.sweep_every, |k| &k.sweeper, |k| {
-            let now = k.clock.now();
-            k.last_sweep.store(now.as_u64(), Ordering::Relaxed);
-            k.evict_idle_at(now);
-        })
+        Sweeper::spawn(
+            self,
+            self.sweep_every,
+            |k| &k.sweeper,
+            |k| {
+                let now = k.clock.now();
+                k.last_sweep.store(now.as_u64(), Ordering::Relaxed);
+                k.evict_idle_at(now);
+            },
+        )
     }
 
     /// Evicts every key idle at the map's clock reading; returns how many went. Stale clock

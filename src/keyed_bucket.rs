@@ -429,7 +429,7 @@ impl<K> Table<K> {
     /// guard that reached `self` is pinned (it is retired only after a later resize, which
     /// starts after this one has published it).
     #[inline]
-    fn next<'g>(&'g self) -> Option<&'g Table<K>> {
+    fn next(&self) -> Option<&Table<K>> {
         // SAFETY: set once, by a resize, to a table that is the map's current one or retired
         // to the epoch collector after every guard pinned before its own replacement (ours
         // included) is dropped. `Acquire` pairs with the resize's `Release` store.
@@ -1342,11 +1342,16 @@ where
         S: Send + Sync + 'static,
         C: 'static,
     {
-        Sweeper::spawn(self, self.sweep_every, |k| &k.sweeper, |k| {
-            let now = k.clock.now();
-            k.last_sweep.store(now.as_u64(), Ordering::Relaxed);
-            k.evict_idle_at(now);
-        })
+        Sweeper::spawn(
+            self,
+            self.sweep_every,
+            |k| &k.sweeper,
+            |k| {
+                let now = k.clock.now();
+                k.last_sweep.store(now.as_u64(), Ordering::Relaxed);
+                k.evict_idle_at(now);
+            },
+        )
     }
 
     /// Evicts every key idle (full) at the map's clock reading; returns how many went.

@@ -44,7 +44,8 @@ impl Sweeper {
         match self.thread.get() {
             Some(t) => {
                 // std's `AtomicBool`: not part of any protocol loom checks.
-                self.wanted.store(true, std::sync::atomic::Ordering::Release);
+                self.wanted
+                    .store(true, std::sync::atomic::Ordering::Release);
                 t.unpark();
                 true
             }

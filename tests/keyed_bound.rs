@@ -65,7 +65,10 @@ fn wait_for(what: &str, cond: impl Fn() -> bool) {
     }
 }
 
-fn inline(clock: &GatedClock, max_keys: u64) -> KeyedTokenBucket<IpAddr, std::collections::hash_map::RandomState, GatedClock> {
+fn inline(
+    clock: &GatedClock,
+    max_keys: u64,
+) -> KeyedTokenBucket<IpAddr, std::collections::hash_map::RandomState, GatedClock> {
     KeyedTokenBucket::builder(Limit::per_second(1.0).unwrap(), 1)
         .max_keys(max_keys)
         .sweep_every(Duration::from_secs(3600))
@@ -109,7 +112,11 @@ fn per_key_never_sweeps_in_a_check() {
 
 /// The map is full of idle keys: a new key is refused (the check woke the sweeper rather
 /// than sweeping), and admitted once the sweeper, let through, has swept.
-fn full_map_wakes_the_sweeper<M: PerKeyMap<IpAddr>>(clock: GatedClock, map: M, len: fn(&M) -> usize) {
+fn full_map_wakes_the_sweeper<M: PerKeyMap<IpAddr>>(
+    clock: GatedClock,
+    map: M,
+    len: fn(&M) -> usize,
+) {
     let p = Arc::new(per_key("t", key::PeerIp, map));
     assert!(decide(&p, 1));
     assert!(decide(&p, 2));
@@ -149,7 +156,10 @@ fn the_sweeper_ends_with_the_policy() {
 #[test]
 fn the_maps_are_bounded_by_default() {
     let l = Limit::per_second(1.0).unwrap();
-    assert_eq!(KeyedTokenBucket::<u64>::new(l, 1).max_keys(), DEFAULT_MAX_KEYS);
+    assert_eq!(
+        KeyedTokenBucket::<u64>::new(l, 1).max_keys(),
+        DEFAULT_MAX_KEYS
+    );
     assert_eq!(
         Keyed::new(move |_: &u64| TokenBucket::new(l, 1)).max_keys(),
         DEFAULT_MAX_KEYS
@@ -211,9 +221,15 @@ fn flood<M: PerKeyMap<IpAddr>>(
     peak_len = peak_len.max(len(p.map()));
     peak_slots = peak_slots.max(slots(p.map()));
     assert!(peak_len <= bound, "{peak_len} keys held, bound {bound}");
-    assert!(peak_slots <= max_slots, "{peak_slots} slots, at most {max_slots}");
+    assert!(
+        peak_slots <= max_slots,
+        "{peak_slots} slots, at most {max_slots}"
+    );
     let admitted = admitted.load(Ordering::Relaxed);
-    assert!(admitted >= enough, "only {admitted} admitted before the deadline");
+    assert!(
+        admitted >= enough,
+        "only {admitted} admitted before the deadline"
+    );
     eprintln!(
         "{} keys sent, {admitted} admitted, at most {peak_len} held in {peak_slots} slots",
         next.load(Ordering::Relaxed)
@@ -231,7 +247,14 @@ fn a_flood_never_holds_more_than_the_bound() {
         .clock(c.clone())
         .build()
         .unwrap();
-    flood(c, map, 1500, KeyedTokenBucket::len, KeyedTokenBucket::capacity, 2048);
+    flood(
+        c,
+        map,
+        1500,
+        KeyedTokenBucket::len,
+        KeyedTokenBucket::capacity,
+        2048,
+    );
     let c = GatedClock::default();
     let t = c.clone();
     let map = Keyed::builder(move |_: &IpAddr| {

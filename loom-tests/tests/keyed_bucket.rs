@@ -30,8 +30,13 @@ type K = KeyedTokenBucket<u8, Fixed, ManualClock>;
 /// One token per 10 ns, burst 1, swept only by hand; leaked because loom threads must be
 /// 'static.
 fn map() -> &'static K {
+    map_with_burst(1)
+}
+
+/// As [`map`], with bursts of `burst`.
+fn map_with_burst(burst: u32) -> &'static K {
     Box::leak(Box::new(
-        KeyedTokenBucket::builder(Limit::per_second(1e8).unwrap(), 1)
+        KeyedTokenBucket::builder(Limit::per_second(1e8).unwrap(), burst)
             .hasher(Fixed::default())
             .sweep_every(Duration::MAX)
             .clock(ManualClock::default())
@@ -171,20 +176,12 @@ fn check_vs_purge_keeps_the_grant() {
 #[test]
 fn two_grants_vs_growth_count_once_each() {
     bounded(2, || {
-        let k: &'static K = Box::leak(Box::new(
-            KeyedTokenBucket::builder(Limit::per_second(1e8).unwrap(), 2)
-                .hasher(Fixed::default())
-                .sweep_every(Duration::MAX)
-                .clock(ManualClock::default())
-                .build()
-                .unwrap(),
-        ));
+        let k = map_with_burst(2);
         for key in 1..=3 {
             insert(k, key);
         }
-        let a = thread::spawn(move || {
-            k.check_n_at(&1, T, 1).is_ok() && k.check_n_at(&1, T, 1).is_ok()
-        });
+        let a =
+            thread::spawn(move || k.check_n_at(&1, T, 1).is_ok() && k.check_n_at(&1, T, 1).is_ok());
         assert!(k.check_n_at(&4, T, 1).is_ok());
         assert!(a.join().unwrap());
         assert_eq!(k.resizes(), 1);
