@@ -5,7 +5,8 @@
 //!
 //! ```text
 //! cargo run --release --example flood --all-features -- [--keys N] [--rate KEYS_PER_S]
-//!     [--map inline|keyed] [--max-keys N] [--interval-us US] [--limit PER_S] [--burst B]
+//!     [--map inline|keyed] [--max-keys N] [--capacity N] [--interval-us US] [--limit PER_S]
+//!     [--burst B]
 //! ```
 //!
 //! The map is built with its defaults (the key bound, `sweep_every`) unless `--max-keys` says
@@ -32,6 +33,8 @@ struct Args {
     rate: u64,
     map: String,
     max_keys: Option<u64>,
+    /// The inline map's table sized up front for this many keys (its builder's `capacity`).
+    capacity: usize,
     interval: Duration,
     limit: f64,
     burst: u32,
@@ -41,6 +44,7 @@ fn usage() -> ! {
     eprintln!(
         "usage: flood [--keys N (10000000)] [--rate KEYS_PER_S (1000000; 0 = max)] \
          [--map inline|keyed (inline)] [--max-keys N (the map's default)] \
+         [--capacity N (0; inline only)] \
          [--interval-us US (1000)] [--limit PER_S (1000)] [--burst B (1000)]"
     );
     std::process::exit(2)
@@ -52,6 +56,7 @@ fn parse() -> Args {
         rate: 1_000_000,
         map: "inline".into(),
         max_keys: None,
+        capacity: 0,
         interval: Duration::from_millis(1),
         limit: 1000.0,
         burst: 1000,
@@ -64,6 +69,7 @@ fn parse() -> Args {
             "--rate" => a.rate = value().parse().unwrap_or_else(|_| usage()),
             "--map" => a.map = value(),
             "--max-keys" => a.max_keys = Some(value().parse().unwrap_or_else(|_| usage())),
+            "--capacity" => a.capacity = value().parse().unwrap_or_else(|_| usage()),
             "--interval-us" => {
                 a.interval = Duration::from_micros(value().parse().unwrap_or_else(|_| usage()))
             }
@@ -213,7 +219,7 @@ fn main() {
         a.interval,
     );
     if a.map == "inline" {
-        let mut b = KeyedTokenBucket::builder(limit, a.burst);
+        let mut b = KeyedTokenBucket::builder(limit, a.burst).capacity(a.capacity);
         if let Some(m) = a.max_keys {
             b = b.max_keys(m);
         }

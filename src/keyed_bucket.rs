@@ -110,13 +110,16 @@
 //! at most `max_keys` keys ([`DEFAULT_MAX_KEYS`], 2^20, unless the builder says otherwise),
 //! and its table never grows past what they need: the power of two above `max_keys * 8/7`
 //! slots (2^21 for the default: 32 MiB with `u64` keys, 64 MiB with `IpAddr`). A resize
-//! copies into a new table before it frees the old one, and clones the keys first, so while
-//! one runs the map briefly holds both tables and the clones (at most about 2.2 times the
-//! table for `IpAddr` keys). At the bound, a table with dead slots is rebuilt at the same
-//! size without them rather than grown.
+//! copies into a new table before it frees the old one, and clones every key first, so while
+//! one runs the map briefly holds both tables and the clones (at the default bound with
+//! `IpAddr` keys, up to 64 + 64 MiB of tables and 35 MiB of clones). At the bound, a table
+//! with dead slots is rebuilt at the same size without them rather than grown.
 //!
-//! **What a flood costs.** A client sending new keys at any rate fills the map to its bound
-//! (and no further), at the bound's memory: after that, a new key finds the map full and is
+//! **What a flood costs.** A key is evicted by the first sweep after it is idle (full again:
+//! `burst / limit` after its last check at most), so a flood of `r` new keys a second holds
+//! about `r * (burst / limit + sweep_every)` keys, and `r` at or above
+//! `max_keys / sweep_every` fills the map to its bound (and no further), at the bound's
+//! memory: after that, a new key finds the map full and is
 //! refused ([`WhenFull::Deny`]) or let through untracked ([`WhenFull::Allow`]) until a sweep
 //! evicts idle keys; keys the map holds are never evicted to make room, so a flood cannot hand
 //! anyone a fresh bucket. A held key's check does not wait for the flood: not for its
