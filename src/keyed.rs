@@ -122,18 +122,27 @@
 //! # Sweeps and the key bound
 //! A sweep visits every key; it runs inline in the first check after `sweep_every` (default
 //! 10 s) has passed since the last one, or when the user calls [`Keyed::evict_idle`]. That
-//! request pays for the sweep (35–130 ms for a million keys here, depending on the limiter);
-//! [`Keyed::spawn_sweeper`] moves sweeps to a thread of their own, which latency-sensitive
-//! servers with many keys should use. Sweeps judge idleness at the **map's clock**, never at
-//! a time a caller passed to [`Keyed::check_n_at`]: a caller's time only tells a check that
-//! a sweep may be due (it then reads the clock), so one caller's future time cannot evict
-//! other keys that are busy at the present. With
-//! [`KeyedBuilder::max_keys`], a new key that finds the map full triggers an early sweep (at
-//! most one per tenth of `sweep_every`); if that frees no room, the request is refused with a
-//! retry time of the next such sweep ([`WhenFull::Deny`], the default: memory stays bounded and
-//! an attacker cycling keys cannot reset anyone's limit) or let through without a limiter
-//! ([`WhenFull::Allow`], for those who would rather fail open). Existing keys are never
-//! evicted to make room: that would hand their owners a fresh quota.
+//! request pays for the sweep (tens of milliseconds for a million keys, depending on the
+//! limiter); [`Keyed::spawn_sweeper`] moves sweeps to a thread of their own, which
+//! latency-sensitive servers with many keys should use, and which the tower `per_key` policy
+//! starts for its map: then no check sweeps (a full map wakes the thread for its early sweep
+//! instead). Sweeps judge idleness at the **map's clock**, never at a time a caller passed to
+//! [`Keyed::check_n_at`]: a caller's time only tells a check that a sweep may be due (it then
+//! reads the clock), so one caller's future time cannot evict other keys that are busy at
+//! the present.
+//!
+//! The map holds at most [`KeyedBuilder::max_keys`] keys ([`DEFAULT_MAX_KEYS`], 2^20, by
+//! default: keys usually come from clients, and a flood of distinct ones would otherwise
+//! grow the map without end; `u64::MAX` is no bound). A new key that finds the map full
+//! triggers an early sweep (at most one per tenth of `sweep_every`); if that frees no room,
+//! the request is refused with a retry time of the next such sweep ([`WhenFull::Deny`], the
+//! default: memory stays bounded and an attacker cycling keys cannot reset anyone's limit)
+//! or let through without a limiter ([`WhenFull::Allow`], for those who would rather fail
+//! open). Existing keys are never evicted to make room: that would hand their owners a fresh
+//! quota. A flood of new keys at any rate so costs at most the bound's memory (the entry and
+//! the limiter per key: module docs, "Memory"); checks of held keys take no lock a new key's
+//! insert takes (an insert locks one bucket of the `HashIndex`, which grows and shrinks
+//! incrementally), and with a sweeper thread none of them sweeps.
 
 use std::borrow::Borrow;
 use std::convert::Infallible;
@@ -146,6 +155,7 @@ use crossbeam_utils::Backoff;
 use crate::clock::{Clock, Nanos, QuantaClock};
 use crate::error::ConfigError;
 use crate::limiter::{Denied, Idle, Limiter, QuotaStatus};
+use crate::sweeper::Sweeper;
 use crate::sync::{fence, AtomicU32, AtomicU64, Ordering};
 
 /// A map's configuration function, fallible or (with `E = Infallible`) not.
@@ -221,6 +231,8 @@ where
     max_keys: u64,
     when_full: WhenFull,
     sweep_every: u64,
+    /// Whether checks sweep inline, or a thread of the map's own ([`Self::spawn_sweeper`]).
+    sweeper: Sweeper,
     /// When the last sweep started (ns on `clock`); claimed by CAS so one thread sweeps.
     last_sweep: AtomicU64,
     /// The latest time any sweep judged idleness at: newborn limiters are born no earlier
@@ -312,8 +324,8 @@ where
     K: Eq + Hash + Clone + Send + Sync + 'static,
     L: Limiter + Idle + 'static,
 {
-    /// Per-key limiters built by `factory` on each key's first use, with no key bound, sweeps
-    /// every 10 s, on the shared quanta clock.
+    /// Per-key limiters built by `factory` on each key's first use, at most
+    /// [`DEFAULT_MAX_KEYS`] of them, swept every 10 s, on the shared quanta clock.
     ///
     /// ```
     /// use std::time::Duration;
@@ -418,7 +430,7 @@ where
     ) -> KeyedBuilder<K, L, QuantaClock, E> {
         KeyedBuilder {
             factory: Box::new(factory),
-            max_keys: u64::MAX,
+            max_keys: DEFAULT_MAX_KEYS,
             when_full: WhenFull::Deny,
             sweep_every: DEFAULT_SWEEP_EVERY.as_nanos() as u64,
             clock: QuantaClock::new(),
@@ -428,6 +440,22 @@ where
 
 /// How often idle keys are swept by default.
 pub const DEFAULT_SWEEP_EVERY: Duration = Duration::from_secs(10);
+
+/// The key bound of a map built without [`KeyedBuilder::max_keys`]
+/// (or [`KeyedTokenBucketBuilder::max_keys`](crate::keyed_bucket::KeyedTokenBucketBuilder::max_keys)):
+/// 2^20, a little over a million keys.
+///
+/// Keys usually come from clients (addresses, API keys, headers), so a map without a bound
+/// is memory a client flood can fill; the bound holds it at the bound's cost, and, with
+/// [`WhenFull::Deny`], a flood beyond it cannot hand anyone a fresh limit (new keys are
+/// refused until a sweep frees room; held keys are never evicted to make room). A million
+/// is well above the keys one process sees active within a sweep period, and its cost is
+/// modest: a [`KeyedTokenBucket`](crate::KeyedTokenBucket) holds its table of
+/// `2^21 * (8 + size_of::<K>())` bytes rounded up to 8 (32 MiB for `u64` keys, 64 MiB for
+/// `IpAddr`); a `Keyed` its entry (~60 bytes) plus the limiter per key (~300 MiB in all for
+/// compact token buckets; module docs, "Memory"). Raise or lower it with `max_keys`;
+/// `max_keys(u64::MAX)` is no bound.
+pub const DEFAULT_MAX_KEYS: u64 = 1 << 20;
 
 impl<K, L, C, E> Keyed<K, L, C, E>
 where
@@ -495,13 +523,13 @@ where
         self.len() == 0
     }
 
-    /// The key bound (`u64::MAX`: none).
+    /// The key bound ([`DEFAULT_MAX_KEYS`] unless the builder set one; `u64::MAX`: none).
     ///
     /// ```
     /// use std::time::Duration;
     /// use turnstile::{FixedWindow, Keyed};
     /// let k = Keyed::new(|_: &u32| FixedWindow::new(1, Duration::from_secs(1)).unwrap());
-    /// assert_eq!(k.max_keys(), u64::MAX);
+    /// assert_eq!(k.max_keys(), turnstile::keyed::DEFAULT_MAX_KEYS);
     /// ```
     pub fn max_keys(&self) -> u64 {
         self.max_keys
@@ -846,11 +874,13 @@ where
         }
     }
 
-    /// Moves sweeping off the request path: a thread sweeps every half `sweep_every`, so no
-    /// check ever finds a sweep due and runs it inline (a sweep visits every key: ~35–130 ms
-    /// for a million keys here, which one unlucky request would otherwise wait for). The
-    /// thread holds only a weak reference and ends within half `sweep_every` of the last
-    /// `Arc` being dropped. With `sweep_every` of `Duration::MAX` it ends at once.
+    /// Moves sweeping off the request path: a thread sweeps every half `sweep_every`, and
+    /// early when a new key finds the map full (the check wakes it rather than sweeping), so
+    /// no check ever runs a sweep inline (a sweep visits every key: ~35–130 ms for a million
+    /// keys here, which one unlucky request would otherwise wait for). The thread holds only
+    /// a weak reference and ends when the map is dropped. With `sweep_every` of
+    /// `Duration::MAX` it ends at once and nothing changes. The tower `per_key` policy starts
+    /// one for its map.
     ///
     /// ```
     /// use std::sync::Arc;
@@ -873,21 +903,16 @@ where
     where
         C: 'static,
     {
-        let weak = std::sync::Arc::downgrade(self);
-        let every = self.sweep_every;
-        std::thread::spawn(move || {
-            if every == u64::MAX {
-                return;
-            }
-            let nap = Duration::from_nanos((every / 2).max(1));
-            loop {
-                std::thread::sleep(nap);
-                let Some(k) = weak.upgrade() else { return };
+        Sweeper::spawn(
+            self,
+            self.sweep_every,
+            |k| &k.sweeper,
+            |k| {
                 let now = k.clock.now();
                 k.last_sweep.store(now.as_u64(), Ordering::Relaxed);
                 k.evict_idle_at(now);
-            }
-        })
+            },
+        )
     }
 
     /// Evicts every key idle at the map's clock reading; returns how many went. Stale clock
@@ -1069,7 +1094,7 @@ where
         let gap = if early {
             self.early_sweep_gap()
         } else {
-            self.sweep_every
+            self.sweeper.inline_every()
         };
         let due = last.saturating_add(gap);
         if hint.as_u64() < due {
@@ -1083,6 +1108,7 @@ where
             .last_sweep
             .compare_exchange(last, now.as_u64(), Ordering::Relaxed, Ordering::Relaxed)
             .is_ok()
+            && !self.sweeper.wake()
         {
             self.evict_idle_at(now);
         }
@@ -1127,8 +1153,9 @@ where
     C: Clock,
     E: 'static,
 {
-    /// Holds at most `max_keys` keys; what happens to a new key beyond that is
-    /// [`KeyedBuilder::when_full`]'s policy. Zero is [`ConfigError::ZeroMaxKeys`].
+    /// Holds at most `max_keys` keys (default [`DEFAULT_MAX_KEYS`]; `u64::MAX`: no bound);
+    /// what happens to a new key beyond that is [`KeyedBuilder::when_full`]'s policy. Zero
+    /// is [`ConfigError::ZeroMaxKeys`].
     ///
     /// ```
     /// use std::time::Duration;
@@ -1228,6 +1255,7 @@ where
             max_keys: self.max_keys,
             when_full: self.when_full,
             sweep_every: self.sweep_every,
+            sweeper: Sweeper::new(self.sweep_every),
             last_sweep: AtomicU64::new(now),
             judged: AtomicU64::new(0),
             clock: self.clock,

@@ -48,26 +48,10 @@
 //!
 //! # The table
 //! An open-addressing table with linear probing: slots of `(state: AtomicU64, key)`, a power
-//! of two of them, at most seven eighths used. Chosen by measurement (the issue's
-//! prototypes, this 2-core VM, `u64` keys, instructions per check): `scc::HashIndex` with the
-//! word inline 180, `DashMap` inline 119 (and it takes a shard read lock per lookup), a bare
-//! table of this shape 35. This one, with its epoch pin, sweep check, quota table and
-//! revival paths, takes 161 per granted check with foldhash and 243 with SipHash, where
-//! governor's keyed check takes 289 (`scripts/instructions`, clock-free, loop included).
-//! `RUNS=3 scripts/bench-runs keyed` (`keyed_inline_*`) against governor's keyed limiter, ns
-//! per check, median of 3 runs (ratio to governor, median and min–max), 2026-11-30:
-//!
-//! | cell | SipHash (default) | foldhash | governor |
-//! |---|---|---|---|
-//! | hot key, 1 thread | 54.8 (0.91, 0.70–0.95) | 32.4 (0.56, 0.53–0.58) | 57.7 |
-//! | hot key, 2 threads | 110.6 (0.42, 0.35–0.64) | 70.3 (0.26, 0.22–0.45) | 265.3 |
-//! | 100k random keys, 1 thread | 111.4 (0.76, 0.67–0.82) | 77.3 (0.64, 0.45–0.68) | 161.1 |
-//! | 100k random keys, 2 threads | 199.3 (0.62, 0.59–1.95) | 136.2 (0.52, 0.48–0.70) | 261.9 |
-//!
-//! The hot key at one thread is near its floor: a quanta clock read (13.5 ns), the hash
-//! (SipHash 18.5 ns), the epoch pin (4.3 ns) and one CAS (4.4 ns), timed one by one during
-//! development (no script keeps those), add up to 40.7 ns; the clock and the hash alone are
-//! more than half of governor's check, which hashes with SipHash too.
+//! of two of them, at most seven eighths used. Chosen by instruction counts per check against
+//! `scc::HashIndex` and `DashMap` with the word inline and governor's keyed limiter
+//! (`scripts/instructions`); a granted check is a clock read, the hash, an epoch pin, a probe
+//! and one CAS, nothing else (the README has the measured figures).
 //!
 //! The protocol (every atomic below is the slot's `state` unless named):
 //!
@@ -93,28 +77,58 @@
 //! * **Revive** (a check finding its key `DEAD`): reserve room under `max_keys`, then CAS
 //!   `DEAD(q) -> live(q, units(B))` with `B = max(now, judged)` read after the `Acquire` load
 //!   that saw `DEAD`; then check on the new word. A returning key reuses its slot, its own key.
-//! * **Resize** (grow, or rebuild to drop `DEAD` slots after a sweep; under `writer`): hash
-//!   and clone every key first (user code, which may panic, runs before anything changes),
-//!   then freeze every non-`EMPTY` slot by CAS `s -> s | FROZEN` (`Acquire`: see step 2
-//!   below), copy the live words to a new table, publish it (`swap`, `Release`)
-//!   and retire the old one to the epoch collector, which frees it (and its keys) once no
-//!   pinned thread can still read it. A check that finds its word frozen decides a denial
-//!   from it (a frozen word is the key's final state in the old table and its first in the
-//!   new) and otherwise waits for the new table (a grant cannot be written to a frozen
-//!   slot), then looks the key up again. `EMPTY` slots need no freeze: only the lock holder
-//!   fills them.
+//! * **Resize** (grow, or rebuild to drop `DEAD` slots; under `writer`): hash and clone every
+//!   key first (user code, which may panic, runs before anything changes). Freeze the `DEAD`
+//!   words (CAS `s -> s | FROZEN`, `Acquire`: see step 2 below): a frozen dead word can no
+//!   longer be revived, so what is left to copy is known, and the new table is sized for it.
+//!   Store the new table in the old one's `next` (`Release`). Then, for each live word:
+//!   **copy it** into the new table (the key, then its word, as an insert does), **then
+//!   freeze it** (CAS from the copied value, `AcqRel`); if a grant, refund or eviction changed
+//!   the word in between, the CAS fails, the newer word is copied over the first and the CAS
+//!   retried. Publish the new table (`swap`, `Release`) and retire the old one to the epoch
+//!   collector, which frees it (and its keys) once no pinned thread can still read it.
+//! * **A check on a frozen word** goes on in the table the resize is filling: a live word was
+//!   frozen only once its exact value was in the new table, and no thread writes the new
+//!   slot before that freeze (only a frozen old slot leads to it; the table is not published
+//!   yet), so the new slot is the word's continuation. The check loads `next` (its `Acquire`
+//!   load of the frozen word, which the freeze's `Release` half published, makes `next` and
+//!   the copy visible), finds the key there and runs its CAS loop on that word, following
+//!   `next` again if a later resize has frozen that one too. **No check of a key the table
+//!   holds waits for a resize**, nor for the thread doing it: it never needs the resizer to
+//!   make progress. A frozen *dead* word was not copied: its check inserts the key again, and
+//!   the insert (under `writer`) comes after the resize, as any new key's does. `EMPTY` slots
+//!   need no freeze: only the lock holder fills them.
 //!
 //! loom checks the protocol in `loom-tests/tests/keyed_bucket.rs` (check ‖ evict with
-//! revival, insert ‖ check ‖ evict, check ‖ resize, a stale reading across an eviction).
+//! revival, insert ‖ check ‖ evict, check ‖ growth, two grants ‖ growth, refund ‖ growth,
+//! check ‖ purge, a stale reading across an eviction); a unit test parks a resize with every
+//! word frozen and shows a grant on a held key completes.
 //!
-//! **Waiting on a resize.** A grant on a key whose slot a resize has frozen waits until the
-//! resizer publishes the new table: the one place a check waits for another thread. A
-//! resize happens when inserts fill seven eighths of the table (it doubles, so inserts pay
-//! amortized O(1)), or when a sweep leaves more `DEAD` slots than live ones; it copies the
-//! live keys (tens of ns each: ~20 ms for a million). Denials never wait. A map sized up front
-//! ([`KeyedTokenBucketBuilder::capacity`]) never grows below that many keys and never
-//! shrinks below it, so its grants never wait for growth.
+//! # Memory and the key bound
+//! A slot is `8 + size_of::<K>()` bytes rounded up to `K`'s alignment (16 for `u64`, 32 for
+//! [`IpAddr`](std::net::IpAddr), whose 17 bytes round up to 24 beside the word). The map holds
+//! at most `max_keys` keys ([`DEFAULT_MAX_KEYS`], 2^20, unless the builder says otherwise),
+//! and its table never grows past what they need: the power of two above `max_keys * 8/7`
+//! slots (2^21 for the default: 32 MiB with `u64` keys, 64 MiB with `IpAddr`). A resize
+//! copies into a new table before it frees the old one, and clones every key first, so while
+//! one runs the map briefly holds both tables and the clones (at the default bound with
+//! `IpAddr` keys, up to 64 + 64 MiB of tables and 35 MiB of clones). At the bound, a table
+//! with dead slots is rebuilt at the same size without them rather than grown.
 //!
+//! **What a flood costs.** A key is evicted by the first sweep after it is idle (full again:
+//! `burst / limit` after its last check at most), so a flood of `r` new keys a second holds
+//! about `r * (burst / limit + sweep_every)` keys, and `r` at or above
+//! `max_keys / sweep_every` fills the map to its bound (and no further), at the bound's
+//! memory: after that, a new key finds the map full and is
+//! refused ([`WhenFull::Deny`]) or let through untracked ([`WhenFull::Allow`]) until a sweep
+//! evicts idle keys; keys the map holds are never evicted to make room, so a flood cannot hand
+//! anyone a fresh bucket. A held key's check does not wait for the flood: not for its
+//! inserts (a check of a held key takes no lock), nor for the resizes they cause (above),
+//! nor for the sweeps (off the request path when a sweeper thread runs, as under the tower
+//! `per_key` policy). What it does pay is the flood's cache pressure on the shared machine.
+//! A legitimate client *new* to the map (or evicted as idle) during a flood competes with
+//! it for room, and its insert is serialized with the flood's under `writer`.
+
 //! # Eviction never loses a grant; stale readings never gain
 //! Eviction keeps the guarantee of [`Keyed`](crate::Keyed) (its module docs state and prove
 //! it; here it is shorter, as the limiter *is* the word):
@@ -154,10 +168,12 @@
 //! # Sweeps and the key bound
 //! As for [`Keyed`](crate::Keyed): a sweep runs inline in the first check after
 //! `sweep_every` (default 10 s), on a thread of its own with
-//! [`KeyedTokenBucket::spawn_sweeper`], or by hand ([`KeyedTokenBucket::evict_idle`]). Sweeps
-//! judge at the map's clock. With `max_keys`, a new (or revived) key that finds the map full
-//! triggers an early sweep, then is refused ([`WhenFull::Deny`]) or let through untracked
-//! ([`WhenFull::Allow`]).
+//! [`KeyedTokenBucket::spawn_sweeper`] (the tower `per_key` policy starts one), or by hand
+//! ([`KeyedTokenBucket::evict_idle`]). Sweeps judge at the map's clock. A new (or revived)
+//! key that finds the map full asks for an early sweep (at most one per tenth of
+//! `sweep_every`): inline, or by waking the sweeper thread when there is one, so that with a
+//! sweeper no check ever sweeps; the key is then refused ([`WhenFull::Deny`]) or let through
+//! untracked ([`WhenFull::Allow`]).
 
 use std::borrow::Borrow;
 use std::collections::hash_map::RandomState;
@@ -168,14 +184,15 @@ use std::time::Duration;
 
 use crossbeam_utils::Backoff;
 
-pub use crate::keyed::{WhenFull, DEFAULT_SWEEP_EVERY};
+pub use crate::keyed::{WhenFull, DEFAULT_MAX_KEYS, DEFAULT_SWEEP_EVERY};
 
 use crate::clock::{Clock, Nanos, QuantaClock};
 use crate::error::ConfigError;
 use crate::limit::Limit;
 use crate::limiter::{Denied, QuotaStatus};
 use crate::scale::{Scale, D_MAX, TAU_MAX};
-use crate::sync::{retry_hint, AtomicU64, Mutex, Ordering}; // Mutex: inserts of new keys and resizes only, never a check of an existing key
+use crate::sweeper::Sweeper;
+use crate::sync::{AtomicU64, Mutex, Ordering}; // Mutex: inserts of new keys and resizes only, never a check of an existing key
 
 #[cfg(not(loom))]
 use std::sync::atomic::{AtomicPtr, AtomicUsize};
@@ -364,6 +381,8 @@ where
     max_keys: u64,
     when_full: WhenFull,
     sweep_every: u64,
+    /// Whether checks sweep inline, or a thread of the map's own ([`Self::spawn_sweeper`]).
+    sweeper: Sweeper,
     last_sweep: AtomicU64,
     /// The latest time any sweep judged at; only grows.
     judged: AtomicU64,
@@ -386,6 +405,11 @@ struct Table<K> {
     mask: usize,
     /// Non-`EMPTY` slots; changed only under `writer` (or before the table is published).
     used: AtomicUsize,
+    /// The table a resize is copying this one into: set (`Release`) before the first live
+    /// word is frozen, so a check that finds its word frozen finds the word's continuation
+    /// there (module docs, "Resize"). Not owned: the map owns its current table, the epoch
+    /// collector the retired ones.
+    next: AtomicPtr<Table<K>>,
 }
 
 impl<K> Table<K> {
@@ -400,7 +424,19 @@ impl<K> Table<K> {
                 .collect(),
             mask: slots - 1,
             used: AtomicUsize::new(0),
+            next: AtomicPtr::new(std::ptr::null_mut()),
         }
+    }
+
+    /// The table this one is being copied into, if a resize has started; valid while the
+    /// guard that reached `self` is pinned (it is retired only after a later resize, which
+    /// starts after this one has published it).
+    #[inline]
+    fn next(&self) -> Option<&Table<K>> {
+        // SAFETY: set once, by a resize, to a table that is the map's current one or retired
+        // to the epoch collector after every guard pinned before its own replacement (ours
+        // included) is dropped. `Acquire` pairs with the resize's `Release` store.
+        unsafe { self.next.load(Ordering::Acquire).as_ref() }
     }
 
     /// The slot holding `key` (live, dead or frozen), if any.
@@ -433,7 +469,7 @@ impl<K> Table<K> {
 
     /// Puts `key` with word `state` in the first `EMPTY` slot of its probe. Only under
     /// `writer` (or on a table not yet published), with room left ([`Table::has_room`]).
-    fn claim(&self, hash: u64, key: K, state: u64) {
+    fn claim(&self, hash: u64, key: K, state: u64) -> &Slot<K> {
         let mut i = hash as usize & self.mask;
         loop {
             let slot = &self.slots[i];
@@ -445,7 +481,7 @@ impl<K> Table<K> {
                 unsafe { slot.key.write(key) };
                 slot.state.store(state, Ordering::Release);
                 self.used.fetch_add(1, Ordering::Relaxed);
-                return;
+                return slot;
             }
             i = (i + 1) & self.mask;
         }
@@ -567,7 +603,7 @@ where
     K: Eq + Hash + Clone + Send + Sync + 'static,
 {
     /// `limit` tokens per second per key, bursts of `burst`, on the shared quanta clock, with
-    /// no key bound and sweeps every 10 s.
+    /// at most [`DEFAULT_MAX_KEYS`] keys and sweeps every 10 s.
     ///
     /// ```
     /// use turnstile::{keyed_bucket::KeyedTokenBucket, Limit};
@@ -603,7 +639,7 @@ where
             capacity: 0,
             classify: Box::new(|_| 0),
             hasher: RandomState::new(),
-            max_keys: u64::MAX,
+            max_keys: DEFAULT_MAX_KEYS,
             when_full: WhenFull::Deny,
             sweep_every: DEFAULT_SWEEP_EVERY.as_nanos() as u64,
             clock: QuantaClock::new(),
@@ -614,8 +650,22 @@ where
 /// How one check ended on the slot it found.
 enum Outcome {
     Done(Result<(), Denied>),
-    /// The slot is frozen by a resize: look the key up again once the new table is out.
+    /// The slot is frozen by a resize. A live word was copied to the table the resize is
+    /// filling before it was frozen: the check goes on there ([`Table::next`]). A dead one
+    /// was not copied: the key is inserted again, after the resize.
     Frozen,
+}
+
+/// Where a check that found `slot` of `table` frozen goes on: the table the resize copies
+/// into, if the word is live (copied there before it was frozen); `None` for a dead word,
+/// which is not copied.
+#[inline]
+fn forward<'g, K>(table: &'g Table<K>, slot: &Slot<K>) -> Option<&'g Table<K>> {
+    // `Acquire` pairs with the freeze's `AcqRel`: the copy and `next` are visible.
+    if tag(slot.state.load(Ordering::Acquire)) == 0 {
+        return None;
+    }
+    table.next()
 }
 
 impl<K, S, C> KeyedTokenBucket<K, S, C>
@@ -679,12 +729,12 @@ where
         self.len() == 0
     }
 
-    /// The key bound (`u64::MAX`: none).
+    /// The key bound ([`DEFAULT_MAX_KEYS`] unless the builder set one; `u64::MAX`: none).
     ///
     /// ```
     /// use turnstile::{keyed_bucket::KeyedTokenBucket, Limit};
     /// let k = KeyedTokenBucket::<u32>::new(Limit::per_second(1.0).unwrap(), 1);
-    /// assert_eq!(k.max_keys(), u64::MAX);
+    /// assert_eq!(k.max_keys(), turnstile::keyed_bucket::DEFAULT_MAX_KEYS);
     /// ```
     pub fn max_keys(&self) -> u64 {
         self.max_keys
@@ -704,8 +754,8 @@ where
     }
 
     /// How many times the table has been replaced: grown by inserts, or rebuilt without its
-    /// evicted keys after a sweep. A metric: each replacement copies the live keys, and
-    /// grants on keys being copied wait for it.
+    /// evicted keys. A metric: each replacement copies the live keys, under the lock that
+    /// inserts of new keys take (checks of held keys go on meanwhile).
     ///
     /// ```
     /// use turnstile::{keyed_bucket::KeyedTokenBucket, Limit};
@@ -779,24 +829,21 @@ where
     {
         self.maybe_sweep(now, false);
         let hash = self.hasher.hash_one(key);
-        let backoff = Backoff::new();
         loop {
-            let frozen = {
+            {
                 let guard = reclaim::pin();
-                match self.table(&guard).find(hash, key) {
-                    Some(slot) => match self.on_slot(slot, now, n) {
+                let mut table = self.table(&guard);
+                while let Some(slot) = table.find(hash, key) {
+                    match self.on_slot(slot, now, n) {
                         Outcome::Done(r) => return r,
-                        Outcome::Frozen => true,
-                    },
-                    None => false,
+                        Outcome::Frozen => match forward(table, slot) {
+                            Some(next) => table = next,
+                            // A dead key in a table being copied, which drops it: inserted
+                            // again below, under `writer`, so after the copy is out.
+                            None => break,
+                        },
+                    }
                 }
-            };
-            if frozen {
-                // A resize is copying this table: wait for its successor (unpinned, so as
-                // not to hold up the collector).
-                backoff.snooze();
-                retry_hint();
-                continue;
             }
             if !self.insert(key, hash, now) {
                 return self.full(now);
@@ -925,7 +972,9 @@ where
     }
 
     /// Replaces `old` (the current table) by a new one holding its live keys, sized for them
-    /// plus `extra` with room to grow. Only under `writer`.
+    /// plus `extra` with room to grow. Only under `writer`. No check waits for it: each live
+    /// word is copied into the new table *before* it is frozen in the old one, so a check
+    /// that finds it frozen goes on in the new table at once (module docs, "Resize").
     fn resize<'g>(
         &self,
         old: &'g Table<K>,
@@ -941,45 +990,74 @@ where
                 keys.push((i, self.hasher.hash_one(&k), k));
             }
         }
-        // Freeze: after this no write lands in `old` (EMPTY slots are only filled under
-        // `writer`, which we hold). The CAS reads the last word of each slot whatever its
-        // ordering; `Acquire` is for a `DEAD` word this resize drops: it synchronizes with
-        // the eviction's `Release`, so the sweep's `judged` is visible to every insert after
-        // us under `writer` (module docs, step 2). Nothing is published by the freeze itself:
-        // a check that sees it waits for the table swap, which publishes the new table.
-        let mut live_words = Vec::with_capacity(keys.len());
-        for (i, hash, k) in keys {
+        // Dead words first: frozen, they cannot be revived any more, so what is left to copy
+        // is known before the new table is sized. `Acquire` synchronizes with the eviction's
+        // `Release`, so the sweep's `judged` is visible to every insert after us under
+        // `writer` (module docs, step 2). A check that finds a dead word frozen inserts the
+        // key again, under `writer`, after this resize.
+        keys.retain(|&(i, _, _)| {
             let state = &old.slots[i].state;
             let mut s = state.load(Ordering::Relaxed);
-            loop {
+            while tag(s) == 0 {
                 match state.compare_exchange_weak(
                     s,
                     s | FROZEN,
                     Ordering::Acquire,
                     Ordering::Relaxed,
                 ) {
-                    Ok(_) => break,
+                    Ok(_) => return false,
                     Err(actual) => s = actual,
                 }
             }
-            if tag(s) != 0 {
-                live_words.push((hash, k, s));
+            true
+        });
+        // Room to grow (twice the keys), but never past the key bound's table: at the bound
+        // a resize purges the dead slots and keeps the size, so memory stays the bound's.
+        let need = slots_for(keys.len() + extra);
+        let bound = slots_for(usize::try_from(self.max_keys).unwrap_or(usize::MAX));
+        let grown = ((keys.len() + extra).max(1) * 2).next_power_of_two();
+        let new = Box::into_raw(Box::new(Table::new(
+            grown.min(bound).max(need).max(self.min_slots),
+        )));
+        // SAFETY: just allocated; published below, freed only by a later resize (after
+        // `guard` unpins) or with the map.
+        let new_ref: &'g Table<K> = unsafe { &*new };
+        // Before any live word is frozen: a check that sees the freeze (`Acquire`, from the
+        // freeze's `AcqRel`) sees this too.
+        old.next.store(new, Ordering::Release);
+        // Live words: copy, then freeze the word copied; if the word changed in between (a
+        // grant, a refund, an eviction), copy the newer one and try again. The new slot is
+        // read by no check until the freeze succeeds (only a frozen old slot leads there,
+        // and the new table is not published yet), so the copy is the word's continuation.
+        for (i, hash, k) in keys {
+            let state = &old.slots[i].state;
+            let mut s = state.load(Ordering::Acquire);
+            let copy = new_ref.claim(hash, k, s);
+            loop {
+                match state.compare_exchange_weak(
+                    s,
+                    s | FROZEN,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                ) {
+                    Ok(_) => break,
+                    Err(actual) => {
+                        s = actual;
+                        copy.state.store(s, Ordering::Release);
+                    }
+                }
             }
         }
-        let want = (live_words.len() + extra).max(1) * 2;
-        let new = Table::new(want.next_power_of_two().max(self.min_slots));
-        for (hash, k, s) in live_words {
-            new.claim(hash, k, s);
-        }
-        let new = Box::into_raw(Box::new(new));
+        #[cfg(test)]
+        tests::resize_hook();
         let old_ptr = self.table.swap(new, Ordering::AcqRel);
         self.resizes.fetch_add(1, Ordering::Relaxed);
         debug_assert!(std::ptr::eq(old_ptr, old));
         // SAFETY: `old_ptr` came from `Box::into_raw` and is unreachable from the map now;
-        // threads pinned before the swap may still read it, which the epoch waits for.
+        // threads pinned before the swap may still read it (and follow its `next`, the new
+        // table, which outlives them), which the epoch waits for.
         unsafe { reclaim::retire(guard, old_ptr) };
-        // SAFETY: just published; freed only by a later resize, after `guard` unpins.
-        unsafe { &*new }
+        new_ref
     }
 
     /// The current table, valid while `guard` is pinned.
@@ -1146,22 +1224,23 @@ where
             return true;
         }
         let hash = self.hasher.hash_one(key);
-        let backoff = Backoff::new();
+        let guard = reclaim::pin();
+        let mut table = self.table(&guard);
         loop {
-            {
-                let guard = reclaim::pin();
-                match self.table(&guard).find(hash, key) {
-                    None => return true,
-                    Some(slot) => {
-                        if self.refund_on_slot(slot, now, n) {
-                            return true;
-                        }
+            match table.find(hash, key) {
+                None => return true,
+                Some(slot) => {
+                    if self.refund_on_slot(slot, now, n) {
+                        return true;
+                    }
+                    // Frozen, so live (a dead word returns above): its continuation is in the
+                    // table being filled.
+                    match forward(table, slot) {
+                        Some(next) => table = next,
+                        None => return true,
                     }
                 }
             }
-            // Frozen: a resize is copying this table; wait for its successor (unpinned).
-            backoff.snooze();
-            retry_hint();
         }
     }
 
@@ -1238,8 +1317,11 @@ where
     }
 
     /// Moves sweeping off the request path, as [`Keyed::spawn_sweeper`](crate::Keyed::spawn_sweeper):
-    /// a thread sweeps every half `sweep_every` and ends within that of the last `Arc` being
-    /// dropped (at once with a `sweep_every` of `Duration::MAX`).
+    /// a thread sweeps every half `sweep_every`, and early when a new key finds the map full
+    /// (a check wakes it rather than sweeping); no check sweeps any more. The thread holds
+    /// only a weak reference and ends when the map is dropped. With a `sweep_every` of
+    /// `Duration::MAX` it ends at once and nothing changes. The tower `per_key` policy
+    /// starts one for its map.
     ///
     /// ```
     /// use std::sync::Arc;
@@ -1263,21 +1345,16 @@ where
         S: Send + Sync + 'static,
         C: 'static,
     {
-        let weak = std::sync::Arc::downgrade(self);
-        let every = self.sweep_every;
-        std::thread::spawn(move || {
-            if every == u64::MAX {
-                return;
-            }
-            let nap = Duration::from_nanos((every / 2).max(1));
-            loop {
-                std::thread::sleep(nap);
-                let Some(k) = weak.upgrade() else { return };
+        Sweeper::spawn(
+            self,
+            self.sweep_every,
+            |k| &k.sweeper,
+            |k| {
                 let now = k.clock.now();
                 k.last_sweep.store(now.as_u64(), Ordering::Relaxed);
                 k.evict_idle_at(now);
-            }
-        })
+            },
+        )
     }
 
     /// Evicts every key idle (full) at the map's clock reading; returns how many went.
@@ -1399,7 +1476,7 @@ where
         let gap = if early {
             self.early_sweep_gap()
         } else {
-            self.sweep_every
+            self.sweeper.inline_every()
         };
         let due = last.saturating_add(gap);
         if hint.as_u64() < due {
@@ -1418,6 +1495,7 @@ where
             .last_sweep
             .compare_exchange(last, now.as_u64(), Ordering::Relaxed, Ordering::Relaxed)
             .is_ok()
+            && !self.sweeper.wake()
         {
             self.evict_idle_at(now);
         }
@@ -1523,10 +1601,11 @@ where
     }
 
     /// Sizes the table for `keys` keys from the start, and never shrinks it below that: up
-    /// to `keys` keys, no insert grows the table, so no grant ever waits for a resize
-    /// (module docs, "Waiting on a resize"), at the price of holding the memory
-    /// (`~16 * 8/7 * keys` bytes for `u64` keys, rounded up to a power of two) while empty.
-    /// Default 0: the table starts at 16 slots and follows the keys.
+    /// to `keys` keys, no insert grows the table, so new keys never pay for copying it
+    /// (checks of held keys never wait for a resize either way: module docs, "Resize"), at
+    /// the price of holding the memory (`~16 * 8/7 * keys` bytes for `u64` keys, rounded up
+    /// to a power of two) while empty. Default 0: the table starts at 16 slots and follows
+    /// the keys, up to what `max_keys` needs.
     ///
     /// ```
     /// use turnstile::{keyed_bucket::KeyedTokenBucket, Limit};
@@ -1544,7 +1623,9 @@ where
         self
     }
 
-    /// Holds at most `max_keys` keys (0 is [`ConfigError::ZeroMaxKeys`]).
+    /// Holds at most `max_keys` keys (default [`DEFAULT_MAX_KEYS`]; `u64::MAX`: no bound;
+    /// 0 is [`ConfigError::ZeroMaxKeys`]). The table never grows past what `max_keys` keys
+    /// need (module docs, "Memory and the key bound").
     ///
     /// ```
     /// use turnstile::{keyed_bucket::KeyedTokenBucket, Limit};
@@ -1694,6 +1775,7 @@ where
             max_keys: self.max_keys,
             when_full: self.when_full,
             sweep_every: self.sweep_every,
+            sweeper: Sweeper::new(self.sweep_every),
             last_sweep: AtomicU64::new(now),
             judged: AtomicU64::new(0),
             resizes: AtomicU64::new(0),
@@ -1721,6 +1803,74 @@ impl<K, S, C: Clock> fmt::Debug for KeyedTokenBucketBuilder<K, S, C> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::cell::RefCell;
+    use std::sync::{mpsc, Arc};
+
+    use crate::ManualClock;
+
+    thread_local! {
+        /// Run by a resize on this thread after it has frozen every word of the old table
+        /// and before it publishes the new one.
+        static RESIZE_HOOK: RefCell<Option<Box<dyn Fn()>>> = const { RefCell::new(None) };
+    }
+
+    pub(super) fn resize_hook() {
+        RESIZE_HOOK.with(|h| {
+            if let Some(hook) = h.borrow().as_ref() {
+                hook();
+            }
+        });
+    }
+
+    /// A resize parked with every word of the old table frozen: a grant on a key it holds
+    /// completes meanwhile, and lands in the new table.
+    #[test]
+    fn a_grant_does_not_wait_for_a_resize_in_progress() {
+        let k = Arc::new(
+            KeyedTokenBucket::<u64, _, _>::builder(Limit::per_second(1.0).unwrap(), 2)
+                .clock(ManualClock::default())
+                .build()
+                .unwrap(),
+        );
+        // 16 slots, at most 14 used: the 15th key resizes.
+        for key in 0..14u64 {
+            k.check_n_at(&key, Nanos::ZERO, 1).unwrap();
+        }
+        assert_eq!(k.resizes(), 0);
+        let (parked_tx, parked) = mpsc::channel();
+        let (go, go_rx) = mpsc::channel::<()>();
+        let resizer = {
+            let k = k.clone();
+            std::thread::spawn(move || {
+                RESIZE_HOOK.with(|h| {
+                    *h.borrow_mut() = Some(Box::new(move || {
+                        parked_tx.send(()).unwrap();
+                        let _ = go_rx.recv();
+                    }))
+                });
+                k.check_n_at(&100, Nanos::ZERO, 1)
+            })
+        };
+        parked
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the resize reached its hook");
+        let (done_tx, done) = mpsc::channel();
+        let checker = {
+            let k = k.clone();
+            std::thread::spawn(move || done_tx.send(k.check_n_at(&0, Nanos::ZERO, 1)).unwrap())
+        };
+        let granted = done.recv_timeout(Duration::from_secs(10));
+        go.send(()).unwrap();
+        assert!(resizer.join().unwrap().is_ok());
+        checker.join().unwrap();
+        assert!(granted
+            .expect("a check of a held key waited for the resize")
+            .is_ok());
+        assert_eq!(k.resizes(), 1);
+        // The grant made during the resize is the new table's: key 0's burst of 2 is spent.
+        assert!(k.check_n_at(&0, Nanos::ZERO, 1).is_err());
+        assert_eq!(k.len(), 15);
+    }
 
     #[test]
     fn word_layout_round_trips() {

@@ -75,6 +75,8 @@ mod scale;
 pub mod sliding_window;
 pub mod smooth;
 pub mod sometimes;
+#[cfg(feature = "keyed")]
+mod sweeper;
 mod sync;
 pub mod token_bucket;
 #[cfg(feature = "tower")]

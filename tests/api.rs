@@ -521,7 +521,7 @@ fn keyed_debug() {
     assert!(k.check(&1).is_ok());
     assert_eq!(
         format!("{k:?}"),
-        "Keyed { len: 1, max_keys: None, when_full: Deny, sweep_every: 10s }"
+        "Keyed { len: 1, max_keys: Some(1048576), when_full: Deny, sweep_every: 10s }"
     );
     let k = Keyed::builder(|_: &u8| FixedWindow::new(1, Duration::from_secs(1)).unwrap())
         .max_keys(100)
@@ -535,7 +535,7 @@ fn keyed_debug() {
         .unwrap();
     assert_eq!(
         format!("{k:?}"),
-        "KeyedTokenBucket { len: 0, quotas: [(10/s, 5)], max_keys: None, when_full: Deny, \
-         sweep_every: 10s }"
+        "KeyedTokenBucket { len: 0, quotas: [(10/s, 5)], max_keys: Some(1048576), \
+         when_full: Deny, sweep_every: 10s }"
     );
 }

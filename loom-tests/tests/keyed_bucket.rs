@@ -1,6 +1,8 @@
 //! loom models of `KeyedTokenBucket`'s table protocol (`src/keyed_bucket.rs`): a grant is
 //! one CAS on the key's word, an eviction a CAS of the same word to `DEAD`, a revival a CAS
-//! from `DEAD`, a resize freezes every word before it copies it; keys are written once under
+//! from `DEAD`, a resize freezes the dead words, then copies each live word into the new
+//! table before it freezes it (again if the word changed), so a check that finds its word
+//! frozen goes on in the new table without waiting; keys are written once under
 //! the writer lock and published by the word's `Release` store. Each model races two or three
 //! of those and checks that no grant is lost or counted twice, that a stale reading never
 //! finds a revived or re-inserted key more generous than the evicted one, and (through loom's
@@ -28,8 +30,13 @@ type K = KeyedTokenBucket<u8, Fixed, ManualClock>;
 /// One token per 10 ns, burst 1, swept only by hand; leaked because loom threads must be
 /// 'static.
 fn map() -> &'static K {
+    map_with_burst(1)
+}
+
+/// As [`map`], with bursts of `burst`.
+fn map_with_burst(burst: u32) -> &'static K {
     Box::leak(Box::new(
-        KeyedTokenBucket::builder(Limit::per_second(1e8).unwrap(), 1)
+        KeyedTokenBucket::builder(Limit::per_second(1e8).unwrap(), burst)
             .hasher(Fixed::default())
             .sweep_every(Duration::MAX)
             .clock(ManualClock::default())
@@ -159,5 +166,42 @@ fn check_vs_purge_keeps_the_grant() {
         assert!(k.check_n_at(&1, T, 1).is_err(), "the grant was lost");
         assert!(k.contains(&1));
         assert_eq!(k.len(), 1);
+    });
+}
+
+/// check, check ‖ growth: key 1 (burst 2) takes both its tokens while a fourth key grows
+/// the table. A grant between the copy and the freeze makes the freeze fail and the copy
+/// retried; a grant after the freeze lands in the new table (the check follows the old
+/// table's `next`). Both count once, and a third check is refused.
+#[test]
+fn two_grants_vs_growth_count_once_each() {
+    bounded(2, || {
+        let k = map_with_burst(2);
+        for key in 1..=3 {
+            insert(k, key);
+        }
+        let a =
+            thread::spawn(move || k.check_n_at(&1, T, 1).is_ok() && k.check_n_at(&1, T, 1).is_ok());
+        assert!(k.check_n_at(&4, T, 1).is_ok());
+        assert!(a.join().unwrap());
+        assert_eq!(k.resizes(), 1);
+        assert!(k.check_n_at(&1, T, 1).is_err(), "a grant was lost");
+    });
+}
+
+/// refund ‖ growth: key 1's token was taken; its refund races the table's growth and lands
+/// in the old table before the freeze (and is copied) or in the new one after it.
+#[test]
+fn refund_vs_growth_keeps_the_refund() {
+    bounded(2, || {
+        let k = map();
+        for key in 1..=3 {
+            insert(k, key);
+        }
+        assert!(k.check_n_at(&1, T, 1).is_ok());
+        let a = thread::spawn(move || k.refund_n_at(&1, T, 1));
+        assert!(k.check_n_at(&4, T, 1).is_ok());
+        assert!(a.join().unwrap());
+        assert!(k.check_n_at(&1, T, 1).is_ok(), "the refund was lost");
     });
 }

@@ -209,6 +209,16 @@ pub trait PerKeyMap<K>: Send + Sync + 'static {
     /// Gives back one permit `take` granted `key` at `at` (a later policy refused the
     /// request). Exact where the key's limiter refunds exactly; a no-op where it cannot.
     fn refund(&self, key: &K, at: Nanos);
+
+    /// Moves the map's sweeps off the request path: [`per_key`] calls it once, on the map it
+    /// now owns. The crate's maps start their sweeper thread ([`Keyed::spawn_sweeper`],
+    /// [`KeyedTokenBucket::spawn_sweeper`]), which ends when the policy (and so the map) is
+    /// dropped. The default does nothing: the map sweeps as it likes.
+    fn spawn_sweeper(self: &Arc<Self>)
+    where
+        Self: Sized,
+    {
+    }
 }
 
 impl<K, L, C> PerKeyMap<K> for Keyed<K, L, C>
@@ -257,6 +267,11 @@ where
     fn refund(&self, key: &K, at: Nanos) {
         let _ = self.refund_n_at(key, at, 1);
     }
+
+    fn spawn_sweeper(self: &Arc<Self>) {
+        // Detached: it ends by itself when the map drops.
+        drop(Keyed::spawn_sweeper(self));
+    }
 }
 
 /// The inline map: one lookup and one CAS per allowed request, the cheapest per-key check
@@ -303,13 +318,19 @@ where
     fn refund(&self, key: &K, at: Nanos) {
         let _ = self.refund_n_at(key, at, 1);
     }
+
+    fn spawn_sweeper(self: &Arc<Self>) {
+        // Detached: it ends by itself when the map drops.
+        drop(KeyedTokenBucket::spawn_sweeper(self));
+    }
 }
 
 /// A limiter per key, picked by a [`KeyExtractor`]: [`per_key`].
 pub struct PerKey<K, X, M> {
     name: Arc<str>,
     extractor: X,
-    map: M,
+    /// Shared with the map's sweeper thread, which holds a `Weak` and ends when this drops.
+    map: Arc<M>,
     missing: MissingKey<K>,
 }
 
@@ -320,6 +341,18 @@ pub struct PerKey<K, X, M> {
 /// [`KeyedTokenBucket`] (a token bucket per key, its state one word in the map: the cheaper
 /// check, without delay mode). Requests with no key are allowed through; see
 /// [`PerKey::on_missing_key`].
+///
+/// **Memory and sweeps.** Keys come from clients, so the map's bound is what a flood of
+/// distinct keys can cost: both maps hold at most their `max_keys` keys,
+/// [`DEFAULT_MAX_KEYS`](crate::keyed::DEFAULT_MAX_KEYS) (2^20) unless built with another,
+/// and refuse new keys beyond it ([`WhenFull::Deny`](crate::keyed::WhenFull)) until a sweep
+/// evicts idle ones; held keys are never evicted to make room, so the flood resets nobody's
+/// limit. For a [`KeyedTokenBucket`] of `IpAddr` that is a 64 MiB table at the default
+/// bound (32 bytes a slot; its module docs, "Memory and the key bound"); for a [`Keyed`],
+/// the entry and limiter per key. `per_key` takes the map over and starts its sweeper thread
+/// ([`PerKeyMap::spawn_sweeper`]), which ends when the policy is dropped: sweeps, periodic
+/// or asked for by a full map, never run on a request's worker. A held key's check waits
+/// for no other key's insert, for no resize of the table, and for no sweep.
 ///
 /// ```
 /// use turnstile::tower::{key, per_key, Policy};
@@ -365,6 +398,8 @@ where
     X: KeyType<Key = K> + Send + Sync + 'static,
     M: PerKeyMap<K>,
 {
+    let map = Arc::new(map);
+    map.spawn_sweeper();
     PerKey {
         name: name.into(),
         extractor,

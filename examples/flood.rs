@@ -1,0 +1,239 @@
+//! A key flood through `per_key`: N distinct IPv6 clients, one check each, at a given rate or
+//! as fast as one thread can send them, while one legitimate client checks on another thread
+//! at a steady pace and times every check. What the tower layer does per request, without the
+//! HTTP: `Policy::decide` on the policy, with the key the extractor would have read.
+//!
+//! ```text
+//! cargo run --release --example flood --all-features -- [--keys N] [--rate KEYS_PER_S]
+//!     [--map inline|keyed] [--max-keys N] [--capacity N] [--interval-us US] [--limit PER_S]
+//!     [--burst B]
+//! ```
+//!
+//! The map is built with its defaults (the key bound, `sweep_every`) unless `--max-keys` says
+//! otherwise, and `per_key` runs its sweeps, as a server would get them. Every client has the
+//! same quota (`--limit`/`--burst`); the legitimate client checks well within it, so any
+//! refusal it gets is the map's doing. The flood keys are idle (and so evictable) once their
+//! token is back, `1/limit` after their check.
+//!
+//! Prints, once a second and at the end: the keys sent, the map's size, the process's RSS and
+//! peak RSS (`VmRSS`, `VmHWM` from `/proc/self/status`), and the legitimate client's checks:
+//! p50, p99, p99.9 and max latency, and how many it was refused.
+
+use std::net::{IpAddr, Ipv6Addr};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use turnstile::tower::{key, per_key, Ask, PerKey, PerKeyMap, Policy};
+use turnstile::{Keyed, KeyedTokenBucket, Limit, TokenBucket};
+
+struct Args {
+    keys: u64,
+    /// New keys per second; 0: as fast as possible.
+    rate: u64,
+    map: String,
+    max_keys: Option<u64>,
+    /// The inline map's table sized up front for this many keys (its builder's `capacity`).
+    capacity: usize,
+    interval: Duration,
+    limit: f64,
+    burst: u32,
+}
+
+fn usage() -> ! {
+    eprintln!(
+        "usage: flood [--keys N (10000000)] [--rate KEYS_PER_S (1000000; 0 = max)] \
+         [--map inline|keyed (inline)] [--max-keys N (the map's default)] \
+         [--capacity N (0; inline only)] \
+         [--interval-us US (1000)] [--limit PER_S (1000)] [--burst B (1000)]"
+    );
+    std::process::exit(2)
+}
+
+fn parse() -> Args {
+    let mut a = Args {
+        keys: 10_000_000,
+        rate: 1_000_000,
+        map: "inline".into(),
+        max_keys: None,
+        capacity: 0,
+        interval: Duration::from_millis(1),
+        limit: 1000.0,
+        burst: 1000,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let mut value = || it.next().unwrap_or_else(|| usage());
+        match flag.as_str() {
+            "--keys" => a.keys = value().parse().unwrap_or_else(|_| usage()),
+            "--rate" => a.rate = value().parse().unwrap_or_else(|_| usage()),
+            "--map" => a.map = value(),
+            "--max-keys" => a.max_keys = Some(value().parse().unwrap_or_else(|_| usage())),
+            "--capacity" => a.capacity = value().parse().unwrap_or_else(|_| usage()),
+            "--interval-us" => {
+                a.interval = Duration::from_micros(value().parse().unwrap_or_else(|_| usage()))
+            }
+            "--limit" => a.limit = value().parse().unwrap_or_else(|_| usage()),
+            "--burst" => a.burst = value().parse().unwrap_or_else(|_| usage()),
+            _ => usage(),
+        }
+    }
+    if a.map != "inline" && a.map != "keyed" {
+        usage();
+    }
+    a
+}
+
+/// `VmRSS` and `VmHWM` in MiB.
+fn rss() -> (f64, f64) {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|kb| kb.parse::<f64>().ok())
+            .map_or(f64::NAN, |kb| kb / 1024.0)
+    };
+    (field("VmRSS:"), field("VmHWM:"))
+}
+
+/// The `p`-th percentile of sorted samples (ns).
+fn pct(sorted: &[u64], p: f64) -> u64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let i = ((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1;
+    sorted[i]
+}
+
+fn us(ns: u64) -> String {
+    format!("{:.1} µs", ns as f64 / 1e3)
+}
+
+fn decide<M: PerKeyMap<IpAddr>>(p: &Arc<PerKey<IpAddr, key::PeerIp, M>>, ip: IpAddr) -> bool {
+    Policy::<()>::decide(p, Some(ip), Ask::default())
+        .into_inner()
+        .result
+        .is_ok()
+}
+
+fn run<M: PerKeyMap<IpAddr>>(a: &Args, map: M, len: fn(&M) -> usize) {
+    let policy = Arc::new(per_key("flood", key::PeerIp, map));
+    let stop = Arc::new(AtomicBool::new(false));
+    let sent = Arc::new(AtomicU64::new(0));
+    let legit_ip = IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 0xffff, 0, 0, 0, 0, 1));
+
+    let legit = {
+        let (policy, stop, interval) = (policy.clone(), stop.clone(), a.interval);
+        std::thread::spawn(move || {
+            let mut samples = Vec::with_capacity(1 << 16);
+            let mut refused = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let t = Instant::now();
+                let ok = decide(&policy, legit_ip);
+                samples.push(t.elapsed().as_nanos() as u64);
+                refused += u64::from(!ok);
+                std::thread::sleep(interval);
+            }
+            (samples, refused)
+        })
+    };
+
+    let flood = {
+        let (policy, sent, keys, rate) = (policy.clone(), sent.clone(), a.keys, a.rate);
+        std::thread::spawn(move || {
+            let start = Instant::now();
+            for i in 0..keys {
+                // 2001:db8::/32, one /128 per client.
+                let ip = IpAddr::V6(Ipv6Addr::from((0x2001_0db8u128 << 96) | u128::from(i)));
+                decide(&policy, ip);
+                if i % 1024 == 1023 {
+                    sent.store(i + 1, Ordering::Relaxed);
+                    if rate > 0 {
+                        let due = Duration::from_secs_f64((i + 1) as f64 / rate as f64);
+                        if let Some(ahead) = due.checked_sub(start.elapsed()) {
+                            std::thread::sleep(ahead);
+                        }
+                    }
+                }
+            }
+            sent.store(keys, Ordering::Relaxed);
+        })
+    };
+
+    let start = Instant::now();
+    while !flood.is_finished() {
+        std::thread::sleep(Duration::from_millis(100));
+        let t = start.elapsed();
+        if t.as_millis() % 1000 < 100 {
+            let (rss, hwm) = rss();
+            println!(
+                "{:>5.1} s  sent {:>10}  map {:>9}  RSS {rss:>7.1} MiB  peak {hwm:>7.1} MiB",
+                t.as_secs_f64(),
+                sent.load(Ordering::Relaxed),
+                len(policy.map()),
+            );
+        }
+    }
+    flood.join().unwrap();
+    let elapsed = start.elapsed();
+    stop.store(true, Ordering::Relaxed);
+    let (mut samples, refused) = legit.join().unwrap();
+    samples.sort_unstable();
+    let (rss, hwm) = rss();
+    println!(
+        "done: {} keys in {:.2} s ({:.0} keys/s); map {}; RSS {rss:.1} MiB, peak {hwm:.1} MiB",
+        a.keys,
+        elapsed.as_secs_f64(),
+        a.keys as f64 / elapsed.as_secs_f64(),
+        len(policy.map()),
+    );
+    println!(
+        "legitimate client: {} checks, {} refused; latency p50 {}, p99 {}, p99.9 {}, max {}",
+        samples.len(),
+        refused,
+        us(pct(&samples, 0.50)),
+        us(pct(&samples, 0.99)),
+        us(pct(&samples, 0.999)),
+        us(samples.last().copied().unwrap_or(0)),
+    );
+}
+
+fn main() {
+    let a = parse();
+    let limit = Limit::per_second(a.limit).unwrap_or_else(|_| usage());
+    println!(
+        "flood: {} keys at {}, map {}, max_keys {}, limit {}/s burst {}, legitimate check every {:?}",
+        a.keys,
+        if a.rate == 0 {
+            "full speed".to_string()
+        } else {
+            format!("{} keys/s", a.rate)
+        },
+        a.map,
+        a.max_keys
+            .map_or("(default)".to_string(), |m| m.to_string()),
+        a.limit,
+        a.burst,
+        a.interval,
+    );
+    if a.map == "inline" {
+        let mut b = KeyedTokenBucket::builder(limit, a.burst).capacity(a.capacity);
+        if let Some(m) = a.max_keys {
+            b = b.max_keys(m);
+        }
+        run(
+            &a,
+            b.build().unwrap_or_else(|_| usage()),
+            KeyedTokenBucket::len,
+        );
+    } else {
+        let burst = a.burst;
+        let mut b = Keyed::builder(move |_: &IpAddr| TokenBucket::compact(limit, burst));
+        if let Some(m) = a.max_keys {
+            b = b.max_keys(m);
+        }
+        run(&a, b.build().unwrap_or_else(|_| usage()), Keyed::len);
+    }
+}
