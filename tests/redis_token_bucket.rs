@@ -481,7 +481,9 @@ async fn checks_at(
 /// it lost, then 100 a second, the limit, on all three scripts' paths alike.
 #[tokio::test]
 async fn a_clock_an_hour_ahead_once_neither_freezes_the_key_nor_mints() {
-    let Some(s) = RedisServer::start("a_clock_an_hour_ahead_once_neither_freezes_the_key") else {
+    let Some(s) =
+        RedisServer::start("a_clock_an_hour_ahead_once_neither_freezes_the_key_nor_mints")
+    else {
         return;
     };
     let mut con = manager(&s).await;
@@ -619,7 +621,8 @@ impl Fleet<'_> {
 /// second one and grants nothing for the skew beyond what go-zero's own call refilled.
 #[tokio::test]
 async fn a_go_service_an_hour_off_beside_rust_services_on_one_key() {
-    let Some(s) = RedisServer::start("a_go_service_an_hour_off_beside_rust_services") else {
+    let Some(s) = RedisServer::start("a_go_service_an_hour_off_beside_rust_services_on_one_key")
+    else {
         return;
     };
     let mut con = manager(&s).await;
