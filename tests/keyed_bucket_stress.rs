@@ -76,8 +76,9 @@ fn stale_readings_racing_a_tight_sweeper() {
     );
 }
 
-const PHASES: usize = 40;
-const PHASE_CHECKS: u64 = 600;
+// Fewer under Miri, an interpreter: each phase still purges the table and grows it again.
+const PHASES: usize = if cfg!(miri) { 3 } else { 40 };
+const PHASE_CHECKS: u64 = if cfg!(miri) { 120 } else { 600 };
 
 #[test]
 fn purges_then_stale_readings_and_growth_in_lockstep() {

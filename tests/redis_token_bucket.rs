@@ -116,14 +116,23 @@ impl Model {
     fn step(&mut self, rate: u32, burst: u32, now: u64, n: u32, fixed: bool) -> Result<bool, ()> {
         let (rate_i, cap, now, n) = (i64::from(rate), i64::from(burst), now as i64, i64::from(n));
         let (last_tokens, last_ts) = self.state.unwrap_or((cap, 0));
-        let delta = (now - last_ts).max(0);
+        let mut delta = (now - last_ts).max(0);
+        let mut ts = now;
+        if fixed && self.state.is_some() {
+            // D13: kept within ttl + 1 s behind; beyond ttl + 1 s either way, no refill.
+            let window = Model::ttl(rate, burst, true) + 1;
+            if (now - last_ts).abs() > window {
+                delta = 0;
+            } else if now < last_ts {
+                ts = last_ts;
+            }
+        }
         let filled = cap.min(last_tokens + delta * rate_i);
         let allowed = filled >= n;
         let new_tokens = if allowed { filled - n } else { filled };
         if Model::ttl(rate, burst, fixed) <= 0 {
             return Err(());
         }
-        let ts = if fixed { now.max(last_ts) } else { now };
         self.state = Some((new_tokens, ts));
         Ok(allowed)
     }
@@ -297,7 +306,8 @@ async fn go_zero_further_vectors() {
 /// configurations and (now, n) sequences, each checked against the Rust model of the script
 /// (fixed for turnstile, upstream for go-zero). The two agree on verdicts and on stored
 /// tokens, timestamp and TTLs until D12 (2·burst < rate: go-zero's SETEX fails) or D13 (a
-/// caller behind the stored timestamp: go-zero rewinds it) applies, and only then differ.
+/// caller behind the stored timestamp, which go-zero rewinds, or more than ttl + 1 s ahead
+/// of it, which go-zero refills) applies, and only then differ.
 #[tokio::test]
 async fn same_verdicts_and_state_as_go_zeros_script() {
     let Some(s) = RedisServer::start("same_verdicts_and_state_as_go_zeros_script") else {
@@ -321,7 +331,10 @@ async fn same_verdicts_and_state_as_go_zeros_script() {
             now = match rng.range(0, 9) {
                 0..=4 => now,
                 5..=7 => now + 1,
-                8 => now + rng.range(2, 5),
+                // Idle for up to 5 s; beyond ttl + 1 s only in the D13 sequences (keys that
+                // old have expired on a real clock; their stored timestamp is a wrong one).
+                8 if backwards => now + rng.range(2, 5),
+                8 => now + rng.range(2, 5).min(ttl(rate, burst) + 1),
                 _ if backwards => now.saturating_sub(rng.range(1, 3)),
                 _ => now + 1,
             };
@@ -331,7 +344,10 @@ async fn same_verdicts_and_state_as_go_zeros_script() {
 
             if Model::ttl(rate, burst, false) == 0 {
                 diverged.get_or_insert("D12");
-            } else if ours.state.is_some_and(|(_, ts)| (now as i64) < ts) {
+            } else if ours.state.is_some_and(|(_, ts)| {
+                let window = Model::ttl(rate, burst, true) + 1;
+                (now as i64) < ts || (now as i64) > ts + window
+            }) {
                 diverged.get_or_insert("D13");
             }
             let want = ours.step(rate, burst, now, n, true).unwrap();
@@ -404,6 +420,260 @@ async fn a_clock_behind_mints_nothing() {
     }
     assert_eq!(granted, 0, "no time passed: nothing to grant");
     assert_eq!(granted_gz, 25, "go-zero refills 5 at each 999 -> 1000 step");
+}
+
+/// How a check reaches Redis: [`SCRIPT`] by `try_check_n_at` or by `try_check_n_status_at`,
+/// or the batch script (`try_check_batch_at`, 100 checks a round trip).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Path {
+    Single,
+    Status,
+    Batch,
+}
+
+/// `checks` one-permit checks of `key` at second `now` through `path`: how many passed, and
+/// the retry-after of the last denial.
+async fn checks_at(
+    tb: &TokenBucket,
+    key: &str,
+    now: u64,
+    checks: u32,
+    path: Path,
+) -> (u32, Option<u64>) {
+    let mut verdicts = Vec::new();
+    match path {
+        Path::Single => {
+            for _ in 0..checks {
+                verdicts.push(verdict(tb.try_check_n_at(key, now, 1).await));
+            }
+        }
+        Path::Status => {
+            for _ in 0..checks {
+                let (v, status) = tb.try_check_n_status_at(key, now, 1).await.unwrap();
+                assert!(status.is_some());
+                verdicts.push(v);
+            }
+        }
+        Path::Batch => {
+            let mut left = checks;
+            while left > 0 {
+                let len = left.min(100);
+                let ns = vec![1; len as usize];
+                verdicts.extend(tb.try_check_batch_at(key, now, &ns).await.unwrap());
+                left -= len;
+            }
+        }
+    }
+    let passed = verdicts.iter().filter(|v| v.is_ok()).count() as u32;
+    let retry = verdicts
+        .iter()
+        .rev()
+        .find_map(|v| v.as_ref().err())
+        .map(|d| d.retry_after_secs().expect("n <= burst"));
+    (passed, retry)
+}
+
+/// The row: 100/s with bursts of 200; one caller whose clock is an hour ahead checks
+/// once, then callers with the right clock check 1000 times a second. Storing the larger
+/// timestamp froze the key for the hour (0 of 1000 a second, retry-after 3590 s); now the
+/// hour earns nothing (the ahead call itself is denied on the drained bucket) and the next
+/// right-clock call puts the bucket back in the present: it refills nothing for the second
+/// it lost, then 100 a second, the limit, on all three scripts' paths alike.
+#[tokio::test]
+async fn a_clock_an_hour_ahead_once_neither_freezes_the_key_nor_mints() {
+    let Some(s) =
+        RedisServer::start("a_clock_an_hour_ahead_once_neither_freezes_the_key_nor_mints")
+    else {
+        return;
+    };
+    let mut con = manager(&s).await;
+    let (rate, burst) = (100u32, 200u32);
+    let tb = TokenBucket::new(con.clone(), rate, burst).unwrap();
+    const T0: u64 = 1_700_000_000;
+    const SECONDS: u64 = 10;
+    let mut per_path = Vec::new();
+    for path in [Path::Single, Path::Status, Path::Batch] {
+        let key = format!("ahead-{path:?}");
+        let mut model = Model::default();
+        let (drained, _) = checks_at(&tb, &key, T0, 1000, path).await;
+        assert_eq!(drained, burst, "{path:?}: a fresh key is a full bucket");
+        for _ in 0..1000 {
+            model.step(rate, burst, T0, 1, true).unwrap();
+        }
+        let (ahead, _) = checks_at(&tb, &key, T0 + 3600, 1, path).await;
+        model.step(rate, burst, T0 + 3600, 1, true).unwrap();
+        let (mut passed, mut modelled, mut retries) = (Vec::new(), Vec::new(), Vec::new());
+        for second in 1..=SECONDS {
+            let now = T0 + second;
+            let (p, retry) = checks_at(&tb, &key, now, 1000, path).await;
+            let want = (0..1000)
+                .filter(|_| model.step(rate, burst, now, 1, true).unwrap())
+                .count() as u32;
+            passed.push(p);
+            modelled.push(want);
+            retries.push(retry);
+        }
+        assert_eq!(
+            passed[1..],
+            [rate; SECONDS as usize - 1],
+            "{path:?}: the limit in every second after the first"
+        );
+        let granted = drained + ahead + passed.iter().sum::<u32>();
+        assert!(
+            granted <= burst + rate * SECONDS as u32,
+            "{path:?}: {granted} granted, more than the burst and the rate over {SECONDS} s"
+        );
+        assert_eq!(ahead, 0, "{path:?}: an hour of skew refills nothing");
+        assert_eq!(passed, modelled, "{path:?}: as the model");
+        // Each second's last denial: the next second.
+        assert_eq!(retries, [Some(1); SECONDS as usize], "{path:?}");
+        assert_eq!(
+            stored(&mut con, &tb.keys(&key)).await,
+            model.stored(rate, burst, true),
+            "{path:?}"
+        );
+        per_path.push(passed);
+    }
+    assert!(per_path.windows(2).all(|w| w[0] == w[1]), "{per_path:?}");
+    eprintln!(
+        "an hour ahead once, then 1000 checks a second: {:?}",
+        per_path[0]
+    );
+}
+
+/// A caller an hour behind, once, on a drained bucket: it moves the stored timestamp an hour
+/// back (so that it is not frozen itself) but refills nothing, and the right-clock callers
+/// after it are not credited the hour either (go-zero's rewind, which mints a bucket).
+#[tokio::test]
+async fn a_clock_an_hour_behind_once_mints_nothing() {
+    let Some(s) = RedisServer::start("a_clock_an_hour_behind_once_mints_nothing") else {
+        return;
+    };
+    let mut con = manager(&s).await;
+    let (rate, burst) = (100u32, 200u32);
+    let tb = TokenBucket::new(con.clone(), rate, burst).unwrap();
+    const T0: u64 = 1_700_000_000;
+    for path in [Path::Single, Path::Status, Path::Batch] {
+        let key = format!("behind-{path:?}");
+        let k = tb.keys(&key);
+        assert_eq!(checks_at(&tb, &key, T0, 1000, path).await.0, burst);
+        assert_eq!(checks_at(&tb, &key, T0 - 3600, 1, path).await.0, 0);
+        assert_eq!(stored(&mut con, &k).await, full(0, (T0 - 3600) as i64, 4));
+        // The same second on the right clock: no time has passed, nothing to grant.
+        let (p, retry) = checks_at(&tb, &key, T0, 1000, path).await;
+        assert_eq!(
+            (p, retry),
+            (0, Some(1)),
+            "{path:?}: the rewound hour is no refill"
+        );
+        assert_eq!(stored(&mut con, &k).await, full(0, T0 as i64, 4));
+        // From then on, the limit.
+        for second in 1..=5 {
+            let (p, _) = checks_at(&tb, &key, T0 + second, 1000, path).await;
+            assert_eq!(p, rate, "{path:?} second {second}");
+        }
+    }
+}
+
+/// Right-clock callers on one key: this limiter alone, or this limiter and go-zero's script
+/// taking turns.
+struct Fleet<'a> {
+    con: ConnectionManager,
+    tb: &'a TokenBucket,
+    key: &'a str,
+    go_in_fleet: bool,
+}
+
+impl Fleet<'_> {
+    /// 1000 checks at `now`, each compared with the model's verdict: call `i` is this
+    /// limiter's, or go-zero's on odd `i` in a mixed fleet (so this limiter's comes first
+    /// after a skewed call: go-zero's script, first after a rewind an hour back, would refill
+    /// the hour, as it always does). How many passed, and how many differed from the model.
+    async fn second(&mut self, model: &mut Model, now: u64) -> (u32, u32) {
+        let (rate, burst) = (self.tb.rate(), self.tb.burst());
+        let k = self.tb.keys(self.key);
+        let (mut passed, mut differed) = (0, 0);
+        for i in 0..1000 {
+            let go = self.go_in_fleet && i % 2 == 1;
+            let got = if go {
+                go_zero(&mut self.con, &k, rate, burst, now, 1)
+                    .await
+                    .unwrap()
+            } else {
+                verdict(self.tb.try_check_n_at(self.key, now, 1).await).is_ok()
+            };
+            let want = model.step(rate, burst, now, 1, !go).unwrap();
+            differed += u32::from(got != want);
+            passed += u32::from(got);
+        }
+        (passed, differed)
+    }
+}
+
+/// go-zero's own script (a Go service whose clock is an hour off, once) beside this limiter
+/// on the same keys, then a fleet of right clocks at 1000 checks a second: this limiter alone,
+/// or this limiter and go-zero's script taking turns. Every call, of either script, is the
+/// model's (go-zero's steps upstream's, this limiter's with D13). An hour ahead, go-zero's
+/// call is credited the hour (go-zero's own D13: it refills the drained bucket) and stores it;
+/// storing the larger timestamp then froze every later call of this limiter for the hour.
+/// An hour behind, go-zero's call rewinds the stored timestamp; a refill from it credited the
+/// hour to this limiter's next call. Now either way the fleet is back at the limit from the
+/// second one and grants nothing for the skew beyond what go-zero's own call refilled.
+#[tokio::test]
+async fn a_go_service_an_hour_off_beside_rust_services_on_one_key() {
+    let Some(s) = RedisServer::start("a_go_service_an_hour_off_beside_rust_services_on_one_key")
+    else {
+        return;
+    };
+    let mut con = manager(&s).await;
+    let (rate, burst) = (100u32, 200u32);
+    let tb = TokenBucket::new(con.clone(), rate, burst).unwrap();
+    const T0: u64 = 1_700_000_000;
+    const SECONDS: u64 = 6;
+    for (skew, off_granted, first_second) in [(3600i64, true, 199), (-3600, false, 0)] {
+        for go_in_fleet in [false, true] {
+            let at = format!("go-zero {skew:+} s, go-zero in the right fleet: {go_in_fleet}");
+            let key = format!("fleet{skew}{go_in_fleet}");
+            let k = tb.keys(&key);
+            let mut model = Model::default();
+            let mut fleet = Fleet {
+                con: con.clone(),
+                tb: &tb,
+                key: &key,
+                go_in_fleet,
+            };
+            assert_eq!(fleet.second(&mut model, T0).await, (burst, 0), "{at}");
+            let off = T0.checked_add_signed(skew).unwrap();
+            assert_eq!(
+                go_zero(&mut con, &k, rate, burst, off, 1).await.unwrap(),
+                off_granted
+            );
+            model.step(rate, burst, off, 1, false).unwrap();
+            let (mut passed, mut differed) = (Vec::new(), 0);
+            for s in 1..=SECONDS {
+                let (p, d) = fleet.second(&mut model, T0 + s).await;
+                passed.push(p);
+                differed += d;
+            }
+            let mut want = vec![rate; SECONDS as usize];
+            want[0] = first_second;
+            assert_eq!(passed, want, "{at}: passed in each second");
+            assert_eq!(differed, 0, "{at}: calls that differ from the model");
+            assert_eq!(
+                stored(&mut con, &k).await,
+                model.stored(rate, burst, true),
+                "{at}"
+            );
+            // Beyond go-zero's own refill (199 tokens left by its call an hour ahead), the
+            // skew granted nothing: the rate over the seconds since.
+            let after_off: u32 = passed.iter().sum();
+            let left = if off_granted { burst - 1 } else { 0 };
+            assert!(
+                after_off <= left + rate * SECONDS as u32,
+                "{at}: {passed:?}"
+            );
+        }
+    }
 }
 
 /// go-zero's script (a Go service) and the Rust limiter take turns on one key: each sees the

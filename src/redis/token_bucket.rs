@@ -24,10 +24,32 @@
 //!   `floor(2·burst/rate)` is 0 whenever `2·burst < rate` (e.g. rate 10, burst 4); `SETEX` then
 //!   fails with "invalid expire time" and go-zero silently lives in its in-process rescue
 //!   limiter forever. Here such limits work on Redis.
-//! - **D13**: the stored timestamp is never rewound. In go-zero a caller whose clock is behind
-//!   the stored timestamp gets no refill (as here) but writes its smaller time back, so the next
-//!   caller with the right time refills again: clocks that disagree mint tokens. Here the stored
-//!   timestamp stays the larger one.
+//! - **D13**: a clock that disagrees with the stored timestamp neither mints tokens nor
+//!   freezes the key. go-zero stores every caller's time, so a caller whose clock is behind
+//!   rewinds the stored timestamp and the next caller with the right time refills the gap
+//!   again, and a caller an hour ahead is credited the hour. The keys expire `ttl` seconds
+//!   after the last call, so while they exist no right clock is more than `W = ttl + 1`
+//!   seconds (one more for whole-second rounding) from the stored timestamp `ts`. A call at
+//!   `now`:
+//!   - `ts ≤ now ≤ ts + W`: go-zero's refill, `(now − ts) × rate`, and `now` is stored;
+//!   - `ts − W ≤ now < ts`: no refill, and `ts` is kept (never rewound by a clock a little
+//!     behind);
+//!   - `|now − ts| > W`: no refill, and `now` is stored: the gap is a wrong clock, not time,
+//!     so the bucket goes on from the caller's present with no credit for the skipped span.
+//!
+//!   The invariant: tokens are only ever refilled for the stored timestamp moving forward to
+//!   a caller's own clock, by at most `W`; it never moves back within `W`, and moves by more
+//!   than `W`, either way, only with no refill. So a fleet whose clocks agree to within a
+//!   second is never granted more than `burst + rate × (elapsed on its fastest clock)`, and a
+//!   clock off by more than `W`, ahead or behind, earns nothing from its skew: its call
+//!   refills nothing, nor does the next right-clock call, which puts the stored timestamp
+//!   back in the present. A key is frozen for no longer than that one call, where storing the
+//!   larger timestamp froze it for as long as the skew (an hour ahead: an hour of denials). A
+//!   clock behind within `W` waits, at most `W` seconds, for its clock to pass the stored
+//!   timestamp. What two keys and the callers' clocks cannot give: two groups of clocks more
+//!   than `W` apart calling one key in turn reset each other, each reset refilling nothing,
+//!   so they get less than the limit until the clocks are fixed. go-zero's own script in the
+//!   same fleet still rewinds, and refills from a rewound time; calls of this one do neither.
 //! - More than `burst` permits (`n > burst`) can never be granted: go-zero runs the script and
 //!   denies (rewriting the keys); here it is [`RedisLimitError::ExceedsBurst`] before any round
 //!   trip, as is an empty key ([`RedisLimitError::EmptyKey`]). A zero rate (go-zero divides by
@@ -89,7 +111,8 @@ use super::{Connection, RedisBatch, RedisLimitError, RedisLimiter};
 use crate::{Compact, ConfigError, Denied, Limit, QuantaClock, QuotaStatus};
 
 /// The limiter's Lua script: go-zero's `tokenscript.lua` (MIT, Copyright (c) 2022 zeromicro)
-/// with D12 (`ttl` at least 1) and D13 (the stored timestamp never rewound), answering
+/// with D12 (`ttl` at least 1) and D13 (a clock behind never rewinds the stored timestamp
+/// within `ttl + 1` s; a gap wider than that, either way, refills nothing), answering
 /// `{allowed (1 or 0), tokens after the call, stored timestamp}` instead of go-zero's boolean.
 ///
 /// `KEYS = [tokens key, timestamp key]` ([`keys`]), `ARGV = [rate, burst, now (whole Unix
@@ -101,7 +124,7 @@ use crate::{Compact, ConfigError, Denied, Limit, QuantaClock, QuotaStatus};
 /// ```
 pub const SCRIPT: &str = r#"-- turnstile::redis::TokenBucket: go-zero's core/limit/tokenscript.lua
 -- (MIT, Copyright (c) 2022 zeromicro), the same state in the same keys, with
--- D12 (ttl >= 1) and D13 (the timestamp is never rewound) fixed, answering
+-- D12 (ttl >= 1) and D13 (no clock skew mints or freezes) fixed, answering
 -- {allowed, tokens after, stored timestamp} for the caller's retry-after.
 -- KEYS[1] as tokens_key
 -- KEYS[2] as timestamp_key
@@ -118,19 +141,31 @@ if last_tokens == nil then
 end
 
 local last_refreshed = tonumber(redis.call("get", KEYS[2]))
+local known = last_refreshed ~= nil
 if last_refreshed == nil then
     last_refreshed = 0
 end
 
 local delta = math.max(0, now-last_refreshed)
+local ts = now
+-- D13: the keys expire ttl s after the last call, so no right clock is more than
+-- ttl+1 s from a stored timestamp. Within that window a clock behind it keeps it
+-- (never rewound: clocks that disagree mint nothing); beyond it the gap is a
+-- wrong clock, not time: nothing is refilled and ts restarts at the caller's now.
+if known then
+    local window = ttl + 1
+    if now > last_refreshed + window or now < last_refreshed - window then
+        delta = 0
+    elseif now < last_refreshed then
+        ts = last_refreshed
+    end
+end
 local filled_tokens = math.min(capacity, last_tokens+(delta*rate))
 local allowed = filled_tokens >= requested
 local new_tokens = filled_tokens
 if allowed then
     new_tokens = filled_tokens - requested
 end
--- D13: a caller whose clock is behind does not rewind the stored timestamp
-local ts = math.max(now, last_refreshed)
 
 redis.call("setex", KEYS[1], ttl, new_tokens)
 redis.call("setex", KEYS[2], ttl, ts)
@@ -178,6 +213,7 @@ if last_tokens == nil then
 end
 
 local last_refreshed = tonumber(redis.call("get", KEYS[2]))
+local known = last_refreshed ~= nil
 if last_refreshed == nil then
     last_refreshed = 0
 end
@@ -186,17 +222,27 @@ local out = {}
 for i = 4, #ARGV do
     local requested = tonumber(ARGV[i])
     local delta = math.max(0, now-last_refreshed)
+    local ts = now
+    -- D13, as in SCRIPT: within ttl+1 s behind, ts is kept; beyond ttl+1 s either
+    -- way, nothing is refilled and ts restarts at now
+    if known then
+        local window = ttl + 1
+        if now > last_refreshed + window or now < last_refreshed - window then
+            delta = 0
+        elseif now < last_refreshed then
+            ts = last_refreshed
+        end
+    end
     local filled_tokens = math.min(capacity, last_tokens+(delta*rate))
     local allowed = filled_tokens >= requested
     local new_tokens = filled_tokens
     if allowed then
         new_tokens = filled_tokens - requested
     end
-    -- D13: a caller whose clock is behind does not rewind the stored timestamp
-    local ts = math.max(now, last_refreshed)
     -- what SCRIPT's SETEX would leave for the next request
     last_tokens = new_tokens
     last_refreshed = ts
+    known = true
     out[#out + 1] = allowed and 1 or 0
     out[#out + 1] = new_tokens
     out[#out + 1] = ts
@@ -560,8 +606,8 @@ where
     /// When `n` tokens will exist after a denial that left `tokens` with the timestamp `ts`:
     /// `rate` arrive at each whole second after `ts`, so at second `ts + ceil((n - tokens) /
     /// rate)` of the caller's clock. Counted from `now` (which `ts` is never behind, unless
-    /// the stored timestamp is ahead of the caller's clock, in which case the wait includes
-    /// the difference).
+    /// the stored timestamp is ahead of the caller's clock, by at most `ttl + 1` s (D13), in
+    /// which case the wait includes the difference).
     fn retry_after(&self, now: Duration, n: u32, tokens: i64, ts: i64) -> Duration {
         let missing = i64::from(n).saturating_sub(tokens).max(1) as u64;
         let seconds = missing.div_ceil(u64::from(self.rate));

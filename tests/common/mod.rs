@@ -17,7 +17,7 @@ use proptest::strategy::Strategy;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use turnstile::Nanos;
 
-/// Runs `case` on `TURNSTILE_DIFF_CASES` (default 3000) values of `strategy`, failing on the
+/// Runs `case` on `TURNSTILE_DIFF_CASES` (default 3000, 4 under Miri) values of `strategy`, failing on the
 /// first case that fails (shrunk, as proptest does), and returns how many cases ended each
 /// way. `label` names the run in the printed tally.
 #[allow(dead_code)] // not every test binary uses every helper
@@ -33,7 +33,7 @@ where
     let cases = std::env::var("TURNSTILE_DIFF_CASES")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(3000);
+        .unwrap_or(if cfg!(miri) { 4 } else { 3000 });
     let mut runner = TestRunner::new(Config {
         cases,
         failure_persistence: None,

@@ -2,8 +2,10 @@
 //! with no persistence, and the handle stops it when dropped. Never port 6379, never a server
 //! the test did not start.
 //!
-//! Without `redis-server` on the `PATH` a test is skipped *loudly* (a line on stderr); with
-//! `TURNSTILE_REQUIRE_REDIS=1` (set by `.ci/run`) it fails instead.
+//! Without `redis-server` and `redis-cli` on the `PATH` a test is skipped: a line on stderr
+//! (which libtest shows only for failing tests) and, when `TURNSTILE_REDIS_SKIPS` names a
+//! file, a line appended to it, which `scripts/test` counts across every test binary for its
+//! summary. With `TURNSTILE_REQUIRE_REDIS=1` (set by `.ci/run`) the test fails instead.
 #![allow(dead_code)] // not every test binary uses every helper
 
 use std::io::{Read, Write};
@@ -17,24 +19,55 @@ pub fn required() -> bool {
     std::env::var("TURNSTILE_REQUIRE_REDIS").is_ok_and(|v| v == "1")
 }
 
-/// Whether `redis-server` can be run here; if not, panics when Redis is required and
-/// otherwise says on stderr that `test` is skipped.
+/// Whether `redis-server` and `redis-cli` can be run here; if not, panics when Redis is
+/// required and otherwise records that `test` is skipped ([`record_skip`]).
 pub fn available(test: &str) -> bool {
-    let found = Command::new("redis-server")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !found {
-        assert!(
-            !required(),
-            "{test}: redis-server is not installed and TURNSTILE_REQUIRE_REDIS=1 \
-             (apt-get install -y redis-server)"
-        );
-        eprintln!("SKIPPED {test}: redis-server is not installed (TURNSTILE_REQUIRE_REDIS=1 makes this a failure)");
+    let runs = |program: &str| {
+        Command::new(program)
+            .arg("--version")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    let missing: Vec<&str> = ["redis-server", "redis-cli"]
+        .into_iter()
+        .filter(|p| !runs(p))
+        .collect();
+    if missing.is_empty() {
+        return true;
     }
-    found
+    let missing = missing.join(" and ");
+    assert!(
+        !required(),
+        "{test}: {missing} not installed and TURNSTILE_REQUIRE_REDIS=1 \
+         (apt-get install -y redis-server)"
+    );
+    record_skip(test, &missing);
+    false
+}
+
+/// Says on stderr that `test` is skipped, and appends its name to the file that
+/// `TURNSTILE_REDIS_SKIPS` names, if set: libtest hides a passing test's stderr, so the file
+/// is how `scripts/test` counts the skips of every test binary. One `write` per line on a file
+/// opened for appending, so lines from concurrent tests and binaries never interleave.
+pub fn record_skip(test: &str, missing: &str) {
+    eprintln!(
+        "SKIPPED {test}: {missing} not installed (TURNSTILE_REQUIRE_REDIS=1 makes this a failure)"
+    );
+    let Some(path) = std::env::var_os("TURNSTILE_REDIS_SKIPS") else {
+        return;
+    };
+    let line = format!("{test}\n");
+    let written = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .and_then(|mut f| f.write_all(line.as_bytes()));
+    // A skip that cannot be counted must not pass unseen either.
+    if let Err(e) = written {
+        panic!("{test}: skipped, and TURNSTILE_REDIS_SKIPS={path:?} cannot record it: {e}");
+    }
 }
 
 /// A free loopback port (not 6379): bind port 0, read the port, release it.
