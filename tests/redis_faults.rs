@@ -311,7 +311,7 @@ fn run_fault(
     }
     let limit = KEYS as u64 * u64::from(BURST) * lives;
     let beyond = all.granted.saturating_sub(limit);
-    eprintln!(
+    common::summary::line(&format!(
         "FAULT {label} {fault:?}: sent {}, granted {}, refused {}, errors {}, slowest {} ms \
          (during the fault {} ms), beyond the fleet's limit {beyond} (the local share allows {}), \
          back on Redis in {} ms, switches to fallback {} during the fault ({} in all)",
@@ -325,7 +325,7 @@ fn run_fault(
         back.as_millis(),
         fault_switches,
         p.switches() - switches_before,
-    );
+    ));
     assert_eq!(
         all.errors, 0,
         "an error reached the caller: {:?}",
@@ -496,7 +496,7 @@ fn readonly_after_a_failover_reconnects_to_the_new_primary() {
     let after = back_on_redis(&p, &mut all);
     let key = p.fb().limiter().redis_key("k0");
     let written = new.cli(&["exists", &key]);
-    eprintln!(
+    common::summary::line(&format!(
         "FAULT fallback(gcra) failover behind a proxy: sent {}, granted {}, refused {}, errors {}, \
          slowest {} ms, back on the new primary in {} ms",
         during.sent + all.sent,
@@ -505,7 +505,7 @@ fn readonly_after_a_failover_reconnects_to_the_new_primary() {
         during.errors + all.errors,
         during.slowest.max(all.slowest).as_millis(),
         (back + after).as_millis(),
-    );
+    ));
     assert_eq!(during.errors + all.errors, 0, "{:?}", during.first_error);
     assert!(
         during.slowest <= DEFAULT_TIMEOUT + LOADED,
@@ -554,11 +554,11 @@ async fn a_bare_limiter_answers_a_stalled_server_within_the_response_timeout() {
         }
     }
     server.resume();
-    eprintln!(
+    common::summary::line(&format!(
         "FAULT bare limiters SIGSTOP: 9 checks, 9 outage errors, slowest {} ms (response timeout {} ms)",
         slowest.as_millis(),
         DEFAULT_DEADLINE.as_millis()
-    );
+    ));
     assert!(slowest <= DEFAULT_DEADLINE + LOADED, "{slowest:?}");
 }
 
@@ -622,13 +622,13 @@ async fn coalesce_answers_within_its_deadline_and_bounds_its_queue() {
     server.resume();
     // The key is free again: the next check is its own call and answered by Redis.
     assert!(c.try_check_n("k", 1).await.unwrap().is_ok());
-    eprintln!(
+    common::summary::line(&format!(
         "FAULT coalesce(gcra) SIGSTOP: 8 checks, 1 timeout + 4 queued failed with it + 3 QueueFull \
          (in {} ms), slowest {} ms (deadline {} ms)",
         over.as_millis(),
         slowest.as_millis(),
         DEADLINE.as_millis()
-    );
+    ));
     assert!(over < LOADED, "QueueFull took {over:?}");
     assert!(slowest <= DEADLINE + LOADED, "{slowest:?}");
 }
@@ -708,11 +708,11 @@ fn blocking_answers_within_its_deadline() {
         slowest = slowest.max(took);
     }
     server.resume();
-    eprintln!(
+    common::summary::line(&format!(
         "FAULT blocking(gcra) SIGSTOP: 12 calls, 12 timeouts, slowest {} ms (deadline {} ms)",
         slowest.as_millis(),
         DEADLINE.as_millis()
-    );
+    ));
     assert!(slowest <= DEADLINE + LOADED, "{slowest:?}");
     assert!(b.try_check("k").unwrap().is_ok());
 }
@@ -832,7 +832,7 @@ async fn misconfigurations_are_answered_in_process_and_recover_at_once() {
             before,
             "{fault}: answered by Redis at once"
         );
-        eprintln!("FAULT fallback(gcra) {fault}: 7 checks, 6 answered in process, 0 errors, back on Redis at the next check");
+        common::summary::line(&format!("FAULT fallback(gcra) {fault}: 7 checks, 6 answered in process, 0 errors, back on Redis at the next check"));
     }
     // Redis's 5, plus the key's local share of 3.
     assert!(granted <= BURST + LOCAL_BURST as u32, "{granted}");

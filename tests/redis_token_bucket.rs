@@ -434,7 +434,7 @@ enum Path {
 /// `checks` one-permit checks of `key` at second `now` through `path`: how many passed, and
 /// the retry-after of the last denial.
 async fn checks_at(
-    tb: &TokenBucket,
+    tb: &TokenBucket<ConnectionManager>,
     key: &str,
     now: u64,
     checks: u32,
@@ -579,7 +579,7 @@ async fn a_clock_an_hour_behind_once_mints_nothing() {
 /// taking turns.
 struct Fleet<'a> {
     con: ConnectionManager,
-    tb: &'a TokenBucket,
+    tb: &'a TokenBucket<ConnectionManager>,
     key: &'a str,
     go_in_fleet: bool,
 }

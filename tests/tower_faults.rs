@@ -325,15 +325,15 @@ async fn run(name: &str, mut rig: Rig, fault: Fault) {
         _ => 0,
     };
     let policy = format!("{:?}", rig.failure);
-    eprintln!(
-        "fault {name} under {policy}: {} requests: {ok} 200, {refused} 429 with Retry-After, \
+    common::summary::line(&format!(
+        "FAULT fleet layer {name} under {policy}: {} requests: {ok} 200, {refused} 429 with Retry-After, \
          {other} other; slowest {slowest:?} ({phase}; target {:?}, asserted {:?}); grants from Redis {redis} (bound \
          {redis_bound}), local {local} (bound {local_bound}), by the policy {open}; \
          {failed} failures answered by the policy; back on Redis {back:?} after the fault",
         all.len(),
         DEADLINE + MARGIN,
         DEADLINE + LOADED,
-    );
+    ));
     if lasting == Lasting::Yes {
         assert!(
             during.iter().all(|a| a.source != Source::Redis),

@@ -12,6 +12,9 @@
 //! printed (`--nocapture`).
 #![cfg(all(feature = "tower", feature = "axum"))]
 
+#[path = "common/summary.rs"]
+mod summary;
+
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::collections::hash_map::RandomState;
@@ -165,7 +168,9 @@ where
     }
     serving.abort();
     let keys = layer.policy().map().len();
-    eprintln!("{label}: {sent} sent, {allowed} allowed, {keys} key(s)");
+    summary::line(&format!(
+        "HOSTILE {label}: {sent} sent, {allowed} allowed, {keys} key(s)"
+    ));
     Outcome {
         sent,
         allowed,
@@ -786,9 +791,9 @@ async fn header_keys_over_the_cap_or_not_text_are_no_key() {
         }
         serving.abort();
         let keys = layer.policy().map().len();
-        eprintln!(
-            "x-api-key of 256 B, 257 B, obs-text, empty under {missing:?}: {got:?}, {keys} key(s)"
-        );
+        summary::line(&format!(
+            "HOSTILE x-api-key of 256 B, 257 B, obs-text, empty under {missing:?}: {got:?}, {keys} key(s)"
+        ));
         // Only the 256-byte value is a key.
         assert_eq!((got, keys), (want, 1), "{missing:?}");
         assert!(layer.policy().map().contains(&long));

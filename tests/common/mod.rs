@@ -9,6 +9,7 @@ pub mod redis_server;
 #[cfg(feature = "redis")]
 pub mod redis_shared;
 pub mod stale_race;
+pub mod summary;
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;
