@@ -15,35 +15,26 @@ use common::redis_counter::*;
 use common::redis_server::RedisServer;
 use turnstile::redis::{Fallback, Mode};
 
-/// Records every event of turnstile's with its level and fields, as `LEVEL field=value ...` lines.
+/// Every event of turnstile's with its level and fields, as `LEVEL field=value ...` lines.
 #[derive(Clone, Default)]
 struct Events(Arc<std::sync::Mutex<Vec<String>>>);
 
-impl tracing::Subscriber for Events {
-    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
-        true
-    }
-    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
-        tracing::span::Id::from_u64(1)
-    }
-    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
-    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
-    fn event(&self, event: &tracing::Event<'_>) {
-        struct Line(String);
-        impl tracing::field::Visit for Line {
-            fn record_debug(&mut self, f: &tracing::field::Field, v: &dyn std::fmt::Debug) {
-                self.0.push_str(&format!(" {}={:?}", f.name(), v));
+impl Events {
+    /// The subscriber that records into this.
+    fn subscriber(&self) -> common::events::Events<impl Fn(&tracing::Event<'_>) + Send + Sync> {
+        let lines = self.0.clone();
+        common::events::Events(move |event: &tracing::Event<'_>| {
+            struct Line(String);
+            impl tracing::field::Visit for Line {
+                fn record_debug(&mut self, f: &tracing::field::Field, v: &dyn std::fmt::Debug) {
+                    self.0.push_str(&format!(" {}={:?}", f.name(), v));
+                }
             }
-        }
-        if !event.metadata().target().starts_with("turnstile") {
-            return;
-        }
-        let mut line = Line(event.metadata().level().to_string());
-        event.record(&mut line);
-        self.0.lock().unwrap().push(line.0);
+            let mut line = Line(event.metadata().level().to_string());
+            event.record(&mut line);
+            lines.lock().unwrap().push(line.0);
+        })
     }
-    fn enter(&self, _: &tracing::span::Id) {}
-    fn exit(&self, _: &tracing::span::Id) {}
 }
 
 #[tokio::test]
@@ -53,7 +44,7 @@ async fn each_switch_is_a_tracing_event() {
     };
     // A current-thread runtime: the health check runs on this thread, under this default.
     let events = Events::default();
-    let _guard = tracing::subscriber::set_default(events.clone());
+    let _guard = tracing::subscriber::set_default(events.subscriber());
     guarded(async {
         let c = Counter::new(&server, 5, Duration::from_secs(60), Kind::Count).await;
         let fb = Fallback::builder(c).timeout(TIMEOUT).build().unwrap();

@@ -634,50 +634,36 @@ mod log {
     /// `(policy, suppressed)` of every warning of turnstile's.
     static EVENTS: Mutex<Vec<(String, u64)>> = Mutex::new(Vec::new()); // a test's log only
 
-    struct Events;
-
-    impl tracing::Subscriber for Events {
-        fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
-            true
-        }
-        fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
-            tracing::span::Id::from_u64(1)
-        }
-        fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
-        fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
-        fn event(&self, event: &tracing::Event<'_>) {
-            #[derive(Default)]
-            struct Fields(Option<String>, Option<u64>);
-            impl tracing::field::Visit for Fields {
-                fn record_str(&mut self, f: &tracing::field::Field, v: &str) {
-                    if f.name() == "policy" {
-                        self.0 = Some(v.to_owned());
-                    }
+    /// Records `(policy, suppressed)` of an event that has both.
+    fn record(event: &tracing::Event<'_>) {
+        #[derive(Default)]
+        struct Fields(Option<String>, Option<u64>);
+        impl tracing::field::Visit for Fields {
+            fn record_str(&mut self, f: &tracing::field::Field, v: &str) {
+                if f.name() == "policy" {
+                    self.0 = Some(v.to_owned());
                 }
-                fn record_u64(&mut self, f: &tracing::field::Field, v: u64) {
-                    if f.name() == "suppressed" {
-                        self.1 = Some(v);
-                    }
+            }
+            fn record_u64(&mut self, f: &tracing::field::Field, v: u64) {
+                if f.name() == "suppressed" {
+                    self.1 = Some(v);
                 }
-                fn record_debug(&mut self, _: &tracing::field::Field, _: &dyn std::fmt::Debug) {}
             }
-            if !event.metadata().target().starts_with("turnstile") {
-                return;
-            }
-            let mut fields = Fields::default();
-            event.record(&mut fields);
-            if let Fields(Some(policy), Some(suppressed)) = fields {
-                EVENTS.lock().unwrap().push((policy, suppressed));
-            }
+            fn record_debug(&mut self, _: &tracing::field::Field, _: &dyn std::fmt::Debug) {}
         }
-        fn enter(&self, _: &tracing::span::Id) {}
-        fn exit(&self, _: &tracing::span::Id) {}
+        let mut fields = Fields::default();
+        event.record(&mut fields);
+        if let Fields(Some(policy), Some(suppressed)) = fields {
+            EVENTS.lock().unwrap().push((policy, suppressed));
+        }
     }
 
     /// Installs the subscriber, once, before any policy logs.
     pub fn install() {
         static ONCE: Once = Once::new();
-        ONCE.call_once(|| tracing::subscriber::set_global_default(Events).unwrap());
+        ONCE.call_once(|| {
+            tracing::subscriber::set_global_default(super::common::events::Events(record)).unwrap()
+        });
     }
 
     /// The `suppressed` counts of `policy`'s events.

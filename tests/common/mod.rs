@@ -4,6 +4,8 @@
 //! back.
 
 #[cfg(feature = "redis")]
+pub mod events;
+#[cfg(feature = "redis")]
 pub mod redis_counter;
 pub mod redis_server;
 #[cfg(feature = "redis")]
