@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::redis_server::RedisServer;
-use common::redis_shared;
+use common::redis_shared::{self, patient, patient_connection};
 use turnstile::redis::{Coalesce, Fallback, Gcra, RedisLimitError, RedisLimiter, Throttle};
 use turnstile::Limit;
 
@@ -236,18 +236,4 @@ fn the_shared_limit_holds_under_coalesced_load() {
         patient(Gcra::new(con, Limit::per_second(RATE).unwrap(), BURST).unwrap())
     });
     redis_shared::assert_within_the_limit(&run, RATE, BURST);
-}
-
-/// A connection that waits as long as a test stops the server to force a batch (the default
-/// response timeout would end the call in flight first).
-fn patient_connection() -> turnstile::redis::ConnectOptions {
-    turnstile::redis::ConnectOptions::new().response_timeout(Duration::from_secs(60))
-}
-
-/// A `Coalesce` whose calls wait as long as the connection does.
-fn patient<L: turnstile::redis::RedisBatch + 'static>(limiter: L) -> Coalesce<L> {
-    Coalesce::builder(limiter)
-        .deadline(Duration::from_secs(60))
-        .build()
-        .unwrap()
 }

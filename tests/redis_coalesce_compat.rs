@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::redis_server::RedisServer;
+use common::redis_shared::{patient, patient_connection};
 use redis::aio::ConnectionLike;
 use turnstile::redis::token_bucket::{keys, ttl, BATCH_SCRIPT, SCRIPT};
 use turnstile::redis::{
@@ -685,18 +686,4 @@ async fn fixed_window_bad_input_refuses_the_whole_batch() {
         Err(RedisLimitError::EmptyKey)
     ));
     assert!(RedisBatch::validate(&w, "k", 3).is_ok());
-}
-
-/// A connection that waits as long as a test stops the server to force a batch (the default
-/// response timeout would end the call in flight first).
-fn patient_connection() -> turnstile::redis::ConnectOptions {
-    turnstile::redis::ConnectOptions::new().response_timeout(Duration::from_secs(60))
-}
-
-/// A `Coalesce` whose calls wait as long as the connection does.
-fn patient<L: turnstile::redis::RedisBatch + 'static>(limiter: L) -> Coalesce<L> {
-    Coalesce::builder(limiter)
-        .deadline(Duration::from_secs(60))
-        .build()
-        .unwrap()
 }

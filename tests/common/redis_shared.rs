@@ -111,3 +111,19 @@ pub fn assert_within_the_limit(r: &SharedRun, rate: f64, burst: u32) {
     assert!(granted <= bound + 2.0, "{granted} > {bound} + n");
     assert!(granted >= 0.98 * bound, "{granted} < 98 % of {bound}");
 }
+
+/// A connection that waits as long as a test stops the server to force a batch (the default
+/// response timeout would end the call in flight first).
+pub fn patient_connection() -> turnstile::redis::ConnectOptions {
+    turnstile::redis::ConnectOptions::new().response_timeout(Duration::from_secs(60))
+}
+
+/// A `Coalesce` whose calls wait as long as the connection does.
+pub fn patient<L: turnstile::redis::RedisBatch + 'static>(
+    limiter: L,
+) -> turnstile::redis::Coalesce<L> {
+    turnstile::redis::Coalesce::builder(limiter)
+        .deadline(Duration::from_secs(60))
+        .build()
+        .unwrap()
+}
