@@ -876,8 +876,8 @@ where
 
     /// Moves sweeping off the request path: a thread sweeps every half `sweep_every`, and
     /// early when a new key finds the map full (the check wakes it rather than sweeping), so
-    /// no check ever runs a sweep inline (a sweep visits every key: ~35–130 ms for a million
-    /// keys here, which one unlucky request would otherwise wait for). The thread holds only
+    /// no check ever runs a sweep inline (a sweep visits every key: tens of milliseconds for a
+    /// million keys, which one unlucky request would otherwise wait for). The thread holds only
     /// a weak reference and ends when the map is dropped. With `sweep_every` of
     /// `Duration::MAX` it ends at once and nothing changes. The tower `per_key` policy starts
     /// one for its map.
