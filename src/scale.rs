@@ -157,10 +157,16 @@ impl Scale {
     /// Nanoseconds in `u` units, rounded up: the first whole nanosecond by which `u` units have
     /// passed.
     pub(crate) fn nanos_ceil(&self, u: u64) -> u128 {
-        let p = u as u128 * self.per as u128;
-        let one = 1u128 << self.per_shift;
-        (p >> self.per_shift) + u128::from(p & (one - 1) != 0)
+        nanos_ceil(u, self.per, self.per_shift)
     }
+}
+
+/// [`Scale::nanos_ceil`] from the two words it needs, for hot paths that read them alone.
+#[inline(always)]
+pub(crate) fn nanos_ceil(u: u64, per: u64, per_shift: u32) -> u128 {
+    let p = u as u128 * per as u128;
+    let one = 1u128 << per_shift;
+    (p >> per_shift) + u128::from(p & (one - 1) != 0)
 }
 
 /// Units in `d <= D_MAX` nanoseconds at multiplier `mul`, rounded down: the high half of

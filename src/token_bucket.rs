@@ -811,7 +811,8 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
     }
 
     /// The take behind allow, check, reserve and wait: one attempt inline, for the common
-    /// case (in range, granted at once, CAS uncontended; or, for `allow`, denied), and
+    /// cases (in range, granted at once, CAS uncontended; or denied, for `allow`, and for
+    /// `check` with its retry time when one exists), and
     /// everything else in [`TokenBucket::take_slow`]. `MODE` says what the caller needs
     /// beyond the verdict: `ALLOW` nothing, `CHECK` a denial's retry time, `RESERVE` the
     /// whole configuration (read before the CAS, so the CAS validates it).
@@ -859,6 +860,22 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
                     retry_at: None,
                     limit: 0.0,
                 };
+            } else if MODE == CHECK && new > due_w {
+                // A refusal that can be retried: `x2` within the word's range, at most the
+                // burst (so the limit is finite: under a zero limit `x2 > due` needs more
+                // than the stored tokens, which the slow path answers as never). Its retry
+                // time is when `u` reaches `x2`, `Hot::time_of`; `None` there (past the end
+                // of time) and every other refusal go the slow way, which says "never".
+                if x2 <= X_MAX && u64::from(n) * hot.one <= hot.tau && hot.mul != 0 {
+                    if let Some(retry_at) = slot.time_of(&hot, x2) {
+                        if self.unchanged(word) {
+                            return Decision::Denied {
+                                retry_at: Some(retry_at),
+                                limit: 0.0,
+                            };
+                        }
+                    }
+                }
             }
         }
         self.take_slow::<MODE>(now, n, max_wait)
@@ -2107,6 +2124,18 @@ impl SlotRef<'_> {
             // i128::MIN stands for "overflowed": no coordinate reaches it (see `coord`).
             origin: (origin != i128::MIN).then_some(origin),
         }
+    }
+
+    /// [`Config::time_of`] from the hot words and the two cold ones it needs (`per` and
+    /// `per_shift`), for the inline refusal of a check: the same arithmetic, so the two
+    /// paths give the same instant. `None` past the end of time.
+    #[inline(always)]
+    fn time_of(&self, hot: &Hot, x: u64) -> Option<Nanos> {
+        let (s, i) = (self.slots, self.i);
+        let per = s.per[i].load(Ordering::Relaxed);
+        let per_shift = ((s.shape[i].load(Ordering::Relaxed) >> 48) & 0xff) as u32;
+        let ns = u64::try_from(crate::scale::nanos_ceil(x - hot.tau, per, per_shift)).ok()?;
+        ns.checked_add(hot.base).map(Nanos::new)
     }
 
     fn config(&self) -> Config {

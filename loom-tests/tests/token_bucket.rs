@@ -303,3 +303,27 @@ fn refund_vs_set_burst_is_linearizable() {
         assert_eq!(l.burst(), 3);
     });
 }
+
+/// A check's refusal is decided inline from loads alone, retry time included: the time is
+/// computed from the hot words and two more of the slot (`per`, `per_shift`), all validated
+/// by the reload of the state word. Two limit changes race the refusal, the second rewriting
+/// the refusal's slot: the retry time must be the one of a single configuration (the empty
+/// bucket refills its token in 1 s at 1/s, 2 s at 0.5/s, 4 s at 0.25/s), never a mix of one
+/// configuration's base or `tau` with another's scale. Catches dropping the reload that
+/// validates the inline refusal, or reading `per` outside the validated window.
+#[test]
+fn set_limit_twice_vs_a_refused_check_reports_one_configurations_retry() {
+    model_at_bound(2, || {
+        let l = limiter(1.0, 1);
+        assert!(l.check_n_at(t(0), 1).is_ok());
+        let a = thread::spawn(move || l.check_n_at(t(0), 1));
+        l.set_limit_at(t(0), Limit::per_second(0.5).unwrap());
+        l.set_limit_at(t(0), Limit::per_second(0.25).unwrap());
+        let denied = a.join().unwrap().expect_err("an empty bucket refuses");
+        let retry = denied.retry_at().expect("a retry can succeed").as_u64();
+        assert!(
+            [SEC, 2 * SEC, 4 * SEC].contains(&retry),
+            "retry at {retry} ns: not one configuration's"
+        );
+    });
+}
