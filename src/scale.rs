@@ -161,12 +161,25 @@ impl Scale {
     }
 }
 
-/// [`Scale::nanos_ceil`] from the two words it needs, for hot paths that read them alone.
-#[inline(always)]
+/// [`Scale::nanos_ceil`] from the two words it needs.
 pub(crate) fn nanos_ceil(u: u64, per: u64, per_shift: u32) -> u128 {
     let p = u as u128 * per as u128;
     let one = 1u128 << per_shift;
     (p >> per_shift) + u128::from(p & (one - 1) != 0)
+}
+
+/// [`nanos_ceil`] for a hot path that reads `per` and `per_shift` alone: the same value for
+/// `u >= 1` and `per_shift >= 64` (every scale whose unit is shorter than a nanosecond: for a
+/// token bucket, every limit above 0.5/s unless the burst is in the millions), `None`
+/// otherwise or if the value passes `u64`. For
+/// `p = u * per >= 1`, `ceil(p / 2^s) = floor((p - 1) / 2^s) + 1`, and with `s >= 64` the
+/// floor is the high word of `p - 1` shifted by `s - 64`: no 128-bit shift, no remainder test.
+#[inline(always)]
+pub(crate) fn nanos_ceil_hot(u: u64, per: u64, per_shift: u32) -> Option<u64> {
+    let p = (u as u128 * per as u128).checked_sub(1)?;
+    ((p >> 64) as u64)
+        .checked_shr(per_shift.checked_sub(64)?)?
+        .checked_add(1)
 }
 
 /// Units in `d <= D_MAX` nanoseconds at multiplier `mul`, rounded down: the high half of
@@ -278,6 +291,45 @@ mod tests {
                 let fine = s.mul >= 1 << (64 - J);
                 assert!(!fine || ns < 2 || s.units(ns - 2) < u, "limit {l}, u {u}");
             }
+        }
+    }
+
+    #[test]
+    fn the_hot_ceiling_is_the_ceiling_where_it_answers() {
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let mut answered = 0;
+        for i in 0..200_000u32 {
+            let u = next() >> (i % 64);
+            let per = next() | 1 << 63;
+            let per_shift = (next() % 128) as u32;
+            let hot = nanos_ceil_hot(u, per, per_shift);
+            let exact = nanos_ceil(u, per, per_shift);
+            match hot {
+                Some(ns) => {
+                    answered += 1;
+                    assert_eq!(u128::from(ns), exact, "u {u} per {per} shift {per_shift}");
+                }
+                None => assert!(
+                    u == 0 || per_shift < 64 || exact > u128::from(u64::MAX),
+                    "u {u} per {per} shift {per_shift}: left to the slow path"
+                ),
+            }
+        }
+        assert!(answered > 50_000, "answered {answered}");
+        // Every scale of a token bucket above 0.5/s answers.
+        for l in [0.6, 3.0, 1e3, 1e6, 1e9, 3e10] {
+            let s = scale(l, 1000);
+            assert_eq!(
+                nanos_ceil_hot(s.one, s.per, s.per_shift).map(u128::from),
+                Some(s.nanos_ceil(s.one)),
+                "limit {l}"
+            );
         }
     }
 

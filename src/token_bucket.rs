@@ -2127,14 +2127,14 @@ impl SlotRef<'_> {
     }
 
     /// [`Config::time_of`] from the hot words and the two cold ones it needs (`per` and
-    /// `per_shift`), for the inline refusal of a check: the same arithmetic, so the two
-    /// paths give the same instant. `None` past the end of time.
+    /// `per_shift`), for the inline refusal of a check: the same instant, or `None` (past the
+    /// end of time, or a scale `nanos_ceil_hot` leaves to the slow path).
     #[inline(always)]
     fn time_of(&self, hot: &Hot, x: u64) -> Option<Nanos> {
         let (s, i) = (self.slots, self.i);
         let per = s.per[i].load(Ordering::Relaxed);
         let per_shift = ((s.shape[i].load(Ordering::Relaxed) >> 48) & 0xff) as u32;
-        let ns = u64::try_from(crate::scale::nanos_ceil(x - hot.tau, per, per_shift)).ok()?;
+        let ns = crate::scale::nanos_ceil_hot(x - hot.tau, per, per_shift)?;
         ns.checked_add(hot.base).map(Nanos::new)
     }
 
