@@ -314,8 +314,23 @@ impl Quota {
         }
     }
 
-    #[cold]
+    /// The refusal of a check that left the word at `x2 > u + tau`, with its retry time:
+    /// inline, as a check at its limit is mostly refusals.
+    #[inline(always)]
     fn denied(&self, x2: u64, base: u64, now: Nanos) -> Denied {
+        let (per, per_shift) = (self.scale.per, self.scale.per_shift);
+        match crate::scale::nanos_ceil_hot(x2 - self.tau, per, per_shift) {
+            Some(ns) if !self.zero => match ns.checked_add(base) {
+                Some(at) => Denied::new(now, Some(Nanos::new(at))),
+                None => self.denied_slow(x2, base, now),
+            },
+            _ => self.denied_slow(x2, base, now),
+        }
+    }
+
+    /// [`Quota::denied`]'s rare cases: a zero limit, and a retry time past the end of time.
+    #[cold]
+    fn denied_slow(&self, x2: u64, base: u64, now: Nanos) -> Denied {
         if self.zero {
             return Denied::new(now, None);
         }

@@ -2127,8 +2127,8 @@ impl SlotRef<'_> {
     }
 
     /// [`Config::time_of`] from the hot words and the two cold ones it needs (`per` and
-    /// `per_shift`), for the inline refusal of a check: the same instant, or `None` (past the
-    /// end of time, or a scale `nanos_ceil_hot` leaves to the slow path).
+    /// `per_shift`), for the inline refusal of a check: the same instant, or `None` past the
+    /// end of time.
     #[inline(always)]
     fn time_of(&self, hot: &Hot, x: u64) -> Option<Nanos> {
         let (s, i) = (self.slots, self.i);
