@@ -170,11 +170,17 @@ pub(crate) fn nanos_ceil(u: u64, per: u64, per_shift: u32) -> u128 {
 
 /// [`nanos_ceil`] for a hot path that reads `per` and `per_shift` alone: the same value for
 /// `u >= 1`, `None` for `u = 0` or a value past `u64`. For `p = u * per >= 1`,
-/// `ceil(p / 2^s) = floor((p - 1) / 2^s) + 1`: one shift, no remainder test.
+/// `ceil(p / 2^s) = floor((p - 1) / 2^s) + 1`: one shift, no remainder test, and for
+/// `s >= 64` (a unit under a nanosecond: most scales) a 64-bit shift of the high word.
 #[inline(always)]
 pub(crate) fn nanos_ceil_hot(u: u64, per: u64, per_shift: u32) -> Option<u64> {
     let p = (u as u128 * per as u128).checked_sub(1)?;
-    u64::try_from(p >> (per_shift & 127)).ok()?.checked_add(1)
+    let floor = if per_shift >= 64 {
+        ((p >> 64) as u64) >> ((per_shift - 64) & 63)
+    } else {
+        u64::try_from(p >> per_shift).ok()?
+    };
+    floor.checked_add(1)
 }
 
 /// Units in `d <= D_MAX` nanoseconds at multiplier `mul`, rounded down: the high half of
