@@ -604,6 +604,7 @@ impl<C: Clock> Limiter for LeakyBucket<C> {
     /// assert_eq!(denied.retry_after(), Some(Duration::from_millis(100)));
     /// assert_eq!(lb.check_n_at(t1, 5).unwrap_err().retry_at(), None); // > slack + 1
     /// ```
+    #[inline]
     fn check_n_at(&self, now: Nanos, n: u32) -> Result<(), Denied> {
         self.check(now, n)
             .map_err(|retry_at| Denied::new(now, retry_at))
