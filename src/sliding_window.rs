@@ -588,7 +588,7 @@ impl<C: Clock, P: Layout> SlidingWindow<C, P> {
     /// ```
     #[must_use = "a denied request must not go ahead: check the result"]
     pub fn allow_n_at(&self, now: Nanos, n: u32) -> bool {
-        self.check(now, n).is_ok()
+        self.check(now, n, |_, _| ()).is_ok()
     }
 
     /// The quota as a client should see it now; see [`SlidingWindow::status_at`].
@@ -650,10 +650,16 @@ impl<C: Clock, P: Layout> SlidingWindow<C, P> {
             .view(Counts::unpack(self.state.load(Ordering::Relaxed)), now)
     }
 
-    /// The CAS loop of the module docs; on a denial, the view it was decided on (from which
-    /// [`Limiter::check_n_at`] computes the retry time, and which `allow_n_at` drops).
+    /// The CAS loop of the module docs; on a denial, `denied` of the view it was decided on
+    /// (the retry time for [`Limiter::check_n_at`], nothing for `allow_n_at`), computed
+    /// where the view is, so that the view never leaves registers.
     #[inline]
-    fn check(&self, now: Nanos, n: u32) -> Result<(), View> {
+    fn check<R>(
+        &self,
+        now: Nanos,
+        n: u32,
+        denied: impl FnOnce(&Rule, &View) -> R,
+    ) -> Result<(), R> {
         if n == 0 {
             return Ok(());
         }
@@ -662,7 +668,7 @@ impl<C: Clock, P: Layout> SlidingWindow<C, P> {
         loop {
             let v = self.rule.view(Counts::unpack(word), now);
             if !self.rule.fits(&v, n) {
-                return Err(v);
+                return Err(denied(&self.rule, &v));
             }
             // fits: curr + n <= quota, so the sum is a u32.
             let next = Counts {
@@ -704,9 +710,9 @@ impl<C: Clock, P: Layout> Limiter for SlidingWindow<C, P> {
     /// assert_eq!(denied.retry_at(), Some(ms(1200)));
     /// assert_eq!(sw.check_n_at(ms(500), 6).unwrap_err().retry_at(), None);
     /// ```
+    #[inline]
     fn check_n_at(&self, now: Nanos, n: u32) -> Result<(), Denied> {
-        self.check(now, n)
-            .map_err(|v| Denied::new(now, self.rule.retry_at(&v, n)))
+        self.check(now, n, |rule, v| Denied::new(now, rule.retry_at(v, n)))
     }
 
     fn now(&self) -> Nanos {
