@@ -388,8 +388,16 @@ impl Config {
             return 0;
         }
         let above = stored - self.threshold;
-        let t = above.min(take).max(0.0);
-        round_u64(self.stable_ns * take + self.slope * t * (above - 0.5 * t))
+        let flat = self.stable_ns * take;
+        if above <= 0.0 {
+            // No stored permit above the threshold (t = 0, whose term is a zero): the warm
+            // limiter's common case, in one multiplication.
+            return round_u64(flat);
+        }
+        // `above.min(take).max(0.0)` without `min`'s NaN fix-ups (above > 0 here; a NaN, which
+        // the store never holds, takes `take` as `min` would).
+        let t = if above < take { above } else { take };
+        round_u64(flat + self.slope * t * (above - 0.5 * t))
     }
 
     /// Guava's `reserveEarliestAvailable(n, now)` on `word`, for a finite rate: returns the
@@ -560,6 +568,14 @@ struct Core<C, const WARMING: bool> {
     clock: C,
 }
 
+/// Why a charge's attempt must be retried, with the word to retry from.
+enum Retry {
+    /// The CAS failed; the word it returned.
+    Lost(u128),
+    /// The word's slot had been rewritten for a later epoch; a fresh load.
+    Stale(u128),
+}
+
 /// What a take decided.
 enum Take {
     /// Reserved: wait this many ns before acting.
@@ -649,39 +665,60 @@ impl<C: Clock, const WARMING: bool> Core<C, WARMING> {
     /// The charge of `n` permits at `now`, from `word` (loaded by [`Core::take`], which found
     /// nothing to answer from it alone): the configuration of its epoch is read (only the
     /// words a reservation uses), the reservation computed and committed with one CAS. A
-    /// failed CAS retries from the word it returned, answering from that word alone first,
-    /// exactly as `take` did, and reading the configuration of its epoch again (the slot's
-    /// line is not written while that epoch lasts, so a re-read is a few hits in the cache:
-    /// cheaper than carrying a copy through the loop).
+    /// failed CAS, or a stale word, goes on to [`Core::charge_contended`], out of this
+    /// function so that the uncontended charge carries no loop.
     #[inline(never)]
-    fn charge(&self, mut word: u128, now: u64, n: u32, timeout: Option<u64>) -> Take {
+    fn charge(&self, word: u128, now: u64, n: u32, timeout: Option<u64>) -> Take {
+        match self.try_charge(word, now, n) {
+            Ok(taken) => taken,
+            Err(retry) => self.charge_contended(retry, now, n, timeout),
+        }
+    }
+
+    /// One attempt on `word`: the answer, or the word to retry from.
+    #[inline(always)]
+    fn try_charge(&self, word: u128, now: u64, n: u32) -> Result<Take, Retry> {
+        let Some(c) = self.charge_config(epoch(word)) else {
+            // Stale word (its slot was rewritten for epoch + 2): reload it.
+            return Err(Retry::Stale(self.state.load(Ordering::Acquire)));
+        };
+        if c.inf {
+            // Every cost is zero: nothing to write (see the module docs).
+            return Ok(Take::Granted(next_free(word).saturating_sub(now)));
+        }
+        let (act, new) = c.reserve(word, now, n);
+        match self
+            .state
+            .compare_exchange_weak(word, new, Ordering::AcqRel, Ordering::Acquire)
+        {
+            Ok(_) => Ok(Take::Granted(act.saturating_sub(now))),
+            Err(current) => Err(Retry::Lost(current)),
+        }
+    }
+
+    /// The retry loop after a failed attempt: `Backoff` after each lost CAS (not after a
+    /// reload), then, from the word to retry from, an answer from that word alone if there is
+    /// one, exactly as `take` gives it, else another attempt (which reads the configuration
+    /// of the word's epoch again: the slot is not written while that epoch lasts, so a re-read
+    /// is a few hits in the cache).
+    #[cold]
+    #[inline(never)]
+    fn charge_contended(&self, mut retry: Retry, now: u64, n: u32, timeout: Option<u64>) -> Take {
         let backoff = Backoff::new();
         loop {
-            let Some(c) = self.charge_config(epoch(word)) else {
-                // Stale word (its slot was rewritten for epoch + 2): reload it.
-                word = self.state.load(Ordering::Acquire);
-                if let Some(answer) = decide(word, now, n, timeout) {
-                    return answer;
-                }
-                continue;
-            };
-            if c.inf {
-                // Every cost is zero: nothing to write (see the module docs).
-                return Take::Granted(next_free(word).saturating_sub(now));
-            }
-            let (act, new) = c.reserve(word, now, n);
-            match self
-                .state
-                .compare_exchange_weak(word, new, Ordering::AcqRel, Ordering::Acquire)
-            {
-                Ok(_) => return Take::Granted(act.saturating_sub(now)),
-                Err(current) => {
+            let word = match retry {
+                Retry::Lost(current) => {
                     backoff.spin();
-                    word = current;
-                    if let Some(answer) = decide(word, now, n, timeout) {
-                        return answer;
-                    }
+                    current
                 }
+                Retry::Stale(reloaded) => reloaded,
+            };
+            if let Some(answer) = decide(word, now, n, timeout) {
+                return answer;
+            }
+            match self.try_charge(word, now, n) {
+                Ok(taken) => return taken,
+                Err(again) => retry = again,
             }
         }
     }
