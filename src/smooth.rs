@@ -78,7 +78,10 @@
 //!   not even read the configuration. Under `+inf` every cost is zero, so a reservation only
 //!   waits for the debt owed from before the switch (`next_free - now`), and the resync it
 //!   would write (`next_free = now`, stored full) is unobservable: both `try_acquire` and the
-//!   next `set_rate` treat a past `next_free` like `now`.
+//!   next `set_rate` treat a past `next_free` like `now`. (The 128-bit load is
+//!   `portable_atomic`'s: on x86_64 one `vmovdqa` where the processor has AVX, detected at
+//!   run time; without AVX it is a `lock cmpxchg16b` that writes back the value it read,
+//!   which changes nothing but takes the cache line exclusive.)
 //! * **Epoch width.** 24 bits leave 40 for the fraction. A stale CAS could succeed only if the
 //!   word were bit-for-bit equal again: the epoch advanced by an exact multiple of 2^24
 //!   (16,777,216 `set_rate` calls) with `next_free` and the fraction at the loaded values
