@@ -52,8 +52,9 @@ fn limit_of(rate: f64) -> Limit {
 /// nanoseconds since the adapter was built, on governor's own clock.
 ///
 /// governor always decides at its own clock reading, so `check_n_at` ignores its `now` except to
-/// report a denial; `check_n` and `check` are overridden so that a grant reads the clock once,
-/// as governor's own `check` does.
+/// report a denial; `check_n` and `check` are overridden so that a check, granted or refused,
+/// reads the clock once, as governor's own `check` does and as turnstile's `check` does, and a
+/// refusal computes `NotUntil::earliest_possible` (turnstile's returns its retry time).
 struct Governor {
     inner: RateLimiter<NotKeyed, InMemoryState, GovClock>,
     clock: GovClock,
@@ -97,10 +98,14 @@ impl Governor {
         };
         match outcome {
             Ok(Ok(())) => Ok(()),
-            Ok(Err(not_until)) => Err(Denied::new(
-                self.now(),
-                Some(self.since_origin(not_until.earliest_possible())),
-            )),
+            // governor's check reads its clock once and does not report the reading; reading
+            // it again here for `checked_at` would be a second read that turnstile's `check`
+            // does not make. So the denial is stamped with its retry time (`retry_after` is
+            // then zero: the shootout only counts denials, and `check_n_at` restamps it).
+            Ok(Err(not_until)) => {
+                let retry = self.since_origin(not_until.earliest_possible());
+                Err(Denied::new(retry, Some(retry)))
+            }
             // More than the burst: never.
             Err(_) => Err(Denied::new(self.now(), None)),
         }
