@@ -195,7 +195,8 @@ impl Limiter for Floor {
 /// The keyed floor: one clock read, a SipHash of the key (std's default `RandomState`, as
 /// governor's and turnstile's keyed maps use) and one load of a cache-padded word the hash
 /// picks out of `words` (sized like the workload's keys: 10 000 words is one likely cache miss
-/// per check, one word is a hot client). Always refuses, like [`Floor`] without `cas`.
+/// per check, one word is a hot client). Always refuses (the words stay 0), like [`Floor`]
+/// without `cas`.
 struct KeyedFloor {
     clock: QuantaClock,
     hasher: RandomState,
@@ -213,12 +214,17 @@ impl KeyedFloor {
         }
     }
 
+    /// `Err(the word)`, the retry time of a limiter whose word holds it.
     #[inline]
-    fn check(&self, key: u64) -> bool {
+    fn check(&self, key: u64) -> Result<(), u64> {
         let now = self.clock.now().as_u64();
         let h = self.hasher.hash_one(key);
         let w = self.words[(h % self.words.len() as u64) as usize].load(Ordering::Acquire);
-        w > now
+        if w > now {
+            Ok(())
+        } else {
+            Err(w)
+        }
     }
 }
 
@@ -631,6 +637,14 @@ fn hammer<B, T: Send>(
     })
 }
 
+/// A refusal's retry time in nanoseconds (0 for never), which the hammers add up so that no
+/// limiter's retry time is optimized away: every refusal must say when to retry, and here it is
+/// read, as a caller answering with `Retry-After` reads it.
+#[inline]
+fn retry_ns(d: Denied) -> u64 {
+    d.retry_at().map_or(0, Nanos::as_u64)
+}
+
 /// Hammers `l` with `threads` threads calling `check()` for about `dur`.
 fn run<L: Limiter>(l: &L, threads: usize, dur: Duration) -> Stats {
     // t0 is read before any thread can check: the window covers every check.
@@ -639,15 +653,19 @@ fn run<L: Limiter>(l: &L, threads: usize, dur: Duration) -> Stats {
         dur,
         || l.now(),
         |_, stop| {
-            let (mut granted, mut denied) = (0u64, 0u64);
+            let (mut granted, mut denied, mut retry) = (0u64, 0u64, 0u64);
             while !stop.load(Ordering::Relaxed) {
                 for _ in 0..BATCH {
                     match l.check() {
                         Ok(()) => granted += 1,
-                        Err(_) => denied += 1,
+                        Err(d) => {
+                            denied += 1;
+                            retry = retry.wrapping_add(retry_ns(d));
+                        }
                     }
                 }
             }
+            std::hint::black_box(retry);
             (granted, denied)
         },
     );
@@ -1044,18 +1062,24 @@ fn phase4(
                 }
             };
             let ours = Keyed::new(move |_: &u64| TokenBucket::compact(limit, burst));
-            let s = run_keyed(threads, dur, keys, |k| ours.check(&k).is_ok());
+            let s = run_keyed(threads, dur, keys, |k| ours.check(&k).map_err(retry_ns));
             cells.push(keyed_cell(Impl::Turnstile, s, ours.len()));
             drop(ours);
             let inline = KeyedTokenBucket::new(limit, burst);
-            let s = run_keyed(threads, dur, keys, |k| inline.check(&k).is_ok());
+            let s = run_keyed(threads, dur, keys, |k| inline.check(&k).map_err(retry_ns));
             cells.push(keyed_cell(Impl::TurnstileInline, s, inline.len()));
             drop(inline);
             let gov = RateLimiter::keyed(
                 Quota::per_second(NonZeroU32::new(rate).expect("nonzero"))
                     .allow_burst(NonZeroU32::new(burst).expect("nonzero")),
             );
-            let s = run_keyed(threads, dur, keys, |k| gov.check_key(&k).is_ok());
+            // A refusal computes its retry time, NotUntil::earliest_possible, as turnstile's
+            // does (in nanoseconds since a reading of governor's clock, as the direct adapter's).
+            let origin = GovClock::default().now();
+            let s = run_keyed(threads, dur, keys, |k| {
+                gov.check_key(&k)
+                    .map_err(|nu| nu.earliest_possible().duration_since(origin).as_u64())
+            });
             cells.push(keyed_cell(Impl::Governor, s, gov.len()));
             drop(gov);
             // No limiter: no budget and no keys held.
@@ -1115,12 +1139,13 @@ struct KeyedStats {
     wall: Duration,
 }
 
-/// Hammers `check(key)` with `threads` threads, each picking keys in `0..keys` at random.
+/// Hammers `check(key)` with `threads` threads, each picking keys in `0..keys` at random;
+/// `check` answers `Err(retry time in ns)` for a refusal, which is added up (see [`retry_ns`]).
 fn run_keyed(
     threads: usize,
     dur: Duration,
     keys: u64,
-    check: impl Fn(u64) -> bool + Sync,
+    check: impl Fn(u64) -> Result<(), u64> + Sync,
 ) -> KeyedStats {
     let granted: Vec<AtomicU64> = (0..keys).map(|_| AtomicU64::new(0)).collect();
     let ((), wall, per_thread) = hammer(
@@ -1129,19 +1154,23 @@ fn run_keyed(
         || (),
         |id, stop| {
             let mut rng = 0x9E37_79B9_7F4A_7C15u64 ^ (id as u64 + 1);
-            let mut ops = 0u64;
+            let (mut ops, mut retry) = (0u64, 0u64);
             while !stop.load(Ordering::Relaxed) {
                 for _ in 0..BATCH {
                     rng ^= rng << 13;
                     rng ^= rng >> 7;
                     rng ^= rng << 17;
                     let key = rng % keys;
-                    if check(key) {
-                        granted[key as usize].fetch_add(1, Ordering::Relaxed);
+                    match check(key) {
+                        Ok(()) => {
+                            granted[key as usize].fetch_add(1, Ordering::Relaxed);
+                        }
+                        Err(r) => retry = retry.wrapping_add(r),
                     }
                 }
                 ops += u64::from(BATCH);
             }
+            std::hint::black_box(retry);
             ops
         },
     );
