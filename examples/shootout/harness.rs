@@ -221,7 +221,10 @@ impl KeyedFloor {
     fn check(&self, key: u64) -> Result<(), u64> {
         let now = self.clock.now().as_u64();
         let h = self.hasher.hash_one(key);
-        let w = self.words[(h % self.words.len() as u64) as usize].load(Ordering::Acquire);
+        // The hash onto 0..len by a multiply and a shift (Lemire's reduction): no division,
+        // which a real table (a power-of-two mask) would not make either.
+        let i = ((u128::from(h) * self.words.len() as u128) >> 64) as usize;
+        let w = self.words[i].load(Ordering::Acquire);
         if w > now {
             Ok(())
         } else {
