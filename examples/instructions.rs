@@ -47,7 +47,7 @@ use turnstile::{Keyed, KeyedTokenBucket, Limit, ManualClock, Nanos, TokenBucket}
 #[path = "../benches/harness/saturated.rs"]
 mod saturated;
 use saturated as sat;
-use saturated::Schedule;
+use saturated::{Expect, Schedule};
 
 /// The fixed time of every clock-free turnstile check (1 s after the origin).
 const NOW: Nanos = Nanos::new(1_000_000_000);
@@ -209,24 +209,9 @@ fn imps(cell: &str) -> Option<Vec<&'static str>> {
     Some(v)
 }
 
-/// What a clock-free cell's checks look like once its loop is over.
-#[derive(Clone, Copy)]
-enum Expect {
-    /// About one check in 20 granted: at least one, at most one in 10.
-    Saturated,
-    /// Some granted and some refused (a burst grants about the capacity a cycle).
-    Burst,
-    /// None granted (a floor, whose word no time reaches).
-    Refused,
-}
-
-/// Checks made after a clock-free cell's loop to verify the state it measured (10 ms of the
-/// saturated schedule, 10 cycles of a window's burst).
-const VERIFY: u64 = 200_000;
-
 /// A clock-free cell: `op(t, moved)` (true if granted; `moved` is how far `t` is after the
-/// previous check's time) at the times of `s`, `ops` times in [`measured`]; then [`VERIFY`]
-/// more, whose grants must be as `expect` says.
+/// previous check's time) at the times of `s`, `ops` times in [`measured`]; then
+/// [`sat::verify`]: [`sat::VERIFY`] more, whose grants must be as `expect` says.
 fn stepped(
     ops: u64,
     mut s: Schedule,
@@ -238,22 +223,11 @@ fn stepped(
         let (t, moved) = s.next();
         black_box(op(t, moved));
     });
-    let granted = (0..VERIFY)
-        .filter(|_| {
-            let (t, moved) = s.next();
-            op(t, moved)
-        })
-        .count() as u64;
-    let ok = match expect {
-        Expect::Saturated => granted > 0 && granted <= VERIFY / 10,
-        Expect::Burst => granted > 0 && granted < VERIFY * 3 / 4,
-        Expect::Refused => granted == 0,
-    };
-    assert!(
-        ok,
-        "{what}: {granted} of {VERIFY} checks granted after the loop"
+    let granted = sat::verify(&mut s, expect, what, op);
+    eprintln!(
+        "{what}: {granted} of {} checks granted after the loop",
+        sat::VERIFY
     );
-    eprintln!("{what}: {granted} of {VERIFY} checks granted after the loop");
 }
 
 /// `keys` keys inserted and emptied with `insert` (a check at the schedule's start, true if

@@ -60,8 +60,7 @@ use governor::state::{InMemoryState, NotKeyed};
 use governor::{Quota, RateLimiter};
 use turnstile::{
     reference, Clock, Compact, FixedWindow, Keyed, KeyedTokenBucket, LeakyBucket, LeakyMeter,
-    Limit, Limiter, Nanos, Outcome, SlidingWindow, SmoothBursty, SmoothWarmingUp, Sometimes,
-    TokenBucket,
+    Limit, Limiter, Nanos, SlidingWindow, SmoothBursty, SmoothWarmingUp, Sometimes, TokenBucket,
 };
 
 /// The phase-1 rate, per second.
@@ -324,18 +323,6 @@ pub fn gov_check_key<S: KeyedStateStore<u64>, C: GovClock>(g: &GovKeyed<S, C>, k
     }
 }
 
-/// A fixed window's plain yes/no.
-#[inline(always)]
-pub fn permitted(o: Outcome) -> bool {
-    o.is_permitted()
-}
-
-/// `Sometimes::run` with an empty closure: true if it ran.
-#[inline(always)]
-pub fn ran(ran: bool) -> bool {
-    black_box(ran)
-}
-
 /// Advances governor's fake clock by `ns` (nothing if 0).
 #[inline(always)]
 pub fn advance(clock: &FakeRelativeClock, ns: u64) {
@@ -539,15 +526,65 @@ impl<C: Clock> KeyedFloor<C> {
 
 // ---- sanity ----------------------------------------------------------------------------------
 
-/// Asserts that `what` was measured saturated: of `n` more checks through `op` (true if
-/// granted), fewer than half are granted. With the real clock a check costs far less than the
-/// 1 µs between two tokens, and a pause refills at most the burst, so a saturated limiter
-/// grants a small share; one that stopped being saturated (or a cell that stopped checking)
-/// fails here rather than printing a figure for the wrong state.
-pub fn assert_saturated(what: &str, n: u32, mut op: impl FnMut() -> bool) {
-    let granted = (0..n).filter(|_| op()).count();
+/// What a clock-free cell's checks look like once it has been measured.
+#[derive(Clone, Copy, Debug)]
+pub enum Expect {
+    /// About one check in 20 granted: at least one, at most one in 10.
+    Saturated,
+    /// Some granted and some refused (a burst grants about the capacity a cycle).
+    Burst,
+    /// None granted (a floor, whose word no time reaches, or a bare loop).
+    Refused,
+}
+
+/// Checks made after a clock-free cell to verify the state it measured: 10 ms of the saturated
+/// schedule (a whole window), 10 cycles of a window's burst.
+pub const VERIFY: u64 = 200_000;
+
+/// Asserts that `what` was measured in the state `expect` says: of [`VERIFY`] more checks
+/// through `op(t, moved)` (true if granted) at the times of `s`, the share `expect` allows
+/// is granted. Returns how many were.
+pub fn verify(
+    s: &mut Schedule,
+    expect: Expect,
+    what: &str,
+    mut op: impl FnMut(Nanos, u64) -> bool,
+) -> u64 {
+    let granted = (0..VERIFY)
+        .filter(|_| {
+            let (t, moved) = s.next();
+            op(t, moved)
+        })
+        .count() as u64;
+    let ok = match expect {
+        Expect::Saturated => granted > 0 && granted <= VERIFY / 10,
+        Expect::Burst => granted > 0 && granted < VERIFY * 3 / 4,
+        Expect::Refused => granted == 0,
+    };
     assert!(
-        granted < n as usize / 2,
-        "{what}: {granted} of {n} checks granted after the cell: not saturated"
+        ok,
+        "{what}: {granted} of {VERIFY} checks granted after the cell, not {expect:?}"
     );
+    granted
+}
+
+/// Asserts that `what` was measured saturated on the real clock: that checking through `op`
+/// (true if granted) as fast as it goes brings the limiter to a state where fewer than half of
+/// `n` checks in a row are granted, within 5 s. The limiter idles while criterion analyses a
+/// cell, and fills up (a smooth limiter with its 1 s of burst, every key of a map with its
+/// own), so the rounds of `n` checks go on until one shows saturation. A cell whose checks
+/// cannot saturate the limiter (or that stopped checking) fails here rather than printing a
+/// figure for the wrong state.
+pub fn assert_saturated(what: &str, n: u32, mut op: impl FnMut() -> bool) {
+    let start = std::time::Instant::now();
+    loop {
+        let granted = (0..n).filter(|_| op()).count();
+        if granted < n as usize / 2 {
+            return;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "{what}: {granted} of {n} checks granted after 5 s of checks: not saturated"
+        );
+    }
 }
