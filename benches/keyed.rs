@@ -48,6 +48,7 @@
 //! key are measured by `tests/keyed_memory.rs`.
 
 use std::cell::Cell;
+use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
@@ -337,7 +338,7 @@ fn keyed_saturated(c: &mut Criterion) {
             });
             drop(k);
 
-            let k = sat::keyed_bucket(QuantaClock::new(), rate, burst);
+            let k = sat::keyed_bucket(QuantaClock::new(), rate, burst, RandomState::new());
             insert(&|key| k.check(&key).is_ok());
             sat_cell(
                 &mut g,
@@ -425,14 +426,19 @@ fn keyed_saturated_at(c: &mut Criterion) {
         });
         drop(k);
 
-        let k = sat::keyed_bucket(ManualClock::new(sat::START), rate, burst);
+        let k = sat::keyed_bucket(
+            ManualClock::new(sat::START),
+            rate,
+            burst,
+            RandomState::new(),
+        );
         fill(&|key| k.check_n_at(&key, sat::START, 1).is_ok());
         keyed_stepped(&mut g, &name, "turnstile_inline", hot, e, |key, t, _| {
             sat::retry(black_box(&k).check_n_at(&key, black_box(t), 1))
         });
         drop(k);
 
-        let (gov, clock) = sat::governor_keyed_fake(rate, burst);
+        let (gov, clock) = sat::governor_keyed_fake(rate, burst, RandomState::new());
         fill(&|key| gov.check_key(&key).is_ok());
         keyed_stepped(&mut g, &name, "governor", hot, e, |key, _, moved| {
             sat::advance(&clock, moved);

@@ -35,6 +35,7 @@
 //! each cell asserts after its loop that the last check still had the expected outcome, so a
 //! cell that stopped measuring what it claims fails instead of printing a figure.
 
+use std::collections::hash_map::RandomState;
 use std::hint::black_box;
 use std::num::NonZeroU32;
 use std::process::ExitCode;
@@ -473,7 +474,11 @@ fn saturated_cell(cell: &str, imp: &str, ops: u64) -> Option<Result<(), String>>
 
 /// The keyed saturated cells: `keyed-*` on `Keyed<u64, TokenBucket>` (compact buckets, as the
 /// shootout's), `inline-*` on `KeyedTokenBucket`, both beside governor's keyed limiter
-/// (dashmap, on a `FakeRelativeClock`) and [`sat::KeyedFloor`]. `*-hot`: key [`sat::HOT`] at
+/// (dashmap, on a `FakeRelativeClock`) and [`sat::KeyedFloor`], all hashing with `RandomState`
+/// (SipHash-1-3, each process with its own random keys: what users run). The keys shape the
+/// tables, so the random-key figures move by a few per cent from run to run (the hot key's do
+/// not); fixed keys would make them repeat, but let the compiler fold the key setup into the
+/// hash (~5-16 instructions fewer a check, and not in `Keyed`'s map, which takes no hasher). `*-hot`: key [`sat::HOT`] at
 /// the phase-1 quota; `*-random`: [`sat::KEYS`] keys inserted first, then picked from the
 /// xorshift sequence, each at [`sat::KEY_RATE`]/s with a burst of [`sat::KEY_BURST`].
 fn keyed_cell(
@@ -529,15 +534,16 @@ fn keyed_cell(
             );
         }
         (_, "floor") => {
+            let h = RandomState::new();
             let f = if keys == "hot" {
-                sat::KeyedFloor::new(clock, [sat::HOT])
+                sat::KeyedFloor::with_hasher(clock, [sat::HOT], h)
             } else {
-                sat::KeyedFloor::new(clock, 0..sat::KEYS)
+                sat::KeyedFloor::with_hasher(clock, 0..sat::KEYS, h)
             };
             go!(|k, t, _| f.check_at(black_box(k), t), |_| true);
         }
         (_, "governor") => {
-            let (g, c) = sat::governor_keyed_fake(rate, burst);
+            let (g, c) = sat::governor_keyed_fake(rate, burst, RandomState::new());
             go!(
                 |k, _, m| {
                     sat::advance(&c, m);
@@ -554,7 +560,7 @@ fn keyed_cell(
             );
         }
         ("inline", "turnstile") => {
-            let l = sat::keyed_bucket(clock, rate, burst);
+            let l = sat::keyed_bucket(clock, rate, burst, RandomState::new());
             go!(
                 |k, t, _| sat::retry(black_box(&l).check_n_at(&black_box(k), black_box(t), 1)),
                 |k| l.check_n_at(&k, start, 1).is_ok()

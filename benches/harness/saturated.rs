@@ -201,14 +201,16 @@ pub fn keyed<C: Clock + Clone>(
         .expect("valid keyed limiter")
 }
 
-/// `KeyedTokenBucket` at `rate`/s with `burst`, with the default hasher (SipHash, as
-/// governor's).
-pub fn keyed_bucket<C: Clock>(
+/// `KeyedTokenBucket` at `rate`/s with `burst`, hashing with `hasher` (its default:
+/// `RandomState`, SipHash as governor's).
+pub fn keyed_bucket<C: Clock, S: BuildHasher>(
     clock: C,
     rate: u32,
     burst: u32,
-) -> KeyedTokenBucket<u64, RandomState, C> {
+    hasher: S,
+) -> KeyedTokenBucket<u64, S, C> {
     KeyedTokenBucket::builder(limit(rate), burst)
+        .hasher(hasher)
         .clock(clock)
         .sweep_every(Duration::MAX)
         .build()
@@ -248,16 +250,18 @@ pub fn governor_keyed(rate: u32, burst: u32) -> governor::DefaultKeyedRateLimite
     RateLimiter::keyed(gov_quota(rate, burst))
 }
 
-/// The same on a `FakeRelativeClock`.
-pub fn governor_keyed_fake(
+/// The same on a `FakeRelativeClock`, hashing with `hasher` (its default: `RandomState`).
+pub fn governor_keyed_fake<S: BuildHasher + Default + Clone>(
     rate: u32,
     burst: u32,
+    hasher: S,
 ) -> (
-    GovKeyed<DashMapStateStore<u64>, FakeRelativeClock>,
+    GovKeyed<DashMapStateStore<u64, S>, FakeRelativeClock>,
     FakeRelativeClock,
 ) {
     let clock = FakeRelativeClock::default();
-    let g = RateLimiter::dashmap_with_clock(gov_quota(rate, burst), clock.clone());
+    let quota = gov_quota(rate, burst);
+    let g = RateLimiter::dashmap_with_clock_and_hasher(quota, clock.clone(), hasher);
     (g, clock)
 }
 
@@ -459,16 +463,27 @@ const EMPTY: u64 = u64::MAX;
 /// The floor of a refused keyed check: a clock read, one hash of the key (SipHash, as both
 /// maps use by default), one probe of an open-addressing table of 16-byte slots (half full,
 /// linear probing), and one load of the slot's word.
-pub struct KeyedFloor<C> {
+pub struct KeyedFloor<C, S = RandomState> {
     clock: C,
-    hasher: RandomState,
+    hasher: S,
     mask: usize,
     slots: Box<[Slot]>,
 }
 
 impl<C: Clock> KeyedFloor<C> {
-    /// A table holding `keys`.
+    /// A table holding `keys`, hashing with `RandomState`.
     pub fn new(clock: C, keys: impl IntoIterator<Item = u64>) -> KeyedFloor<C> {
+        KeyedFloor::with_hasher(clock, keys, RandomState::new())
+    }
+}
+
+impl<C: Clock, S: BuildHasher> KeyedFloor<C, S> {
+    /// A table holding `keys`, hashing with `hasher`.
+    pub fn with_hasher(
+        clock: C,
+        keys: impl IntoIterator<Item = u64>,
+        hasher: S,
+    ) -> KeyedFloor<C, S> {
         let keys: Vec<u64> = keys.into_iter().collect();
         let cap = (2 * keys.len()).next_power_of_two().max(2);
         let slots: Box<[Slot]> = (0..cap)
@@ -479,7 +494,7 @@ impl<C: Clock> KeyedFloor<C> {
             .collect();
         let f = KeyedFloor {
             clock,
-            hasher: RandomState::new(),
+            hasher,
             mask: cap - 1,
             slots,
         };
