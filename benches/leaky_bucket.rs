@@ -26,7 +26,8 @@
 //! cell: governor's GCRA is the token bucket's counterpart, in `benches/token_bucket.rs`):
 //! * `leaky_saturated_check/<threads>t`: `Limiter::check()`, the refusal's retry time
 //!   black-boxed; `leaky_saturated_allow`: `try_take()`. Checks arrive far faster than 1e6/s,
-//!   so ~all are refused; each cell then asserts that most of 10 000 more are.
+//!   so ~all are refused; each cell then asserts that checking at full speed saturates it
+//!   again (fewer than half of a round of 10 000 granted, within 5 s).
 //! * `leaky_saturated_check_at/1t`, `leaky_saturated_allow_at/1t`: clock-free, as
 //!   `scripts/instructions` counts them, `check_n_at(t, 1)` / `try_take_at(t)` with `t`
 //!   advancing 50 ns a check, so that one in 20 is granted (verified after the cell).

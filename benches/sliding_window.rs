@@ -18,8 +18,9 @@
 //! 10 ms, the phase-1 rate), ids `turnstile`, `mutex_twin` and `floor` (a clock read plus one
 //! load):
 //! * `sliding_saturated_check/<threads>t`: `Limiter::check()`, the refusal's retry time
-//!   black-boxed; `sliding_saturated_allow`: `allow()`. Each cell then asserts that most of
-//!   100 000 more checks (more than 2 windows' quota) are refused.
+//!   black-boxed; `sliding_saturated_allow`: `allow()`. Each cell then asserts that checking
+//!   at full speed saturates it again (fewer than half of a round of 100 000 checks, more
+//!   than 2 windows' quota, granted, within 5 s).
 //! * `sliding_saturated_check_at/1t`, `sliding_saturated_allow_at/1t`: clock-free, as
 //!   `scripts/instructions` counts them, `check_n_at(t, 1)` / `allow_at(t)` with `t`
 //!   advancing 50 ns a check (the sliding estimate then grants one check in 40; verified after

@@ -27,7 +27,9 @@
 //! smooth limiter):
 //! * `<limiter>_saturated_check/<threads>t`: `Limiter::check()`, the refusal's retry time
 //!   black-boxed; `<limiter>_saturated_allow`: `try_acquire(1, 0)`. Checks arrive far faster
-//!   than 1e6/s, so ~all are refused; each cell then asserts that most of 10 000 more are.
+//!   than 1e6/s, so ~all are refused; each cell then asserts that checking at full speed
+//!   saturates it again (fewer than half of a round of 10 000 granted, within 5 s: idle
+//!   during criterion's analysis, it stores up to 1 s of permits).
 //! * `<limiter>_saturated_check_at/1t`, `<limiter>_saturated_allow_at/1t`: clock-free, as
 //!   `scripts/instructions` counts them, `check_n_at(t, 1)` / `try_acquire_at(t, 1, 0)` with
 //!   `t` advancing 50 ns a check, so that one in 20 is granted (verified after the cell). The

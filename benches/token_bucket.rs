@@ -31,7 +31,8 @@
 //! * `saturated_check`: `Limiter::check()` on the real clock, the refusal's
 //!   `Denied::retry_at` black-boxed; governor's `check()` with its retry time from
 //!   `NotUntil::earliest_possible()`. Checks arrive far faster than 1e6/s, so ~all are
-//!   refused; each cell then asserts that most of 10 000 more checks are. `floor`: a read of
+//!   refused; each cell then asserts that checking at full speed saturates it again (fewer
+//!   than half of a round of 10 000 granted, within 5 s). `floor`: a read of
 //!   the quanta clock plus one load (a refusal decided from the word alone).
 //! * `saturated_allow`: the same with `allow()` (governor: `check().is_ok()`).
 //! * `saturated_check_at`, `saturated_allow_at` (1 thread): clock-free, as

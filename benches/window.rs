@@ -20,7 +20,8 @@
 //! plus one load):
 //! * `fixed_saturated_check/<threads>t`: `Limiter::check()`, the refusal's retry time
 //!   black-boxed; `fixed_saturated_allow`: `take().is_permitted()`. Each cell then asserts that
-//!   most of 100 000 more checks (more than 2 windows' quota) are refused.
+//!   checking at full speed saturates it again (fewer than half of a round of 100 000 checks,
+//!   more than 2 windows' quota, granted, within 5 s).
 //! * `fixed_saturated_check_at/1t`, `fixed_saturated_allow_at/1t`: clock-free, as
 //!   `scripts/instructions` counts them, `check_n_at(t, 1)` / `take_at(t)` with `t` advancing
 //!   50 ns a check, so that one in 20 is granted (verified after the cell).

@@ -69,7 +69,7 @@ pub fn cell<F: Fn() + Sync>(g: &mut BenchmarkGroup<'_, WallTime>, id: &str, thre
 }
 
 /// A saturated cell on the real clock: `op` (true if granted) under `id`, then
-/// [`saturated::assert_saturated`] over `probe` more checks through `op`, as `what`.
+/// [`saturated::assert_saturated`] with rounds of `probe` checks through `op`, as `what`.
 pub fn sat_cell<F: Fn() -> bool + Sync>(
     g: &mut BenchmarkGroup<'_, WallTime>,
     what: &str,
@@ -140,7 +140,8 @@ pub fn config() -> Criterion {
 /// (ids `turnstile`, `mutex_twin` where a `twin` is given, `floor`; see
 /// `benches/harness/saturated.rs` for the configuration):
 /// * `<prefix>_saturated_check/<threads>t`: `Limiter::check()` on the real clock, the
-///   refusal's retry time black-boxed, then [`sat_cell`]'s saturation probe (`probe` checks);
+///   refusal's retry time black-boxed, then [`sat_cell`]'s saturation probe (rounds of
+///   `probe` checks);
 /// * `<prefix>_saturated_allow/<threads>t`: the same with the plain yes/no `allow`;
 /// * `<prefix>_saturated_check_at/1t`, `<prefix>_saturated_allow_at/1t`: clock-free (50 ns a
 ///   check from the time `start` returns for the limiter, one check in 20 granted) with

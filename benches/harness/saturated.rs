@@ -35,10 +35,17 @@
 //! With the real clock, saturation comes from the checks arriving faster than 1e6/s (a check
 //! costs well under 1 µs). **Clock-free**, the times are passed in (`_at`) from a [`Schedule`]:
 //! [`Schedule::saturated`] advances 50 ns per check, so that one check in 20 is granted at
-//! 1e6/s; governor runs on its `FakeRelativeClock`, advanced by the same step (its clock read
-//! is then one relaxed load, and the advance a load and a CAS on the fake clock's word, which
-//! are in its figures). [`Schedule::burst`] is the **burst** workload: a burst of twice the
-//! limiter's capacity at one instant, then a jump past two full refills, over and over.
+//! 1e6/s (the sliding window's estimate grants one in 40); governor runs on its
+//! `FakeRelativeClock`, advanced by the same step (its clock read is then one relaxed load; the
+//! advance, a load and a CAS on the fake clock's word, is in its criterion figures, and
+//! `scripts/instructions` measures it apart and subtracts it). [`Schedule::burst`] is the
+//! **burst** workload: a burst of twice the limiter's capacity at one instant, then a jump past
+//! two full refills, over and over (a `SmoothBursty` there holds 1 ms of permits, 1000, so that
+//! the burst is larger than its bucket). A smooth limiter's saturated schedule starts once the
+//! stored permits it is built with are paid for ([`drained_at`]).
+//!
+//! The keyed limiters hash with `RandomState` (SipHash-1-3 with per-process random keys, what
+//! users run; governor's default too).
 //!
 //! The floors ([`Floor`], [`KeyedFloor`]) are the physical floor of a refused check: a clock
 //! read (or the time passed in) plus one load of the limiter's word and, for a keyed check,
