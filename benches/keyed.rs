@@ -49,10 +49,10 @@
 //!   real clock: `Keyed<u64, L>` for every limiter (ids `token_bucket` (compact),
 //!   `leaky_bucket`, `fixed_window` (compact), `sliding_window` (compact), `smooth_bursty`,
 //!   `smooth_warming_up`, `leaky_meter`), `keyed_token_bucket` (`KeyedTokenBucket`) and
-//!   `governor`, each over 100 000 keys at 10/s with a capacity of one (the many-keys
-//!   workload of `benches/harness/saturated.rs`), every key inserted before measuring, then
-//!   `check(&key)` with the refusal's retry time on random keys (xorshift, per thread): a key
-//!   comes round every ~10 ms, so most checks are refused. Each cell then asserts saturation
+//!   `governor`, each over 100 000 keys at 1/s with a capacity of one (the many-keys
+//!   workload of `benches/harness/saturated.rs` at `MANY_RATE_CLOCK`), every key inserted
+//!   before measuring, then `check(&key)` with the refusal's retry time on random keys
+//!   (xorshift, per thread): a key comes round every ~30-100 ms, so most checks are refused. Each cell then asserts saturation
 //!   as the `keyed_saturated_*` cells do. `scripts/bench-ratios` prints each id's ratio to
 //!   `keyed_token_bucket` and to `governor`; `scripts/instructions keyed-random-<limiter>`
 //!   counts the same clock-free.
@@ -497,7 +497,8 @@ fn keyed_limiters_random(c: &mut Criterion) {
         };
 
         for (lim, id) in MANY_IDS {
-            crate::with_many_keyed!(sat, lim, QuantaClock::new(), |k| {
+            let clock = QuantaClock::new();
+            crate::with_many_keyed!(sat, lim, clock, sat::MANY_RATE_CLOCK, |k| {
                 insert(&|key| k.check(&key).is_ok());
                 sat_cell(&mut g, &name, id, threads, SAT_PROBE, || {
                     sat::retry(black_box(&k).check(&key()))
@@ -510,7 +511,8 @@ fn keyed_limiters_random(c: &mut Criterion) {
             });
         }
 
-        let k = sat::keyed_bucket(QuantaClock::new(), sat::MANY_RATE, 1, RandomState::new());
+        let rate = sat::MANY_RATE_CLOCK;
+        let k = sat::keyed_bucket(QuantaClock::new(), rate, 1, RandomState::new());
         insert(&|key| k.check(&key).is_ok());
         sat_cell(
             &mut g,
@@ -522,7 +524,7 @@ fn keyed_limiters_random(c: &mut Criterion) {
         );
         drop(k);
 
-        let gov = sat::governor_keyed(sat::MANY_RATE, 1);
+        let gov = sat::governor_keyed(rate, 1);
         insert(&|key| gov.check_key(&key).is_ok());
         sat_cell(&mut g, &name, "governor", threads, SAT_PROBE, || {
             sat::gov_check_key(&gov, key())
