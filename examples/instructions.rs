@@ -31,6 +31,13 @@
 //!   whatever each clock does on valgrind's emulated CPU, so these rows say less about native
 //!   runs than the clock-free ones.
 //!
+//! * `keyed-random-<limiter>` (`inline`, `tb`, `leaky`, `fixed`, `sliding`, `bursty`,
+//!   `warming`, `meter`, `governor`): every limiter in `Keyed<u64, L>` (`inline`:
+//!   `KeyedTokenBucket`; `governor`: its keyed limiter) over 100 000 keys, **saturated**: each
+//!   key at 10/s with a capacity of one (`benches/harness/saturated.rs`, "every limiter per
+//!   key"), inserted and emptied during setup, then `check_n_at(&key, t, 1)` with the retry
+//!   time, `t` advancing 50 ns a check, keys from the xorshift sequence; see [`many_keys`].
+//!
 //! Every loop passes the limiter, the time and the result through `std::hint::black_box`, and
 //! each cell asserts after its loop that the last check still had the expected outcome, so a
 //! cell that stopped measuring what it claims fails instead of printing a figure.
