@@ -44,6 +44,19 @@
 //!   `FakeRelativeClock` advanced by 50 ns a check (the advance is in its figure). The random
 //!   keys are inserted and emptied (their burst spent) before measuring.
 //!
+//! * `keyed_limiters_random/<threads>t`: issue #21's goal "`Keyed<u64, L>` over 100 000
+//!   random keys, each limiter within 1.5x `KeyedTokenBucket`'s time", **saturated** on the
+//!   real clock: `Keyed<u64, L>` for every limiter (ids `token_bucket` (compact),
+//!   `leaky_bucket`, `fixed_window` (compact), `sliding_window` (compact), `smooth_bursty`,
+//!   `smooth_warming_up`, `leaky_meter`), `keyed_token_bucket` (`KeyedTokenBucket`) and
+//!   `governor`, each over 100 000 keys at 1/s with a capacity of one (the many-keys
+//!   workload of `benches/harness/saturated.rs` at `MANY_RATE_CLOCK`), every key inserted
+//!   before measuring, then `check(&key)` with the refusal's retry time on random keys
+//!   (xorshift, per thread): a key comes round every ~30-100 ms, so most checks are refused. Each cell then asserts saturation
+//!   as the `keyed_saturated_*` cells do. `scripts/bench-ratios` prints each id's ratio to
+//!   `keyed_token_bucket` and to `governor`; `scripts/instructions keyed-random-<limiter>`
+//!   counts the same clock-free.
+//!
 //! Per-operation figures as in every turnstile bench (`benches/harness`): the slowest thread's
 //! time per operation, clock read included. Summarize with `scripts/bench-ratios`. Bytes per
 //! key are measured by `tests/keyed_memory.rs`.
@@ -461,10 +474,71 @@ fn keyed_saturated_at(c: &mut Criterion) {
     }
 }
 
+/// The ids of `keyed_limiters_random`, by the names of [`sat::MANY_LIMITERS`].
+const MANY_IDS: [(&str, &str); 7] = [
+    ("tb", "token_bucket"),
+    ("leaky", "leaky_bucket"),
+    ("fixed", "fixed_window"),
+    ("sliding", "sliding_window"),
+    ("bursty", "smooth_bursty"),
+    ("warming", "smooth_warming_up"),
+    ("meter", "leaky_meter"),
+];
+
+fn keyed_limiters_random(c: &mut Criterion) {
+    for threads in THREADS {
+        let name = format!("keyed_limiters_random/{threads}t");
+        let mut g = c.benchmark_group(&name);
+        let key = || random_key_in(sat::MANY_KEYS);
+        let insert = |check: &dyn Fn(u64) -> bool| {
+            for k in 0..sat::MANY_KEYS {
+                assert!(check(k), "{name}: key {k} refused while inserting");
+            }
+        };
+
+        for (lim, id) in MANY_IDS {
+            let clock = QuantaClock::new();
+            crate::with_many_keyed!(sat, lim, clock, sat::MANY_RATE_CLOCK, |k| {
+                insert(&|key| k.check(&key).is_ok());
+                sat_cell(&mut g, &name, id, threads, SAT_PROBE, || {
+                    sat::retry(black_box(&k).check(&key()))
+                });
+                assert_eq!(
+                    k.len() as u64,
+                    sat::MANY_KEYS,
+                    "{name} {id}: keys added or lost"
+                );
+            });
+        }
+
+        let rate = sat::MANY_RATE_CLOCK;
+        let k = sat::keyed_bucket(QuantaClock::new(), rate, 1, RandomState::new());
+        insert(&|key| k.check(&key).is_ok());
+        sat_cell(
+            &mut g,
+            &name,
+            "keyed_token_bucket",
+            threads,
+            SAT_PROBE,
+            || sat::retry(black_box(&k).check(&key())),
+        );
+        drop(k);
+
+        let gov = sat::governor_keyed(rate, 1);
+        insert(&|key| gov.check_key(&key).is_ok());
+        sat_cell(&mut g, &name, "governor", threads, SAT_PROBE, || {
+            sat::gov_check_key(&gov, key())
+        });
+        drop(gov);
+
+        g.finish();
+    }
+}
+
 criterion_group! {
     name = benches;
     config = harness::config();
     targets = keyed_hot, keyed_hot_deny, keyed_random, keyed_random_compact, keyed_inline_hot,
-        keyed_inline_random, keyed_saturated, keyed_saturated_at
+        keyed_inline_random, keyed_saturated, keyed_saturated_at, keyed_limiters_random
 }
 criterion_main!(benches);

@@ -31,6 +31,13 @@
 //!   whatever each clock does on valgrind's emulated CPU, so these rows say less about native
 //!   runs than the clock-free ones.
 //!
+//! * `keyed-random-<limiter>` (`inline`, `tb`, `leaky`, `fixed`, `sliding`, `bursty`,
+//!   `warming`, `meter`, `governor`): every limiter in `Keyed<u64, L>` (`inline`:
+//!   `KeyedTokenBucket`; `governor`: its keyed limiter) over 100 000 keys, **saturated**: each
+//!   key at 10/s with a capacity of one (`benches/harness/saturated.rs`, "every limiter per
+//!   key"), inserted and emptied during setup, then `check_n_at(&key, t, 1)` with the retry
+//!   time, `t` advancing 50 ns a check, keys from the xorshift sequence; see [`many_keys`].
+//!
 //! Every loop passes the limiter, the time and the result through `std::hint::black_box`, and
 //! each cell asserts after its loop that the last check still had the expected outcome, so a
 //! cell that stopped measuring what it claims fails instead of printing a figure.
@@ -201,7 +208,11 @@ const SAT_CELLS: &[(&str, &[&str])] = &[
 /// Every implementation `cell` measures (see [`SAT_CELLS`]); `None` if it is not a saturated
 /// or burst cell.
 fn imps(cell: &str) -> Option<Vec<&'static str>> {
-    let listed = SAT_CELLS.iter().find(|(c, _)| *c == cell)?.1;
+    let listed = match cell.strip_prefix("keyed-random-") {
+        Some("governor") => &["governor"][..],
+        Some(lim) if lim == "inline" || sat::MANY_LIMITERS.contains(&lim) => &["turnstile"][..],
+        _ => SAT_CELLS.iter().find(|(c, _)| *c == cell)?.1,
+    };
     let mut v = listed.to_vec();
     v.push("loop");
     if listed.contains(&"governor") {
@@ -258,13 +269,96 @@ fn stepped_keys(
     });
 }
 
-/// One saturated or burst cell; `None` if `cell` is not one.
+/// The many-keys cells (`keyed-random-<limiter>`): [`sat::MANY_KEYS`] keys, each emptied
+/// during setup at a time of its own, spread over one [`sat::MANY_PERIOD`] before
+/// [`sat::START`] (key `k` at `START - MANY_PERIOD + k * MANY_PERIOD / MANY_KEYS`, in
+/// order), so that from the first check on keys come due at the steady rate of a saturated
+/// map (emptied at one instant, no key would refill within a measurement); then `op(key, t,
+/// moved)` on the saturated schedule with keys from the xorshift sequence, as [`stepped`],
+/// expecting one grant in about 20. `op` empties the keys too (checks until one is refused).
+fn many_keys(ops: u64, expect: Expect, what: &str, mut op: impl FnMut(u64, Nanos, u64) -> bool) {
+    let lim = what.strip_prefix("keyed-random-").unwrap_or(what);
+    let period = u64::try_from(sat::many_due(lim).as_nanos()).expect("a short period");
+    let step = period / sat::MANY_KEYS;
+    let mut t = sat::START.as_u64() - period;
+    for key in 0..sat::MANY_KEYS {
+        t += step;
+        let mut moved = step;
+        let mut granted = 0;
+        while op(key, Nanos::new(t), moved) {
+            moved = 0;
+            granted += 1;
+            assert!(
+                granted < 16,
+                "{what}: key {key} never refused while emptying it"
+            );
+        }
+    }
+    assert_eq!(
+        t,
+        sat::START.as_u64(),
+        "{what}: setup ends at the schedule's start"
+    );
+    let mut x = SEED;
+    stepped(ops, Schedule::saturated(), expect, what, |t, moved| {
+        x = xorshift(x);
+        op(x % sat::MANY_KEYS, t, moved)
+    });
+}
+
+/// One many-keys cell (see [`many_keys`]): `lim` one of [`sat::MANY_LIMITERS`] on
+/// `Keyed<u64, L>`, `inline` (`KeyedTokenBucket` at the same rate with a burst of 1) or
+/// `governor` (its keyed limiter, same quota, on a `FakeRelativeClock` advanced by the
+/// schedule); each with `loop` (and governor's `fake-clock`) to subtract.
+fn many_keys_cell(lim: &str, imp: &str, ops: u64, cell: &str) {
+    // The map's clock at the earliest emptying time: the checks pass their own times.
+    let due = u64::try_from(sat::many_due(lim).as_nanos()).expect("a short period");
+    let clock = ManualClock::new(Nanos::new(sat::START.as_u64() - due));
+    let (rate, expect) = (sat::MANY_RATE, Expect::Saturated);
+    match (lim, imp) {
+        (_, "loop") => many_keys(ops, Expect::Refused, cell, |k, t, _| {
+            black_box((k, t)) == (u64::MAX, Nanos::ZERO)
+        }),
+        (_, "fake-clock") => {
+            let c = FakeRelativeClock::default();
+            many_keys(ops, Expect::Refused, cell, |k, t, m| {
+                sat::advance(&c, m);
+                black_box((k, t)) == (u64::MAX, Nanos::ZERO)
+            });
+        }
+        ("governor", _) => {
+            let (g, c) = sat::governor_keyed_fake(rate, 1, RandomState::new());
+            many_keys(ops, expect, cell, |k, _, m| {
+                sat::advance(&c, m);
+                sat::gov_check_key(&g, k)
+            });
+        }
+        ("inline", _) => {
+            let l = sat::keyed_bucket(clock, rate, 1, RandomState::new());
+            many_keys(ops, expect, cell, |k, t, _| {
+                sat::retry(black_box(&l).check_n_at(&black_box(k), black_box(t), 1))
+            });
+        }
+        _ => crate::with_many_keyed!(sat, lim, clock, |l| many_keys(
+            ops,
+            expect,
+            cell,
+            |k, t, _| { sat::retry(black_box(&l).check_n_at(&black_box(k), black_box(t), 1)) }
+        )),
+    }
+}
+
+/// One saturated, burst or many-keys cell; `None` if `cell` is not one.
 fn saturated_cell(cell: &str, imp: &str, ops: u64) -> Option<Result<(), String>> {
     let imps = imps(cell)?;
     if !imps.contains(&imp) {
         return Some(Err(format!(
             "cell {cell} has no implementation {imp:?} (it has {imps:?})"
         )));
+    }
+    if let Some(lim) = cell.strip_prefix("keyed-random-") {
+        many_keys_cell(lim, imp, ops, cell);
+        return Some(Ok(()));
     }
     let (kind, rest) = cell.split_once('-').expect("a cell name");
     let (lim, op) = rest.rsplit_once('-').expect("a cell name");

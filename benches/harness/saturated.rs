@@ -224,6 +224,146 @@ pub fn keyed_bucket<C: Clock, S: BuildHasher>(
         .expect("valid keyed limiter")
 }
 
+// ---- every limiter per key, over many keys ---------------------------------------------------
+
+/// The many-keys workload (issue #21's `Keyed<u64, L>` goal): [`MANY_KEYS`] keys, each
+/// limiter at [`MANY_RATE`]/s (the phase-1 total rate spread over the keys) with a capacity
+/// of one (burst, slack, quota, stored permits: one request a [`MANY_PERIOD`]), so that a key
+/// checked every 5 ms on average (100 000 keys, one check every 50 ns clock-free) is at its
+/// limit: about one check in 20 granted, the rest refused with their retry time.
+pub const MANY_KEYS: u64 = 100_000;
+pub const MANY_RATE: u32 = 10;
+/// One request's worth of refill at [`MANY_RATE`]: the windows' period.
+pub const MANY_PERIOD: Duration = Duration::from_millis(100);
+/// The per-key rate of the many-keys workload on the real clock, 10 times lower than
+/// [`MANY_RATE`]: a thread checks 100 000 random keys some 10 times slower than the
+/// clock-free schedule's one check every 50 ns (each check misses the cache), so at 1/s a key
+/// is about as saturated as at 10/s clock-free, and still is on a loaded machine.
+pub const MANY_RATE_CLOCK: u32 = 1;
+
+/// The limiters of the many-keys workload, by the name their cells carry: `tb`
+/// (`TokenBucket`, compact), `leaky` (`LeakyBucket`, no slack), `fixed` and `sliding`
+/// (`FixedWindow`, `SlidingWindow`, compact, one request a [`MANY_PERIOD`]), `bursty`
+/// (`SmoothBursty`, 0.1 s of burst: one stored permit), `warming` (`SmoothWarmingUp`,
+/// [`MANY_PERIOD`] of warm-up), `meter` (`LeakyMeter`, capacity 1).
+pub const MANY_LIMITERS: [&str; 7] = [
+    "tb", "leaky", "fixed", "sliding", "bursty", "warming", "meter",
+];
+
+/// How long after its emptying grant a key of limiter `lim` (a name of [`MANY_LIMITERS`],
+/// `inline` or `governor`) grants again: [`MANY_PERIOD`], twice that for the sliding window
+/// (its estimate weighs the previous window's grant until that window has slid past) and
+/// three times for the warming-up limiter (cold, a permit costs its cold factor, 3, times
+/// the stable interval).
+pub fn many_due(lim: &str) -> Duration {
+    match lim {
+        "sliding" => 2 * MANY_PERIOD,
+        "warming" => 3 * MANY_PERIOD,
+        _ => MANY_PERIOD,
+    }
+}
+
+/// `Keyed<u64, L>` over the map's `clock`, each key's limiter from `make` on a clone of it,
+/// never swept (so that no sweep lands in a measurement).
+pub fn keyed_of<L, C>(clock: C, make: impl Fn(C) -> L + Send + Sync + 'static) -> Keyed<u64, L, C>
+where
+    L: Limiter + turnstile::Idle + 'static,
+    C: Clock + Clone + Send + Sync + 'static,
+{
+    let per_key = clock.clone();
+    Keyed::builder(move |_: &u64| make(per_key.clone()))
+        .clock(clock)
+        .sweep_every(Duration::MAX)
+        .build()
+        .expect("valid keyed limiter")
+}
+
+/// Calls `$body` with `$k` bound to the many-keys map of limiter `$lim` (a name of
+/// [`MANY_LIMITERS`]) on `$clock`, each key at `$rate`/s ([`MANY_RATE`] unless given; the
+/// windows' period and the smooth limiters' burst and warm-up are one request's worth of it);
+/// each arm's map has its own type.
+#[macro_export]
+macro_rules! with_many_keyed {
+    ($sat:ident, $lim:expr, $clock:expr, |$k:ident| $body:expr) => {
+        $crate::with_many_keyed!($sat, $lim, $clock, $sat::MANY_RATE, |$k| $body)
+    };
+    ($sat:ident, $lim:expr, $clock:expr, $rate:expr, |$k:ident| $body:expr) => {{
+        use turnstile::{
+            FixedWindow, LeakyBucket, LeakyMeter, SlidingWindow, SmoothBursty, SmoothWarmingUp,
+            TokenBucket,
+        };
+        let clock = $clock;
+        let rate: u32 = $rate;
+        let limit = turnstile::Limit::per_second(f64::from(rate)).expect("valid limit");
+        // One request's worth of refill: the windows' period.
+        let period = std::time::Duration::from_secs(1) / rate;
+        match $lim {
+            "tb" => {
+                let $k =
+                    $sat::keyed_of(clock, move |c| TokenBucket::compact_with_clock(limit, 1, c));
+                $body
+            }
+            "leaky" => {
+                let $k = $sat::keyed_of(clock, move |c| {
+                    LeakyBucket::builder(rate)
+                        .without_slack()
+                        .clock(c)
+                        .build()
+                        .expect("valid")
+                });
+                $body
+            }
+            "fixed" => {
+                let $k = $sat::keyed_of(clock, move |c| {
+                    FixedWindow::builder(1, period)
+                        .clock(c)
+                        .build_compact()
+                        .expect("valid")
+                });
+                $body
+            }
+            "sliding" => {
+                let $k = $sat::keyed_of(clock, move |c| {
+                    SlidingWindow::builder(1, period)
+                        .clock(c)
+                        .build_compact()
+                        .expect("valid")
+                });
+                $body
+            }
+            "bursty" => {
+                let $k = $sat::keyed_of(clock, move |c| {
+                    SmoothBursty::builder(f64::from(rate))
+                        .max_burst_seconds(period.as_secs_f64())
+                        .clock(c)
+                        .build()
+                        .expect("valid")
+                });
+                $body
+            }
+            "warming" => {
+                let $k = $sat::keyed_of(clock, move |c| {
+                    SmoothWarmingUp::builder(f64::from(rate), period)
+                        .clock(c)
+                        .build()
+                        .expect("valid")
+                });
+                $body
+            }
+            "meter" => {
+                let $k = $sat::keyed_of(clock, move |c| {
+                    LeakyMeter::with_clock(1, limit, c).expect("valid")
+                });
+                $body
+            }
+            other => panic!(
+                "no many-keys limiter {other:?} (they are {:?})",
+                $sat::MANY_LIMITERS
+            ),
+        }
+    }};
+}
+
 // ---- governor ----------------------------------------------------------------------------
 
 /// governor's direct limiter on clock `C` (no middleware).
