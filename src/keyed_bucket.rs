@@ -306,11 +306,15 @@ impl Quota {
     #[inline(always)]
     fn step(&self, s: u64, u: u64, n: u32, base: u64, now: Nanos) -> Result<u64, Denied> {
         let x = s & X_MASK;
-        let x2 = x.max(u) + u64::from(n) * self.scale.one;
+        let cost = u64::from(n) * self.scale.one;
+        let x2 = x.max(u) + cost;
         if x2 <= u + self.tau {
             Ok((s & !X_MASK) | x2)
         } else {
-            Err(self.denied(x2, base, now))
+            // Refused with `n <= burst`, so `x >= u` (from `x < u` the check ends at
+            // `u + cost <= u + tau`) and `x2 = x + cost`: the retry time, from the word
+            // alone, need not wait for the clock reading's conversion.
+            Err(self.denied(x + cost, base, now))
         }
     }
 

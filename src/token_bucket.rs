@@ -861,13 +861,19 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
                     limit: 0.0,
                 };
             } else if MODE == CHECK && new > due_w {
-                // A refusal that can be retried: `x2` within the word's range, at most the
-                // burst (so the limit is finite: under a zero limit `x2 > due` needs more
-                // than the stored tokens, which the slow path answers as never). Its retry
-                // time is when `u` reaches `x2`, `Hot::time_of`; `None` there (past the end
-                // of time) and every other refusal go the slow way, which says "never".
-                if x2 <= X_MAX && u64::from(n) * hot.one <= hot.tau && hot.mul != 0 {
-                    if let Some(retry_at) = slot.time_of(&hot, x2) {
+                // A refusal that can be retried: at most the burst (so the limit is finite:
+                // under a zero limit a refusal needs more than the stored tokens, which the
+                // slow path answers as never) and within the word's range. Its retry time is
+                // when `u` reaches `x2`, `Hot::time_of`; `None` there (past the end of time)
+                // and every other refusal go the slow way, which says "never". A refused
+                // `n <= burst` has `x >= v` (from `x < v` the take ends at `v + n * one <=
+                // v + tau`: granted), so `x2 = x + n * one`: computed from the word and the
+                // slot alone, the retry time does not wait for the clock reading's
+                // conversion, which only decides the (predicted) branch.
+                let cost = u64::from(n) * hot.one;
+                let owed = x_of(word) + cost;
+                if owed <= X_MAX && cost <= hot.tau && hot.mul != 0 {
+                    if let Some(retry_at) = slot.time_of(&hot, owed) {
                         if self.unchanged(word) {
                             return Decision::Denied {
                                 retry_at: Some(retry_at),
