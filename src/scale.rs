@@ -157,18 +157,13 @@ impl Scale {
     /// Nanoseconds in `u` units, rounded up: the first whole nanosecond by which `u` units have
     /// passed.
     pub(crate) fn nanos_ceil(&self, u: u64) -> u128 {
-        nanos_ceil(u, self.per, self.per_shift)
+        let p = u as u128 * self.per as u128;
+        let one = 1u128 << self.per_shift;
+        (p >> self.per_shift) + u128::from(p & (one - 1) != 0)
     }
 }
 
-/// [`Scale::nanos_ceil`] from the two words it needs.
-pub(crate) fn nanos_ceil(u: u64, per: u64, per_shift: u32) -> u128 {
-    let p = u as u128 * per as u128;
-    let one = 1u128 << per_shift;
-    (p >> per_shift) + u128::from(p & (one - 1) != 0)
-}
-
-/// [`nanos_ceil`] for a hot path that reads `per` and `per_shift` alone: the same value for
+/// [`Scale::nanos_ceil`] for a hot path that reads `per` and `per_shift` alone: the same value for
 /// `u >= 1`, `None` for `u = 0` or a value past `u64`. For `p = u * per >= 1`,
 /// `ceil(p / 2^s) = floor((p - 1) / 2^s) + 1`: one shift, no remainder test, and for
 /// `s >= 64` (a unit under a nanosecond: most scales) a 64-bit shift of the high word.
@@ -310,7 +305,13 @@ mod tests {
             let per = next() | 1 << 63;
             let per_shift = (next() % 128) as u32;
             let hot = nanos_ceil_hot(u, per, per_shift);
-            let exact = nanos_ceil(u, per, per_shift);
+            let exact = Scale {
+                one: 1,
+                mul: 1,
+                per,
+                per_shift,
+            }
+            .nanos_ceil(u);
             match hot {
                 Some(ns) => {
                     answered += 1;

@@ -1636,6 +1636,12 @@ const BASE_BACK: u64 = 1 << 56;
 /// `shape` bits: the burst (low 32), `k` (bits 32..38) and the infinite-limit flag.
 const INF_BIT: u64 = 1 << 40;
 
+/// The scale's `per_shift`, bits 48..56 of `shape`.
+#[inline(always)]
+fn per_shift_of(shape: u64) -> u32 {
+    ((shape >> 48) & 0xff) as u32
+}
+
 /// Fractional bits of a token coordinate.
 const COORD_BITS: u32 = 32;
 const COORD_ONE: f64 = (1u64 << COORD_BITS) as f64;
@@ -2122,7 +2128,7 @@ impl SlotRef<'_> {
         Cold {
             shape,
             per: s.per[i].load(Ordering::Relaxed),
-            per_shift: ((shape >> 48) & 0xff) as u32,
+            per_shift: per_shift_of(shape),
             epoch: meta as u32,
             inf_gen: (meta >> 32) as u32,
             limit: f64::from_bits(c.limit.load(Ordering::Relaxed)),
@@ -2139,7 +2145,7 @@ impl SlotRef<'_> {
     fn time_of(&self, hot: &Hot, x: u64) -> Option<Nanos> {
         let (s, i) = (self.slots, self.i);
         let per = s.per[i].load(Ordering::Relaxed);
-        let per_shift = ((s.shape[i].load(Ordering::Relaxed) >> 48) & 0xff) as u32;
+        let per_shift = per_shift_of(s.shape[i].load(Ordering::Relaxed));
         let ns = crate::scale::nanos_ceil_hot(x - hot.tau, per, per_shift)?;
         ns.checked_add(hot.base).map(Nanos::new)
     }
