@@ -1136,6 +1136,7 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
 }
 
 impl<C: Clock, P: Layout> Limiter for TokenBucket<C, P> {
+    #[inline]
     fn check_n_at(&self, now: Nanos, n: u32) -> Result<(), Denied> {
         match self.take::<CHECK>(now, n, 0) {
             Decision::Granted { .. } => Ok(()),
