@@ -266,6 +266,7 @@ impl<C: Clock> LeakyMeter<C> {
 /// assert_eq!(meter.check_n_at(Nanos::ZERO, 3).unwrap_err().retry_at(), None);
 /// ```
 impl<C: Clock> Limiter for LeakyMeter<C> {
+    #[inline]
     fn check_n_at(&self, now: Nanos, n: u32) -> Result<(), Denied> {
         if n > self.capacity {
             return Err(Denied::new(now, None));

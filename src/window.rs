@@ -486,6 +486,7 @@ impl<C: Clock, P: Layout> Limiter for FixedWindow<C, P> {
     /// assert_eq!(denied.retry_after(), Some(Duration::from_millis(600)));
     /// assert_eq!(w.check_n_at(Nanos::new(100), 3).unwrap_err().retry_at(), None);
     /// ```
+    #[inline]
     fn check_n_at(&self, now: Nanos, n: u32) -> Result<(), Denied> {
         match self.take_raw(now.as_u64(), n) {
             Ok(_) => Ok(()),
