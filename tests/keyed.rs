@@ -420,3 +420,59 @@ fn a_panicking_factory_leaves_no_phantom_key() {
         "its room was given back"
     );
 }
+
+/// Held keys checked while a flood of new keys grows the table through several resizes, with
+/// sweeps running between them (which rebuild it smaller once it is mostly empty): each held
+/// key's window must grant exactly its quota, as one limiter would, so no resize lost a key's
+/// limiter (a fresh one would grant again) or copied it (two copies would each grant).
+#[test]
+fn held_keys_keep_their_limiter_across_resizes() {
+    const HELD: u32 = 64;
+    const QUOTA: u32 = 5;
+    let clock = ManualClock::default();
+    let c = clock.clone();
+    let k = Keyed::builder(move |_: &u32| {
+        FixedWindow::builder(QUOTA, Duration::from_secs(3600))
+            .clock(c.clone())
+            .build_compact()
+            .unwrap()
+    })
+    .clock(clock.clone())
+    .sweep_every(Duration::MAX)
+    .max_keys(u64::MAX)
+    .build()
+    .unwrap();
+    let granted: Vec<AtomicU64> = (0..HELD).map(|_| AtomicU64::new(0)).collect();
+    std::thread::scope(|s| {
+        for _ in 0..2 {
+            s.spawn(|| {
+                for round in 0..400 {
+                    for key in 0..HELD {
+                        if k.check_n_at(&key, Nanos::ZERO, 1).is_ok() {
+                            granted[key as usize].fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                    if round % 50 == 0 {
+                        // A sweep visits every key while the table may be resized under it;
+                        // it evicts at most a newborn not checked yet (idle), which its check
+                        // then builds again.
+                        k.evict_idle_at(Nanos::ZERO);
+                    }
+                }
+            });
+        }
+        s.spawn(|| {
+            for key in HELD..HELD + 20_000 {
+                assert!(k.check_n_at(&key, Nanos::ZERO, 1).is_ok());
+            }
+        });
+    });
+    for (key, g) in granted.iter().enumerate() {
+        assert_eq!(g.load(Ordering::Relaxed), u64::from(QUOTA), "key {key}");
+    }
+    assert_eq!(k.len(), (HELD + 20_000) as usize);
+    // Everything idle an hour later: all evicted, and the map still works.
+    assert_eq!(k.evict_idle_at(t(3601.0)), (HELD + 20_000) as usize);
+    assert!(k.is_empty());
+    assert!(k.check_n_at(&1, t(3601.0), 1).is_ok());
+}
