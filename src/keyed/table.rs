@@ -103,9 +103,9 @@ impl<K, L> Table<K, L> {
         }
     }
 
-    /// The entry holding `key` (a slot pointer or `TOMB`), if any.
+    /// The entry holding `key` and the word loaded from it (a slot pointer or `TOMB`), if any.
     #[inline(always)]
-    fn find<Q>(&self, hash: u64, key: &Q) -> Option<&Entry<K, L>>
+    fn find<Q>(&self, hash: u64, key: &Q) -> Option<(&Entry<K, L>, usize)>
     where
         K: Borrow<Q>,
         Q: Eq + ?Sized,
@@ -116,14 +116,15 @@ impl<K, L> Table<K, L> {
         for _ in 0..=self.mask {
             // SAFETY: `i <= mask` and `entries.len() == mask + 1`.
             let e = unsafe { self.entries.get_unchecked(i) };
-            if e.word.load(Ordering::Acquire) == EMPTY {
+            let w = e.word.load(Ordering::Acquire);
+            if w == EMPTY {
                 return None;
             }
             // SAFETY: a non-EMPTY word was loaded with `Acquire`, and the entry's key was
             // written before the `Release` store that first made it non-EMPTY (`claim`);
             // keys are never written again while the table is reachable (module docs).
             if unsafe { e.key.get() }.borrow() == key {
-                return Some(e);
+                return Some((e, w));
             }
             i = (i + 1) & self.mask;
         }
@@ -256,8 +257,7 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, L: Send + Sync + 'static> Map
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        let e = self.table(guard).find(self.hash(key), key)?;
-        match e.word.load(Ordering::Acquire) {
+        match self.table(guard).find(self.hash(key), key)?.1 {
             TOMB => None,
             // SAFETY: a slot pointer, loaded under `guard`: freed only by the collector after
             // its unlinking, once every guard pinned before that (ours) is gone.
@@ -272,8 +272,7 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, L: Send + Sync + 'static> Map
         let _w = self.lock();
         let guard = pin();
         let mut t = self.table(&guard);
-        if let Some(e) = t.find(hash, &key) {
-            let w = e.word.load(Ordering::Relaxed);
+        if let Some((e, w)) = t.find(hash, &key) {
             if w != TOMB {
                 // SAFETY: a slot pointer; only we (holding `writer`) could unlink it.
                 if !unsafe { slot::<L>(w) }.is_dead() {
@@ -324,8 +323,8 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, L: Send + Sync + 'static> Map
         let _w = self.lock();
         let guard = pin();
         let t = self.table(&guard);
-        if let Some(e) = t.find(hash, key) {
-            if e.word.load(Ordering::Relaxed) == id as usize {
+        if let Some((e, w)) = t.find(hash, key) {
+            if w == id as usize {
                 // SAFETY: holding `writer`; `e` holds a slot pointer in the current table.
                 unsafe { self.unlink(t, e, &guard) };
             }
