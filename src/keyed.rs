@@ -250,6 +250,7 @@ pub(crate) struct Slot<L> {
 impl<L> Slot<L> {
     /// Whether the slot was evicted (`DEAD` is final). `Acquire`: a thread that sees it may
     /// build the key a new limiter, born no earlier than the sweep that killed this one.
+    #[cfg_attr(loom, allow(dead_code))]
     fn is_dead(&self) -> bool {
         self.state.load(Ordering::Acquire) == DEAD
     }
@@ -1287,9 +1288,11 @@ impl<K, L, C: Clock, E> fmt::Debug for KeyedBuilder<K, L, C, E> {
 
 /// The concurrent map behind [`Keyed`]: the table of `src/keyed/table.rs`, or under loom a
 /// mutex-protected stand-in that loom can see (as `sync.rs` does for the 128-bit atomic),
-/// with the same semantics (a `DEAD` slot is replaced by an insertion, any other kept). The
-/// eviction protocol above is what the loom models check; the table's own writes are all
-/// under its writer lock, its reads `Acquire` loads of words published by `Release` stores.
+/// with the same semantics (an insertion keeps a slot the key holds; the table also replaces
+/// a `DEAD` one, which never stays linked in either: `retain` unlinks a slot in the step that
+/// retires it). The eviction protocol above is what the loom models check; the table's own
+/// writes are all under its writer lock, its reads `Acquire` loads of words published by
+/// `Release` stores.
 #[cfg(not(loom))]
 mod table;
 #[cfg(not(loom))]
@@ -1326,10 +1329,11 @@ mod map {
             self.0.lock().unwrap().get(key).cloned()
         }
 
-        /// As the real table's: a `DEAD` slot is replaced, any other kept.
+        /// As the real table's (which also replaces a `DEAD` slot: none is ever left in
+        /// this map, whose `retain` removes a slot in the same step as it retires it).
         pub(super) fn insert_with(&self, key: K, make: impl FnOnce() -> Slot<L>) -> bool {
             let mut m = self.0.lock().unwrap();
-            if m.get(&key).is_some_and(|s| !s.is_dead()) {
+            if m.contains_key(&key) {
                 return false;
             }
             m.insert(key, Arc::new(make()));
