@@ -27,11 +27,42 @@
 //!   physical floor of a keyed check with the default hasher (SipHash of the key, a clock
 //!   read and one CAS, no table).
 //!
+//! * `keyed_saturated_hot`, `keyed_saturated_random`: the state a keyed limiter lives in,
+//!   **saturated** (`benches/harness/saturated.rs` has the configuration, the shootout's phase
+//!   4): one hot key at 1e6/s with a burst of 1000, or 10 000 keys picked at random, each at
+//!   100/s with a burst of 10 (the same total rate), so that most checks are refused.
+//!   `check(&key)` with the refusal's retry time black-boxed, on `Keyed<u64, TokenBucket>`
+//!   (`turnstile`, compact buckets as the shootout's), on `KeyedTokenBucket`
+//!   (`turnstile_inline`), governor's `check_key` with its retry time from
+//!   `NotUntil::earliest_possible()`, and `floor`: a clock read, one SipHash of the key, one
+//!   probe of an open-addressing table of 16-byte slots and one load. Each cell then asserts
+//!   that checking at full speed saturates the map again (fewer than half of a round of
+//!   100 000 checks granted, within 5 s: criterion's analysis leaves it idle, refilling).
+//! * `keyed_saturated_hot_at/1t`, `keyed_saturated_random_at/1t`: the same clock-free, as
+//!   `scripts/instructions` counts them: `check_n_at(&key, t, 1)` with `t` advancing 50 ns a
+//!   check, so that one in 20 is granted (verified after the cell); governor on a
+//!   `FakeRelativeClock` advanced by 50 ns a check (the advance is in its figure). The random
+//!   keys are inserted and emptied (their burst spent) before measuring.
+//!
+//! * `keyed_limiters_random/<threads>t`: issue #21's goal "`Keyed<u64, L>` over 100 000
+//!   random keys, each limiter within 1.5x `KeyedTokenBucket`'s time", **saturated** on the
+//!   real clock: `Keyed<u64, L>` for every limiter (ids `token_bucket` (compact),
+//!   `leaky_bucket`, `fixed_window` (compact), `sliding_window` (compact), `smooth_bursty`,
+//!   `smooth_warming_up`, `leaky_meter`), `keyed_token_bucket` (`KeyedTokenBucket`) and
+//!   `governor`, each over 100 000 keys at 1/s with a capacity of one (the many-keys
+//!   workload of `benches/harness/saturated.rs` at `MANY_RATE_CLOCK`), every key inserted
+//!   before measuring, then `check(&key)` with the refusal's retry time on random keys
+//!   (xorshift, per thread): a key comes round every ~30-100 ms, so most checks are refused. Each cell then asserts saturation
+//!   as the `keyed_saturated_*` cells do. `scripts/bench-ratios` prints each id's ratio to
+//!   `keyed_token_bucket` and to `governor`; `scripts/instructions keyed-random-<limiter>`
+//!   counts the same clock-free.
+//!
 //! Per-operation figures as in every turnstile bench (`benches/harness`): the slowest thread's
 //! time per operation, clock read included. Summarize with `scripts/bench-ratios`. Bytes per
 //! key are measured by `tests/keyed_memory.rs`.
 
 use std::cell::Cell;
+use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
@@ -42,9 +73,13 @@ use criterion::measurement::WallTime;
 use criterion::{criterion_group, criterion_main, BenchmarkGroup, Criterion};
 use crossbeam_utils::CachePadded;
 use governor::{Quota, RateLimiter};
-use harness::{cell, floor_cas, nz, THREADS};
+use harness::saturated::{self as sat, Expect, Schedule};
+use harness::{cell, floor_cas, nz, sat_cell, stepped_cell, THREADS};
 use std::hint::black_box;
-use turnstile::{Clock, Idle, Keyed, KeyedTokenBucket, Limit, Limiter, QuantaClock, TokenBucket};
+use turnstile::{
+    Clock, Idle, Keyed, KeyedTokenBucket, Limit, Limiter, ManualClock, Nanos, QuantaClock,
+    TokenBucket,
+};
 
 const KEYS: u64 = 100_000;
 
@@ -66,6 +101,11 @@ thread_local! {
 
 /// A random key in `0..KEYS` from this thread's xorshift state.
 fn random_key() -> u64 {
+    random_key_in(KEYS)
+}
+
+/// A random key in `0..keys` from this thread's xorshift state.
+fn random_key_in(keys: u64) -> u64 {
     RNG.with(|r| {
         let mut x = r.get();
         if x == 0 {
@@ -76,7 +116,7 @@ fn random_key() -> u64 {
         x ^= x >> 7;
         x ^= x << 17;
         r.set(x);
-        x % KEYS
+        x % keys
     })
 }
 
@@ -273,10 +313,232 @@ fn keyed_inline_random(c: &mut Criterion) {
     }
 }
 
+/// Checks of the saturation probe after each saturated keyed cell.
+const SAT_PROBE: u32 = 100_000;
+
+fn keyed_saturated(c: &mut Criterion) {
+    for threads in THREADS {
+        for hot in [true, false] {
+            let name = format!(
+                "keyed_saturated_{}/{threads}t",
+                if hot { "hot" } else { "random" }
+            );
+            let mut g = c.benchmark_group(&name);
+            let (rate, burst) = if hot {
+                (sat::RATE, sat::BURST)
+            } else {
+                (sat::KEY_RATE, sat::KEY_BURST)
+            };
+            let key = || {
+                if hot {
+                    sat::HOT
+                } else {
+                    random_key_in(sat::KEYS)
+                }
+            };
+            // Every random key is in the map before measuring.
+            let insert = |check: &dyn Fn(u64) -> bool| {
+                if !hot {
+                    for k in 0..sat::KEYS {
+                        assert!(check(k), "{name}: key {k} refused while inserting");
+                    }
+                }
+            };
+
+            let k = sat::keyed(QuantaClock::new(), rate, burst);
+            insert(&|key| k.check(&key).is_ok());
+            sat_cell(&mut g, &name, "turnstile", threads, SAT_PROBE, || {
+                sat::retry(black_box(&k).check(&key()))
+            });
+            drop(k);
+
+            let k = sat::keyed_bucket(QuantaClock::new(), rate, burst, RandomState::new());
+            insert(&|key| k.check(&key).is_ok());
+            sat_cell(
+                &mut g,
+                &name,
+                "turnstile_inline",
+                threads,
+                SAT_PROBE,
+                || sat::retry(black_box(&k).check(&key())),
+            );
+            drop(k);
+
+            let gov = sat::governor_keyed(rate, burst);
+            insert(&|key| gov.check_key(&key).is_ok());
+            sat_cell(&mut g, &name, "governor", threads, SAT_PROBE, || {
+                sat::gov_check_key(&gov, key())
+            });
+            drop(gov);
+
+            let floor = if hot {
+                sat::KeyedFloor::new(QuantaClock::new(), [sat::HOT])
+            } else {
+                sat::KeyedFloor::new(QuantaClock::new(), 0..sat::KEYS)
+            };
+            cell(&mut g, "floor", threads, || {
+                black_box(floor.check(key()));
+            });
+
+            g.finish();
+        }
+    }
+}
+
+/// `op` on the clock-free schedule: the hot key, or keys from a xorshift sequence, which
+/// carries on from one sample to the next as the schedule does.
+fn keyed_stepped(
+    g: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    name: &str,
+    id: &str,
+    hot: bool,
+    expect: Expect,
+    mut op: impl FnMut(u64, Nanos, u64) -> bool,
+) {
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    stepped_cell(g, name, id, Schedule::saturated(), expect, |t, moved| {
+        let key = if hot {
+            sat::HOT
+        } else {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % sat::KEYS
+        };
+        op(key, t, moved)
+    });
+}
+
+fn keyed_saturated_at(c: &mut Criterion) {
+    for hot in [true, false] {
+        let name = format!(
+            "keyed_saturated_{}_at/1t",
+            if hot { "hot" } else { "random" }
+        );
+        let mut g = c.benchmark_group(&name);
+        let (rate, burst) = if hot {
+            (sat::RATE, sat::BURST)
+        } else {
+            (sat::KEY_RATE, sat::KEY_BURST)
+        };
+        // Every random key inserted and emptied (its burst spent) before measuring.
+        let fill = |check: &dyn Fn(u64) -> bool| {
+            if !hot {
+                for k in 0..sat::KEYS {
+                    for _ in 0..burst {
+                        assert!(check(k), "{name}: key {k} refused while emptying it");
+                    }
+                }
+            }
+        };
+        let e = Expect::Saturated;
+
+        let k = sat::keyed(ManualClock::new(sat::START), rate, burst);
+        fill(&|key| k.check_n_at(&key, sat::START, 1).is_ok());
+        keyed_stepped(&mut g, &name, "turnstile", hot, e, |key, t, _| {
+            sat::retry(black_box(&k).check_n_at(&key, black_box(t), 1))
+        });
+        drop(k);
+
+        let k = sat::keyed_bucket(
+            ManualClock::new(sat::START),
+            rate,
+            burst,
+            RandomState::new(),
+        );
+        fill(&|key| k.check_n_at(&key, sat::START, 1).is_ok());
+        keyed_stepped(&mut g, &name, "turnstile_inline", hot, e, |key, t, _| {
+            sat::retry(black_box(&k).check_n_at(&key, black_box(t), 1))
+        });
+        drop(k);
+
+        let (gov, clock) = sat::governor_keyed_fake(rate, burst, RandomState::new());
+        fill(&|key| gov.check_key(&key).is_ok());
+        keyed_stepped(&mut g, &name, "governor", hot, e, |key, _, moved| {
+            sat::advance(&clock, moved);
+            sat::gov_check_key(&gov, key)
+        });
+        drop(gov);
+
+        let clock = ManualClock::new(sat::START);
+        let floor = if hot {
+            sat::KeyedFloor::new(clock, [sat::HOT])
+        } else {
+            sat::KeyedFloor::new(clock, 0..sat::KEYS)
+        };
+        keyed_stepped(&mut g, &name, "floor", hot, Expect::Refused, |key, t, _| {
+            floor.check_at(key, t)
+        });
+
+        g.finish();
+    }
+}
+
+/// The ids of `keyed_limiters_random`, by the names of [`sat::MANY_LIMITERS`].
+const MANY_IDS: [(&str, &str); 7] = [
+    ("tb", "token_bucket"),
+    ("leaky", "leaky_bucket"),
+    ("fixed", "fixed_window"),
+    ("sliding", "sliding_window"),
+    ("bursty", "smooth_bursty"),
+    ("warming", "smooth_warming_up"),
+    ("meter", "leaky_meter"),
+];
+
+fn keyed_limiters_random(c: &mut Criterion) {
+    for threads in THREADS {
+        let name = format!("keyed_limiters_random/{threads}t");
+        let mut g = c.benchmark_group(&name);
+        let key = || random_key_in(sat::MANY_KEYS);
+        let insert = |check: &dyn Fn(u64) -> bool| {
+            for k in 0..sat::MANY_KEYS {
+                assert!(check(k), "{name}: key {k} refused while inserting");
+            }
+        };
+
+        for (lim, id) in MANY_IDS {
+            let clock = QuantaClock::new();
+            crate::with_many_keyed!(sat, lim, clock, sat::MANY_RATE_CLOCK, |k| {
+                insert(&|key| k.check(&key).is_ok());
+                sat_cell(&mut g, &name, id, threads, SAT_PROBE, || {
+                    sat::retry(black_box(&k).check(&key()))
+                });
+                assert_eq!(
+                    k.len() as u64,
+                    sat::MANY_KEYS,
+                    "{name} {id}: keys added or lost"
+                );
+            });
+        }
+
+        let rate = sat::MANY_RATE_CLOCK;
+        let k = sat::keyed_bucket(QuantaClock::new(), rate, 1, RandomState::new());
+        insert(&|key| k.check(&key).is_ok());
+        sat_cell(
+            &mut g,
+            &name,
+            "keyed_token_bucket",
+            threads,
+            SAT_PROBE,
+            || sat::retry(black_box(&k).check(&key())),
+        );
+        drop(k);
+
+        let gov = sat::governor_keyed(rate, 1);
+        insert(&|key| gov.check_key(&key).is_ok());
+        sat_cell(&mut g, &name, "governor", threads, SAT_PROBE, || {
+            sat::gov_check_key(&gov, key())
+        });
+        drop(gov);
+
+        g.finish();
+    }
+}
+
 criterion_group! {
     name = benches;
     config = harness::config();
     targets = keyed_hot, keyed_hot_deny, keyed_random, keyed_random_compact, keyed_inline_hot,
-        keyed_inline_random
+        keyed_inline_random, keyed_saturated, keyed_saturated_at, keyed_limiters_random
 }
 criterion_main!(benches);

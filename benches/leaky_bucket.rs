@@ -18,6 +18,24 @@
 //! * `try_take_deny`: `try_take()` that always fails: 1 permit per hour without slack, taken
 //!   before measuring. governor: 1 per hour, burst 1, drained.
 //!
+//! The groups above hold the bucket still (never behind, or never refilling). A bucket in use
+//! lives **saturated**: it drains continuously and refuses most takes, each refusal with its
+//! retry time. Those groups (`saturated_benches!` in `benches/harness/mod.rs` defines them,
+//! `benches/harness/saturated.rs` has the configuration, the shootout's phase 3: 1e6/s, slack
+//! 1000), ids `turnstile`, `mutex_twin` and `floor` (a clock read plus one load; no governor
+//! cell: governor's GCRA is the token bucket's counterpart, in `benches/token_bucket.rs`):
+//! * `leaky_saturated_check/<threads>t`: `Limiter::check()`, the refusal's retry time
+//!   black-boxed; `leaky_saturated_allow`: `try_take()`. Checks arrive far faster than 1e6/s,
+//!   so ~all are refused; each cell then asserts that checking at full speed saturates it
+//!   again (fewer than half of a round of 10 000 granted, within 5 s).
+//! * `leaky_saturated_check_at/1t`, `leaky_saturated_allow_at/1t`: clock-free, as
+//!   `scripts/instructions` counts them, `check_n_at(t, 1)` / `try_take_at(t)` with `t`
+//!   advancing 50 ns a check, so that one in 20 is granted (verified after the cell).
+//! * `leaky_burst_check/1t`: clock-free, idle then a burst larger than the slack: 2000 checks at
+//!   one instant, then a jump of 2 ms (past a full refill), over and over.
+//! * `meter_saturated_*`, `meter_burst_check/1t`: the same for `LeakyMeter` (capacity 1000,
+//!   leaking 1e6/s; `allow()` / `allow_at(t)`), ids `turnstile` and `floor` (no twin).
+//!
 //! # What the reported time means
 //! As in `benches/token_bucket.rs`: every cell uses `iter_custom`. With `T` threads (1 or 2),
 //! each thread waits on a `Barrier`, reads its own `Instant`, performs `iters` operations on
@@ -32,6 +50,7 @@
 
 use std::time::Duration;
 
+#[macro_use]
 mod harness;
 
 use criterion::{criterion_group, criterion_main, Criterion};
@@ -192,9 +211,33 @@ fn try_take_deny(c: &mut Criterion) {
     }
 }
 
+saturated_benches!(
+    leaky_saturated,
+    "leaky",
+    make: |clock, _burst| sat::leaky_bucket(clock),
+    twin: |clock, _burst| sat::twin_leaky_bucket(clock),
+    allow: |l| l.try_take(),
+    allow_at: |l, t| l.try_take_at(t),
+    start: |_l| sat::START,
+    probe: 10_000,
+    burst: Schedule::burst(u64::from(sat::BURST), Duration::from_millis(1)),
+);
+
+saturated_benches!(
+    meter_saturated,
+    "meter",
+    make: |clock, _burst| sat::leaky_meter(clock),
+    allow: |l| l.allow(),
+    allow_at: |l, t| l.allow_at(t),
+    start: |_l| sat::START,
+    probe: 10_000,
+    burst: Schedule::burst(u64::from(sat::BURST), Duration::from_millis(1)),
+);
+
 criterion_group! {
     name = benches;
     config = harness::config();
-    targets = take_at, take_at_no_clock, try_take_ok, try_take_deny
+    targets = take_at, take_at_no_clock, try_take_ok, try_take_deny, leaky_saturated,
+        meter_saturated
 }
 criterion_main!(benches);

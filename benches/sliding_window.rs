@@ -11,6 +11,23 @@
 //!   quanta clock starts at the process start, so the run stays inside the first window). A
 //!   denial is one load and no write.
 //!
+//! The groups above never fill the window or never leave it. A limiter in use lives
+//! **saturated**: most checks are refused, each refusal with its retry time. Those groups
+//! (`saturated_benches!` in `benches/harness/mod.rs` defines them,
+//! `benches/harness/saturated.rs` has the configuration, the shootout's phase 3: 10 000 per
+//! 10 ms, the phase-1 rate), ids `turnstile`, `mutex_twin` and `floor` (a clock read plus one
+//! load):
+//! * `sliding_saturated_check/<threads>t`: `Limiter::check()`, the refusal's retry time
+//!   black-boxed; `sliding_saturated_allow`: `allow()`. Each cell then asserts that checking
+//!   at full speed saturates it again (fewer than half of a round of 100 000 checks, more
+//!   than 2 windows' quota, granted, within 5 s).
+//! * `sliding_saturated_check_at/1t`, `sliding_saturated_allow_at/1t`: clock-free, as
+//!   `scripts/instructions` counts them, `check_n_at(t, 1)` / `allow_at(t)` with `t`
+//!   advancing 50 ns a check (the sliding estimate then grants one check in 40; verified after
+//!   the cell).
+//! * `sliding_burst_check/1t`: clock-free, 20 000 checks (twice the quota) at one instant, then
+//!   a jump of two windows (the previous window forgotten), over and over.
+//!
 //! # What the reported time means
 //! As in `benches/token_bucket.rs` (see `benches/harness/mod.rs`): with `T` threads each
 //! thread performs `iters` operations on the one shared limiter and the sample is the slowest
@@ -21,6 +38,7 @@
 
 use std::time::Duration;
 
+#[macro_use]
 mod harness;
 
 use criterion::{criterion_group, criterion_main, Criterion};
@@ -98,9 +116,21 @@ fn allow_deny(c: &mut Criterion) {
     }
 }
 
+saturated_benches!(
+    sliding_saturated,
+    "sliding",
+    make: |clock, _burst| sat::sliding_window(clock),
+    twin: |clock, _burst| sat::twin_sliding_window(clock),
+    allow: |l| l.allow(),
+    allow_at: |l, t| l.allow_at(t),
+    start: |_l| sat::START,
+    probe: 100_000,
+    burst: Schedule::burst(u64::from(sat::QUOTA), sat::WINDOW),
+);
+
 criterion_group! {
     name = benches;
     config = harness::config();
-    targets = allow_ok, allow_deny
+    targets = allow_ok, allow_deny, sliding_saturated
 }
 criterion_main!(benches);

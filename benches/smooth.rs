@@ -17,6 +17,29 @@
 //!   load (turnstile) or a lock and a compare (twin) and writes nothing. governor: `check()`
 //!   on 1 per hour, burst 1, drained.
 //!
+//!
+//! The groups above run at a huge rate or against a debt no check sees paid. A limiter in use
+//! lives **saturated**: its debt is paid continuously and most acquires are refused, each
+//! refusal with its retry time. Those groups (`saturated_benches!` in `benches/harness/mod.rs`
+//! defines them, `benches/harness/saturated.rs` has the configuration, the shootout's phase 3:
+//! 1e6/s, `bursty` with 1 s of burst, `warming` with a 100 ms warm-up), ids `turnstile`,
+//! `mutex_twin` and `floor` (a clock read plus one load; no governor cell: governor has no
+//! smooth limiter):
+//! * `<limiter>_saturated_check/<threads>t`: `Limiter::check()`, the refusal's retry time
+//!   black-boxed; `<limiter>_saturated_allow`: `try_acquire(1, 0)`. Checks arrive far faster
+//!   than 1e6/s, so ~all are refused; each cell then asserts that checking at full speed
+//!   saturates it again (fewer than half of a round of 10 000 granted, within 5 s: idle
+//!   during criterion's analysis, it stores up to 1 s of permits).
+//! * `<limiter>_saturated_check_at/1t`, `<limiter>_saturated_allow_at/1t`: clock-free, as
+//!   `scripts/instructions` counts them, `check_n_at(t, 1)` / `try_acquire_at(t, 1, 0)` with
+//!   `t` advancing 50 ns a check, so that one in 20 is granted (verified after the cell). The
+//!   schedule starts once the stored permits a new limiter holds (a warming-up one starts
+//!   cold) are paid for.
+//! * `<limiter>_burst_check/1t`: clock-free, idle then a burst of 2000 checks at one instant,
+//!   then a jump past two refills (`bursty`: 2 ms, with 1 ms of burst, i.e. 1000 permits, so
+//!   that the burst is larger than the bucket; `warming`: 200 ms, two warm-ups, so that each
+//!   burst finds it cold), over and over.
+//!
 //! # What the reported time means
 //! As in `benches/token_bucket.rs`: every cell uses `iter_custom`. With `T` threads (1 or 2),
 //! each thread waits on a `Barrier`, reads its own `Instant`, performs `iters` operations on
@@ -30,6 +53,7 @@
 
 use std::time::Duration;
 
+#[macro_use]
 mod harness;
 
 use criterion::{criterion_group, criterion_main, Criterion};
@@ -154,9 +178,52 @@ workloads!(
     |rate| reference::SmoothWarmingUp::new(rate, WARMUP).expect("valid rate")
 );
 
+/// `SmoothBursty`'s seconds of burst: the shootout's 1 s, or 1000 permits in the burst cell.
+fn burst_seconds(burst: bool) -> f64 {
+    if burst {
+        0.001
+    } else {
+        1.0
+    }
+}
+
+saturated_benches!(
+    bursty_saturated,
+    "bursty",
+    make: |clock, burst| sat::smooth_bursty(clock, burst_seconds(burst)),
+    twin: |clock, burst| sat::twin_smooth_bursty(clock, burst_seconds(burst)),
+    allow: |l| matches!(l.try_acquire(1, Duration::ZERO), Ok(true)),
+    allow_at: |l, t| matches!(l.try_acquire_at(t, 1, Duration::ZERO), Ok(Some(_))),
+    start: |l| sat::drained_at(
+        l,
+        l.stored_permits_at(sat::START),
+        |n| l.reserve_n_at(sat::START, n).expect("a reservation"),
+        sat::START
+    ),
+    probe: 10_000,
+    burst: Schedule::burst(u64::from(sat::BURST), Duration::from_millis(1)),
+);
+
+saturated_benches!(
+    warming_saturated,
+    "warming",
+    make: |clock, _burst| sat::smooth_warming_up(clock),
+    twin: |clock, _burst| sat::twin_smooth_warming_up(clock),
+    allow: |l| matches!(l.try_acquire(1, Duration::ZERO), Ok(true)),
+    allow_at: |l, t| matches!(l.try_acquire_at(t, 1, Duration::ZERO), Ok(Some(_))),
+    start: |l| sat::drained_at(
+        l,
+        l.stored_permits_at(sat::START),
+        |n| l.reserve_n_at(sat::START, n).expect("a reservation"),
+        sat::START
+    ),
+    probe: 10_000,
+    burst: Schedule::burst(u64::from(sat::BURST), sat::WARMUP),
+);
+
 criterion_group! {
     name = benches;
     config = harness::config();
-    targets = bursty, warming
+    targets = bursty, warming, bursty_saturated, warming_saturated
 }
 criterion_main!(benches);

@@ -23,6 +23,32 @@
 //!   back (a cancel after the time to act is a no-op in rate.go, which a full bucket would
 //!   measure instead). governor has no reservations: no cell.
 //!
+//! The groups above hold the word still (always granted, or a bucket that never refills). A
+//! bucket in use lives **saturated**: it refills continuously and refuses most checks, each
+//! refusal with its retry time. Those groups (`benches/harness/saturated.rs` has the
+//! configuration, the shootout's phase 1: 1e6/s, burst 1000; governor the same quota), with
+//! the ids `turnstile`, `mutex_twin`, `governor` and `floor`:
+//! * `saturated_check`: `Limiter::check()` on the real clock, the refusal's
+//!   `Denied::retry_at` black-boxed; governor's `check()` with its retry time from
+//!   `NotUntil::earliest_possible()`. Checks arrive far faster than 1e6/s, so ~all are
+//!   refused; each cell then asserts that checking at full speed saturates it again (fewer
+//!   than half of a round of 10 000 granted, within 5 s). `floor`: a read of
+//!   the quanta clock plus one load (a refusal decided from the word alone).
+//! * `saturated_allow`: the same with `allow()` (governor: `check().is_ok()`).
+//! * `saturated_check_at`, `saturated_allow_at` (1 thread): clock-free, as
+//!   `scripts/instructions` counts them: `check_n_at(t, 1)` / `allow_at(t)` with `t` advancing
+//!   50 ns a check, so that one check in 20 is granted; governor on a `FakeRelativeClock`
+//!   advanced by 50 ns a check (its clock read is one load; the advance, a load and a CAS on
+//!   the fake clock's word, is in its figure); `floor`: one load. Each cell then verifies that
+//!   200 000 more checks grant one in 20.
+//! * `burst_check` (1 thread, clock-free): idle, then a burst larger than the bucket: 2000
+//!   checks at one instant (1000 granted, 1000 refused), then the time jumps 2 ms (past a full
+//!   refill), over and over. No floor: half the checks are grants.
+//! * `sometimes_saturated_run` (`Sometimes`, the port of x/time/rate's `sometimes.go`, at an
+//!   interval of 1 µs: the phase-1 rate), `run(|| ())` on the real clock, and
+//!   `sometimes_saturated_run_at` (1 thread) clock-free as above: ids `turnstile` and `floor`
+//!   (it has neither twin nor governor counterpart).
+//!
 //! # What the reported time means
 //! Every cell uses `iter_custom`. With `T` threads (1 or 2), each thread waits on a `Barrier`,
 //! reads its own `Instant`, performs `iters` operations on the one shared limiter, and reads
@@ -42,8 +68,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crossbeam_utils::CachePadded;
 use governor::{Quota, RateLimiter};
-use harness::{cell, floor_cas, nz, THREADS};
-use turnstile::{reference, Clock, Limit, QuantaClock, TokenBucket};
+use harness::saturated::{self as sat, Expect, Schedule};
+use harness::{cell, floor_cas, nz, sat_cell, stepped_cell, THREADS};
+use turnstile::{reference, Clock, Limit, ManualClock, QuantaClock, TokenBucket};
 
 fn limit(per_second: f64) -> Limit {
     Limit::per_second(per_second).expect("valid limit")
@@ -172,9 +199,170 @@ fn reserve_cancel(c: &mut Criterion) {
     }
 }
 
+/// Checks of the real-clock saturation probe after each cell.
+const PROBE: u32 = 10_000;
+
+fn saturated(c: &mut Criterion) {
+    for threads in THREADS {
+        saturated_group::<true>(c, "check", threads);
+        saturated_group::<false>(c, "allow", threads);
+    }
+}
+
+/// `saturated_<op>/<threads>t`: `Limiter::check` if `CHECK`, else `allow`.
+fn saturated_group<const CHECK: bool>(c: &mut Criterion, op: &str, threads: usize) {
+    let name = format!("saturated_{op}/{threads}t");
+    let mut g = c.benchmark_group(&name);
+
+    let tb = sat::token_bucket(QuantaClock::new());
+    sat_cell(&mut g, &name, "turnstile", threads, PROBE, || {
+        if CHECK {
+            sat::check(&tb)
+        } else {
+            black_box(&tb).allow()
+        }
+    });
+
+    let twin = sat::twin_token_bucket(QuantaClock::new());
+    sat_cell(&mut g, &name, "mutex_twin", threads, PROBE, || {
+        if CHECK {
+            sat::check(&twin)
+        } else {
+            black_box(&twin).allow()
+        }
+    });
+
+    let gov = sat::governor();
+    sat_cell(&mut g, &name, "governor", threads, PROBE, || {
+        if CHECK {
+            sat::gov_check(&gov)
+        } else {
+            black_box(&gov).check().is_ok()
+        }
+    });
+
+    let floor = sat::Floor::new(QuantaClock::new());
+    cell(&mut g, "floor", threads, || {
+        black_box(floor.check());
+    });
+
+    g.finish();
+}
+
+fn saturated_at(c: &mut Criterion) {
+    saturated_at_group::<true>(c, "check");
+    saturated_at_group::<false>(c, "allow");
+}
+
+/// `saturated_<op>_at/1t`, clock-free: `check_n_at` if `CHECK`, else `allow_at`.
+fn saturated_at_group<const CHECK: bool>(c: &mut Criterion, op: &str) {
+    let name = format!("saturated_{op}_at/1t");
+    let mut g = c.benchmark_group(&name);
+    let s = Schedule::saturated;
+    let e = Expect::Saturated;
+
+    let tb = sat::token_bucket(ManualClock::new(sat::START));
+    stepped_cell(&mut g, &name, "turnstile", s(), e, |t, _| {
+        if CHECK {
+            sat::check_at(&tb, t)
+        } else {
+            black_box(&tb).allow_at(black_box(t))
+        }
+    });
+
+    let twin = sat::twin_token_bucket(ManualClock::new(sat::START));
+    stepped_cell(&mut g, &name, "mutex_twin", s(), e, |t, _| {
+        if CHECK {
+            sat::check_at(&twin, t)
+        } else {
+            black_box(&twin).allow_at(black_box(t))
+        }
+    });
+
+    let (gov, clock) = sat::governor_fake();
+    stepped_cell(&mut g, &name, "governor", s(), e, |_, moved| {
+        sat::advance(&clock, moved);
+        if CHECK {
+            sat::gov_check(&gov)
+        } else {
+            black_box(&gov).check().is_ok()
+        }
+    });
+
+    let floor = sat::Floor::new(ManualClock::new(sat::START));
+    stepped_cell(&mut g, &name, "floor", s(), Expect::Refused, |t, _| {
+        floor.check_at(t)
+    });
+
+    g.finish();
+}
+
+fn burst(c: &mut Criterion) {
+    let name = "burst_check/1t";
+    let mut g = c.benchmark_group(name);
+    let s = || Schedule::burst(u64::from(sat::BURST), std::time::Duration::from_millis(1));
+    let e = Expect::Burst;
+
+    let tb = sat::token_bucket(ManualClock::new(sat::START));
+    stepped_cell(&mut g, name, "turnstile", s(), e, |t, _| {
+        sat::check_at(&tb, t)
+    });
+
+    let twin = sat::twin_token_bucket(ManualClock::new(sat::START));
+    stepped_cell(&mut g, name, "mutex_twin", s(), e, |t, _| {
+        sat::check_at(&twin, t)
+    });
+
+    let (gov, clock) = sat::governor_fake();
+    stepped_cell(&mut g, name, "governor", s(), e, |_, moved| {
+        sat::advance(&clock, moved);
+        sat::gov_check(&gov)
+    });
+
+    g.finish();
+}
+
+fn sometimes(c: &mut Criterion) {
+    for threads in THREADS {
+        let name = format!("sometimes_saturated_run/{threads}t");
+        let mut g = c.benchmark_group(&name);
+        let l = sat::sometimes(QuantaClock::new());
+        sat_cell(&mut g, &name, "turnstile", threads, PROBE, || {
+            black_box(&l).run(|| ())
+        });
+        let floor = sat::Floor::new(QuantaClock::new());
+        cell(&mut g, "floor", threads, || {
+            black_box(floor.check());
+        });
+        g.finish();
+    }
+
+    let name = "sometimes_saturated_run_at/1t";
+    let mut g = c.benchmark_group(name);
+    let l = sat::sometimes(ManualClock::new(sat::START));
+    stepped_cell(
+        &mut g,
+        name,
+        "turnstile",
+        Schedule::saturated(),
+        Expect::Saturated,
+        |t, _| black_box(&l).run_at(black_box(t), || ()),
+    );
+    let floor = sat::Floor::new(ManualClock::new(sat::START));
+    stepped_cell(
+        &mut g,
+        name,
+        "floor",
+        Schedule::saturated(),
+        Expect::Refused,
+        |t, _| floor.check_at(t),
+    );
+    g.finish();
+}
+
 criterion_group! {
     name = benches;
     config = harness::config();
-    targets = allow_ok, allow_deny, reserve_cancel
+    targets = allow_ok, allow_deny, reserve_cancel, saturated, saturated_at, burst, sometimes
 }
 criterion_main!(benches);

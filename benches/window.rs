@@ -10,11 +10,30 @@
 //!   before measuring. turnstile decides it from one load; the twin takes the mutex and, as
 //!   go-zero's `INCRBY` does, counts the refused request.
 //!
+//!
+//! The groups above never fill a window or never leave one. A window in use lives
+//! **saturated**: each window's quota is spent at its start and the rest of its checks are
+//! refused, each refusal with its retry time (the next window). Those groups
+//! (`saturated_benches!` in `benches/harness/mod.rs` defines them,
+//! `benches/harness/saturated.rs` has the configuration, the shootout's phase 3: 10 000 per
+//! 10 ms window, the phase-1 rate), ids `turnstile`, `mutex_twin` and `floor` (a clock read
+//! plus one load):
+//! * `fixed_saturated_check/<threads>t`: `Limiter::check()`, the refusal's retry time
+//!   black-boxed; `fixed_saturated_allow`: `take().is_permitted()`. Each cell then asserts that
+//!   checking at full speed saturates it again (fewer than half of a round of 100 000 checks,
+//!   more than 2 windows' quota, granted, within 5 s).
+//! * `fixed_saturated_check_at/1t`, `fixed_saturated_allow_at/1t`: clock-free, as
+//!   `scripts/instructions` counts them, `check_n_at(t, 1)` / `take_at(t)` with `t` advancing
+//!   50 ns a check, so that one in 20 is granted (verified after the cell).
+//! * `fixed_burst_check/1t`: clock-free, 20 000 checks (twice the quota) at one instant, then a
+//!   jump of two windows, over and over.
+//!
 //! Per-operation figures as in every turnstile bench (`benches/harness`): the slowest thread's
 //! time per operation, clock read included. Summarize with `scripts/bench-ratios`.
 
 use std::time::Duration;
 
+#[macro_use]
 mod harness;
 
 use criterion::{criterion_group, criterion_main, Criterion};
@@ -66,9 +85,21 @@ fn take_deny(c: &mut Criterion) {
     }
 }
 
+saturated_benches!(
+    fixed_saturated,
+    "fixed",
+    make: |clock, _burst| sat::fixed_window(clock),
+    twin: |clock, _burst| sat::twin_fixed_window(clock),
+    allow: |l| l.take().is_permitted(),
+    allow_at: |l, t| l.take_at(t).is_permitted(),
+    start: |_l| sat::START,
+    probe: 100_000,
+    burst: Schedule::burst(u64::from(sat::QUOTA), sat::WINDOW),
+);
+
 criterion_group! {
     name = benches;
     config = harness::config();
-    targets = take_ok, take_deny
+    targets = take_ok, take_deny, fixed_saturated
 }
 criterion_main!(benches);

@@ -306,16 +306,35 @@ impl Quota {
     #[inline(always)]
     fn step(&self, s: u64, u: u64, n: u32, base: u64, now: Nanos) -> Result<u64, Denied> {
         let x = s & X_MASK;
-        let x2 = x.max(u) + u64::from(n) * self.scale.one;
+        let cost = u64::from(n) * self.scale.one;
+        let x2 = x.max(u) + cost;
         if x2 <= u + self.tau {
             Ok((s & !X_MASK) | x2)
         } else {
-            Err(self.denied(x2, base, now))
+            // Refused with `n <= burst`, so `x >= u` (from `x < u` the check ends at
+            // `u + cost <= u + tau`) and `x2 = x + cost`: the retry time, from the word
+            // alone, need not wait for the clock reading's conversion.
+            Err(self.denied(x + cost, base, now))
         }
     }
 
-    #[cold]
+    /// The refusal of a check that left the word at `x2 > u + tau`, with its retry time:
+    /// inline, as a check at its limit is mostly refusals.
+    #[inline(always)]
     fn denied(&self, x2: u64, base: u64, now: Nanos) -> Denied {
+        let (per, per_shift) = (self.scale.per, self.scale.per_shift);
+        match crate::scale::nanos_ceil_hot(x2 - self.tau, per, per_shift) {
+            Some(ns) if !self.zero => match ns.checked_add(base) {
+                Some(at) => Denied::new(now, Some(Nanos::new(at))),
+                None => self.denied_slow(x2, base, now),
+            },
+            _ => self.denied_slow(x2, base, now),
+        }
+    }
+
+    /// [`Quota::denied`]'s rare cases: a zero limit, and a retry time past the end of time.
+    #[cold]
+    fn denied_slow(&self, x2: u64, base: u64, now: Nanos) -> Denied {
         if self.zero {
             return Denied::new(now, None);
         }

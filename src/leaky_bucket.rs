@@ -544,7 +544,7 @@ impl<C: Clock> LeakyBucket<C> {
         loop {
             let next = match self.pace.next_n(prev, now, n) {
                 Some(next) if next <= now => next,
-                Some(_) => return Err(self.retry_at(prev, n)),
+                Some(next) => return Err(self.retry_at(prev, next, n)),
                 None => return Err(None),
             };
             if next == prev {
@@ -563,17 +563,24 @@ impl<C: Clock> LeakyBucket<C> {
         }
     }
 
-    /// The earliest time at which `n >= 1` consecutive takes from `prev` are all immediate.
+    /// The earliest time at which `n >= 1` consecutive takes from `prev` are all immediate,
+    /// given that at `now` they are not: their last `next` came out as `next > now`.
     /// Before the first permit a take never banks credit (upstream's first `Take` returns with
     /// `next = now`), so `n >= 2` can never pass; nor can `n > slack + 1`. Otherwise it is
     /// `prev + n * T`: there the takes are in the default branch (`n * T <= M + T`) and the
-    /// last one lands exactly on `now`.
-    fn retry_at(&self, prev: u64, n: u32) -> Option<Nanos> {
+    /// last one lands exactly on `now`. That is the refused `next` itself: with
+    /// `n - 1 <= slack` the cap branch gives `now - M + (n - 1) * T <= now`, never a refusal,
+    /// so a refusal came from the default branch, whose last `next` is `prev + n * T`.
+    #[inline]
+    fn retry_at(&self, prev: u64, next: u64, n: u32) -> Option<Nanos> {
         if prev == UNSET || n - 1 > self.slack {
             return None;
         }
-        let t = u128::from(prev) + u128::from(n) * u128::from(self.pace.per_request);
-        u64::try_from(t).ok().filter(|&t| t < UNSET).map(Nanos::new)
+        debug_assert_eq!(
+            Some(u128::from(next)),
+            u128::from(prev).checked_add(u128::from(n) * u128::from(self.pace.per_request))
+        );
+        Some(Nanos::new(next))
     }
 }
 
@@ -597,6 +604,7 @@ impl<C: Clock> Limiter for LeakyBucket<C> {
     /// assert_eq!(denied.retry_after(), Some(Duration::from_millis(100)));
     /// assert_eq!(lb.check_n_at(t1, 5).unwrap_err().retry_at(), None); // > slack + 1
     /// ```
+    #[inline]
     fn check_n_at(&self, now: Nanos, n: u32) -> Result<(), Denied> {
         self.check(now, n)
             .map_err(|retry_at| Denied::new(now, retry_at))

@@ -106,11 +106,13 @@ pub trait Limiter: Send + Sync {
     fn now(&self) -> Nanos;
 
     /// [`Limiter::check_n_at`] at the limiter's clock.
+    #[inline]
     fn check_n(&self, n: u32) -> Result<(), Denied> {
         self.check_n_at(self.now(), n)
     }
 
     /// One permit at the limiter's clock.
+    #[inline]
     fn check(&self) -> Result<(), Denied> {
         self.check_n(1)
     }

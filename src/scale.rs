@@ -163,6 +163,21 @@ impl Scale {
     }
 }
 
+/// [`Scale::nanos_ceil`] for a hot path that reads `per` and `per_shift` alone: the same value for
+/// `u >= 1`, `None` for `u = 0` or a value past `u64`. For `p = u * per >= 1`,
+/// `ceil(p / 2^s) = floor((p - 1) / 2^s) + 1`: one shift, no remainder test, and for
+/// `s >= 64` (a unit under a nanosecond: most scales) a 64-bit shift of the high word.
+#[inline(always)]
+pub(crate) fn nanos_ceil_hot(u: u64, per: u64, per_shift: u32) -> Option<u64> {
+    let p = (u as u128 * per as u128).checked_sub(1)?;
+    let floor = if per_shift >= 64 {
+        ((p >> 64) as u64) >> ((per_shift - 64) & 63)
+    } else {
+        u64::try_from(p >> per_shift).ok()?
+    };
+    floor.checked_add(1)
+}
+
 /// Units in `d <= D_MAX` nanoseconds at multiplier `mul`, rounded down: the high half of
 /// `(d << J) * mul`. The one conversion every 64-bit limiter word's hot path makes. With
 /// `mul = 0` (a limit that never refills) any `d` gives 0.
@@ -272,6 +287,50 @@ mod tests {
                 let fine = s.mul >= 1 << (64 - J);
                 assert!(!fine || ns < 2 || s.units(ns - 2) < u, "limit {l}, u {u}");
             }
+        }
+    }
+
+    #[test]
+    fn the_hot_ceiling_is_the_ceiling_where_it_answers() {
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let mut answered = 0;
+        for i in 0..200_000u32 {
+            let u = next() >> (i % 64);
+            let per = next() | 1 << 63;
+            let per_shift = (next() % 128) as u32;
+            let hot = nanos_ceil_hot(u, per, per_shift);
+            let exact = Scale {
+                one: 1,
+                mul: 1,
+                per,
+                per_shift,
+            }
+            .nanos_ceil(u);
+            match hot {
+                Some(ns) => {
+                    answered += 1;
+                    assert_eq!(u128::from(ns), exact, "u {u} per {per} shift {per_shift}");
+                }
+                None => assert!(
+                    u == 0 || exact > u128::from(u64::MAX),
+                    "u {u} per {per} shift {per_shift}: left to the slow path"
+                ),
+            }
+        }
+        assert!(answered > 50_000, "answered {answered}");
+        for l in [1e-3, 0.6, 3.0, 1e3, 1e6, 1e9, 3e10] {
+            let s = scale(l, 1000);
+            assert_eq!(
+                nanos_ceil_hot(s.one, s.per, s.per_shift).map(u128::from),
+                Some(s.nanos_ceil(s.one)),
+                "limit {l}"
+            );
         }
     }
 

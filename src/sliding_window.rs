@@ -94,7 +94,10 @@
 //! denial (decided from one load, or from the value a failed CAS returned), a zero-permit
 //! check and every read ([`SlidingWindow::status_at`], [`Idle::is_idle_at`], `Debug`) write
 //! nothing and linearize at that load. Rolling is never written on its own: the rolled state
-//! is equivalent to the stored one at every time from its window on.
+//! is equivalent to the stored one at every time from its window on. Rolling divides nothing
+//! for a reading in the state's window or the next one (it is placed by its offset from the
+//! window's start `k * P`); only a reading two or more windows on divides by `P`, and a
+//! denial's retry time divides once, in `u64` whenever the numbers fit.
 //!
 //! **Orderings.** Every access is `Relaxed`, as in [`crate::leaky_bucket`]: the word
 //! publishes no other memory (the quota and period are immutable and reach other threads with
@@ -180,12 +183,61 @@ impl Rule {
         }
     }
 
+    /// `quota * P`, the weighted budget every check is held to.
+    #[inline]
+    fn budget(&self) -> u128 {
+        u128::from(self.quota) * self.p
+    }
+
     /// `s` rolled to the window of `now`, or clamped to `s`'s window if `now` is earlier.
+    ///
+    /// The hot path divides nothing: a reading in the state's window or the next one (every
+    /// check of a limiter in use) is placed by its offset from the window's start `k * P`.
+    /// Only a reading two or more windows on (after an idle stretch) divides.
     #[inline]
     fn view(&self, s: Counts, now: Nanos) -> View {
+        if let Ok(p) = u64::try_from(self.p) {
+            // `k * P` fits a u64 for every stored `k` (it came from `now / P` for some `now`);
+            // a `k` that does not fit goes the long way.
+            if let Some(start) = s.k.checked_mul(p) {
+                let now = now.as_u64();
+                if now < start {
+                    return View {
+                        j: s.k,
+                        e: 0,
+                        prev: s.prev,
+                        curr: s.curr,
+                    };
+                }
+                let e = now - start;
+                if e < p {
+                    return View {
+                        j: s.k,
+                        e: u128::from(e),
+                        prev: s.prev,
+                        curr: s.curr,
+                    };
+                }
+                if e - p < p {
+                    // (k + 1) * P <= now, so k + 1 does not overflow.
+                    return View {
+                        j: s.k + 1,
+                        e: u128::from(e - p),
+                        prev: s.curr,
+                        curr: 0,
+                    };
+                }
+            }
+        }
+        self.view_by_division(s, now)
+    }
+
+    /// [`Rule::view`] the long way, dividing the reading by the period.
+    #[cold]
+    fn view_by_division(&self, s: Counts, now: Nanos) -> View {
         let now = now.as_u64();
-        // In u64 (the hot path; a u128 division is a library call): P = 2^64 is the only
-        // period that does not fit, and then every time is in window 0.
+        // In u64 (a u128 division is a library call): P = 2^64 is the only period that does
+        // not fit, and then every time is in window 0.
         let j = match u64::try_from(self.p) {
             Ok(p) => now / p,
             Err(_) => 0,
@@ -214,31 +266,43 @@ impl Rule {
         u128::from(v.prev) * (self.p - v.e) + u128::from(v.curr) * self.p
     }
 
-    /// Whether `n` more fit at `v`.
+    /// Whether `n` more fit at `v`: `prev * (P - e) + (curr + n) * P <= quota * P`, i.e.
+    /// `curr + n <= quota` and `prev * (P - e) <= (quota - curr - n) * P`.
     #[inline]
     fn fits(&self, v: &View, n: u32) -> bool {
-        self.load(v) + u128::from(n) * self.p <= u128::from(self.quota) * self.p
+        match self.left(v.curr, n) {
+            Some(left) => u128::from(v.prev) * (self.p - v.e) <= u128::from(left) * self.p,
+            None => false,
+        }
+    }
+
+    /// `quota - curr - n`, if `curr + n <= quota`.
+    #[inline]
+    fn left(&self, curr: u32, n: u32) -> Option<u32> {
+        self.quota.checked_sub(curr)?.checked_sub(n)
     }
 
     /// How many more fit at `v`: the largest `n` with `fits(v, n)`.
     fn remaining(&self, v: &View) -> u32 {
-        let budget = u128::from(self.quota) * self.p;
         // <= quota, so it fits a u32.
-        (budget.saturating_sub(self.load(v)) / self.p) as u32
+        (self.budget().saturating_sub(self.load(v)) / self.p) as u32
     }
 
     /// The smallest offset `e` in `[0, P)` at which `n` fit into a window whose counts are
     /// `(prev, curr)`, if any. The condition `prev * (P - e) <= quota * P - (curr + n) * P`
     /// only gets easier as `e` grows.
+    #[inline]
     fn first_fit(&self, prev: u32, curr: u32, n: u32) -> Option<u128> {
-        let budget = u128::from(self.quota) * self.p;
-        let fixed = (u128::from(curr) + u128::from(n)) * self.p;
-        let rest = budget.checked_sub(fixed)?;
+        let rest = u128::from(self.left(curr, n)?) * self.p;
         if prev == 0 {
             return Some(0);
         }
-        // prev * (P - e) <= rest  <=>  P - e <= rest / prev (floor).
-        let room = rest / u128::from(prev);
+        // prev * (P - e) <= rest  <=>  P - e <= rest / prev (floor). In u64 when it fits (a
+        // u128 division is a library call).
+        let room = match u64::try_from(rest) {
+            Ok(rest) => u128::from(rest / u64::from(prev)),
+            Err(_) => rest / u128::from(prev),
+        };
         if room == 0 {
             None
         } else {
@@ -248,6 +312,7 @@ impl Rule {
 
     /// The smallest time `>= now` at which a check of `n`, denied at `v`, would pass if
     /// nothing else is taken; `None` if `n > quota` or past the end of time.
+    #[inline]
     fn retry_at(&self, v: &View, n: u32) -> Option<Nanos> {
         if n > self.quota {
             return None;
@@ -523,7 +588,7 @@ impl<C: Clock, P: Layout> SlidingWindow<C, P> {
     /// ```
     #[must_use = "a denied request must not go ahead: check the result"]
     pub fn allow_n_at(&self, now: Nanos, n: u32) -> bool {
-        self.check(now, n).is_ok()
+        self.check(now, n, |_, _| ()).is_ok()
     }
 
     /// The quota as a client should see it now; see [`SlidingWindow::status_at`].
@@ -585,10 +650,16 @@ impl<C: Clock, P: Layout> SlidingWindow<C, P> {
             .view(Counts::unpack(self.state.load(Ordering::Relaxed)), now)
     }
 
-    /// The CAS loop of the module docs; on a denial, the view it was decided on (from which
-    /// [`Limiter::check_n_at`] computes the retry time, and which `allow_n_at` drops).
+    /// The CAS loop of the module docs; on a denial, `denied` of the view it was decided on
+    /// (the retry time for [`Limiter::check_n_at`], nothing for `allow_n_at`), computed
+    /// where the view is, so that the view never leaves registers.
     #[inline]
-    fn check(&self, now: Nanos, n: u32) -> Result<(), View> {
+    fn check<R>(
+        &self,
+        now: Nanos,
+        n: u32,
+        denied: impl FnOnce(&Rule, &View) -> R,
+    ) -> Result<(), R> {
         if n == 0 {
             return Ok(());
         }
@@ -597,7 +668,7 @@ impl<C: Clock, P: Layout> SlidingWindow<C, P> {
         loop {
             let v = self.rule.view(Counts::unpack(word), now);
             if !self.rule.fits(&v, n) {
-                return Err(v);
+                return Err(denied(&self.rule, &v));
             }
             // fits: curr + n <= quota, so the sum is a u32.
             let next = Counts {
@@ -639,9 +710,9 @@ impl<C: Clock, P: Layout> Limiter for SlidingWindow<C, P> {
     /// assert_eq!(denied.retry_at(), Some(ms(1200)));
     /// assert_eq!(sw.check_n_at(ms(500), 6).unwrap_err().retry_at(), None);
     /// ```
+    #[inline]
     fn check_n_at(&self, now: Nanos, n: u32) -> Result<(), Denied> {
-        self.check(now, n)
-            .map_err(|v| Denied::new(now, self.rule.retry_at(&v, n)))
+        self.check(now, n, |rule, v| Denied::new(now, rule.retry_at(v, n)))
     }
 
     fn now(&self) -> Nanos {
@@ -950,6 +1021,70 @@ mod tests {
         ] {
             assert_eq!(Counts::unpack(c.pack()), c);
         }
+    }
+
+    /// The division-free `view` places every reading as `now / P` does, at the edges of the
+    /// state's window and the next one, before it, far after it, and at the extremes.
+    #[test]
+    fn the_view_without_division_is_the_view_by_division() {
+        let periods = [
+            1u128,
+            2,
+            3,
+            1000,
+            10_000_000,
+            1 << 63,
+            (1 << 63) + 1,
+            u64::MAX.into(),
+        ];
+        let mut checked = 0;
+        for p in periods.into_iter().chain([MAX_PERIOD_NS]) {
+            let r = Rule { quota: 7, p };
+            let p64 = u64::try_from(p).unwrap_or(u64::MAX);
+            for k in [
+                0,
+                1,
+                2,
+                3,
+                1000,
+                u64::MAX / p64,
+                u64::MAX / p64 - 1,
+                u64::MAX,
+            ] {
+                let s = Counts {
+                    k,
+                    prev: 3,
+                    curr: 5,
+                };
+                let start = k.saturating_mul(p64);
+                let mut times = vec![0, 1, u64::MAX, u64::MAX - 1, start];
+                let two = p64.saturating_mul(2);
+                for d in [
+                    1,
+                    p64 - 1,
+                    p64,
+                    p64.saturating_add(1),
+                    two - 1,
+                    two,
+                    two.saturating_add(p64),
+                ] {
+                    times.extend([start.saturating_add(d), start.saturating_sub(d)]);
+                }
+                for now in times {
+                    let (a, b) = (
+                        r.view(s, Nanos::new(now)),
+                        r.view_by_division(s, Nanos::new(now)),
+                    );
+                    assert_eq!(
+                        (a.j, a.e, a.prev, a.curr),
+                        (b.j, b.e, b.prev, b.curr),
+                        "P = {p}, k = {k}, now = {now}"
+                    );
+                    checked += 1;
+                }
+            }
+        }
+        assert!(checked > 1000);
     }
 
     #[test]

@@ -58,10 +58,17 @@
 //!   written for `e + 2`, which needs the word to reach `e + 1` first).
 //! * Every operation computes from one word and the configuration of *its* epoch and commits
 //!   with a CAS on the whole word; a failed CAS retries from the word it returned (with
-//!   `crossbeam_utils::Backoff`), reading the configuration again only if the epoch moved.
-//!   So stored permits and `next_free` always change together, and no reservation is
-//!   computed half under an old rate: `set_rate` is linearizable with `reserve`, `acquire`
-//!   and `try_acquire`.
+//!   `crossbeam_utils::Backoff`), first answering from that word alone if it can (below), then
+//!   reading its epoch's configuration again (a few cache hits: the slot is not written while
+//!   the epoch lasts). So stored permits and `next_free` always change together, and no
+//!   reservation is computed half under an old rate: `set_rate` is linearizable with
+//!   `reserve`, `acquire`, `try_acquire` and `check`.
+//! * **The inline path.** Whatever stands on the loaded word alone is answered where the
+//!   caller inlined the operation, from that one load: a refusal (`next_free > now`, or Guava's
+//!   `canAcquire` with a timeout) with `next_free` as its retry time, "never" (D4), and a
+//!   zero-permit request. Only a charge leaves it, for one out-of-line function that reads the
+//!   configuration, prices the request and CASes; it is handed the loaded word, so a charge
+//!   that meets no contention is one load and one CAS on the state word.
 //! * **No ABA within an epoch:** `next_free` never decreases, and while it stays put the
 //!   fraction only decreases (storing idle time needs `now > next_free` and moves it), so a
 //!   word never recurs and a CAS cannot succeed on a recycled one. Across epochs, see below.
@@ -71,7 +78,10 @@
 //!   not even read the configuration. Under `+inf` every cost is zero, so a reservation only
 //!   waits for the debt owed from before the switch (`next_free - now`), and the resync it
 //!   would write (`next_free = now`, stored full) is unobservable: both `try_acquire` and the
-//!   next `set_rate` treat a past `next_free` like `now`.
+//!   next `set_rate` treat a past `next_free` like `now`. (The 128-bit load is
+//!   `portable_atomic`'s: on x86_64 one `vmovdqa` where the processor has AVX, detected at
+//!   run time; without AVX it is a `lock cmpxchg16b` that writes back the value it read,
+//!   which changes nothing but takes the cache line exclusive.)
 //! * **Epoch width.** 24 bits leave 40 for the fraction. A stale CAS could succeed only if the
 //!   word were bit-for-bit equal again: the epoch advanced by an exact multiple of 2^24
 //!   (16,777,216 `set_rate` calls) with `next_free` and the fraction at the loaded values
@@ -90,7 +100,11 @@
 //! # Arithmetic
 //! Guava's, in nanoseconds (`stable_interval = 1e9 / rate`, warm-up in ns) with `f64` for
 //! permits and intervals, and no division on the hot path (the configuration carries the two
-//! reciprocals it needs). Guava truncates each cost to whole microseconds; here each cost is
+//! reciprocals it needs, and one permit in fraction units, so that the common one-permit
+//! request does not even round its size). A charge reads only the slot's first words: those
+//! a reservation uses (five for [`SmoothBursty`], seven for [`SmoothWarmingUp`], whose kind is
+//! a compile-time parameter of the shared core, so that a bursty charge carries no branch for
+//! the warm-up's integral). Guava truncates each cost to whole microseconds; here each cost is
 //! rounded to the **nearest nanosecond**, so that a value that floating point lands a hair
 //! below a whole number (200 ms computed as 199.9999999999 ms) is not cut to the nanosecond
 //! below. The warm-up cost is Guava's integral, `stable * take + slope * t * (above - t / 2)`
@@ -193,12 +207,21 @@ enum Kind {
     WarmingUp { warmup_ns: f64, cold_factor: f64 },
 }
 
-/// Words of a [`Config`] in its slot: rate, stable, max, cool-down, threshold, slope, and the
-/// two factors the hot path multiplies by (fraction units per idle nanosecond and per permit),
-/// so that a reservation does no division.
-const CONFIG_WORDS: usize = 8;
+/// Words of a [`Config`] in its slot, the hot path's first: the stable interval, the two
+/// factors a reservation multiplies by (fraction units per idle nanosecond and per permit, so
+/// that it does no division), one permit in fraction units (the common request, so that it
+/// does not even round), max permits, then the warm-up's threshold and slope, and last what
+/// only reconfiguration and reporting read (the rate, the cool-down interval).
+const CONFIG_WORDS: usize = 9;
+/// The words a charge reads: the first [`CHARGE_WORDS_BURSTY`] for [`SmoothBursty`], whose
+/// stored permits are free, the first [`CHARGE_WORDS_WARMING`] for [`SmoothWarmingUp`].
+const CHARGE_WORDS_BURSTY: usize = 5;
+const CHARGE_WORDS_WARMING: usize = 7;
 
-/// One rate's derived constants, as read from its slot. Never NaN.
+/// One rate's derived constants, as read from its slot. Never NaN. A configuration read for
+/// a charge ([`Core::charge_config`]) holds only what a reservation uses: its `rate` and
+/// `cool_down_ns` are 0 (and so are `threshold` and `slope` for [`SmoothBursty`], as in every
+/// bursty configuration).
 #[derive(Clone, Copy, Debug)]
 struct Config {
     epoch: u32,
@@ -215,6 +238,8 @@ struct Config {
     accrual: f64,
     /// Fraction units per permit: `2^39 / max_permits`.
     units_per_permit: f64,
+    /// One permit in fraction units, `units_per_permit` rounded as every request's size is.
+    unit: u64,
     warming: bool,
     /// `+inf` rate: every cost is zero.
     inf: bool,
@@ -262,62 +287,64 @@ impl Config {
         // 0 * inf (an infinite cool-down with a zero max) stores nothing.
         let accrual = (1.0 / cool) * units_per_permit;
         let accrual = if accrual.is_nan() { 0.0 } else { accrual };
-        Config::from_parts(
-            epoch,
-            [
-                rate,
-                stable,
-                max,
-                cool,
-                threshold,
-                slope,
-                accrual,
-                units_per_permit,
-            ],
-            matches!(kind, Kind::WarmingUp { .. }),
-        )
-    }
-
-    #[inline]
-    fn from_parts(epoch: u32, f: [f64; CONFIG_WORDS], warming: bool) -> Config {
-        let [rate, stable_ns, max_permits, cool_down_ns, threshold, slope, accrual, units] = f;
         Config {
             epoch,
             rate,
-            stable_ns,
-            max_permits,
-            cool_down_ns,
+            stable_ns: stable,
+            max_permits: max,
+            cool_down_ns: cool,
             threshold,
             slope,
             accrual,
-            units_per_permit: units,
+            units_per_permit,
+            unit: round_u64(units_per_permit),
+            warming: matches!(kind, Kind::WarmingUp { .. }),
+            inf: stable == 0.0,
+            scale: max / FRAC_SCALE,
+        }
+    }
+
+    fn to_words(self) -> [u64; CONFIG_WORDS] {
+        let f = f64::to_bits;
+        [
+            f(self.stable_ns),
+            f(self.accrual),
+            f(self.units_per_permit),
+            self.unit,
+            f(self.max_permits),
+            f(self.threshold),
+            f(self.slope),
+            f(self.rate),
+            f(self.cool_down_ns),
+        ]
+    }
+
+    /// The configuration from the first `M` words of its slot (all [`CONFIG_WORDS`], or
+    /// the charge's prefix); the words not read are 0.
+    #[inline(always)]
+    fn from_words<const M: usize>(epoch: u32, w: [u64; M], warming: bool) -> Config {
+        let word = |i: usize| if i < M { w[i] } else { 0 };
+        let f = |i: usize| f64::from_bits(word(i));
+        let (stable_ns, max_permits) = (f(0), f(4));
+        Config {
+            epoch,
+            stable_ns,
+            accrual: f(1),
+            units_per_permit: f(2),
+            unit: word(3),
+            max_permits,
+            threshold: f(5),
+            slope: f(6),
+            rate: f(7),
+            cool_down_ns: f(8),
             warming,
             inf: stable_ns == 0.0,
             scale: max_permits / FRAC_SCALE,
         }
     }
 
-    fn to_words(self) -> [u64; CONFIG_WORDS] {
-        [
-            self.rate,
-            self.stable_ns,
-            self.max_permits,
-            self.cool_down_ns,
-            self.threshold,
-            self.slope,
-            self.accrual,
-            self.units_per_permit,
-        ]
-        .map(f64::to_bits)
-    }
-
-    #[inline]
-    fn from_words(epoch: u32, w: [u64; CONFIG_WORDS], warming: bool) -> Config {
-        Config::from_parts(epoch, w.map(f64::from_bits), warming)
-    }
-
     /// The stored permits a fraction stands for.
-    #[inline]
+    #[inline(always)]
     fn stored(&self, frac: u64) -> f64 {
         if frac == 0 {
             0.0 // not 0 * inf
@@ -341,7 +368,7 @@ impl Config {
     }
 
     /// Guava's `resync(now)`, without mutation: `(next_free, frac)` at `now`.
-    #[inline]
+    #[inline(always)]
     fn resync(&self, word: u128, now: u64) -> (u64, u64) {
         let (next, frac) = (next_free(word), frac(word));
         if now > next {
@@ -358,23 +385,35 @@ impl Config {
     /// stable + p * slope`, plus `stable * (take - t)` for the flat part below it. Summed
     /// algebraically, that is `stable * take + slope * t * (above - t / 2)`: the same integral
     /// with a shorter dependency chain, rounded once (Guava truncates each part to whole µs).
-    #[inline]
+    #[inline(always)]
     fn stored_cost(&self, stored: f64, take: f64) -> u64 {
         if !self.warming {
             return 0;
         }
         let above = stored - self.threshold;
-        let t = above.min(take).max(0.0);
-        round_u64(self.stable_ns * take + self.slope * t * (above - 0.5 * t))
+        let flat = self.stable_ns * take;
+        if above <= 0.0 {
+            // No stored permit above the threshold (t = 0, whose term is a zero): the warm
+            // limiter's common case, in one multiplication.
+            return round_u64(flat);
+        }
+        // `above.min(take).max(0.0)` without `min`'s NaN fix-ups (above > 0 here; a NaN, which
+        // the store never holds, takes `take` as `min` would).
+        let t = if above < take { above } else { take };
+        round_u64(flat + self.slope * t * (above - 0.5 * t))
     }
 
     /// Guava's `reserveEarliestAvailable(n, now)` on `word`, for a finite rate: returns the
     /// time the request may act (the resynced `next_free`) and the new word. The comparison
     /// `min(n, stored)` is made in fraction units, so that a bursty request served from
     /// storage is integer arithmetic only.
-    #[inline]
+    #[inline(always)]
     fn reserve(&self, word: u128, now: u64, n: u32) -> (u64, u128) {
-        let need = round_u64(f64::from(n) * self.units_per_permit);
+        let need = if n == 1 {
+            self.unit
+        } else {
+            round_u64(f64::from(n) * self.units_per_permit)
+        };
         let (next, frac) = self.resync(word, now);
         let (wait, left) = if frac >= need {
             // All n from storage (free when bursty).
@@ -384,6 +423,10 @@ impl Config {
                 0
             };
             (cost, frac - need)
+        } else if frac == 0 {
+            // The store empty, as at the limit: n fresh permits (the branch below, without
+            // its zero terms).
+            (round_u64(f64::from(n) * self.stable_ns), 0)
         } else {
             // All the stored permits, and n - stored fresh ones.
             let stored = self.stored(frac);
@@ -411,46 +454,89 @@ impl Config {
     }
 }
 
-/// `u as f64`, in one signed conversion below 2^63 (the unsigned one is a longer sequence).
-#[inline]
+/// `u as f64`, in one signed conversion below 2^63 (the unsigned one is a longer sequence,
+/// kept out of line so that the compiler does not merge the two into it).
+#[inline(always)]
 fn u64_to_f64(u: u64) -> f64 {
     match i64::try_from(u) {
         Ok(i) => i as f64,
-        Err(_) => u as f64,
+        Err(_) => wide_u64_to_f64(u),
     }
+}
+
+#[cold]
+#[inline(never)]
+fn wide_u64_to_f64(u: u64) -> f64 {
+    u as f64
 }
 
 /// `x` (nanoseconds or fraction units) rounded to the nearest, saturating; NaN (only ever
 /// `0 * inf`) is 0.
-#[inline]
+#[inline(always)]
 fn round_u64(x: f64) -> u64 {
     let x = x + 0.5;
-    if x < 9.0e18 {
-        // The common case, in one signed conversion (NaN and negatives give 0 below).
-        (x as i64).max(0) as u64
+    if (0.0..9.0e18).contains(&x) {
+        // The common case, in one conversion instruction: `as` would add the saturation and
+        // NaN fix-ups that this range already excludes.
+        // SAFETY: `x` is finite and within `i64`'s range, where the conversion truncates.
+        unsafe { x.to_int_unchecked::<i64>() as u64 }
     } else {
-        x as u64
+        saturate_u64(x)
     }
 }
 
-#[inline]
+/// `x as u64` (negatives and NaN 0, past `u64::MAX` saturated), out of line so that the
+/// compiler does not fold `round_u64`'s common case into this longer sequence.
+#[cold]
+#[inline(never)]
+fn saturate_u64(x: f64) -> u64 {
+    x as u64
+}
+
+#[inline(always)]
 fn pack(next_free: u64, frac: u64, epoch: u32) -> u128 {
     (u128::from(next_free) << 64) | (u128::from(frac) << EPOCH_BITS) | u128::from(epoch)
 }
 
-#[inline]
+#[inline(always)]
 fn next_free(word: u128) -> u64 {
     (word >> 64) as u64
 }
 
-#[inline]
+#[inline(always)]
 fn frac(word: u128) -> u64 {
     ((word as u64) >> EPOCH_BITS) & FRAC_MASK
 }
 
-#[inline]
+#[inline(always)]
 fn epoch(word: u128) -> u32 {
     (word as u32) & EPOCH_MASK
+}
+
+/// What `take` answers from `word` alone, before any charge: "never" if the debt ends past
+/// the end of representable time; with a `timeout`, Guava's `canAcquire` denial
+/// (`next_free - timeout > now`, a saturating subtraction); for zero permits, the wait for
+/// the debt. `None`: a charge is to be computed.
+#[inline(always)]
+fn decide(word: u128, now: u64, n: u32, timeout: Option<u64>) -> Option<Take> {
+    let next = next_free(word);
+    if next > now {
+        // A debt: one comparison answers the common case, a refusal, and leads to the rarer.
+        if next == u64::MAX {
+            // As TokenBucket's D4: a wait past the end of time is "never", not 584 years.
+            return Some(Take::Never);
+        }
+        if let Some(t) = timeout {
+            if next.saturating_sub(t) > now {
+                return Some(Take::Denied(next));
+            }
+        }
+    }
+    if n == 0 {
+        // Nothing to charge: the answer stands on the load alone.
+        return Some(Take::Granted(next.saturating_sub(now)));
+    }
+    None
 }
 
 fn check_rate(rate: f64) -> Result<f64, ConfigError> {
@@ -474,13 +560,23 @@ fn sleep<C: Clock>(clock: &C, now: Nanos, d: Duration) {
 
 // ---- the shared core ----------------------------------------------------------------------
 
-struct Core<C> {
+/// `WARMING`: the kind, [`SmoothWarmingUp`] or [`SmoothBursty`], known when compiling, so that
+/// a bursty charge carries no branch or read for the warm-up's integral.
+struct Core<C, const WARMING: bool> {
     state: CachePadded<AtomicU128>,
     configs: ConfigSlots<CONFIG_WORDS>,
     /// Serializes `set_rate` only; the hot path never takes it.
     reconfig: Mutex<()>, // off the hot path: serializes reconfigurations only
     kind: Kind,
     clock: C,
+}
+
+/// Why a charge's attempt must be retried, with the word to retry from.
+enum Retry {
+    /// The CAS failed; the word it returned.
+    Lost(u128),
+    /// The word's slot had been rewritten for a later epoch; a fresh load.
+    Stale(u128),
 }
 
 /// What a take decided.
@@ -495,10 +591,11 @@ enum Take {
     Never,
 }
 
-impl<C: Clock> Core<C> {
+impl<C: Clock, const WARMING: bool> Core<C, WARMING> {
     /// A limiter whose first rate is set at `now` (Guava's constructor then `setRate`: the
     /// resync at creation puts `next_free` at `now`) with `initial` stored permits, capped.
-    fn new(kind: Kind, rate: f64, initial: f64, clock: C) -> Core<C> {
+    fn new(kind: Kind, rate: f64, initial: f64, clock: C) -> Core<C, WARMING> {
+        debug_assert_eq!(matches!(kind, Kind::WarmingUp { .. }), WARMING);
         let now = clock.now().as_u64();
         let cfg = Config::new(kind, rate, 0);
         let frac = if cfg.inf {
@@ -517,7 +614,7 @@ impl<C: Clock> Core<C> {
 
     #[inline]
     fn warming(&self) -> bool {
-        matches!(self.kind, Kind::WarmingUp { .. })
+        WARMING
     }
 
     /// Epoch `e`'s configuration, or `None` if its slot has been rewritten since (the word
@@ -526,6 +623,20 @@ impl<C: Clock> Core<C> {
     fn config(&self, e: u32) -> Option<Config> {
         let words = self.configs.read(e)?;
         Some(Config::from_words(e, words, self.warming()))
+    }
+
+    /// Epoch `e`'s configuration as a charge needs it (see [`Config`]): only the slot's first
+    /// words, under the same validation.
+    #[inline]
+    fn charge_config(&self, e: u32) -> Option<Config> {
+        let warming = self.warming();
+        if warming {
+            let words = self.configs.read_first::<CHARGE_WORDS_WARMING>(e)?;
+            Some(Config::from_words(e, words, warming))
+        } else {
+            let words = self.configs.read_first::<CHARGE_WORDS_BURSTY>(e)?;
+            Some(Config::from_words(e, words, warming))
+        }
     }
 
     /// Loads the state word and the configuration of its epoch.
@@ -541,54 +652,76 @@ impl<C: Clock> Core<C> {
     }
 
     /// The one CAS loop behind reserve, acquire, try_acquire and check. With a `timeout`,
-    /// Guava's `canAcquire` runs first on each word, and a denial writes nothing. It needs only
-    /// `next_free`, so the configuration is read only once a charge is to be computed (and
-    /// again only if a failed CAS returns a word of another epoch).
+    /// Guava's `canAcquire` runs first on each word, and a denial writes nothing. Every
+    /// answer that stands on the loaded word alone (a denial with its `next_free`, "never",
+    /// a zero-permit request) is given inline, from that one load; only a charge, which needs
+    /// the configuration and a CAS, goes on to [`Core::charge`].
     #[inline]
     fn take(&self, now: u64, n: u32, timeout: Option<u64>) -> Take {
+        let word = self.state.load(Ordering::Acquire);
+        match decide(word, now, n, timeout) {
+            Some(answer) => answer,
+            None => self.charge(word, now, n, timeout),
+        }
+    }
+
+    /// The charge of `n` permits at `now`, from `word` (loaded by [`Core::take`], which found
+    /// nothing to answer from it alone): the configuration of its epoch is read (only the
+    /// words a reservation uses), the reservation computed and committed with one CAS. A
+    /// failed CAS, or a stale word, goes on to [`Core::charge_contended`], out of this
+    /// function so that the uncontended charge carries no loop.
+    #[inline(never)]
+    fn charge(&self, word: u128, now: u64, n: u32, timeout: Option<u64>) -> Take {
+        match self.try_charge(word, now, n) {
+            Ok(taken) => taken,
+            Err(retry) => self.charge_contended(retry, now, n, timeout),
+        }
+    }
+
+    /// One attempt on `word`: the answer, or the word to retry from.
+    #[inline(always)]
+    fn try_charge(&self, word: u128, now: u64, n: u32) -> Result<Take, Retry> {
+        let Some(c) = self.charge_config(epoch(word)) else {
+            // Stale word (its slot was rewritten for epoch + 2): reload it.
+            return Err(Retry::Stale(self.state.load(Ordering::Acquire)));
+        };
+        if c.inf {
+            // Every cost is zero: nothing to write (see the module docs).
+            return Ok(Take::Granted(next_free(word).saturating_sub(now)));
+        }
+        let (act, new) = c.reserve(word, now, n);
+        match self
+            .state
+            .compare_exchange_weak(word, new, Ordering::AcqRel, Ordering::Acquire)
+        {
+            Ok(_) => Ok(Take::Granted(act.saturating_sub(now))),
+            Err(current) => Err(Retry::Lost(current)),
+        }
+    }
+
+    /// The retry loop after a failed attempt: `Backoff` after each lost CAS (not after a
+    /// reload), then, from the word to retry from, an answer from that word alone if there is
+    /// one, exactly as `take` gives it, else another attempt (which reads the configuration
+    /// of the word's epoch again: the slot is not written while that epoch lasts, so a re-read
+    /// is a few hits in the cache).
+    #[cold]
+    #[inline(never)]
+    fn charge_contended(&self, mut retry: Retry, now: u64, n: u32, timeout: Option<u64>) -> Take {
         let backoff = Backoff::new();
-        let mut word = self.state.load(Ordering::Acquire);
-        let mut cfg: Option<Config> = None;
         loop {
-            let next = next_free(word);
-            if next == u64::MAX && now < u64::MAX {
-                // As TokenBucket's D4: a wait past the end of time is "never", not 584 years.
-                return Take::Never;
-            }
-            if let Some(t) = timeout {
-                if next.saturating_sub(t) > now {
-                    return Take::Denied(next);
-                }
-            }
-            if n == 0 {
-                // Nothing to charge: the answer stands on the load alone.
-                return Take::Granted(next.saturating_sub(now));
-            }
-            let c = match cfg {
-                Some(c) if c.epoch == epoch(word) => c,
-                _ => match self.config(epoch(word)) {
-                    Some(c) => *cfg.insert(c),
-                    None => {
-                        // Stale word (its slot was rewritten for epoch + 2): reload it.
-                        word = self.state.load(Ordering::Acquire);
-                        continue;
-                    }
-                },
-            };
-            if c.inf {
-                // Every cost is zero: nothing to write (see the module docs).
-                return Take::Granted(next.saturating_sub(now));
-            }
-            let (act, new) = c.reserve(word, now, n);
-            match self
-                .state
-                .compare_exchange_weak(word, new, Ordering::AcqRel, Ordering::Acquire)
-            {
-                Ok(_) => return Take::Granted(act.saturating_sub(now)),
-                Err(current) => {
+            let word = match retry {
+                Retry::Lost(current) => {
                     backoff.spin();
-                    word = current;
+                    current
                 }
+                Retry::Stale(reloaded) => reloaded,
+            };
+            if let Some(answer) = decide(word, now, n, timeout) {
+                return answer;
+            }
+            match self.try_charge(word, now, n) {
+                Ok(taken) => return taken,
+                Err(again) => retry = again,
             }
         }
     }
@@ -633,6 +766,7 @@ impl<C: Clock> Core<C> {
         )
     }
 
+    #[inline]
     fn check(&self, now: Nanos, n: u32) -> Result<(), Denied> {
         match self.take(now.as_u64(), n, Some(0)) {
             Take::Granted(_) => Ok(()),
@@ -725,7 +859,7 @@ impl<C: Clock> Core<C> {
 /// assert_eq!(l.try_acquire_at(t, 1, Duration::from_secs(1)).unwrap(), None); // 9 s of debt
 /// ```
 pub struct SmoothBursty<C: Clock = QuantaClock> {
-    core: Core<C>,
+    core: Core<C, false>,
     /// The builder's `initial_stored_permits` (uncapped): what a fresh limiter of the same
     /// configuration would start with, for [`Idle`].
     initial_stored: f64,
@@ -754,7 +888,7 @@ pub struct SmoothBursty<C: Clock = QuantaClock> {
 /// assert_eq!(waits, [0, 1375, 1125, 875, 625, 500, 500, 500]);
 /// ```
 pub struct SmoothWarmingUp<C: Clock = QuantaClock> {
-    core: Core<C>,
+    core: Core<C, true>,
 }
 
 impl SmoothBursty<QuantaClock> {
@@ -1181,7 +1315,7 @@ impl<C: Clock> SmoothWarmingUp<C> {
     }
 }
 
-impl<C: Clock> Core<C> {
+impl<C: Clock, const WARMING: bool> Core<C, WARMING> {
     /// [`Idle::born_at`] for both smooth limiters: `next_free = b`, the store as built (a
     /// fresh limiter's, whose construction resyncs `next_free` to its clock reading). One
     /// CAS, retried only if it fails spuriously (nobody else sees the limiter yet).
@@ -1331,6 +1465,54 @@ mod tests {
         // Idle time in fraction units does not depend on the rate: half a 1 s burst.
         let (_, f) = cfg.resync(pack(0, 0, 0), 500_000_000);
         assert_eq!(f, FRAC_ONE / 2);
+    }
+
+    #[test]
+    fn config_words_round_trip() {
+        // Every field survives its slot, and a charge's prefix holds every field a
+        // reservation reads.
+        for kind in [
+            Kind::Bursty {
+                max_burst_seconds: 1.5,
+            },
+            Kind::WarmingUp {
+                warmup_ns: 4e9,
+                cold_factor: 3.0,
+            },
+        ] {
+            for rate in [1e-3, 2.0, 1e6, f64::INFINITY] {
+                let c = Config::new(kind, rate, 3);
+                let warming = matches!(kind, Kind::WarmingUp { .. });
+                let back = Config::from_words(3, c.to_words(), warming);
+                assert_eq!(format!("{back:?}"), format!("{c:?}"));
+                let w = c.to_words();
+                let hot = if warming {
+                    let p: [u64; CHARGE_WORDS_WARMING] = std::array::from_fn(|i| w[i]);
+                    Config::from_words(3, p, warming)
+                } else {
+                    let p: [u64; CHARGE_WORDS_BURSTY] = std::array::from_fn(|i| w[i]);
+                    Config::from_words(3, p, warming)
+                };
+                let f = |c: &Config| {
+                    format!(
+                        "{:?}",
+                        (
+                            c.stable_ns,
+                            c.accrual,
+                            c.units_per_permit,
+                            c.unit,
+                            c.max_permits,
+                            c.threshold,
+                            c.slope,
+                            c.inf,
+                            c.scale,
+                            c.warming
+                        )
+                    )
+                };
+                assert_eq!(f(&hot), f(&c), "{kind:?} {rate}");
+            }
+        }
     }
 
     #[test]

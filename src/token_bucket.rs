@@ -811,7 +811,8 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
     }
 
     /// The take behind allow, check, reserve and wait: one attempt inline, for the common
-    /// case (in range, granted at once, CAS uncontended; or, for `allow`, denied), and
+    /// cases (in range, granted at once, CAS uncontended; or denied, for `allow`, and for
+    /// `check` with its retry time when one exists), and
     /// everything else in [`TokenBucket::take_slow`]. `MODE` says what the caller needs
     /// beyond the verdict: `ALLOW` nothing, `CHECK` a denial's retry time, `RESERVE` the
     /// whole configuration (read before the CAS, so the CAS validates it).
@@ -859,6 +860,28 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
                     retry_at: None,
                     limit: 0.0,
                 };
+            } else if MODE == CHECK && new > due_w {
+                // A refusal that can be retried: at most the burst (so the limit is finite:
+                // under a zero limit a refusal needs more than the stored tokens, which the
+                // slow path answers as never) and within the word's range. Its retry time is
+                // when `u` reaches `x2`, `Hot::time_of`; `None` there (past the end of time)
+                // and every other refusal go the slow way, which says "never". A refused
+                // `n <= burst` has `x >= v` (from `x < v` the take ends at `v + n * one <=
+                // v + tau`: granted), so `x2 = x + n * one`: computed from the word and the
+                // slot alone, the retry time does not wait for the clock reading's
+                // conversion, which only decides the (predicted) branch.
+                let cost = u64::from(n) * hot.one;
+                let owed = x_of(word) + cost;
+                if owed <= X_MAX && cost <= hot.tau && hot.mul != 0 {
+                    if let Some(retry_at) = slot.time_of(&hot, owed) {
+                        if self.unchanged(word) {
+                            return Decision::Denied {
+                                retry_at: Some(retry_at),
+                                limit: 0.0,
+                            };
+                        }
+                    }
+                }
             }
         }
         self.take_slow::<MODE>(now, n, max_wait)
@@ -1113,6 +1136,7 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
 }
 
 impl<C: Clock, P: Layout> Limiter for TokenBucket<C, P> {
+    #[inline]
     fn check_n_at(&self, now: Nanos, n: u32) -> Result<(), Denied> {
         match self.take::<CHECK>(now, n, 0) {
             Decision::Granted { .. } => Ok(()),
@@ -1613,6 +1637,12 @@ const BASE_BACK: u64 = 1 << 56;
 /// `shape` bits: the burst (low 32), `k` (bits 32..38) and the infinite-limit flag.
 const INF_BIT: u64 = 1 << 40;
 
+/// The scale's `per_shift`, bits 48..56 of `shape`.
+#[inline(always)]
+fn per_shift_of(shape: u64) -> u32 {
+    ((shape >> 48) & 0xff) as u32
+}
+
 /// Fractional bits of a token coordinate.
 const COORD_BITS: u32 = 32;
 const COORD_ONE: f64 = (1u64 << COORD_BITS) as f64;
@@ -2099,7 +2129,7 @@ impl SlotRef<'_> {
         Cold {
             shape,
             per: s.per[i].load(Ordering::Relaxed),
-            per_shift: ((shape >> 48) & 0xff) as u32,
+            per_shift: per_shift_of(shape),
             epoch: meta as u32,
             inf_gen: (meta >> 32) as u32,
             limit: f64::from_bits(c.limit.load(Ordering::Relaxed)),
@@ -2107,6 +2137,18 @@ impl SlotRef<'_> {
             // i128::MIN stands for "overflowed": no coordinate reaches it (see `coord`).
             origin: (origin != i128::MIN).then_some(origin),
         }
+    }
+
+    /// [`Config::time_of`] from the hot words and the two cold ones it needs (`per` and
+    /// `per_shift`), for the inline refusal of a check: the same instant, or `None` past the
+    /// end of time.
+    #[inline(always)]
+    fn time_of(&self, hot: &Hot, x: u64) -> Option<Nanos> {
+        let (s, i) = (self.slots, self.i);
+        let per = s.per[i].load(Ordering::Relaxed);
+        let per_shift = per_shift_of(s.shape[i].load(Ordering::Relaxed));
+        let ns = crate::scale::nanos_ceil_hot(x - hot.tau, per, per_shift)?;
+        ns.checked_add(hot.base).map(Nanos::new)
     }
 
     fn config(&self) -> Config {

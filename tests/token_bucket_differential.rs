@@ -12,17 +12,34 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
-use turnstile::{reference, Limit, ManualClock, Nanos, TokenBucket};
+use turnstile::{reference, Limit, Limiter, ManualClock, Nanos, TokenBucket};
 
 #[derive(Clone, Debug)]
 enum Op {
-    Allow { n: u32 },
-    Reserve { n: u32, max_wait: Option<f64> },
-    Cancel { idx: usize },
-    SetLimit { limit: Limit },
-    SetBurst { burst: u32 },
+    Allow {
+        n: u32,
+    },
+    /// `Limiter::check_n_at`: the verdict and, for a refusal, its retry time.
+    Check {
+        n: u32,
+    },
+    Reserve {
+        n: u32,
+        max_wait: Option<f64>,
+    },
+    Cancel {
+        idx: usize,
+    },
+    SetLimit {
+        limit: Limit,
+    },
+    SetBurst {
+        burst: u32,
+    },
     Tokens,
-    Peek { n: u32 },
+    Peek {
+        n: u32,
+    },
 }
 
 /// How far to move the clock before an op: in units of the current token interval, so the
@@ -64,6 +81,7 @@ fn n() -> impl Strategy<Value = u32> {
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         5 => n().prop_map(|n| Op::Allow { n }),
+        4 => n().prop_map(|n| Op::Check { n }),
         5 => (n(), prop::option::of(0.0f64..4.0)).prop_map(|(n, max_wait)| Op::Reserve { n, max_wait }),
         4 => any::<usize>().prop_map(|idx| Op::Cancel { idx }),
         1 => limit().prop_map(|limit| Op::SetLimit { limit }),
@@ -293,6 +311,34 @@ fn run(
                 if a {
                     last_event_stale = false;
                     took(&mut held, &mut latest, limit, None);
+                }
+            }
+            Op::Check { n } => {
+                let (a, b) = (ours.check_n_at(now, *n), twin.check_n_at(now, *n));
+                match (&a, &b) {
+                    (Ok(()), Ok(())) => {
+                        last_event_stale = false;
+                        took(&mut held, &mut latest, limit, None);
+                    }
+                    (Err(x), Err(y)) => match (x.retry_at(), y.retry_at()) {
+                        (None, None) => {}
+                        (Some(p), Some(q)) if tol.time_close(p, q, limit) => {}
+                        // rate.go's retry time past its InfDuration is D4's "never".
+                        (None, Some(q)) if q.as_u64() >= FAR => return Ok(Stop::D4),
+                        (p, q) => {
+                            return Err(TestCaseError::fail(format!(
+                                "{}: check refused, retry at ours {p:?} twin {q:?}",
+                                ctx()
+                            )))
+                        }
+                    },
+                    _ if tol.tokens_close(before, f64::from(*n)) => return Ok(Stop::Borderline),
+                    _ => {
+                        return Err(TestCaseError::fail(format!(
+                            "{}: check ours {a:?} twin {b:?}, twin tokens {before}",
+                            ctx()
+                        )))
+                    }
                 }
             }
             Op::Reserve { n, max_wait } => {

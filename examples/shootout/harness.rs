@@ -3,19 +3,22 @@
 //! the verdict and the JSON writer. Nothing here writes to stdout directly: every report line
 //! goes to the `out` it is given, so `--json -` can keep stdout for the JSON alone.
 
+use std::collections::hash_map::RandomState;
 use std::fmt::Write as _;
+use std::hash::BuildHasher;
 use std::io::{self, Write};
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
+use crossbeam_utils::CachePadded;
 use governor::clock::{Clock as _, QuantaClock as GovClock, QuantaInstant, Reference as _};
 use governor::state::{InMemoryState, NotKeyed};
 use governor::{Quota, RateLimiter};
 use turnstile::{
-    reference, Denied, FixedWindow, Keyed, KeyedTokenBucket, LeakyBucket, LeakyMeter, Limit,
-    Limiter, Nanos, SlidingWindow, SmoothBursty, SmoothWarmingUp, TokenBucket,
+    reference, Clock as _, Denied, FixedWindow, Keyed, KeyedTokenBucket, LeakyBucket, LeakyMeter,
+    Limit, Limiter, Nanos, QuantaClock, SlidingWindow, SmoothBursty, SmoothWarmingUp, TokenBucket,
 };
 
 #[path = "../common/report.rs"]
@@ -28,10 +31,14 @@ const BATCH: u32 = 256;
 /// The window length of phase 3's window limiters.
 const WINDOW: Duration = Duration::from_millis(10);
 
-/// Cells (one limiter implementation hammered for `--seconds`) per thread count: phase 1 and
-/// phase 2 three each (turnstile, mutex twin, governor), phase 3 eleven (six algorithms, five
-/// with a twin), phase 4 six (two workloads × turnstile, turnstile inline, governor).
-pub const CELLS_PER_THREAD_COUNT: usize = 3 + 3 + 11 + 6;
+/// Cells (one limiter implementation hammered for `--seconds`) per thread count and run: phase 1
+/// five (turnstile, mutex twin, governor, the two floors), phase 2 three (turnstile, mutex twin,
+/// governor), phase 3 eleven (six algorithms, five with a twin), phase 4 eight (two workloads ×
+/// turnstile, turnstile inline, governor, floor).
+pub const CELLS_PER_THREAD_COUNT: usize = 5 + 3 + 11 + 8;
+
+/// The most `--runs` accepts.
+pub const MAX_RUNS: usize = 100;
 
 /// What the default `--seconds` aims the whole run at, in seconds of hammering.
 pub const DEFAULT_TOTAL_SECONDS: f64 = 48.0;
@@ -52,8 +59,9 @@ fn limit_of(rate: f64) -> Limit {
 /// nanoseconds since the adapter was built, on governor's own clock.
 ///
 /// governor always decides at its own clock reading, so `check_n_at` ignores its `now` except to
-/// report a denial; `check_n` and `check` are overridden so that a grant reads the clock once,
-/// as governor's own `check` does.
+/// report a denial; `check_n` and `check` are overridden so that a check, granted or refused,
+/// reads the clock once, as governor's own `check` does and as turnstile's `check` does, and a
+/// refusal computes `NotUntil::earliest_possible` (turnstile's returns its retry time).
 struct Governor {
     inner: RateLimiter<NotKeyed, InMemoryState, GovClock>,
     clock: GovClock,
@@ -82,8 +90,10 @@ impl Governor {
         }
     }
 
+    /// Straight from governor's nanoseconds: no round trip through `Duration` (a division by
+    /// 10^9 and back) on every refusal, work governor's own caller would not do.
     fn since_origin(&self, t: QuantaInstant) -> Nanos {
-        Nanos::from_duration(t.duration_since(self.origin).into())
+        Nanos::new(t.duration_since(self.origin).as_u64())
     }
 
     fn decide(&self, n: u32) -> Result<(), Denied> {
@@ -97,10 +107,14 @@ impl Governor {
         };
         match outcome {
             Ok(Ok(())) => Ok(()),
-            Ok(Err(not_until)) => Err(Denied::new(
-                self.now(),
-                Some(self.since_origin(not_until.earliest_possible())),
-            )),
+            // governor's check reads its clock once and does not report the reading; reading
+            // it again here for `checked_at` would be a second read that turnstile's `check`
+            // does not make. So the denial is stamped with its retry time (`retry_after` is
+            // then zero: the shootout only counts denials, and `check_n_at` restamps it).
+            Ok(Err(not_until)) => {
+                let retry = self.since_origin(not_until.earliest_possible());
+                Err(Denied::new(retry, Some(retry)))
+            }
             // More than the burst: never.
             Err(_) => Err(Denied::new(self.now(), None)),
         }
@@ -125,6 +139,100 @@ impl Limiter for Governor {
     }
 }
 
+// ---- the floors ------------------------------------------------------------------------------
+
+/// The least work a check can do, as a [`Limiter`] so the same [`run`] hammers it: one read of
+/// turnstile's [`QuantaClock`] (the clock every turnstile limiter reads) and one load of a shared
+/// cache-padded word, and with `cas` one compare-and-swap of it. The load-only floor always
+/// refuses (the word, 0, is never ahead of the clock): the cost of a refusal decided from one
+/// load. The CAS floor moves the word to the clock reading and grants if its one attempt wins:
+/// the cost of a grant. Either returns what a limiter returns, a [`Denied`] with a retry time.
+struct Floor {
+    clock: QuantaClock,
+    word: CachePadded<AtomicU64>,
+    cas: bool,
+}
+
+impl Floor {
+    fn new(cas: bool) -> Floor {
+        Floor {
+            clock: QuantaClock::new(),
+            word: CachePadded::new(AtomicU64::new(0)),
+            cas,
+        }
+    }
+}
+
+impl Limiter for Floor {
+    #[inline]
+    fn check_n_at(&self, now: Nanos, _n: u32) -> Result<(), Denied> {
+        let w = self.word.load(Ordering::Acquire);
+        if self.cas {
+            let next = w.max(now.as_u64()).wrapping_add(1);
+            match self
+                .word
+                .compare_exchange(w, next, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => Ok(()),
+                Err(seen) => Err(Denied::new(now, Some(Nanos::new(seen)))),
+            }
+        } else if w > now.as_u64() {
+            Ok(())
+        } else {
+            Err(Denied::new(now, Some(Nanos::new(w))))
+        }
+    }
+
+    #[inline]
+    fn now(&self) -> Nanos {
+        self.clock.now()
+    }
+
+    #[inline]
+    fn check(&self) -> Result<(), Denied> {
+        self.check_n_at(self.clock.now(), 1)
+    }
+}
+
+/// The keyed floor: one clock read, a SipHash of the key (std's default `RandomState`, as
+/// governor's and turnstile's keyed maps use) and one load of a cache-padded word the hash
+/// picks out of `words` (sized like the workload's keys: 10 000 words is one likely cache miss
+/// per check, one word is a hot client). Always refuses (the words stay 0), like [`Floor`]
+/// without `cas`.
+struct KeyedFloor {
+    clock: QuantaClock,
+    hasher: RandomState,
+    words: Vec<CachePadded<AtomicU64>>,
+}
+
+impl KeyedFloor {
+    fn new(words: u64) -> KeyedFloor {
+        KeyedFloor {
+            clock: QuantaClock::new(),
+            hasher: RandomState::new(),
+            words: (0..words.max(1))
+                .map(|_| CachePadded::new(AtomicU64::new(0)))
+                .collect(),
+        }
+    }
+
+    /// `Err(the word)`, the retry time of a limiter whose word holds it.
+    #[inline]
+    fn check(&self, key: u64) -> Result<(), u64> {
+        let now = self.clock.now().as_u64();
+        let h = self.hasher.hash_one(key);
+        // The hash onto 0..len by a multiply and a shift (Lemire's reduction): no division,
+        // which a real table (a power-of-two mask) would not make either.
+        let i = ((u128::from(h) * self.words.len() as u128) >> 64) as usize;
+        let w = self.words[i].load(Ordering::Acquire);
+        if w > now {
+            Ok(())
+        } else {
+            Err(w)
+        }
+    }
+}
+
 // ---- results ----------------------------------------------------------------------------------
 
 /// Whose limiter a cell hammered.
@@ -138,14 +246,22 @@ pub enum Impl {
     MutexTwin,
     /// The `governor` crate (phases 1, 2 and 4: it has no other algorithm).
     Governor,
+    /// The refusal floor, no limiter: one clock read and one load of a shared word (phases 1
+    /// and 4; in phase 4 also a SipHash of the key, the load then one likely cache miss).
+    Floor,
+    /// The grant floor, no limiter: one clock read, one load and one compare-and-swap of a
+    /// shared word (phase 1).
+    FloorCas,
 }
 
 impl Impl {
-    pub const ALL: [Impl; 4] = [
+    pub const ALL: [Impl; 6] = [
         Impl::Turnstile,
         Impl::TurnstileInline,
         Impl::MutexTwin,
         Impl::Governor,
+        Impl::Floor,
+        Impl::FloorCas,
     ];
 
     pub fn name(self) -> &'static str {
@@ -154,11 +270,19 @@ impl Impl {
             Impl::TurnstileInline => "turnstile_inline",
             Impl::MutexTwin => "mutex_twin",
             Impl::Governor => "governor",
+            Impl::Floor => "floor",
+            Impl::FloorCas => "floor_cas",
         }
     }
 
     pub fn is_turnstile(self) -> bool {
         matches!(self, Impl::Turnstile | Impl::TurnstileInline)
+    }
+
+    /// A floor cell: no limiter, the least work any limiter's check does (never judged, no
+    /// budget).
+    pub fn is_floor(self) -> bool {
+        matches!(self, Impl::Floor | Impl::FloorCas)
     }
 }
 
@@ -204,13 +328,15 @@ pub struct Cell {
     pub limiter: &'static str,
     pub implementation: Impl,
     pub threads: usize,
+    /// Which of the `--runs` repetitions this cell is, from 1.
+    pub run: usize,
     /// Checks made, granted or denied.
     pub ops: u64,
     pub granted: u64,
     pub denied: u64,
     /// Wall-clock time from the threads' release to the last thread's stop.
     pub wall: Duration,
-    /// `None` for phase 2, which always allows and has no budget to hold.
+    /// `None` for phase 2, which always allows and has no budget to hold, and for the floors.
     pub budget: Option<Budget>,
     /// Keys in the map at the end (keyed phase only).
     pub keys: Option<usize>,
@@ -234,6 +360,8 @@ impl Cell {
 /// Everything one run measured.
 pub struct Report {
     pub cores: usize,
+    /// Repetitions of every cell (`--runs`).
+    pub runs: usize,
     pub cells: Vec<Cell>,
     /// The 1-minute load average when the run ended (Linux only), this run's threads included.
     pub load: Option<f64>,
@@ -248,10 +376,12 @@ impl Report {
             .all(|c| c.held() != Some(false))
     }
 
-    fn find(&self, limiter: &str, imp: Impl, threads: usize) -> Option<&Cell> {
+    /// Every run of one implementation of `limiter` at `threads`, in run order.
+    fn runs_of(&self, limiter: &str, imp: Impl, threads: usize) -> Vec<&Cell> {
         self.cells
             .iter()
-            .find(|c| c.limiter == limiter && c.implementation == imp && c.threads == threads)
+            .filter(|c| c.limiter == limiter && c.implementation == imp && c.threads == threads)
+            .collect()
     }
 
     /// The limiters in the order they ran.
@@ -286,14 +416,16 @@ pub struct Args {
     pub threads: Vec<usize>,
     pub limit: f64,
     pub burst: u32,
+    /// Repetitions of every cell, alternating implementations (`--runs`).
+    pub runs: usize,
     pub json: Option<JsonTo>,
     pub plot: Option<String>,
 }
 
 impl Args {
-    /// Cells in the whole run.
+    /// Cells in the whole run, every repetition counted.
     pub fn cells(&self) -> usize {
-        CELLS_PER_THREAD_COUNT * self.threads.len()
+        CELLS_PER_THREAD_COUNT * self.threads.len() * self.runs
     }
 
     /// Seconds of hammering in the whole run (setup adds a little).
@@ -312,21 +444,23 @@ pub fn default_threads(cores: usize) -> Vec<usize> {
     out
 }
 
-/// Per-cell seconds so that the whole run hammers for about [`DEFAULT_TOTAL_SECONDS`]: rounded
-/// down to 0.05 s, at most [`MAX_DEFAULT_SECONDS`], at least [`MIN_DEFAULT_SECONDS`].
-pub fn default_seconds(thread_counts: usize) -> f64 {
-    let cells = (CELLS_PER_THREAD_COUNT * thread_counts.max(1)) as f64;
+/// Per-cell seconds so that the whole run, `runs` repetitions of every cell, hammers for about
+/// [`DEFAULT_TOTAL_SECONDS`]: rounded down to 0.05 s, at most [`MAX_DEFAULT_SECONDS`], at least
+/// [`MIN_DEFAULT_SECONDS`].
+pub fn default_seconds(thread_counts: usize, runs: usize) -> f64 {
+    let cells = (CELLS_PER_THREAD_COUNT * thread_counts.max(1) * runs.max(1)) as f64;
     let s = (DEFAULT_TOTAL_SECONDS / cells * 20.0).floor() / 20.0;
     s.clamp(MIN_DEFAULT_SECONDS, MAX_DEFAULT_SECONDS)
 }
 
 pub fn usage(cores: usize) -> String {
     let threads = default_threads(cores);
-    let seconds = default_seconds(threads.len());
+    let seconds = default_seconds(threads.len(), 1);
+    let seconds3 = default_seconds(threads.len(), 3);
     let list: Vec<String> = threads.iter().map(|t| t.to_string()).collect();
     format!(
-        "usage: shootout [--threads LIST] [--seconds N] [--limit R] [--burst B] [--json FILE|-] \
-         [--plot FILE.svg]
+        "usage: shootout [--threads LIST] [--seconds N] [--runs N] [--limit R] [--burst B] \
+         [--json FILE|-] [--plot FILE.svg]
 
 Hammers each limiter (turnstile's lock-free one, its mutex twin, governor where it has one)
 from threads on one shared instance, prints ops/s, time per op and granted-vs-budget, and ends
@@ -337,11 +471,15 @@ written.
   --threads LIST  thread counts to sweep, comma-separated, e.g. 1,2,4,8
                   (default: 1, 2, 4, ... below the core count, then the core count;
                   here {list})
-  --seconds N     seconds per cell, one cell = one limiter at one thread count
+  --seconds N     seconds per cell, one cell = one limiter at one thread count in one run
                   (default: {DEFAULT_TOTAL_SECONDS} s / ({CELLS_PER_THREAD_COUNT} cells x thread \
-         counts), rounded down
-                  to 0.05 s, between {MIN_DEFAULT_SECONDS} and {MAX_DEFAULT_SECONDS}; here \
-         {seconds:.2}, {total:.0} s in all)
+         counts x runs), rounded
+                  down to 0.05 s, between {MIN_DEFAULT_SECONDS} and {MAX_DEFAULT_SECONDS}; here \
+         {seconds:.2}, {total:.0} s in all,
+                  or {seconds3:.2} with --runs 3)
+  --runs N        repeat every cell N times, alternating the implementations of each limiter
+                  round by round; the verdict gives each ratio as median (min-max) over the
+                  runs and reads the median (default 1, at most {MAX_RUNS})
   --limit R       phase 1 and 3 rate, events per second (default 1000000)
   --burst B       phase 1 burst, phase 3 leaky-bucket slack and meter capacity (default 1000)
   --json FILE     also write every cell and the verdict as JSON to FILE; `--json -` writes
@@ -362,6 +500,7 @@ pub fn parse_args(argv: impl IntoIterator<Item = String>, cores: usize) -> Resul
         threads: Vec::new(),
         limit: 1_000_000.0,
         burst: 1000,
+        runs: 1,
         json: None,
         plot: None,
     };
@@ -412,6 +551,16 @@ pub fn parse_args(argv: impl IntoIterator<Item = String>, cores: usize) -> Resul
                 list.dedup();
                 args.threads = list;
             }
+            "--runs" => {
+                let v = value()?;
+                args.runs = v
+                    .parse()
+                    .ok()
+                    .filter(|r: &usize| (1..=MAX_RUNS).contains(r))
+                    .ok_or_else(|| {
+                        format!("--runs: expected a whole number from 1 to {MAX_RUNS}, got {v:?}")
+                    })?;
+            }
             "--limit" => {
                 let v = value()?;
                 args.limit = v
@@ -443,7 +592,7 @@ pub fn parse_args(argv: impl IntoIterator<Item = String>, cores: usize) -> Resul
         args.threads = default_threads(cores);
     }
     if !args.seconds_given {
-        args.seconds = default_seconds(args.threads.len());
+        args.seconds = default_seconds(args.threads.len(), args.runs);
     }
     Ok(args)
 }
@@ -493,6 +642,14 @@ fn hammer<B, T: Send>(
     })
 }
 
+/// A refusal's retry time in nanoseconds (0 for never), which the hammers add up so that no
+/// limiter's retry time is optimized away: every refusal must say when to retry, and here it is
+/// read, as a caller answering with `Retry-After` reads it.
+#[inline]
+fn retry_ns(d: Denied) -> u64 {
+    d.retry_at().map_or(0, Nanos::as_u64)
+}
+
 /// Hammers `l` with `threads` threads calling `check()` for about `dur`.
 fn run<L: Limiter>(l: &L, threads: usize, dur: Duration) -> Stats {
     // t0 is read before any thread can check: the window covers every check.
@@ -501,15 +658,19 @@ fn run<L: Limiter>(l: &L, threads: usize, dur: Duration) -> Stats {
         dur,
         || l.now(),
         |_, stop| {
-            let (mut granted, mut denied) = (0u64, 0u64);
+            let (mut granted, mut denied, mut retry) = (0u64, 0u64, 0u64);
             while !stop.load(Ordering::Relaxed) {
                 for _ in 0..BATCH {
                     match l.check() {
                         Ok(()) => granted += 1,
-                        Err(_) => denied += 1,
+                        Err(d) => {
+                            denied += 1;
+                            retry = retry.wrapping_add(retry_ns(d));
+                        }
                     }
                 }
             }
+            std::hint::black_box(retry);
             (granted, denied)
         },
     );
@@ -528,7 +689,7 @@ fn cell(
     phase: u8,
     limiter: &'static str,
     implementation: Impl,
-    threads: usize,
+    (threads, run): (usize, usize),
     s: &Stats,
     budget: Option<&dyn Fn(&Stats) -> f64>,
 ) -> Cell {
@@ -537,6 +698,7 @@ fn cell(
         limiter,
         implementation,
         threads,
+        run,
         ops: s.granted + s.denied,
         granted: s.granted,
         denied: s.denied,
@@ -561,12 +723,22 @@ pub fn run_all(args: &Args, out: &mut dyn Write) -> io::Result<Report> {
         list.join(", "),
         args.seconds
     )?;
+    if args.runs > 1 {
+        writeln!(
+            out,
+            "{} runs: at each thread count every limiter's implementations run one after the \
+             other, then again, {} rounds (alternating, so drift hits every implementation alike)",
+            args.runs, args.runs
+        )?;
+    }
     writeln!(
         out,
         "expected run time: {} cells ({CELLS_PER_THREAD_COUNT} per thread count x {} thread \
-         counts) x {:.2} s = {:.0} s, plus a little setup",
+         counts x {} run{}) x {:.2} s = {:.0} s, plus a little setup",
         args.cells(),
         args.threads.len(),
+        args.runs,
+        if args.runs == 1 { "" } else { "s" },
         args.seconds,
         args.expected_seconds()
     )?;
@@ -577,12 +749,21 @@ pub fn run_all(args: &Args, out: &mut dyn Write) -> io::Result<Report> {
     phase4(args, dur, out, &mut cells)?;
     Ok(Report {
         cores,
+        runs: args.runs,
         cells,
         load: load_average(),
     })
 }
 
-/// Phase 1: the token bucket at a realistic limit, against its twin and governor.
+/// `(threads, run)` for every thread count and every run, runs innermost: each round runs every
+/// implementation once.
+fn rounds(args: &Args) -> impl Iterator<Item = (usize, usize)> + '_ {
+    args.threads
+        .iter()
+        .flat_map(move |&t| (1..=args.runs).map(move |r| (t, r)))
+}
+
+/// Phase 1: the token bucket at a realistic limit, against its twin, governor and the floors.
 fn phase1(
     args: &Args,
     dur: Duration,
@@ -594,48 +775,33 @@ fn phase1(
         "\nphase 1: token bucket, limit {}/s, burst {} (budget = burst + limit x elapsed)",
         args.limit, args.burst
     )?;
+    writeln!(
+        out,
+        "  floors (no limiter, no budget): floor = turnstile's QuantaClock read + one load of a \
+         shared word\n  (a refusal); floor_cas = the same + one compare-and-swap of it (a grant)"
+    )?;
     let limit = limit_of(args.limit);
     let burst = f64::from(args.burst);
     let mut gov_limit = args.limit;
     let first = cells.len();
-    for &threads in &args.threads {
+    let name = "token_bucket";
+    for tr in rounds(args) {
         let budget = |s: &Stats| burst + args.limit * s.elapsed.as_secs_f64();
-        let s = run(&TokenBucket::new(limit, args.burst), threads, dur);
-        cells.push(cell(
-            1,
-            "token_bucket",
-            Impl::Turnstile,
-            threads,
-            &s,
-            Some(&budget),
-        ));
-        let s = run(
-            &reference::TokenBucket::new(limit, args.burst),
-            threads,
-            dur,
-        );
-        cells.push(cell(
-            1,
-            "token_bucket",
-            Impl::MutexTwin,
-            threads,
-            &s,
-            Some(&budget),
-        ));
+        let s = run(&TokenBucket::new(limit, args.burst), tr.0, dur);
+        cells.push(cell(1, name, Impl::Turnstile, tr, &s, Some(&budget)));
+        let s = run(&reference::TokenBucket::new(limit, args.burst), tr.0, dur);
+        cells.push(cell(1, name, Impl::MutexTwin, tr, &s, Some(&budget)));
         let gov = Governor::new(args.limit, args.burst);
         gov_limit = gov.effective_limit;
-        let s = run(&gov, threads, dur);
+        let s = run(&gov, tr.0, dur);
         let gov_budget = |s: &Stats| burst + gov_limit * s.elapsed.as_secs_f64();
-        cells.push(cell(
-            1,
-            "token_bucket",
-            Impl::Governor,
-            threads,
-            &s,
-            Some(&gov_budget),
-        ));
+        cells.push(cell(1, name, Impl::Governor, tr, &s, Some(&gov_budget)));
+        let s = run(&Floor::new(false), tr.0, dur);
+        cells.push(cell(1, name, Impl::Floor, tr, &s, None));
+        let s = run(&Floor::new(true), tr.0, dur);
+        cells.push(cell(1, name, Impl::FloorCas, tr, &s, None));
     }
-    budget_table(&cells[first..]).print(out)?;
+    budget_table(&cells[first..], args.runs).print(out)?;
     if cells[first..]
         .iter()
         .any(|c| c.implementation == Impl::MutexTwin && c.held() == Some(false))
@@ -678,55 +844,31 @@ fn phase2(
     )?;
     let raw = limit_of(RAW_LIMIT);
     let first = cells.len();
-    for &threads in &args.threads {
-        let s = run(&TokenBucket::new(raw, RAW_BURST), threads, dur);
-        cells.push(cell(
-            2,
-            "token_bucket_raw",
-            Impl::Turnstile,
-            threads,
-            &s,
-            None,
-        ));
-        let s = run(&reference::TokenBucket::new(raw, RAW_BURST), threads, dur);
-        cells.push(cell(
-            2,
-            "token_bucket_raw",
-            Impl::MutexTwin,
-            threads,
-            &s,
-            None,
-        ));
-        let s = run(&Governor::new(1e9, u32::MAX), threads, dur);
-        cells.push(cell(
-            2,
-            "token_bucket_raw",
-            Impl::Governor,
-            threads,
-            &s,
-            None,
-        ));
+    let name = "token_bucket_raw";
+    for tr in rounds(args) {
+        let s = run(&TokenBucket::new(raw, RAW_BURST), tr.0, dur);
+        cells.push(cell(2, name, Impl::Turnstile, tr, &s, None));
+        let s = run(&reference::TokenBucket::new(raw, RAW_BURST), tr.0, dur);
+        cells.push(cell(2, name, Impl::MutexTwin, tr, &s, None));
+        let s = run(&Governor::new(1e9, u32::MAX), tr.0, dur);
+        cells.push(cell(2, name, Impl::Governor, tr, &s, None));
     }
-    let mut t = Table::new(&[
-        "limiter",
-        "impl",
-        "threads",
-        "ops/s",
-        "ns/op/thread",
-        "granted",
-        "denied",
-    ]);
+    let mut head = vec!["limiter", "impl", "threads"];
+    if args.runs > 1 {
+        head.push("run");
+    }
+    head.extend(["ops/s", "ns/op/thread", "granted", "denied"]);
+    let mut t = Table::new(&head);
     let mut last = "";
     for c in &cells[first..] {
-        t.row(vec![
-            if c.limiter == last { "" } else { c.limiter }.to_string(),
-            c.implementation.name().to_string(),
-            c.threads.to_string(),
+        let mut row = lead(c, last, args.runs);
+        row.extend([
             mops(c),
             format!("{:.1}", c.ns_per_op()),
             grouped(c.granted),
             grouped(c.denied),
         ]);
+        t.row(row);
         last = c.limiter;
     }
     t.print(out)?;
@@ -780,18 +922,19 @@ fn phase3(
     let meter_budget = |s: &Stats| f64::from(slack.max(1)) + rate * s.elapsed.as_secs_f64() + 1.0;
 
     let first = cells.len();
-    // Each limiter at every thread count, turnstile then its twin; a fresh instance per cell.
+    // Each limiter at every thread count, turnstile then its twin, round after round; a fresh
+    // instance per cell. The floors are phase 1's: the same clock, load and CAS.
     let mut add = |name: &'static str,
                    budget: &dyn Fn(&Stats) -> f64,
                    ours: &dyn Fn(usize) -> Stats,
                    twin: Option<&dyn Fn(usize) -> Stats>| {
-        for &threads in &args.threads {
+        for tr in rounds(args) {
             cells.push(cell(
                 3,
                 name,
                 Impl::Turnstile,
-                threads,
-                &ours(threads),
+                tr,
+                &ours(tr.0),
                 Some(budget),
             ));
             if let Some(twin) = twin {
@@ -799,8 +942,8 @@ fn phase3(
                     3,
                     name,
                     Impl::MutexTwin,
-                    threads,
-                    &twin(threads),
+                    tr,
+                    &twin(tr.0),
                     Some(budget),
                 ));
             }
@@ -862,7 +1005,11 @@ fn phase3(
         },
         None,
     );
-    budget_table(&cells[first..]).print(out)
+    budget_table(&cells[first..], args.runs).print(out)?;
+    writeln!(
+        out,
+        "  (the floors for these are phase 1's, the same clock read, load and CAS: see the verdict)"
+    )
 }
 
 /// Phase 4: per-key limiters, turnstile's `Keyed` (each key a token bucket in the `Compact`
@@ -883,7 +1030,7 @@ fn phase4(
     const HOT_BURST: u32 = 1000;
     writeln!(
         out,
-        "\nphase 4: keyed limiters: {} clients at {KEY_RATE}/s (burst {KEY_BURST}) picked at \
+        "\nphase 4: keyed limiters (and their floor): {} clients at {KEY_RATE}/s (burst {KEY_BURST}) picked at \
          random, then 1 hot client at {}/s (burst {HOT_BURST}); budget per key = burst + rate x \
          elapsed",
         grouped(KEYS),
@@ -895,7 +1042,7 @@ fn phase4(
         ("keyed_hot", 1, HOT_RATE, HOT_BURST),
     ] {
         let limit = limit_of(f64::from(rate));
-        for &threads in &args.threads {
+        for (threads, run) in rounds(args) {
             let keyed_cell = |imp, s: KeyedStats, held: usize| {
                 // Wall time bounds every limiter clock's elapsed time here, up to calibration
                 // error: the one request of slack in `Budget::held` covers both.
@@ -906,6 +1053,7 @@ fn phase4(
                     limiter: name,
                     implementation: imp,
                     threads,
+                    run,
                     ops: s.ops,
                     granted: total,
                     denied: s.ops - total,
@@ -919,25 +1067,40 @@ fn phase4(
                 }
             };
             let ours = Keyed::new(move |_: &u64| TokenBucket::compact(limit, burst));
-            let s = run_keyed(threads, dur, keys, |k| ours.check(&k).is_ok());
+            let s = run_keyed(threads, dur, keys, |k| ours.check(&k).map_err(retry_ns));
             cells.push(keyed_cell(Impl::Turnstile, s, ours.len()));
             drop(ours);
             let inline = KeyedTokenBucket::new(limit, burst);
-            let s = run_keyed(threads, dur, keys, |k| inline.check(&k).is_ok());
+            let s = run_keyed(threads, dur, keys, |k| inline.check(&k).map_err(retry_ns));
             cells.push(keyed_cell(Impl::TurnstileInline, s, inline.len()));
             drop(inline);
             let gov = RateLimiter::keyed(
                 Quota::per_second(NonZeroU32::new(rate).expect("nonzero"))
                     .allow_burst(NonZeroU32::new(burst).expect("nonzero")),
             );
-            let s = run_keyed(threads, dur, keys, |k| gov.check_key(&k).is_ok());
+            // A refusal computes its retry time, NotUntil::earliest_possible, as turnstile's
+            // does (in nanoseconds since a reading of governor's clock, as the direct adapter's).
+            let origin = GovClock::default().now();
+            let s = run_keyed(threads, dur, keys, |k| {
+                gov.check_key(&k)
+                    .map_err(|nu| nu.earliest_possible().duration_since(origin).as_u64())
+            });
             cells.push(keyed_cell(Impl::Governor, s, gov.len()));
+            drop(gov);
+            // No limiter: no budget and no keys held.
+            let floor = KeyedFloor::new(keys);
+            let s = run_keyed(threads, dur, keys, |k| floor.check(k));
+            let mut c = keyed_cell(Impl::Floor, s, 0);
+            c.budget = None;
+            c.keys = None;
+            cells.push(c);
         }
     }
-    let mut t = Table::new(&[
-        "limiter",
-        "impl",
-        "threads",
+    let mut head = vec!["limiter", "impl", "threads"];
+    if args.runs > 1 {
+        head.push("run");
+    }
+    head.extend([
         "ops/s",
         "ns/op/thread",
         "granted",
@@ -945,23 +1108,32 @@ fn phase4(
         "keys held",
         "verdict",
     ]);
+    let mut t = Table::new(&head);
     let mut last = "";
     for c in &cells[first..] {
-        let b = c.budget.expect("keyed cells have budgets");
-        t.row(vec![
-            if c.limiter == last { "" } else { c.limiter }.to_string(),
-            c.implementation.name().to_string(),
-            c.threads.to_string(),
+        let mut row = lead(c, last, args.runs);
+        row.extend([
             mops(c),
             format!("{:.1}", c.ns_per_op()),
             grouped(c.granted),
-            format!("{:.4}", b.granted as f64 / b.budget),
-            grouped(c.keys.unwrap_or(0) as u64),
+            c.budget.map_or("-".to_string(), |b| {
+                format!("{:.4}", b.granted as f64 / b.budget)
+            }),
+            c.keys.map_or("-".to_string(), |k| grouped(k as u64)),
             verdict_word(c).to_string(),
         ]);
+        t.row(row);
         last = c.limiter;
     }
-    t.print(out)
+    t.print(out)?;
+    writeln!(
+        out,
+        "  (floor: no limiter; a QuantaClock read + SipHash of the key (std RandomState) + one \
+         load of a
+   cache-padded word the hash picks out of as many as there are keys: one \
+         likely cache miss
+   per random check, one hot word for the hot client)"
+    )
 }
 
 struct KeyedStats {
@@ -972,12 +1144,13 @@ struct KeyedStats {
     wall: Duration,
 }
 
-/// Hammers `check(key)` with `threads` threads, each picking keys in `0..keys` at random.
+/// Hammers `check(key)` with `threads` threads, each picking keys in `0..keys` at random;
+/// `check` answers `Err(retry time in ns)` for a refusal, which is added up (see [`retry_ns`]).
 fn run_keyed(
     threads: usize,
     dur: Duration,
     keys: u64,
-    check: impl Fn(u64) -> bool + Sync,
+    check: impl Fn(u64) -> Result<(), u64> + Sync,
 ) -> KeyedStats {
     let granted: Vec<AtomicU64> = (0..keys).map(|_| AtomicU64::new(0)).collect();
     let ((), wall, per_thread) = hammer(
@@ -986,19 +1159,23 @@ fn run_keyed(
         || (),
         |id, stop| {
             let mut rng = 0x9E37_79B9_7F4A_7C15u64 ^ (id as u64 + 1);
-            let mut ops = 0u64;
+            let (mut ops, mut retry) = (0u64, 0u64);
             while !stop.load(Ordering::Relaxed) {
                 for _ in 0..BATCH {
                     rng ^= rng << 13;
                     rng ^= rng >> 7;
                     rng ^= rng << 17;
                     let key = rng % keys;
-                    if check(key) {
-                        granted[key as usize].fetch_add(1, Ordering::Relaxed);
+                    match check(key) {
+                        Ok(()) => {
+                            granted[key as usize].fetch_add(1, Ordering::Relaxed);
+                        }
+                        Err(r) => retry = retry.wrapping_add(r),
                     }
                 }
                 ops += u64::from(BATCH);
             }
+            std::hint::black_box(retry);
             ops
         },
     );
@@ -1019,12 +1196,27 @@ fn verdict_word(c: &Cell) -> &'static str {
     }
 }
 
-/// The table of a phase that checks one budget per limiter.
-fn budget_table(cells: &[Cell]) -> Table {
-    let mut t = Table::new(&[
-        "limiter",
-        "impl",
-        "threads",
+/// The first columns of a phase table's row: the limiter (only where it changes), the
+/// implementation, the threads and, with more than one run, the run.
+fn lead(c: &Cell, last: &str, runs: usize) -> Vec<String> {
+    let mut row = vec![
+        if c.limiter == last { "" } else { c.limiter }.to_string(),
+        c.implementation.name().to_string(),
+        c.threads.to_string(),
+    ];
+    if runs > 1 {
+        row.push(c.run.to_string());
+    }
+    row
+}
+
+/// The table of a phase that checks one budget per limiter (floors: no budget, `-`).
+fn budget_table(cells: &[Cell], runs: usize) -> Table {
+    let mut head = vec!["limiter", "impl", "threads"];
+    if runs > 1 {
+        head.push("run");
+    }
+    head.extend([
         "ops/s",
         "ns/op/thread",
         "granted",
@@ -1033,21 +1225,23 @@ fn budget_table(cells: &[Cell]) -> Table {
         "denied",
         "verdict",
     ]);
+    let mut t = Table::new(&head);
     let mut last = "";
     for c in cells {
-        let b = c.budget.expect("budget phases have budgets");
-        t.row(vec![
-            if c.limiter == last { "" } else { c.limiter }.to_string(),
-            c.implementation.name().to_string(),
-            c.threads.to_string(),
+        let dash = || "-".to_string();
+        let mut row = lead(c, last, runs);
+        row.extend([
             mops(c),
             format!("{:.1}", c.ns_per_op()),
             grouped(c.granted),
-            grouped(b.budget.floor() as u64),
-            format!("{:.6}", b.granted as f64 / b.budget),
+            c.budget
+                .map_or_else(dash, |b| grouped(b.budget.floor() as u64)),
+            c.budget
+                .map_or_else(dash, |b| format!("{:.6}", b.granted as f64 / b.budget)),
             format!("{:.2}%", 100.0 * c.denied as f64 / c.ops.max(1) as f64),
             verdict_word(c).to_string(),
         ]);
+        t.row(row);
         last = c.limiter;
     }
     t
@@ -1121,19 +1315,78 @@ fn mops(c: &Cell) -> String {
 
 // ---- the verdict ------------------------------------------------------------------------------
 
+/// turnstile's ops/s over the other's at one thread count, over the runs.
+#[derive(Clone, Copy, Debug)]
+pub struct Ratio {
+    pub threads: usize,
+    /// The median over the runs (of an even count, the mean of the middle two): what the
+    /// reading judges.
+    pub median: f64,
+    pub min: f64,
+    pub max: f64,
+    /// Runs with both cells: each run's turnstile cell over the other's cell of the same run.
+    pub runs: usize,
+}
+
+impl Ratio {
+    /// The ratio of each run, summarized; `None` if there is none.
+    pub fn of(threads: usize, mut each: Vec<f64>) -> Option<Ratio> {
+        if each.is_empty() {
+            return None;
+        }
+        each.sort_by(f64::total_cmp);
+        let n = each.len();
+        let median = if n % 2 == 1 {
+            each[n / 2]
+        } else {
+            (each[n / 2 - 1] + each[n / 2]) / 2.0
+        };
+        Some(Ratio {
+            threads,
+            median,
+            min: each[0],
+            max: each[n - 1],
+            runs: n,
+        })
+    }
+
+    /// `1.02x`, or with more than one run `1.02x (0.97-1.10)`: median (min-max).
+    pub fn show(&self) -> String {
+        if self.runs > 1 {
+            format!("{:.2}x ({:.2}-{:.2})", self.median, self.min, self.max)
+        } else {
+            format!("{:.2}x", self.median)
+        }
+    }
+}
+
 /// One line of the verdict: a turnstile implementation of a limiter against another
 /// implementation, as the ratio of ops/s at each thread count.
 pub struct Comparison {
     pub limiter: &'static str,
     pub ours: Impl,
     pub against: Impl,
-    /// (threads, turnstile ops/s over the other's); only thread counts where both ran.
-    pub ratios: Vec<(usize, f64)>,
+    /// Only thread counts where both ran, ascending.
+    pub ratios: Vec<Ratio>,
 }
 
 impl Comparison {
-    /// A short reading for a newcomer.
+    /// A short reading for a newcomer, judged on the medians; against a floor, for information
+    /// only (a floor is no limiter: nothing reaches it, and there is no "expected").
     pub fn reading(&self) -> String {
+        let at = |t: usize| format!("{t} thread{}", if t == 1 { "" } else { "s" });
+        if self.against.is_floor() {
+            let parts: Vec<String> = self
+                .ratios
+                .iter()
+                .enumerate()
+                .map(|(i, r)| {
+                    let of = if i == 0 { " of the floor's ops/s" } else { "" };
+                    format!("{:.0}%{of} at {}", 100.0 * r.median, at(r.threads))
+                })
+                .collect();
+            return format!("{}: for information", parts.join(", "));
+        }
         let class = |r: f64| {
             if r < 0.9 {
                 "behind"
@@ -1143,11 +1396,10 @@ impl Comparison {
                 "ahead"
             }
         };
-        let at = |t: usize| format!("{t} thread{}", if t == 1 { "" } else { "s" });
-        let (Some(&(t_lo, lo)), Some(&(t_hi, hi))) = (self.ratios.first(), self.ratios.last())
-        else {
+        let (Some(first), Some(last)) = (self.ratios.first(), self.ratios.last()) else {
             return String::new();
         };
+        let (t_lo, lo, t_hi, hi) = (first.threads, first.median, last.threads, last.median);
         let shape = if t_lo == t_hi {
             format!("{} at {}", class(lo), at(t_lo))
         } else if class(lo) == class(hi) {
@@ -1179,7 +1431,9 @@ impl Comparison {
     }
 }
 
-/// Every turnstile implementation against its twin and governor, where they ran.
+/// Every turnstile implementation against its twin, governor and the floors, where they ran.
+/// Each run's turnstile cell is divided by the other's cell of the same run (the same round).
+/// Phase 3 has no floor cells of its own: its limiters are set against phase 1's floors.
 pub fn comparisons(report: &Report) -> Vec<Comparison> {
     let threads: Vec<usize> = {
         let mut t: Vec<usize> = report.cells.iter().map(|c| c.threads).collect();
@@ -1190,13 +1444,26 @@ pub fn comparisons(report: &Report) -> Vec<Comparison> {
     let mut out = Vec::new();
     for limiter in report.limiters() {
         for ours in Impl::ALL.into_iter().filter(|i| i.is_turnstile()) {
-            for against in [Impl::MutexTwin, Impl::Governor] {
-                let ratios: Vec<(usize, f64)> = threads
+            for against in [Impl::MutexTwin, Impl::Governor, Impl::Floor, Impl::FloorCas] {
+                let phase = report.cells.iter().find(|c| c.limiter == limiter);
+                let theirs = if against.is_floor() && phase.is_some_and(|c| c.phase == 3) {
+                    "token_bucket"
+                } else {
+                    limiter
+                };
+                let ratios: Vec<Ratio> = threads
                     .iter()
                     .filter_map(|&t| {
-                        let a = report.find(limiter, ours, t)?;
-                        let b = report.find(limiter, against, t)?;
-                        Some((t, a.ops_per_sec() / b.ops_per_sec().max(1e-9)))
+                        let b = report.runs_of(theirs, against, t);
+                        let each = report
+                            .runs_of(limiter, ours, t)
+                            .into_iter()
+                            .filter_map(|a| {
+                                let b = b.iter().find(|b| b.run == a.run)?;
+                                Some(a.ops_per_sec() / b.ops_per_sec().max(1e-9))
+                            })
+                            .collect();
+                        Ratio::of(t, each)
                     })
                     .collect();
                 if !ratios.is_empty() {
@@ -1224,7 +1491,15 @@ pub fn print_verdict(report: &Report, out: &mut dyn Write) -> io::Result<()> {
     writeln!(
         out,
         "\nverdict: turnstile's ops/s over the other's at each thread count (above 1.00x: \
-         turnstile is faster),\nand turnstile's budget at each thread count (held or OVER)"
+         turnstile is faster),\nand turnstile's budget at each thread count (held or OVER){}",
+        if report.runs > 1 {
+            format!(
+                ";\neach ratio is the median (min-max) over {} runs, the reading judges the median",
+                report.runs
+            )
+        } else {
+            String::new()
+        }
     )?;
     let mut head = vec!["limiter", "turnstile", "against"];
     let cols: Vec<String> = threads
@@ -1267,7 +1542,7 @@ pub fn print_verdict(report: &Report, out: &mut dyn Write) -> io::Result<()> {
             .iter()
             .filter(|c| c.limiter == limiter && c.ours == imp)
             .collect();
-        if mine.is_empty() {
+        if mine.iter().all(|c| c.against.is_floor()) {
             let mut row = head("-");
             row.extend(threads.iter().map(|_| "-".to_string()));
             row.push("no twin or governor to compare with".to_string());
@@ -1279,8 +1554,8 @@ pub fn print_verdict(report: &Report, out: &mut dyn Write) -> io::Result<()> {
                 row.push(
                     c.ratios
                         .iter()
-                        .find(|r| r.0 == th)
-                        .map_or("-".to_string(), |r| format!("{:.2}x", r.1)),
+                        .find(|r| r.threads == th)
+                        .map_or("-".to_string(), Ratio::show),
                 );
             }
             row.push(c.reading());
@@ -1290,7 +1565,12 @@ pub fn print_verdict(report: &Report, out: &mut dyn Write) -> io::Result<()> {
         let mut all = true;
         let mut any_budget = false;
         for &th in &threads {
-            let held = report.find(limiter, imp, th).and_then(Cell::held);
+            let each: Vec<bool> = report
+                .runs_of(limiter, imp, th)
+                .into_iter()
+                .filter_map(Cell::held)
+                .collect();
+            let held = (!each.is_empty()).then(|| each.iter().all(|h| *h));
             all &= held != Some(false);
             any_budget |= held.is_some();
             row.push(
@@ -1339,11 +1619,15 @@ pub fn print_verdict(report: &Report, out: &mut dyn Write) -> io::Result<()> {
     a lock makes threads queue and sleep, a failed compare-and-swap just retries.
   - against governor: governor is lock-free too (GCRA, one compare-and-swap on one word), so
     expect about 1.00x or better at every thread count; below 0.90x is a gap worth a look.
+  - against floor (a clock read + one load: a refusal) and floor_cas (+ one compare-and-swap:
+    a grant), and in the keyed phase floor (a clock read + a SipHash + one likely cache miss):
+    no limiter, the least a check can cost; for information, never judged. Phase 3's limiters
+    are set against phase 1's floors.
   - budget: every turnstile line says held. An OVER is a bug and makes the run exit 1. Twins and
     governor are shown for information only (rate.go's twin can go over in phase 1).
   - ratios move by 10-20% from run to run even on a quiet machine, and far more with more
-    threads than cores or other work running; rerun with a larger --seconds before trusting
-    a \"below expectations\"."
+    threads than cores or other work running; rerun with --runs 3 (the median is judged) or
+    a larger --seconds before trusting a \"below expectations\"."
     )?;
     // The run itself keeps up to its largest thread count busy; more than half a core beyond
     // the cores means something else was competing for them.
@@ -1400,6 +1684,7 @@ pub fn to_json(args: &Args, report: &Report) -> String {
     );
     let _ = writeln!(s, "  \"threads\": [{}],", list.join(", "));
     let _ = writeln!(s, "  \"seconds_per_cell\": {},", json_f64(args.seconds));
+    let _ = writeln!(s, "  \"runs\": {},", report.runs);
     let _ = writeln!(s, "  \"limit\": {},", json_f64(args.limit));
     let _ = writeln!(s, "  \"burst\": {},", args.burst);
     let _ = writeln!(
@@ -1413,13 +1698,14 @@ pub fn to_json(args: &Args, report: &Report) -> String {
         let _ = writeln!(
             s,
             "    {{\"phase\": {}, \"limiter\": {}, \"implementation\": {}, \"threads\": {}, \
-             \"ops\": {}, \"seconds\": {}, \"ops_per_sec\": {}, \"ns_per_op\": {}, \
+             \"run\": {}, \"ops\": {}, \"seconds\": {}, \"ops_per_sec\": {}, \"ns_per_op\": {}, \
              \"granted\": {}, \"denied\": {}, \"budget\": {}, \"budget_scope\": {}, \
              \"granted_against_budget\": {}, \"held\": {}, \"keys\": {}}}{}",
             c.phase,
             json_str(c.limiter),
             json_str(c.implementation.name()),
             c.threads,
+            c.run,
             c.ops,
             json_f64(c.wall.as_secs_f64()),
             json_f64(c.ops_per_sec()),
@@ -1441,7 +1727,16 @@ pub fn to_json(args: &Args, report: &Report) -> String {
         let ratios: Vec<String> = c
             .ratios
             .iter()
-            .map(|(t, r)| format!("{{\"threads\": {t}, \"ratio\": {}}}", json_f64(*r)))
+            .map(|r| {
+                format!(
+                    "{{\"threads\": {}, \"ratio\": {}, \"min\": {}, \"max\": {}, \"runs\": {}}}",
+                    r.threads,
+                    json_f64(r.median),
+                    json_f64(r.min),
+                    json_f64(r.max),
+                    r.runs
+                )
+            })
             .collect();
         let _ = writeln!(
             s,

@@ -13,6 +13,8 @@ fn color(imp: Impl) -> RGBColor {
         Impl::TurnstileInline => RGBColor(23, 190, 207),
         Impl::MutexTwin => RGBColor(214, 39, 40),
         Impl::Governor => RGBColor(44, 160, 44),
+        Impl::Floor => RGBColor(127, 127, 127),
+        Impl::FloorCas => RGBColor(188, 189, 34),
     }
 }
 
@@ -87,10 +89,15 @@ fn draw(
             let points: Vec<(SegmentValue<u32>, f64)> = threads
                 .iter()
                 .filter_map(|&t| {
-                    cells
+                    // With --runs, the median run.
+                    let mut runs: Vec<f64> = cells
                         .iter()
-                        .find(|c| c.implementation == imp && c.threads == t)
-                        .map(|c| (SegmentValue::CenterOf(slot_of(t)), c.ops_per_sec() / 1e6))
+                        .filter(|c| c.implementation == imp && c.threads == t)
+                        .map(|c| c.ops_per_sec() / 1e6)
+                        .collect();
+                    runs.sort_by(f64::total_cmp);
+                    let mid = *runs.get(runs.len() / 2)?;
+                    Some((SegmentValue::CenterOf(slot_of(t)), mid))
                 })
                 .collect();
             if points.is_empty() {

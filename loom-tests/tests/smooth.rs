@@ -208,3 +208,50 @@ fn set_rate_vs_set_rate_vs_acquire_is_linearizable() {
         assert!(l.rate() == 2.0 || l.rate() == f64::INFINITY);
     });
 }
+
+/// Two checks racing for the one permit of an empty 1/s limiter at 0: one is granted, the
+/// other refused with the winner's `next_free` (1 s) as its retry time, and nothing charged
+/// for it. The loser either loads the winner's word and refuses from that load alone, or
+/// loads the first word, loses the CAS, and refuses from the word the CAS returned: a loser
+/// that charged anyway (a grant past the limit) or refused with the stale `next_free` (a retry
+/// time of 0) fails.
+#[test]
+fn check_vs_check_refuses_the_loser_with_the_winners_next_free() {
+    loom::model(|| {
+        let l = bursty(1.0);
+        let a = thread::spawn(move || l.check_n_at(t(0), 1));
+        let b = l.check_n_at(t(0), 1);
+        let a = a.join().unwrap();
+        let (won, lost) = match (a, b) {
+            (Ok(()), Err(d)) | (Err(d), Ok(())) => ((), d),
+            other => panic!("one grant and one refusal expected, got {other:?}"),
+        };
+        let () = won;
+        assert_eq!(lost.retry_at(), Some(t(SEC)));
+        assert_eq!(lost.checked_at(), t(0));
+        assert_eq!(next_free(l, t(0)), t(SEC));
+    });
+}
+
+/// A refused check racing a `set_rate` that moves `next_free`: one reservation at 0 owes
+/// until 1 s; `set_rate(4)` at 2 s resyncs `next_free` to 2 s. A check at 0.5 s is refused
+/// from its load alone either way, with the retry time of the word it loaded: 1 s (before the
+/// rate change) or 2 s (after); and it writes nothing, so `next_free` ends at 2 s with the
+/// store full (4 permits).
+#[test]
+fn set_rate_vs_refused_check_is_linearizable() {
+    loom::model(|| {
+        let l = bursty(1.0);
+        l.reserve_n_at(t(0), 1).unwrap();
+        let a = thread::spawn(move || l.set_rate_at(t(2 * SEC), 4.0).unwrap());
+        let d = l.check_n_at(t(SEC / 2), 1).unwrap_err();
+        a.join().unwrap();
+        let retry = d.retry_at();
+        assert!(
+            retry == Some(t(SEC)) || retry == Some(t(2 * SEC)),
+            "retry {retry:?}"
+        );
+        assert_eq!(next_free(l, t(0)), t(2 * SEC));
+        assert_eq!(l.stored_permits_at(t(2 * SEC)), 4.0);
+    });
+}

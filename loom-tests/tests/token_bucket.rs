@@ -303,3 +303,30 @@ fn refund_vs_set_burst_is_linearizable() {
         assert_eq!(l.burst(), 3);
     });
 }
+
+/// A check's refusal is decided inline from loads alone, retry time included: the time is
+/// computed from the hot words and two more of the slot (`per`, `per_shift`), all validated
+/// by the reload of the state word. Two limit changes race the refusal of an empty bucket at
+/// 10 s, the second rewriting the refusal's slot: the retry time must be the one of a single
+/// configuration (its token is back 1 us on at 1e6/s, 1 ms at 1e3/s, 100 ms at 10/s), never
+/// a mix of one configuration's word or base with another's scale (such a mix reports 19.9 s).
+/// Catches dropping the reload that validates the inline refusal. One preemption is enough
+/// for that (the refusal stopped after its load while both changes run, or reading stale
+/// values); two take minutes, as the refusal's retry through the slow path reads every slot
+/// word.
+#[test]
+fn set_limit_twice_vs_a_refused_check_reports_one_configurations_retry() {
+    model_at_bound(1, || {
+        let l = limiter(1e6, 1);
+        assert!(l.check_n_at(t(10 * SEC), 1).is_ok());
+        let a = thread::spawn(move || l.check_n_at(t(10 * SEC), 1));
+        l.set_limit_at(t(10 * SEC), Limit::per_second(1e3).unwrap());
+        l.set_limit_at(t(10 * SEC), Limit::per_second(10.0).unwrap());
+        let denied = a.join().unwrap().expect_err("an empty bucket refuses");
+        let retry = denied.retry_at().expect("a retry can succeed").as_u64() - 10 * SEC;
+        assert!(
+            [1_000, 1_000_000, 100_000_000].contains(&retry),
+            "retry {retry} ns on: not one configuration's"
+        );
+    });
+}
