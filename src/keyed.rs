@@ -246,14 +246,33 @@ where
 pub(crate) struct Slot<L> {
     state: AtomicU32,
     limiter: L,
+    /// Under loom, read by every lookup that finds the slot and written by its drop, so that
+    /// loom reports a free that such a lookup does not happen-before (`src/keyed/table.rs`,
+    /// "Under loom").
+    #[cfg(loom)]
+    freed: crate::sync::UnsafeCell<()>,
 }
 
 impl<L> Slot<L> {
     /// Whether the slot was evicted (`DEAD` is final). `Acquire`: a thread that sees it may
     /// build the key a new limiter, born no earlier than the sweep that killed this one.
-    #[cfg_attr(loom, allow(dead_code))]
     fn is_dead(&self) -> bool {
         self.state.load(Ordering::Acquire) == DEAD
+    }
+
+    /// A lookup found this slot: under loom, a read of the cell the slot's drop writes. A
+    /// no-op otherwise.
+    #[inline(always)]
+    fn touch(&self) {
+        #[cfg(loom)]
+        self.freed.with(|_| ());
+    }
+}
+
+#[cfg(loom)]
+impl<L> Drop for Slot<L> {
+    fn drop(&mut self) {
+        self.freed.with_mut(|_| ());
     }
 }
 
@@ -262,6 +281,8 @@ impl<L: Limiter + Idle> Slot<L> {
         Slot {
             state: AtomicU32::new(LIVE),
             limiter,
+            #[cfg(loom)]
+            freed: crate::sync::UnsafeCell::new(()),
         }
     }
 
@@ -1287,73 +1308,7 @@ impl<K, L, C: Clock, E> fmt::Debug for KeyedBuilder<K, L, C, E> {
     }
 }
 
-/// The concurrent map behind [`Keyed`]: the table of `src/keyed/table.rs`, or under loom a
-/// mutex-protected stand-in that loom can see (as `sync.rs` does for the 128-bit atomic),
-/// with the same semantics (an insertion keeps a slot the key holds; the table also replaces
-/// a `DEAD` one, which never stays linked in either: `retain` unlinks a slot in the step that
-/// retires it). The eviction protocol above is what the loom models check; the table's own
-/// writes are all under its writer lock, its reads `Acquire` loads of words published by
-/// `Release` stores.
-#[cfg(not(loom))]
+/// The concurrent map behind [`Keyed`] (`src/keyed/table.rs`), the same under loom but for
+/// its reclamation, hasher and smallest size (that file's "Under loom").
 mod table;
-#[cfg(not(loom))]
 use table as map;
-
-#[cfg(loom)]
-mod map {
-    use std::borrow::Borrow;
-    use std::collections::HashMap;
-    use std::hash::Hash;
-    use std::sync::Arc;
-
-    use super::Slot;
-
-    /// No epochs under loom: entries are `Arc`s handed out by clone.
-    pub(super) struct Guard;
-
-    pub(super) fn pin() -> Guard {
-        Guard
-    }
-
-    pub(super) struct Map<K, L>(loom::sync::Mutex<HashMap<K, Arc<Slot<L>>>>); // loom models only
-
-    impl<K: Eq + Hash + Clone, L> Map<K, L> {
-        pub(super) fn new() -> Self {
-            Map(loom::sync::Mutex::new(HashMap::new())) // loom models only
-        }
-
-        pub(super) fn get<Q>(&self, key: &Q, _: &Guard) -> Option<Arc<Slot<L>>>
-        where
-            K: Borrow<Q>,
-            Q: Hash + Eq + ?Sized,
-        {
-            self.0.lock().unwrap().get(key).cloned()
-        }
-
-        /// As the real table's (which also replaces a `DEAD` slot: none is ever left in
-        /// this map, whose `retain` removes a slot in the same step as it retires it).
-        pub(super) fn insert_with(&self, key: K, make: impl FnOnce() -> Slot<L>) -> bool {
-            let mut m = self.0.lock().unwrap();
-            if m.contains_key(&key) {
-                return false;
-            }
-            m.insert(key, Arc::new(make()));
-            true
-        }
-
-        pub(super) fn remove_same<Q>(&self, key: &Q, id: *const Slot<L>)
-        where
-            K: Borrow<Q>,
-            Q: Hash + Eq + ?Sized,
-        {
-            let mut m = self.0.lock().unwrap();
-            if m.get(key).is_some_and(|s| std::ptr::eq(&**s, id)) {
-                m.remove(key);
-            }
-        }
-
-        pub(super) fn retain(&self, mut keep: impl FnMut(&Slot<L>) -> bool) {
-            self.0.lock().unwrap().retain(|_, slot| keep(slot));
-        }
-    }
-}

@@ -38,30 +38,52 @@
 //! At most seven eighths of the entries are non-`EMPTY`, so every probe ends; a table is
 //! rebuilt at twice its live keys when it fills, and after a sweep that leaves it under an
 //! eighth live or more than a quarter tombstones: memory follows the live keys.
+//!
+//! # Orderings
+//! The word's `Release` store (after the key, or after the slot's construction) and a
+//! lookup's `Acquire` load are what make the key and the slot visible to the lookup; the
+//! table pointer's `Release` swap and `Acquire` load do the same for a new table's entries
+//! and its `mask`. Everything else (`used`, `linked`, the words a writer reads) is read and
+//! written under `writer` only, whose lock orders it: `Relaxed`.
+//!
+//! # Under loom
+//! `loom-tests/tests/keyed_table.rs` (the table's races) and `keyed.rs` (the eviction
+//! protocol) run this table itself: its atomics are `crate::sync`'s, its key cells loom's
+//! `UnsafeCell` (which reports a key read that the key's write does not happen-before), its
+//! hasher a fixed one (a model must run the same way every time) and its smallest table 2
+//! entries, so that a model's second key grows it. crossbeam-epoch is not loom's, so the
+//! reclamation is a stand-in of the same interface: [`pin`] does nothing, and a retired
+//! table or slot is kept in a list under `writer` and freed when the map is dropped. That is
+//! sound for a model, which drops its map (if at all) after joining its threads: nothing is
+//! freed while a lookup can hold it. And it checks what the collector is trusted with, that
+//! a table or slot is *retired*, not freed, while a lookup can reach it: a free that a lookup
+//! holding the memory does not happen-before is reported by loom (a slot's drop writes a
+//! loom cell that every lookup reads, `Slot::touch`; a table's drop writes its keys' cells).
+//! The collector's own guarantee (a deferred free runs after every guard pinned before it
+//! is dropped) is crossbeam-epoch's, model-checked in that crate.
 
 use std::borrow::Borrow;
-use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hash};
 use std::mem::MaybeUninit;
-use std::sync::atomic::{AtomicPtr, AtomicUsize};
-use std::sync::Mutex; // inserts of new keys, removals and resizes only, never a check of a held key
+use std::ops::DerefMut;
 
 use super::Slot;
-use crate::sync::Ordering;
+use crate::sync::{AtomicPtr, AtomicUsize, Mutex, Ordering, UnsafeCell}; // Mutex: inserts of new keys, removals and resizes only, never a check of a held key
 
-pub(super) use crossbeam_epoch::Guard;
+use reclaim::Retired;
+pub(super) use reclaim::{pin, Guard};
 
-/// Pins the current thread's epoch: slots and tables reached under the guard stay valid
-/// while it lives.
-#[inline(always)]
-pub(super) fn pin() -> Guard {
-    crossbeam_epoch::pin()
-}
+/// The keys' hasher: std's SipHash with a random key (keys come from clients, see
+/// `KeyedTokenBucket`'s "HashDoS"); under loom a fixed one (module docs).
+#[cfg(not(loom))]
+type Hasher = std::collections::hash_map::RandomState;
+#[cfg(loom)]
+type Hasher = std::hash::BuildHasherDefault<std::collections::hash_map::DefaultHasher>;
 
 const EMPTY: usize = 0;
 const TOMB: usize = 1;
-/// The smallest table.
-const MIN_ENTRIES: usize = 16;
+/// The smallest table; under loom 2, so that a model's second key grows it.
+const MIN_ENTRIES: usize = if cfg!(loom) { 2 } else { 16 };
 /// Entries a sweep visits per hold of `writer`, so that inserts wait for a chunk, not a sweep.
 const SWEEP_CHUNK: usize = 256;
 
@@ -123,7 +145,7 @@ impl<K, L> Table<K, L> {
             // SAFETY: a non-EMPTY word was loaded with `Acquire`, and the entry's key was
             // written before the `Release` store that first made it non-EMPTY (`claim`);
             // keys are never written again while the table is reachable (module docs).
-            if unsafe { e.key.get() }.borrow() == key {
+            if unsafe { e.key.with(|k| k.borrow() == key) } {
                 return Some((e, w));
             }
             i = (i + 1) & self.mask;
@@ -161,7 +183,8 @@ impl<K, L> Table<K, L> {
 impl<K, L> Drop for Table<K, L> {
     fn drop(&mut self) {
         for e in self.entries.iter_mut() {
-            if *e.word.get_mut() != EMPTY {
+            // Relaxed: `&mut self`, every write to the word happens-before this.
+            if e.word.load(Ordering::Relaxed) != EMPTY {
                 // SAFETY: a non-EMPTY entry's key was written (`claim`); `&mut self` means no
                 // reader is left. Slots are not ours: the map frees them (module docs).
                 unsafe { e.key.drop_in_place() };
@@ -171,40 +194,111 @@ impl<K, L> Drop for Table<K, L> {
 }
 
 /// A key written once (under `writer`, while its entry is `EMPTY`) and then only read.
-struct KeyCell<K>(std::cell::UnsafeCell<MaybeUninit<K>>);
+struct KeyCell<K>(UnsafeCell<MaybeUninit<K>>);
 
 impl<K> KeyCell<K> {
     fn empty() -> Self {
-        KeyCell(std::cell::UnsafeCell::new(MaybeUninit::uninit()))
+        KeyCell(UnsafeCell::new(MaybeUninit::uninit()))
     }
 
     /// # Safety
     /// The cell is uninitialized and nobody reads or writes it until a `Release` publication
     /// that readers `Acquire` before reading.
     unsafe fn write(&self, key: K) {
-        (*self.0.get()).write(key);
+        self.0.with_mut(|p| {
+            (*p).write(key);
+        });
     }
 
     /// # Safety
     /// The key was written, and that write happens-before this call.
     #[inline(always)]
-    unsafe fn get(&self) -> &K {
-        (*self.0.get()).assume_init_ref()
+    unsafe fn with<R>(&self, f: impl FnOnce(&K) -> R) -> R {
+        self.0.with(|p| f((*p).assume_init_ref()))
     }
 
     /// # Safety
     /// The key was written, and nobody else can read it any more.
     unsafe fn drop_in_place(&mut self) {
-        self.0.get_mut().assume_init_drop();
+        self.0.with_mut(|p| (*p).assume_init_drop());
     }
 }
 
-/// The map: the current table, the writer lock and the hasher (std's SipHash with a random
-/// key, as before: keys come from clients, see `KeyedTokenBucket`'s "HashDoS").
+/// Reclamation of unlinked slots and replaced tables: crossbeam-epoch, or under loom a
+/// stand-in of the same interface (module docs, "Under loom").
+#[cfg(not(loom))]
+mod reclaim {
+    pub(crate) use crossbeam_epoch::Guard;
+
+    /// Pins the current thread's epoch: slots and tables reached under the guard stay valid
+    /// while it lives.
+    #[inline(always)]
+    pub(crate) fn pin() -> Guard {
+        crossbeam_epoch::pin()
+    }
+
+    /// What the map keeps of its retired memory, under its writer lock: nothing, the
+    /// collector owns it.
+    pub(super) struct Retired;
+
+    impl Retired {
+        pub(super) fn new() -> Self {
+            Retired
+        }
+
+        /// Runs `free` once every guard pinned now is gone.
+        ///
+        /// # Safety
+        /// What `free` frees is no longer reachable from the map: only a thread pinned now
+        /// can still hold it.
+        pub(super) unsafe fn defer(&mut self, guard: &Guard, free: impl FnOnce() + 'static) {
+            guard.defer_unchecked(free);
+            guard.flush();
+        }
+    }
+}
+
+#[cfg(loom)]
+mod reclaim {
+    /// Nothing to pin: nothing is freed while the model runs.
+    pub(crate) struct Guard;
+
+    pub(crate) fn pin() -> Guard {
+        Guard
+    }
+
+    /// The retired memory's frees, run when the map (and so this list) is dropped.
+    pub(super) struct Retired(Vec<Box<dyn FnOnce()>>);
+
+    impl Retired {
+        pub(super) fn new() -> Self {
+            Retired(Vec::new())
+        }
+
+        /// Keeps `free` for the map's drop.
+        ///
+        /// # Safety
+        /// As the real one's.
+        pub(super) unsafe fn defer(&mut self, _: &Guard, free: impl FnOnce() + 'static) {
+            self.0.push(Box::new(free));
+        }
+    }
+
+    impl Drop for Retired {
+        fn drop(&mut self) {
+            for free in self.0.drain(..) {
+                free();
+            }
+        }
+    }
+}
+
+/// The map: the current table, the writer lock (with what the reclamation keeps) and the
+/// hasher ([`Hasher`]).
 pub(super) struct Map<K: 'static, L: 'static> {
     table: AtomicPtr<Table<K, L>>,
-    writer: Mutex<()>, // inserts, removals, resizes: never a check of a held key
-    hasher: RandomState,
+    writer: Mutex<Retired>, // inserts, removals, resizes: never a check of a held key
+    hasher: Hasher,
 }
 
 // SAFETY: the raw table pointer is owned (module docs); the rest is `Send + Sync`.
@@ -225,8 +319,8 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, L: Send + Sync + 'static> Map
     pub(super) fn new() -> Self {
         Map {
             table: AtomicPtr::new(Box::into_raw(Box::new(Table::new(MIN_ENTRIES)))),
-            writer: Mutex::new(()), // see the field
-            hasher: RandomState::new(),
+            writer: Mutex::new(Retired::new()), // see the field
+            hasher: Hasher::default(),
         }
     }
 
@@ -244,7 +338,7 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, L: Send + Sync + 'static> Map
         self.hasher.hash_one(key)
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, ()> {
+    fn lock(&self) -> impl DerefMut<Target = Retired> + '_ {
         // A panic under the lock (a key's `Hash` or `Clone`) leaves the map consistent: every
         // write publishes a finished entry or table.
         self.writer.lock().unwrap_or_else(|e| e.into_inner())
@@ -259,9 +353,13 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, L: Send + Sync + 'static> Map
     {
         match self.table(guard).find(self.hash(key), key)?.1 {
             TOMB => None,
-            // SAFETY: a slot pointer, loaded under `guard`: freed only by the collector after
-            // its unlinking, once every guard pinned before that (ours) is gone.
-            w => Some(unsafe { slot(w) }),
+            w => {
+                // SAFETY: a slot pointer, loaded under `guard`: freed only by the collector
+                // after its unlinking, once every guard pinned before that (ours) is gone.
+                let s = unsafe { slot(w) };
+                s.touch();
+                Some(s)
+            }
         }
     }
 
@@ -269,7 +367,7 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, L: Send + Sync + 'static> Map
     /// slot that is not `DEAD`; a `DEAD` one is unlinked first. True if inserted.
     pub(super) fn insert_with(&self, key: K, make: impl FnOnce() -> Slot<L>) -> bool {
         let hash = self.hash(&key);
-        let _w = self.lock();
+        let mut retired = self.lock();
         let guard = pin();
         let mut t = self.table(&guard);
         if let Some((e, w)) = t.find(hash, &key) {
@@ -278,8 +376,8 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, L: Send + Sync + 'static> Map
                 if !unsafe { slot::<L>(w) }.is_dead() {
                     return false;
                 }
-                // SAFETY: unlinked just now, under `writer`, from the current table.
-                unsafe { self.unlink(t, e, &guard) };
+                // SAFETY: holding `writer`; `e` holds a slot pointer in the current table.
+                unsafe { self.unlink(&mut retired, t, e, &guard) };
             }
             let s = Box::into_raw(Box::new(make())) as usize;
             e.word.store(s, Ordering::Release);
@@ -287,7 +385,12 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, L: Send + Sync + 'static> Map
             return true;
         }
         if !t.has_room() {
-            t = self.resize(t, t.linked.load(Ordering::Relaxed) + 1, &guard);
+            t = self.resize(
+                &mut retired,
+                t,
+                t.linked.load(Ordering::Relaxed) + 1,
+                &guard,
+            );
         }
         let s = Box::into_raw(Box::new(make())) as usize;
         t.claim(hash, key, s);
@@ -298,8 +401,14 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, L: Send + Sync + 'static> Map
     ///
     /// # Safety
     /// Holding `writer`; `e` is an entry of the current table `t` holding a slot pointer.
-    unsafe fn unlink(&self, t: &Table<K, L>, e: &Entry<K, L>, guard: &Guard) {
-        retire_slots::<L>(vec![self.detach(t, e)], guard);
+    unsafe fn unlink(
+        &self,
+        retired: &mut Retired,
+        t: &Table<K, L>,
+        e: &Entry<K, L>,
+        guard: &Guard,
+    ) {
+        retire_slots::<L>(retired, vec![self.detach(t, e)], guard);
     }
 
     /// Stores `TOMB` in `e` and returns its slot pointer, for the caller to retire.
@@ -320,13 +429,13 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, L: Send + Sync + 'static> Map
         Q: Hash + Eq + ?Sized,
     {
         let hash = self.hash(key);
-        let _w = self.lock();
+        let mut retired = self.lock();
         let guard = pin();
         let t = self.table(&guard);
         if let Some((e, w)) = t.find(hash, key) {
             if w == id as usize {
                 // SAFETY: holding `writer`; `e` holds a slot pointer in the current table.
-                unsafe { self.unlink(t, e, &guard) };
+                unsafe { self.unlink(&mut retired, t, e, &guard) };
             }
         }
     }
@@ -338,7 +447,7 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, L: Send + Sync + 'static> Map
         let mut i = 0;
         let (mut seen, mut seen_len): (*const Table<K, L>, usize) = (std::ptr::null(), 0);
         loop {
-            let _w = self.lock();
+            let mut retired = self.lock();
             let guard = pin();
             let t = self.table(&guard);
             let len = t.entries.len();
@@ -370,14 +479,14 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, L: Send + Sync + 'static> Map
             if !gone.is_empty() {
                 // SAFETY: detached from the current table just now. One deferred drop per
                 // chunk, not per slot: the collector frees a few bags per pin.
-                unsafe { retire_slots::<L>(gone, &guard) };
+                unsafe { retire_slots::<L>(&mut retired, gone, &guard) };
             }
             i = end;
             if i >= len {
                 let linked = t.linked.load(Ordering::Relaxed);
                 let tombs = t.used.load(Ordering::Relaxed) - linked;
                 if len > MIN_ENTRIES && (linked * 8 < len || tombs * 4 > len) {
-                    self.resize(t, linked, &guard);
+                    self.resize(&mut retired, t, linked, &guard);
                 }
                 return;
             }
@@ -386,7 +495,13 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, L: Send + Sync + 'static> Map
 
     /// Replaces the current table `t` by one sized for `keys` keys, without its tombstones
     /// and `DEAD` slots; returns the new table. Under `writer`.
-    fn resize<'g>(&self, t: &Table<K, L>, keys: usize, guard: &'g Guard) -> &'g Table<K, L> {
+    fn resize<'g>(
+        &self,
+        retired: &mut Retired,
+        t: &Table<K, L>,
+        keys: usize,
+        guard: &'g Guard,
+    ) -> &'g Table<K, L> {
         let size = keys.saturating_mul(2).max(MIN_ENTRIES).next_power_of_two();
         let new = Box::new(Table::<K, L>::new(size));
         let mut dead = Vec::new();
@@ -401,19 +516,18 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, L: Send + Sync + 'static> Map
                 continue;
             }
             // SAFETY: a non-EMPTY entry's key was written; we hold `writer`.
-            let key = unsafe { e.key.get() };
-            new.claim(self.hash(key), key.clone(), w);
+            let (hash, key) = unsafe { e.key.with(|k| (self.hash(k), k.clone())) };
+            new.claim(hash, key, w);
         }
         let new = Box::into_raw(new);
         let old = self.table.swap(new, Ordering::Release);
         // SAFETY: `old` came from `Box::into_raw` and is no longer reachable from the map; the
         // collector frees it after every guard pinned now (readers on it) is gone.
-        unsafe { guard.defer_unchecked(move || drop(Box::from_raw(old))) };
+        unsafe { retired.defer(guard, move || drop(Box::from_raw(old))) };
         if !dead.is_empty() {
             // SAFETY: linked only from `old`, now unpublished, and `DEAD`.
-            unsafe { retire_slots::<L>(dead, guard) };
+            unsafe { retire_slots::<L>(retired, dead, guard) };
         }
-        guard.flush();
         // SAFETY: just published; retired only by a later resize, under `writer`, after
         // `guard`'s epoch.
         unsafe { &*new }
@@ -424,25 +538,25 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, L: Send + Sync + 'static> Map
 ///
 /// # Safety
 /// Each of `ws` is a slot pointer no longer reachable from the current table.
-unsafe fn retire_slots<L>(ws: Vec<usize>, guard: &Guard) {
+unsafe fn retire_slots<L: 'static>(retired: &mut Retired, ws: Vec<usize>, guard: &Guard) {
     // SAFETY (of the deferred drop): run after every guard pinned now is gone; later ones
     // cannot reach the slots.
-    guard.defer_unchecked(move || {
+    retired.defer(guard, move || {
         for w in ws {
             drop(Box::from_raw(w as *mut Slot<L>));
         }
     });
-    guard.flush();
 }
 
 impl<K: 'static, L: 'static> Drop for Map<K, L> {
     fn drop(&mut self) {
-        let t = *self.table.get_mut();
+        // Relaxed: `&mut self`, every write happens-before this.
+        let t = self.table.load(Ordering::Relaxed);
         // SAFETY: `&mut self`: no reader is left; the current table and the slots it links
         // are ours alone (retired tables and unlinked slots belong to the collector).
-        let mut t = unsafe { Box::from_raw(t) };
-        for e in t.entries.iter_mut() {
-            let w = *e.word.get_mut();
+        let t = unsafe { Box::from_raw(t) };
+        for e in t.entries.iter() {
+            let w = e.word.load(Ordering::Relaxed);
             if w != EMPTY && w != TOMB {
                 // SAFETY: as above; each slot is linked from one entry of this table.
                 drop(unsafe { Box::from_raw(w as *mut Slot<L>) });
