@@ -18,10 +18,10 @@
 //! Why not a general concurrent map: `scc::HashIndex` relocates values on resize (so the
 //! limiter has to sit behind an `Arc`) and keeps its buckets' metadata and entries in
 //! separate arrays: a random key costs three misses before the limiter's own there, one in
-//! this table (callgrind's cache simulator, 100 000 `u64` keys, with a compact token bucket:
-//! 3.4 data misses a check against 6.1 on `HashIndex`; governor's dashmap 1.9,
-//! `KeyedTokenBucket`, whose state is inline, 1.4). What is left is the limiter's own lines: a limiter larger
-//! than a cache line, or one aligned to 128 bytes (the padded layout), costs a line more.
+//! this table (`scripts/instructions`' `keyed-random-*` cells count them with callgrind's
+//! cache simulator, beside governor's dashmap and `KeyedTokenBucket`, whose state is inline).
+//! What is left is the limiter's own lines: a limiter larger than a cache line, or one
+//! aligned to 128 bytes (the padded layout), costs a line more.
 //!
 //! # Memory
 //! Each key costs its table entry (8 bytes plus the key, at a load between seven sixteenths

@@ -27,6 +27,8 @@
 //! * an insert that does not look for the key again under the writer lock: that model (a
 //!   second entry for the key: `len` 2).
 //!
+//! The three-thread model runs at `loom_tests::model_3_threads`' bound (4 at least); all four
+//! take about 10 s.
 //! Run: RUSTFLAGS="--cfg loom" cargo test -p loom-tests --release --test keyed_table
 #![cfg(loom)]
 
@@ -34,6 +36,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use loom::thread;
+use loom_tests::model_3_threads;
 use turnstile::{Keyed, LeakyBucket, ManualClock, Nanos};
 
 type K = Keyed<u8, LeakyBucket<ManualClock>, ManualClock>;
@@ -107,11 +110,7 @@ fn check_vs_evict_never_reads_a_freed_slot() {
 /// their keys' live slots in the end, and nothing is freed under a lookup.
 #[test]
 fn check_vs_resize_vs_evict_keeps_both_grants() {
-    let mut model = loom::model::Builder::new();
-    // Three threads: 3 preemptions at least, whatever the caller's `LOOM_MAX_PREEMPTIONS`
-    // (a higher one is kept).
-    model.preemption_bound = Some(model.preemption_bound.unwrap_or(3).max(3));
-    model.check(|| {
+    model_3_threads(|| {
         let k = map();
         assert!(k.with(&1, |_| ()).is_some());
         let a = check(&k, 1);

@@ -6,10 +6,9 @@
 //! A check of a held key is one hash, one probe of this table (the key and its slot pointer
 //! side by side, four `u64` entries to a cache line) and the slot itself (its state word
 //! first, then the limiter: one line for a small limiter): two cache misses for a key out of
-//! cache, as
-//! governor's dashmap (a control group and an entry). `scc::HashIndex` keeps its buckets'
-//! metadata and entries in separate arrays and relocates values on resize (so the limiter
-//! has to sit behind an `Arc`): three or four misses.
+//! cache, as governor's dashmap (a control group and an entry). `scc::HashIndex` keeps its
+//! buckets' metadata and entries in separate arrays and relocates values on resize (so the
+//! limiter has to sit behind an `Arc`): three or four misses.
 //!
 //! # The protocol
 //! An entry's word is `EMPTY` (0: never used), `TOMB` (1: its key was removed) or a pointer to
