@@ -334,7 +334,11 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, L: Send + Sync + 'static> Map
 
     #[inline(always)]
     fn hash<Q: Hash + ?Sized>(&self, key: &Q) -> u64 {
-        self.hasher.hash_one(key)
+        // Not `hash_one`, which LLVM keeps out of line whole: split like this, SipHash's
+        // finish inlines into the lookup (only the key's `write` stays a call, as in dashmap).
+        let mut h = self.hasher.build_hasher();
+        key.hash(&mut h);
+        std::hash::Hasher::finish(&h)
     }
 
     fn lock(&self) -> impl DerefMut<Target = Retired> + '_ {
