@@ -2,38 +2,37 @@
 //! use by a configuration function and dropped again once it is idle.
 //!
 //! # The map
-//! Keys live in an [`scc::HashIndex`]: a lookup of an existing key takes no lock and writes no
-//! shared memory (it pins an epoch in a thread-local slot), so two threads checking one hot
-//! key contend only on that key's limiter word. Inserting a new key locks one bucket. Removed
-//! entries are freed once no reader can still hold them (epoch reclamation), and the table
-//! shrinks by itself as keys leave. Chosen by measurement on this 2-core EPYC VM (u64 keys,
-//! a 64-byte value, lookup + one CAS, ns per op per thread, median of runs):
+//! Keys live in an open-addressing table of its own (`src/keyed/table.rs`, whose header gives
+//! the protocol): each entry is the key and a pointer to the key's slot, one heap allocation
+//! holding the eviction state and the limiter, aligned to a cache line with the state first
+//! so that a compact limiter's first line holds both. A check of a held key takes no lock
+//! and writes no shared memory but the limiter's (it pins an epoch in a thread-local slot):
+//! one hash, a probe of the table (four `u64` entries to a cache line) and the slot, so two
+//! threads checking one hot key contend only on that key's limiter word. Inserting a new
+//! key, removing one and resizing the table take the map's writer lock, which no check of a
+//! held key takes; a resize copies slot *pointers*, never a limiter, so a check still
+//! running on the old table writes the same limiter as one on the new. Removed slots and old
+//! tables are freed once no reader can still hold them (epoch reclamation), and the table
+//! shrinks again after a sweep leaves it mostly empty.
 //!
-//! | map | hot key 1 thread | hot key 2 threads | 100k random keys 1 / 2 threads | memory left after removing 1M keys |
-//! |---|---|---|---|---|
-//! | `scc::HashIndex` (chosen) | 18 | 42 | 117 / 116 | ~80 KiB: shrinks by itself |
-//! | `papaya` (blocking resize) | 16 | 41 | 107 / 89 | 18 MiB: never shrinks |
-//! | `papaya` (default resize) | 16 | 37 | 573–878 / 515–773 | 9 MiB |
-//! | `dashmap` (governor's) | 20 | 65 | 99 / 93 | 258 MiB until `shrink_to_fit` |
-//! | `scc::HashMap` | 28 | 84 | 110 / 123 | shrinks by itself |
-//! | `RwLock<HashMap>` | 20 | 66 | 99 / 117 | 258 MiB until `shrink_to_fit` |
-//!
-//! Those figures are scc 2's. The move to scc 3 (issue #10) was measured against scc 2, not
-//! against the others again, with
-//! `cargo bench --bench keyed -- '^keyed_(hot|hot_deny|random|random_compact)/'` run twice on
-//! each, interleaved (commit 8a9a49e with scc 2.4, then scc 3.8), scc 3 against scc 2 at 1
-//! thread: `Keyed`'s hot key 54–58 ns against 59–61, its denial 93–102 against 107–124, and
-//! 100k random keys 895–987 against 914–952: on par within this VM's noise, so the choice
-//! stands.
+//! Why not a general concurrent map: `scc::HashIndex` relocates values on resize (so the
+//! limiter has to sit behind an `Arc`) and keeps its buckets' metadata and entries in
+//! separate arrays: a random key costs three misses before the limiter's own there, one in
+//! this table (`scripts/instructions`' `keyed-random-*` cells count them with callgrind's
+//! cache simulator, beside governor's dashmap and `KeyedTokenBucket`, whose state is inline).
+//! What is left is the limiter's own lines: a limiter larger than a cache line, or one
+//! aligned to 128 bytes (the padded layout), costs a line more.
 //!
 //! # Memory
-//! Each key costs its map entry (~60 bytes) plus its limiter. Limiters are cache-padded by
-//! default, for one limiter hammered by every thread; for many keys build them in the
+//! Each key costs its table entry (8 bytes plus the key, at a load between seven sixteenths
+//! and seven eighths) plus its slot (the limiter and a 4-byte state, rounded up to 64
+//! bytes). Limiters are cache-padded by default, for one limiter hammered by every thread; for many keys build them in the
 //! [`Compact`](crate::Compact) layout ([`TokenBucket::compact`](crate::TokenBucket::compact),
 //! and `.build_compact()` for [`FixedWindow`](crate::FixedWindow) and
-//! [`SlidingWindow`](crate::SlidingWindow)). Measured over a million keys by
-//! `tests/keyed_memory.rs`: 302 bytes per key with a compact token bucket against 702 padded,
-//! 158 with a compact fixed window against 574.
+//! [`SlidingWindow`](crate::SlidingWindow)). Measured over 100 000 keys by
+//! `tests/keyed_memory.rs`: about 300 bytes per key with a compact token bucket against 560
+//! padded, 170 with a compact fixed window against 430 (the table's share varies with its
+//! load, between 18 and 37 bytes for `u64` keys).
 //!
 //! # Eviction without losing a permit
 //! A key whose limiter is idle ([`Idle`]: a fresh limiter would refuse at least as much) is
@@ -96,13 +95,12 @@
 //! 1. `L`, with every grant that counted on it, was idle at `J` (the eviction protocol
 //!    above: a grant the evictor's second idleness check missed is replayed on `N`).
 //! 2. `J <= B`. The sweep publishes `J` (`fetch_max` into `judged`) before it retires
-//!    anything, and it retires each entry inside the map's `retain`, with the entry's bucket
-//!    locked. `N`'s `B` is read with the key's bucket locked for `N`'s insertion
-//!    ([`scc::HashIndex::entry_sync`]), so after `L`'s removal from that bucket. `L` was removed
-//!    by the sweep, or by a checking thread that saw `DEAD` and helped; that thread took the
-//!    bucket lock after reading `DEAD`, which the sweep wrote holding the lock, so after the
-//!    sweep released it. Either way the publication happens-before the read of `judged`
-//!    (through the bucket lock), which so returns `J` or later.
+//!    anything, and it retires each entry inside the map's `retain`, holding the map's
+//!    writer lock, and unlinks it there. `N`'s `B` is read holding the writer lock for `N`'s
+//!    insertion, so after `L`'s retirement: the sweep released the lock after writing
+//!    `DEAD`, and the insertion took it after (it found `L` unlinked, or `DEAD` and
+//!    unlinked it). Either way the publication happens-before the read of `judged`
+//!    (through the lock), which so returns `J` or later.
 //! 3. By [`Idle::born_at`]'s contract, `N`'s `q` is at least that of any limiter idle at
 //!    some `j <= B` advanced to `B`; `L` was idle at `J <= B`, so `q` does not decrease
 //!    across the swap. The key's whole history, across any number of evictions, is then a
@@ -141,8 +139,9 @@
 //! open). Existing keys are never evicted to make room: that would hand their owners a fresh
 //! quota. A flood of new keys at any rate so costs at most the bound's memory (the entry and
 //! the limiter per key: module docs, "Memory"); checks of held keys take no lock a new key's
-//! insert takes (an insert locks one bucket of the `HashIndex`, which grows and shrinks
-//! incrementally), and with a sweeper thread none of them sweeps.
+//! insert takes (inserts, and the resizes they cause, take the map's writer lock; a sweep
+//! takes it for a few hundred entries at a time), and with a sweeper thread none of them
+//! sweeps.
 
 use std::borrow::Borrow;
 use std::convert::Infallible;
@@ -241,10 +240,40 @@ where
     clock: C,
 }
 
-/// One key's limiter and its eviction state (`LIVE`, `RETIRING`, `DEAD`).
+/// One key's limiter and its eviction state (`LIVE`, `RETIRING`, `DEAD`), aligned to a cache
+/// line so that a compact limiter and the state are one line.
+#[repr(C, align(64))]
 pub(crate) struct Slot<L> {
     state: AtomicU32,
     limiter: L,
+    /// Under loom, read by every lookup that finds the slot and written by its drop, so that
+    /// loom reports a free that such a lookup does not happen-before (`src/keyed/table.rs`,
+    /// "Under loom").
+    #[cfg(loom)]
+    freed: crate::sync::UnsafeCell<()>,
+}
+
+impl<L> Slot<L> {
+    /// Whether the slot was evicted (`DEAD` is final). `Acquire`: a thread that sees it may
+    /// build the key a new limiter, born no earlier than the sweep that killed this one.
+    fn is_dead(&self) -> bool {
+        self.state.load(Ordering::Acquire) == DEAD
+    }
+
+    /// A lookup found this slot: under loom, a read of the cell the slot's drop writes. A
+    /// no-op otherwise.
+    #[inline(always)]
+    fn touch(&self) {
+        #[cfg(loom)]
+        self.freed.with(|_| ());
+    }
+}
+
+#[cfg(loom)]
+impl<L> Drop for Slot<L> {
+    fn drop(&mut self) {
+        self.freed.with_mut(|_| ());
+    }
 }
 
 impl<L: Limiter + Idle> Slot<L> {
@@ -252,6 +281,8 @@ impl<L: Limiter + Idle> Slot<L> {
         Slot {
             state: AtomicU32::new(LIVE),
             limiter,
+            #[cfg(loom)]
+            freed: crate::sync::UnsafeCell::new(()),
         }
     }
 
@@ -797,7 +828,7 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        let guard = map::Guard::new();
+        let guard = map::pin();
         self.map.get(key, &guard).is_some()
     }
 
@@ -827,7 +858,7 @@ where
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         {
-            let guard = map::Guard::new();
+            let guard = map::pin();
             if let Some(slot) = self.map.get(key, &guard) {
                 if let Some(r) = slot.run(|l| l.quota_at(now), |_| false) {
                     return r;
@@ -865,7 +896,7 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        let guard = map::Guard::new();
+        let guard = map::pin();
         match self.map.get(key, &guard) {
             Some(slot) => slot
                 .run(|l| l.refund_n_at(now, n), |did| *did)
@@ -953,7 +984,7 @@ where
     pub fn evict_idle_at(&self, now: Nanos) -> usize {
         // Published before anything is retired: every limiter built after one of these
         // evictions is born at `now` or later (module docs, step 2 of the proof, which also
-        // relies on `retire` running inside `retain`, with the entry's bucket locked).
+        // relies on `retire` running inside `retain`, under the map's writer lock).
         self.judged.fetch_max(now.as_u64(), Ordering::Relaxed);
         let mut evicted = 0;
         self.map.retain(|slot| {
@@ -985,7 +1016,7 @@ where
         let backoff = Backoff::new();
         loop {
             {
-                let guard = map::Guard::new();
+                let guard = map::pin();
                 if let Some(slot) = self.map.get(key, &guard) {
                     if let Some(r) = slot.run(&f, &wrote) {
                         return Ok(Some(r));
@@ -1030,10 +1061,10 @@ where
         let key = key.to_owned();
         let mut limiter = (self.factory)(&key)?;
         room.1 = self.map.insert_with(key, || {
-            // Under the key's bucket lock, so after the removal of any limiter the key had:
+            // Under the map's writer lock, so after the removal of any limiter the key had:
             // the judged time of that eviction is visible here (module docs, step 2).
             limiter.born_at(self.birth(now));
-            std::sync::Arc::new(Slot::new(limiter))
+            Slot::new(limiter)
         });
         Ok(true)
     }
@@ -1277,118 +1308,7 @@ impl<K, L, C: Clock, E> fmt::Debug for KeyedBuilder<K, L, C, E> {
     }
 }
 
-/// The concurrent map behind [`Keyed`]: `scc::HashIndex`, or under loom a mutex-protected
-/// stand-in that loom can see (as `sync.rs` does for the 128-bit atomic). The eviction
-/// protocol above is what the loom models check; the map's own atomicity is scc's.
-#[cfg(not(loom))]
-mod map {
-    use std::borrow::Borrow;
-    use std::hash::Hash;
-    use std::sync::Arc;
-
-    use super::Slot;
-
-    pub(super) use scc::Guard;
-
-    pub(super) struct Map<K: 'static, L: 'static>(scc::HashIndex<K, Arc<Slot<L>>>);
-
-    impl<K: Eq + Hash + Clone + 'static, L: 'static> Map<K, L> {
-        pub(super) fn new() -> Self {
-            Map(scc::HashIndex::default())
-        }
-
-        #[inline]
-        pub(super) fn get<'g, Q>(&'g self, key: &Q, guard: &'g Guard) -> Option<&'g Slot<L>>
-        where
-            K: Borrow<Q>,
-            Q: Hash + Eq + ?Sized,
-        {
-            self.0.peek(key, guard).map(|slot| &**slot)
-        }
-
-        /// Inserts `make()` unless the key is present (false then). `make` runs with the
-        /// key's bucket locked: after any removal of the key, before any lookup finds it.
-        pub(super) fn insert_with(&self, key: K, make: impl FnOnce() -> Arc<Slot<L>>) -> bool {
-            match self.0.entry_sync(key) {
-                scc::hash_index::Entry::Occupied(_) => false,
-                scc::hash_index::Entry::Vacant(v) => {
-                    v.insert_entry(make());
-                    true
-                }
-            }
-        }
-
-        /// Removes `key` if it still maps to the slot `id`.
-        pub(super) fn remove_same<Q>(&self, key: &Q, id: *const Slot<L>)
-        where
-            K: Borrow<Q>,
-            Q: Hash + Eq + ?Sized,
-        {
-            self.0
-                .remove_if_sync(key, |current| std::ptr::eq(&**current, id));
-        }
-
-        pub(super) fn retain(&self, mut keep: impl FnMut(&Slot<L>) -> bool) {
-            self.0.retain_sync(|_, slot| keep(slot));
-        }
-    }
-}
-
-#[cfg(loom)]
-mod map {
-    use std::borrow::Borrow;
-    use std::collections::HashMap;
-    use std::hash::Hash;
-    use std::sync::Arc;
-
-    use super::Slot;
-
-    /// No epochs under loom: entries are `Arc`s handed out by clone.
-    pub(super) struct Guard;
-
-    impl Guard {
-        pub(super) fn new() -> Guard {
-            Guard
-        }
-    }
-
-    pub(super) struct Map<K, L>(loom::sync::Mutex<HashMap<K, Arc<Slot<L>>>>); // loom models only
-
-    impl<K: Eq + Hash + Clone, L> Map<K, L> {
-        pub(super) fn new() -> Self {
-            Map(loom::sync::Mutex::new(HashMap::new())) // loom models only
-        }
-
-        pub(super) fn get<Q>(&self, key: &Q, _: &Guard) -> Option<Arc<Slot<L>>>
-        where
-            K: Borrow<Q>,
-            Q: Hash + Eq + ?Sized,
-        {
-            self.0.lock().unwrap().get(key).cloned()
-        }
-
-        pub(super) fn insert_with(&self, key: K, make: impl FnOnce() -> Arc<Slot<L>>) -> bool {
-            let mut m = self.0.lock().unwrap();
-            if m.contains_key(&key) {
-                return false;
-            }
-            m.insert(key, make());
-            true
-        }
-
-        pub(super) fn remove_same<Q>(&self, key: &Q, id: *const Slot<L>)
-        where
-            K: Borrow<Q>,
-            Q: Hash + Eq + ?Sized,
-        {
-            let mut m = self.0.lock().unwrap();
-            if m.get(key).is_some_and(|s| std::ptr::eq(&**s, id)) {
-                m.remove(key);
-            }
-        }
-
-        pub(super) fn retain(&self, mut keep: impl FnMut(&Slot<L>) -> bool) {
-            self.0.lock().unwrap().retain(|_, slot| keep(slot));
-        }
-    }
-}
+/// The concurrent map behind [`Keyed`] (`src/keyed/table.rs`), the same under loom but for
+/// its reclamation, hasher and smallest size (that file's "Under loom").
+mod table;
+use table as map;

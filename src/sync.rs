@@ -34,16 +34,53 @@
 //! both publications of a configuration survived every model.
 
 #[cfg(not(loom))]
-pub(crate) use core::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+pub(crate) use core::sync::atomic::{
+    fence, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering,
+};
 #[cfg(not(loom))]
 pub(crate) use portable_atomic::AtomicU128;
 #[cfg(not(loom))]
 pub(crate) use std::sync::Mutex; // for reconfiguration only, never the hot path
 
 #[cfg(loom)]
-pub(crate) use loom::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+pub(crate) use loom::sync::atomic::{
+    fence, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering,
+};
 #[cfg(loom)]
 pub(crate) use loom::sync::Mutex; // loom's, for the same reconfiguration-only uses
+
+/// `std::cell::UnsafeCell`, or under loom loom's, which reports an access that another
+/// thread's write does not happen-before (or that races a later write): a key read before its
+/// publication, a slot read after its free. Through [`UnsafeCell::with`] and
+/// [`UnsafeCell::with_mut`], loom's interface, as a no-op wrapper outside loom.
+#[cfg(loom)]
+pub(crate) use loom::cell::UnsafeCell;
+
+/// See the loom version above: the same interface over `std::cell::UnsafeCell`.
+#[cfg(not(loom))]
+#[derive(Debug)]
+#[allow(dead_code)] // only the keyed maps use it, behind feature `keyed`
+pub(crate) struct UnsafeCell<T>(std::cell::UnsafeCell<T>);
+
+#[cfg(not(loom))]
+#[allow(dead_code)] // as the type
+impl<T> UnsafeCell<T> {
+    pub(crate) const fn new(v: T) -> Self {
+        UnsafeCell(std::cell::UnsafeCell::new(v))
+    }
+
+    /// Runs `f` on a shared pointer to the contents.
+    #[inline(always)]
+    pub(crate) fn with<R>(&self, f: impl FnOnce(*const T) -> R) -> R {
+        f(self.0.get())
+    }
+
+    /// Runs `f` on a mutable pointer to the contents.
+    #[inline(always)]
+    pub(crate) fn with_mut<R>(&self, f: impl FnOnce(*mut T) -> R) -> R {
+        f(self.0.get())
+    }
+}
 
 /// Tells loom that a retry loop is waiting for another thread (a slot being rewritten): after
 /// it, loom stops offering this thread the stale values it has already read, as a processor

@@ -222,8 +222,11 @@ fn checks_racing_sweeps_never_exceed_a_keys_budget() {
     const KEYS: u32 = 64;
     const CAP: u64 = 3;
     const WORKERS: u32 = 3;
+    // Under Miri (scripts/miri), a few rounds: each is slow there, and Miri checks every
+    // access of the racing threads for data races and use after free.
+    const ROUNDS: u32 = if cfg!(miri) { 2 } else { 200 };
     let mut evictions = 0;
-    for round in 0..200 {
+    for round in 0..ROUNDS {
         let k = Keyed::builder(|_: &u32| Capped {
             granted: AtomicU64::new(0),
             cap: CAP,
@@ -419,4 +422,64 @@ fn a_panicking_factory_leaves_no_phantom_key() {
         k.check_n_at(&1, Nanos::ZERO, 1).is_ok(),
         "its room was given back"
     );
+}
+
+/// Held keys checked while a flood of new keys grows the table through several resizes, with
+/// sweeps running between them (which rebuild it smaller once it is mostly empty): each held
+/// key's window must grant exactly its quota, as one limiter would, so no resize lost a key's
+/// limiter (a fresh one would grant again) or copied it (two copies would each grant).
+#[test]
+fn held_keys_keep_their_limiter_across_resizes() {
+    const HELD: u32 = 64;
+    const QUOTA: u32 = 5;
+    // Under Miri (scripts/miri): fewer rounds and new keys, still enough to grow the table
+    // several times under the checks and sweeps.
+    const ROUNDS: u32 = if cfg!(miri) { 10 } else { 400 };
+    const NEW: u32 = if cfg!(miri) { 600 } else { 20_000 };
+    let clock = ManualClock::default();
+    let c = clock.clone();
+    let k = Keyed::builder(move |_: &u32| {
+        FixedWindow::builder(QUOTA, Duration::from_secs(3600))
+            .clock(c.clone())
+            .build_compact()
+            .unwrap()
+    })
+    .clock(clock.clone())
+    .sweep_every(Duration::MAX)
+    .max_keys(u64::MAX)
+    .build()
+    .unwrap();
+    let granted: Vec<AtomicU64> = (0..HELD).map(|_| AtomicU64::new(0)).collect();
+    std::thread::scope(|s| {
+        for _ in 0..2 {
+            s.spawn(|| {
+                for round in 0..ROUNDS {
+                    for key in 0..HELD {
+                        if k.check_n_at(&key, Nanos::ZERO, 1).is_ok() {
+                            granted[key as usize].fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                    if round % (ROUNDS / 8) == 0 {
+                        // A sweep visits every key while the table may be resized under it;
+                        // it evicts at most a newborn not checked yet (idle), which its check
+                        // then builds again.
+                        k.evict_idle_at(Nanos::ZERO);
+                    }
+                }
+            });
+        }
+        s.spawn(|| {
+            for key in HELD..HELD + NEW {
+                assert!(k.check_n_at(&key, Nanos::ZERO, 1).is_ok());
+            }
+        });
+    });
+    for (key, g) in granted.iter().enumerate() {
+        assert_eq!(g.load(Ordering::Relaxed), u64::from(QUOTA), "key {key}");
+    }
+    assert_eq!(k.len(), (HELD + NEW) as usize);
+    // Everything idle an hour later: all evicted, and the map still works.
+    assert_eq!(k.evict_idle_at(t(3601.0)), (HELD + NEW) as usize);
+    assert!(k.is_empty());
+    assert!(k.check_n_at(&1, t(3601.0), 1).is_ok());
 }

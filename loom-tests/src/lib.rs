@@ -57,6 +57,15 @@
 //!   `count_run_at_an_earlier_time_never_moves_the_interval_back`; `fetch_add -> load + store`:
 //!   all six others.
 //!
+//! **`Keyed`'s table** (`src/keyed/table.rs`; its models are in `tests/keyed_table.rs`, whose
+//! header lists the mutations with the loom report each gives)
+//! * table pointer load `Acquire -> Relaxed`, or the resize's swap `Release -> Relaxed`:
+//!   `keyed_table::check_vs_resize_by_another_keys_insert_keeps_the_grant`.
+//! * a lookup's word load `Acquire -> Relaxed`, or the word stored before the key:
+//!   `keyed_table::insert_vs_insert_of_a_new_key_builds_one_limiter`.
+//! * a swept slot freed at once instead of retired: `keyed_table::check_vs_evict_never_reads_a_freed_slot`
+//!   and `keyed_table::check_vs_resize_vs_evict_keeps_both_grants`.
+//!
 //! `FixedWindow`, `SlidingWindow`, `LeakyBucket` and `Sometimes` use `Relaxed` throughout: each
 //! word is its limiter's whole state and publishes no other memory, so there is no ordering to
 //! weaken; their protocols rest on the RMWs, which the blind-store lines check.

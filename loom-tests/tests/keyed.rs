@@ -12,12 +12,18 @@
 //! state check, the `RETIRING` veto, the replay after `DEAD`, the evictor's second idleness
 //! check, the newborn's `born_at`, the birth time read under the bucket lock, the sweep's
 //! publication of the time it judged at.
+//!
+//! The models run on `Keyed`'s real table (`src/keyed/table.rs`, "Under loom"); its own races
+//! are modelled in `keyed_table.rs`. The three-thread models run at `model_3_threads`' bound
+//! (4 at least, whatever `LOOM_MAX_PREEMPTIONS` says): unbounded, the fixed-window ones do not
+//! finish in minutes; bounded, all six take about 90 s.
 //! Run: RUSTFLAGS="--cfg loom" cargo test -p loom-tests --release --test keyed
 #![cfg(loom)]
 
 use std::time::Duration;
 
 use loom::thread;
+use loom_tests::model_3_threads;
 use turnstile::{FixedWindow, Idle, Keyed, LeakyBucket, Limiter, ManualClock, Nanos};
 
 type K = Keyed<u8, FixedWindow<ManualClock>, ManualClock>;
@@ -70,7 +76,7 @@ fn check_vs_evict_of_an_idle_key_keeps_the_grant() {
 
 #[test]
 fn insert_vs_insert_vs_evict_counts_each_grant_once() {
-    loom::model(|| {
+    model_3_threads(|| {
         let k = keyed();
         let a = thread::spawn(move || k.check_n_at(&1, T, 1).is_ok());
         let b = thread::spawn(move || k.check_n_at(&1, T, 1).is_ok());
@@ -84,7 +90,7 @@ fn insert_vs_insert_vs_evict_counts_each_grant_once() {
 
 #[test]
 fn check_vs_evict_at_the_last_unit_grants_exactly_once() {
-    loom::model(|| {
+    model_3_threads(|| {
         let k = keyed();
         assert!(k.check_n_at(&1, T, 2).is_ok());
         // Time has moved on: the window is over and the key idle. A check at the new time
@@ -154,11 +160,8 @@ fn insert_vs_evict_on_a_relaxed_limiter_keeps_the_grant() {
 /// its own: that one must be born at 20, not at the time it was built.
 #[test]
 fn stale_check_vs_check_vs_evict_never_grants_twice() {
-    let mut model = loom::model::Builder::new();
-    // The interleaving above takes 2 preemptions; 3 at least, whatever the caller's
-    // `LOOM_MAX_PREEMPTIONS` (a higher one is kept).
-    model.preemption_bound = Some(model.preemption_bound.unwrap_or(3).max(3));
-    model.check(|| {
+    // The interleaving above takes 2 preemptions; the three-thread bound has room to spare.
+    model_3_threads(|| {
         let k = relaxed();
         let stale = thread::spawn(move || k.check_n_at(&1, Nanos::new(5), 1).is_ok());
         let fresh = thread::spawn(move || k.check_n_at(&1, Nanos::ZERO, 1).is_ok());
