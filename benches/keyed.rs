@@ -324,11 +324,7 @@ fn keyed_saturated(c: &mut Criterion) {
                 if hot { "hot" } else { "random" }
             );
             let mut g = c.benchmark_group(&name);
-            let (rate, burst) = if hot {
-                (sat::RATE, sat::BURST)
-            } else {
-                (sat::KEY_RATE, sat::KEY_BURST)
-            };
+            let (rate, burst) = sat::keyed_quota(hot);
             let key = || {
                 if hot {
                     sat::HOT
@@ -416,11 +412,7 @@ fn keyed_saturated_at(c: &mut Criterion) {
             if hot { "hot" } else { "random" }
         );
         let mut g = c.benchmark_group(&name);
-        let (rate, burst) = if hot {
-            (sat::RATE, sat::BURST)
-        } else {
-            (sat::KEY_RATE, sat::KEY_BURST)
-        };
+        let (rate, burst) = sat::keyed_quota(hot);
         // Every random key inserted and emptied (its burst spent) before measuring.
         let fill = |check: &dyn Fn(u64) -> bool| {
             if !hot {

@@ -585,11 +585,7 @@ fn keyed_cell(
     clock: ManualClock,
 ) {
     let (map, keys) = lim.split_once('-').expect("a keyed cell");
-    let (rate, burst) = if keys == "hot" {
-        (sat::RATE, sat::BURST)
-    } else {
-        (sat::KEY_RATE, sat::KEY_BURST)
-    };
+    let (rate, burst) = sat::keyed_quota(keys == "hot");
     let start = sat::START;
     macro_rules! go {
         (|$k:pat_param, $t:pat_param, $m:pat_param| $body:expr, |$ik:pat_param| $insert:expr) => {

@@ -87,6 +87,16 @@ pub const KEY_RATE: u32 = RATE / KEYS as u32;
 pub const KEY_BURST: u32 = 10;
 /// The hot key.
 pub const HOT: u64 = 7;
+
+/// The keyed workloads' rate and burst per key: the phase-1 quota for the hot key, the
+/// random-key one otherwise.
+pub fn keyed_quota(hot: bool) -> (u32, u32) {
+    if hot {
+        (RATE, BURST)
+    } else {
+        (KEY_RATE, KEY_BURST)
+    }
+}
 /// The clock-free step: 50 ns a check, one check in 20 granted at 1e6/s.
 pub const STEP: u64 = 50;
 /// Where every clock-free schedule starts (1 s after the clock's origin).
