@@ -53,10 +53,10 @@
 //! never refills (acts as a zero limit).
 //!
 //! **Configurations** live in two slots of plain atomic words beside the state word, one per
-//! `gen` parity, interleaved field by field (`Slots`): the hot five words (the negated
-//! `base`, `lim`, `mul`, `tau`, `one`) that a check reads, then the cold ones (burst and
-//! flags, the scale's inverse, epoch, limit, since, and the token-coordinate origin) that
-//! only reservations, cancels and reconfigurations read. Only `set_limit` /
+//! `gen` parity, 64 bytes each (`Slot`): the six hot words (the negated `base`, `lim`,
+//! `mul`, `tau`, `one` with `per_shift` in its upper half, and the scale's inverse `per`) that a check and its refusal's retry time read, then the burst and flags and the
+//! epoch; the cold ones (limit, since, and the token-coordinate origin) that only
+//! reservations, cancels and reconfigurations read sit apart (`ColdSlot`). Only `set_limit` /
 //! `set_burst` (and a rebase) write slots; they are serialized among themselves by a mutex the
 //! hot path never touches. A reconfiguration writes the slot of `gen + 1`, then converts the
 //! state (tokens at `now` under the old configuration, re-expressed in the new one) and
@@ -183,6 +183,7 @@ use crate::sync::{fence, AtomicU64, Mutex, Ordering}; // Mutex: reconfiguration 
 /// clock.advance(Duration::from_millis(100));
 /// assert!(tb.allow());
 /// ```
+#[repr(C)] // the core first: in a keyed map's slot it then starts 8 bytes into a line
 pub struct TokenBucket<C: Clock = QuantaClock, P: Layout = Padded> {
     /// The state word and both configurations, cache-padded unless `P` is [`Compact`] (for
     /// the many buckets of a keyed map).
@@ -258,11 +259,10 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
         let cfg = Config::new(0, limit, burst, Nanos::ZERO, 0, Some(0));
         // The bucket starts full: rate.go's tokens = burst with last = the zero time.
         let x = cfg.x_from_tokens(f64::from(burst), Nanos::ZERO);
-        let slots = Slots::default();
+        let slots = [Slot::default(), Slot::default()];
         let colds = [ColdSlot::default(), ColdSlot::default()];
         SlotRef {
-            slots: &slots,
-            i: 0,
+            slot: &slots[0],
             cold: &colds[0],
         }
         .write(&cfg);
@@ -776,8 +776,7 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
         // A shift and a mask select the slot without a branch.
         let i = ((word >> PARITY_SHIFT) & 1) as usize;
         SlotRef {
-            slots: &self.core.slots,
-            i,
+            slot: &self.core.slots[i],
             cold: &self.colds[i],
         }
     }
@@ -1306,6 +1305,19 @@ impl<C: Clock, P: Layout> Idle for TokenBucket<C, P> {
         self.reconfigure(b, Some(f64::from(burst)), |cfg| {
             (Limit::from_valid(cfg.limit), cfg.burst())
         });
+        // A keyed map's checks read parity 0's slot from the line that holds the map's slot
+        // state and this state word (`Core`); the reconfiguration installed the other one.
+        // Nothing can read this bucket (`&mut self`), so the configuration moves back, one
+        // generation on, with the same words and the same `x`.
+        let word = self.core.state.load(Ordering::Relaxed);
+        if (word >> PARITY_SHIFT) & 1 == 1 {
+            let cfg = self.slot(word).config();
+            let gen = gen_after(gen_of(word));
+            self.slot(gen << GEN_SHIFT).write(&cfg);
+            self.core
+                .state
+                .store((gen << GEN_SHIFT) | x_of(word), Ordering::Relaxed);
+        }
     }
 }
 
@@ -1676,7 +1688,7 @@ struct Hot {
     mul: u64,
     /// The burst in units.
     tau: u64,
-    /// Units per token, `2^k`.
+    /// Units per token: `2^k`, or a whole number of 1/16 ns below `2^31` (`src/scale.rs`).
     one: u64,
 }
 
@@ -2058,36 +2070,41 @@ impl Config {
     }
 }
 
-/// The state word and, beside it, both configurations: a check reads the word's line and the
-/// next (the five hot pairs end at byte 88), where a word and slots apart took three. A
-/// grant's CAS takes the word's line exclusive, but every check needs that line anyway; the
-/// configuration words in it change only on reconfiguration.
+/// The state word and, beside it, both configurations' slots. A check reads the word and the
+/// six hot words of its slot: for parity 0 (every bucket until its first reconfiguration) the
+/// first 56 bytes, one cache line when the core starts a line or, in a keyed map's
+/// [`Compact`] slot, 8 bytes past one (`Keyed`'s slot state comes first). A grant's CAS takes
+/// the word's line exclusive, but every check needs that line anyway; the configuration words
+/// in it change only on reconfiguration.
 #[repr(C)]
 struct Core {
     state: AtomicU64,
-    slots: Slots,
+    slots: [Slot; 2],
 }
 
-/// Both configurations' words (see *Configurations* in the module docs), interleaved: each
-/// field is a pair indexed by the parity, so a word's slot is its parity bit shifted down
-/// and the field's address one scaled index (no multiply by a slot size). The five hot pairs
-/// come first (in [`Core`], after the state word, they end at byte 88), then the words a
-/// reservation needs.
+/// One configuration's words (see *Configurations* in the module docs), eight to a cache
+/// line's worth so that a word's slot is its parity bit shifted to a multiple of 64: the six
+/// that every check reads first (its refusal's retry time included), then the two only
+/// reservations, cancels and reconfigurations read.
 #[derive(Default)]
 #[repr(C)]
-struct Slots {
+struct Slot {
     /// `base`, negated: the hot path's `now - base` is then one add, not a copy and a
     /// subtract.
-    neg_base: [AtomicU64; 2],
-    lim: [AtomicU64; 2],
-    mul: [AtomicU64; 2],
-    tau: [AtomicU64; 2],
-    one: [AtomicU64; 2],
-    shape: [AtomicU64; 2],
-    per: [AtomicU64; 2],
+    neg_base: AtomicU64,
+    lim: AtomicU64,
+    mul: AtomicU64,
+    tau: AtomicU64,
+    /// `one | per_shift << 32` (`one <= 2^31`, `src/scale.rs`): two words in one, so that
+    /// the hot words stay six.
+    one_shift: AtomicU64,
+    per: AtomicU64,
+    shape: AtomicU64,
     /// `epoch | inf_gen << 32`.
-    meta: [AtomicU64; 2],
+    meta: AtomicU64,
 }
+
+const _: () = assert!(std::mem::size_of::<Slot>() == 64);
 
 /// The rest of a configuration's words: only reconfigurations, cancels and reports read them.
 #[derive(Default)]
@@ -2101,34 +2118,32 @@ struct ColdSlot {
 /// The two halves of one configuration's slot.
 #[derive(Clone, Copy)]
 struct SlotRef<'a> {
-    slots: &'a Slots,
-    /// The parity, 0 or 1.
-    i: usize,
+    slot: &'a Slot,
     cold: &'a ColdSlot,
 }
 
 impl SlotRef<'_> {
     #[inline(always)]
     fn hot(&self) -> Hot {
-        let (s, i) = (self.slots, self.i);
+        let s = self.slot;
         Hot {
-            base: s.neg_base[i].load(Ordering::Relaxed).wrapping_neg(),
-            lim: s.lim[i].load(Ordering::Relaxed),
-            mul: s.mul[i].load(Ordering::Relaxed),
-            tau: s.tau[i].load(Ordering::Relaxed),
-            one: s.one[i].load(Ordering::Relaxed),
+            base: s.neg_base.load(Ordering::Relaxed).wrapping_neg(),
+            lim: s.lim.load(Ordering::Relaxed),
+            mul: s.mul.load(Ordering::Relaxed),
+            tau: s.tau.load(Ordering::Relaxed),
+            one: s.one_shift.load(Ordering::Relaxed) & u64::from(u32::MAX),
         }
     }
 
     fn cold(&self) -> Cold {
-        let (s, i, c) = (self.slots, self.i, self.cold);
-        let meta = s.meta[i].load(Ordering::Relaxed);
+        let (s, c) = (self.slot, self.cold);
+        let meta = s.meta.load(Ordering::Relaxed);
         let origin = (u128::from(c.origin_hi.load(Ordering::Relaxed)) << 64
             | u128::from(c.origin_lo.load(Ordering::Relaxed))) as i128;
-        let shape = s.shape[i].load(Ordering::Relaxed);
+        let shape = s.shape.load(Ordering::Relaxed);
         Cold {
             shape,
-            per: s.per[i].load(Ordering::Relaxed),
+            per: s.per.load(Ordering::Relaxed),
             per_shift: per_shift_of(shape),
             epoch: meta as u32,
             inf_gen: (meta >> 32) as u32,
@@ -2139,14 +2154,13 @@ impl SlotRef<'_> {
         }
     }
 
-    /// [`Config::time_of`] from the hot words and the two cold ones it needs (`per` and
-    /// `per_shift`), for the inline refusal of a check: the same instant, or `None` past the
-    /// end of time.
+    /// [`Config::time_of`] from the hot words (`per` and `per_shift` among them), for the
+    /// inline refusal of a check: the same instant, or `None` past the end of time.
     #[inline(always)]
     fn time_of(&self, hot: &Hot, x: u64) -> Option<Nanos> {
-        let (s, i) = (self.slots, self.i);
-        let per = s.per[i].load(Ordering::Relaxed);
-        let per_shift = per_shift_of(s.shape[i].load(Ordering::Relaxed));
+        let s = self.slot;
+        let per = s.per.load(Ordering::Relaxed);
+        let per_shift = (s.one_shift.load(Ordering::Relaxed) >> 32) as u32;
         let ns = crate::scale::nanos_ceil_hot(x - hot.tau, per, per_shift)?;
         ns.checked_add(hot.base).map(Nanos::new)
     }
@@ -2160,15 +2174,17 @@ impl SlotRef<'_> {
 
     /// Relaxed stores: the writer's fence and CAS order them (module docs, *Orderings*).
     fn write(&self, c: &Config) {
-        let (s, i, d, h) = (self.slots, self.i, self.cold, &c.hot);
-        s.neg_base[i].store(h.base.wrapping_neg(), Ordering::Relaxed);
-        s.lim[i].store(h.lim, Ordering::Relaxed);
-        s.mul[i].store(h.mul, Ordering::Relaxed);
-        s.tau[i].store(h.tau, Ordering::Relaxed);
-        s.one[i].store(h.one, Ordering::Relaxed);
-        s.shape[i].store(c.shape, Ordering::Relaxed);
-        s.per[i].store(c.per, Ordering::Relaxed);
-        s.meta[i].store(
+        let (s, d, h) = (self.slot, self.cold, &c.hot);
+        debug_assert!(h.one <= 1 << 31);
+        s.neg_base.store(h.base.wrapping_neg(), Ordering::Relaxed);
+        s.lim.store(h.lim, Ordering::Relaxed);
+        s.mul.store(h.mul, Ordering::Relaxed);
+        s.tau.store(h.tau, Ordering::Relaxed);
+        s.one_shift
+            .store(h.one | u64::from(c.per_shift) << 32, Ordering::Relaxed);
+        s.shape.store(c.shape, Ordering::Relaxed);
+        s.per.store(c.per, Ordering::Relaxed);
+        s.meta.store(
             u64::from(c.epoch) | (u64::from(c.inf_gen) << 32),
             Ordering::Relaxed,
         );
@@ -2183,6 +2199,25 @@ impl SlotRef<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `born_at` (a keyed map's new bucket) leaves the configuration in slot 0, the one in
+    /// the line a keyed map's check loads first, and the bucket as a reconfiguration at the
+    /// birth time leaves it.
+    #[test]
+    fn born_at_leaves_the_configuration_in_slot_zero() {
+        let limit = Limit::per_second(10.0).unwrap();
+        let mut tb = TokenBucket::compact_with_clock(limit, 2, crate::ManualClock::default());
+        let born = Nanos::new(5_000_000_000);
+        tb.born_at(born);
+        let word = tb.core.state.load(Ordering::Relaxed);
+        assert_eq!((word >> PARITY_SHIFT) & 1, 0, "word {word:#x}");
+        let cfg = tb.slot(word).config();
+        assert_eq!(
+            (cfg.since, cfg.burst(), cfg.limit),
+            (born.as_u64(), 2, 10.0)
+        );
+        assert!(tb.check_n_at(born, 2).is_ok() && tb.check_n_at(born, 1).is_err());
+    }
 
     /// The generation count visits all 64 values before it repeats, its parity (the slot)
     /// alternates on every step, and a word built from any of them keeps bit 63 clear.
