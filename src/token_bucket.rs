@@ -773,10 +773,18 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
     /// The slot of `word`'s generation.
     #[inline(always)]
     fn slot(&self, word: u64) -> SlotRef<'_> {
-        // A shift and a mask select the slot without a branch.
-        let i = ((word >> PARITY_SHIFT) & 1) as usize;
+        // A shift and a mask select the slot without a branch: the parity bit moved to 64,
+        // the size of a slot.
+        let off = (word >> (PARITY_SHIFT - 6)) as usize & 64;
+        let i = off / 64;
         SlotRef {
-            slot: &self.core.slots[i],
+            // SAFETY: `off` is 0 or 64, the offsets of the two slots of `[Slot; 2]`.
+            slot: unsafe {
+                &*std::ptr::from_ref(&self.core.slots)
+                    .cast::<u8>()
+                    .add(off)
+                    .cast::<Slot>()
+            },
             cold: &self.colds[i],
         }
     }
