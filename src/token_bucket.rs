@@ -868,9 +868,9 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
                     limit: 0.0,
                 };
             } else if MODE == CHECK && new > due_w {
-                // A refusal that can be retried: at most the burst (so the limit is finite:
-                // under a zero limit a refusal needs more than the stored tokens, which the
-                // slow path answers as never) and within the word's range. Its retry time is
+                // A refusal that can be retried: at most the burst and within the word's
+                // range. Under a zero limit a refusal needs more than the stored tokens, which
+                // the slow path answers as never: there `per = 0`, so `time_of` is `None`. Its retry time is
                 // when `u` reaches `x2`, `Hot::time_of`; `None` there (past the end of time)
                 // and every other refusal go the slow way, which says "never". A refused
                 // `n <= burst` has `x >= v` (from `x < v` the take ends at `v + n * one <=
@@ -879,7 +879,7 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
                 // conversion, which only decides the (predicted) branch.
                 let cost = u64::from(n) * hot.one;
                 let owed = x_of(word) + cost;
-                if owed <= X_MAX && cost <= hot.tau && hot.mul != 0 {
+                if owed <= X_MAX && cost <= hot.tau {
                     if let Some(retry_at) = slot.time_of(&hot, owed) {
                         if self.unchanged(word) {
                             return Decision::Denied {
@@ -2183,7 +2183,9 @@ impl SlotRef<'_> {
     /// Relaxed stores: the writer's fence and CAS order them (module docs, *Orderings*).
     fn write(&self, c: &Config) {
         let (s, d, h) = (self.slot, self.cold, &c.hot);
-        debug_assert!(h.one <= 1 << 31);
+        // `one` shares a word with `per_shift`; a check's refusal relies on `per = 0` for a
+        // limit that never refills.
+        debug_assert!(h.one <= 1 << 31 && (h.mul == 0) == (c.per == 0));
         s.neg_base.store(h.base.wrapping_neg(), Ordering::Relaxed);
         s.lim.store(h.lim, Ordering::Relaxed);
         s.mul.store(h.mul, Ordering::Relaxed);

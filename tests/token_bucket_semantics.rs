@@ -632,3 +632,22 @@ fn the_compact_layout_is_the_same_bucket_unpadded() {
         assert_eq!(padded.tokens_at(now), compact.tokens_at(now), "op {i}");
     }
 }
+
+#[test]
+fn a_refusal_under_a_zero_limit_never_comes_due() {
+    // Nothing refills: once the stored tokens are gone, `check`'s refusal says "never", built
+    // fresh and after a switch to zero alike, within the burst and beyond it.
+    let z = TokenBucket::with_clock(Limit::ZERO, 2, ManualClock::default());
+    assert!(z.check_n_at(at(0), 2).is_ok());
+    for n in [1, 2, 3] {
+        assert_eq!(
+            z.check_n_at(at(SEC), n).unwrap_err().retry_at(),
+            None,
+            "{n}"
+        );
+    }
+    let l = tb(10.0, 2);
+    assert!(l.check_n_at(at(0), 2).is_ok());
+    l.set_limit_at(at(0), Limit::ZERO);
+    assert_eq!(l.check_n_at(at(SEC), 1).unwrap_err().retry_at(), None);
+}
