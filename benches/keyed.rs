@@ -53,7 +53,11 @@
 //!   workload of `benches/harness/saturated.rs` at `MANY_RATE_CLOCK`), every key inserted
 //!   before measuring, then `check(&key)` with the refusal's retry time on random keys
 //!   (xorshift, per thread): a key comes round every ~30-100 ms, so most checks are refused. Each cell then asserts saturation
-//!   as the `keyed_saturated_*` cells do. `scripts/bench-ratios` prints each id's ratio to
+//!   as the `keyed_saturated_*` cells do. Beside them, the floors of the two designs over the
+//!   same keys: `floor` (a clock read, SipHash, a probe of a table of 16-byte slots and a load
+//!   of the word in the slot: one miss for a key out of cache, as `KeyedTokenBucket`) and
+//!   `floor_indirect` (the same with the word on a cache line of its own behind a pointer in
+//!   the slot: two dependent misses, as any `Keyed<u64, L>`, whose limiters never move). `scripts/bench-ratios` prints each id's ratio to
 //!   `keyed_token_bucket` and to `governor`; `scripts/instructions keyed-random-<limiter>`
 //!   counts the same clock-free.
 //!
@@ -522,6 +526,20 @@ fn keyed_limiters_random(c: &mut Criterion) {
             sat::gov_check_key(&gov, key())
         });
         drop(gov);
+
+        // The floors of the two designs: the word in the table slot (one miss for a key out
+        // of cache), and the word on its own line behind a pointer in the slot (two
+        // dependent misses, the least a limiter that never moves costs).
+        let floor = sat::KeyedFloor::new(QuantaClock::new(), 0..sat::MANY_KEYS);
+        cell(&mut g, "floor", threads, || {
+            black_box(floor.check(key()));
+        });
+        drop(floor);
+        let floor = sat::KeyedFloor::indirect(QuantaClock::new(), 0..sat::MANY_KEYS);
+        cell(&mut g, "floor_indirect", threads, || {
+            black_box(floor.check(key()));
+        });
+        drop(floor);
 
         g.finish();
     }

@@ -37,6 +37,9 @@
 //!   key at 10/s with a capacity of one (`benches/harness/saturated.rs`, "every limiter per
 //!   key"), inserted and emptied during setup, then `check_n_at(&key, t, 1)` with the retry
 //!   time, `t` advancing 50 ns a check, keys from the xorshift sequence; see [`many_keys`].
+//!   Beside them the floors of the two designs over the same keys (`floor`: the word in a
+//!   16-byte table slot, one miss; `floor-indirect`: the word on a line of its own behind a
+//!   pointer in the slot, two dependent misses, as any `Keyed<u64, L>`): [`sat::KeyedFloor`].
 //!
 //! Every loop passes the limiter, the time and the result through `std::hint::black_box`, and
 //! each cell asserts after its loop that the last check still had the expected outcome, so a
@@ -210,6 +213,7 @@ const SAT_CELLS: &[(&str, &[&str])] = &[
 fn imps(cell: &str) -> Option<Vec<&'static str>> {
     let listed = match cell.strip_prefix("keyed-random-") {
         Some("governor") => &["governor"][..],
+        Some("floor" | "floor-indirect") => &["floor"][..],
         Some(lim) if lim == "inline" || sat::MANY_LIMITERS.contains(&lim) => &["turnstile"][..],
         _ => SAT_CELLS.iter().find(|(c, _)| *c == cell)?.1,
     };
@@ -332,6 +336,14 @@ fn many_keys_cell(lim: &str, imp: &str, ops: u64, cell: &str) {
                 sat::advance(&c, m);
                 sat::gov_check_key(&g, k)
             });
+        }
+        ("floor", _) => {
+            let f = sat::KeyedFloor::new(clock, 0..sat::MANY_KEYS);
+            many_keys(ops, Expect::Refused, cell, |k, t, _| f.check_at(k, t));
+        }
+        ("floor-indirect", _) => {
+            let f = sat::KeyedFloor::indirect(clock, 0..sat::MANY_KEYS);
+            many_keys(ops, Expect::Refused, cell, |k, t, _| f.check_at(k, t));
         }
         ("inline", _) => {
             let l = sat::keyed_bucket(clock, rate, 1, RandomState::new());

@@ -609,22 +609,59 @@ impl<C: Clock> Floor<C> {
     }
 }
 
-/// A table slot of [`KeyedFloor`]: a key and its limiter's word, 16 bytes.
-struct Slot {
+/// A table slot of [`KeyedFloor`]: a key and its limiter's word (`W`), 16 bytes.
+struct Slot<W> {
     key: AtomicU64,
-    word: AtomicU64,
+    word: W,
+}
+
+/// Where a [`KeyedFloor`]'s words live: in its table slots ([`AtomicU64`], as
+/// `KeyedTokenBucket`'s), or each on a cache line of its own behind a pointer in the slot
+/// ([`Indirect`], as `Keyed`'s limiters: a second, dependent miss for a key out of cache).
+pub trait FloorWord {
+    fn new() -> Self;
+    fn word(&self) -> &AtomicU64;
+}
+
+impl FloorWord for AtomicU64 {
+    fn new() -> Self {
+        AtomicU64::new(u64::MAX)
+    }
+
+    #[inline(always)]
+    fn word(&self) -> &AtomicU64 {
+        self
+    }
+}
+
+/// A word alone on its heap-allocated cache line: [`FloorWord`].
+pub struct Indirect(Box<Line>);
+
+#[repr(align(64))]
+struct Line(AtomicU64);
+
+impl FloorWord for Indirect {
+    fn new() -> Self {
+        Indirect(Box::new(Line(AtomicU64::new(u64::MAX))))
+    }
+
+    #[inline(always)]
+    fn word(&self) -> &AtomicU64 {
+        &self.0 .0
+    }
 }
 
 const EMPTY: u64 = u64::MAX;
 
 /// The floor of a refused keyed check: a clock read, one hash of the key (SipHash, as both
 /// maps use by default), one probe of an open-addressing table of 16-byte slots (half full,
-/// linear probing), and one load of the slot's word.
-pub struct KeyedFloor<C, S = RandomState> {
+/// linear probing), and one load of the slot's word (`W`: in the slot, or behind a pointer
+/// in it, [`FloorWord`]).
+pub struct KeyedFloor<C, S = RandomState, W = AtomicU64> {
     clock: C,
     hasher: S,
     mask: usize,
-    slots: Box<[Slot]>,
+    slots: Box<[Slot<W>]>,
 }
 
 impl<C: Clock> KeyedFloor<C> {
@@ -634,36 +671,54 @@ impl<C: Clock> KeyedFloor<C> {
     }
 }
 
+impl<C: Clock> KeyedFloor<C, RandomState, Indirect> {
+    /// A table holding `keys`, each word on a line of its own behind a pointer, allocated in
+    /// the order of `keys` (as a map allocates its keys' limiters as they arrive).
+    pub fn indirect(clock: C, keys: impl IntoIterator<Item = u64>) -> Self {
+        KeyedFloor::build(clock, keys, RandomState::new())
+    }
+}
+
 impl<C: Clock, S: BuildHasher> KeyedFloor<C, S> {
     /// A table holding `keys`, hashing with `hasher`.
-    pub fn with_hasher(
-        clock: C,
-        keys: impl IntoIterator<Item = u64>,
-        hasher: S,
-    ) -> KeyedFloor<C, S> {
+    pub fn with_hasher(clock: C, keys: impl IntoIterator<Item = u64>, hasher: S) -> Self {
+        KeyedFloor::build(clock, keys, hasher)
+    }
+}
+
+impl<C: Clock, S: BuildHasher, W: FloorWord> KeyedFloor<C, S, W> {
+    fn build(clock: C, keys: impl IntoIterator<Item = u64>, hasher: S) -> KeyedFloor<C, S, W> {
         let keys: Vec<u64> = keys.into_iter().collect();
         let cap = (2 * keys.len()).next_power_of_two().max(2);
-        let slots: Box<[Slot]> = (0..cap)
+        let mut slots: Box<[Slot<Option<W>>]> = (0..cap)
             .map(|_| Slot {
                 key: AtomicU64::new(EMPTY),
-                word: AtomicU64::new(u64::MAX),
+                word: None,
             })
             .collect();
-        let f = KeyedFloor {
-            clock,
-            hasher,
-            mask: cap - 1,
-            slots,
-        };
+        let mask = cap - 1;
         for k in keys {
             assert_ne!(k, EMPTY, "the empty key");
-            let mut i = f.hasher.hash_one(k) as usize & f.mask;
-            while f.slots[i].key.load(Ordering::Relaxed) != EMPTY {
-                i = (i + 1) & f.mask;
+            let mut i = hasher.hash_one(k) as usize & mask;
+            while slots[i].key.load(Ordering::Relaxed) != EMPTY {
+                i = (i + 1) & mask;
             }
-            f.slots[i].key.store(k, Ordering::Relaxed);
+            slots[i].key.store(k, Ordering::Relaxed);
+            slots[i].word = Some(W::new());
         }
-        f
+        let slots = Vec::from(slots)
+            .into_iter()
+            .map(|s| Slot {
+                key: s.key,
+                word: s.word.unwrap_or_else(W::new),
+            })
+            .collect();
+        KeyedFloor {
+            clock,
+            hasher,
+            mask,
+            slots,
+        }
     }
 
     /// Reads the clock and decides as [`KeyedFloor::check_at`].
@@ -681,7 +736,7 @@ impl<C: Clock, S: BuildHasher> KeyedFloor<C, S> {
             let s = &self.slots[i];
             let k = s.key.load(Ordering::Relaxed);
             if k == key {
-                let w = s.word.load(Ordering::Acquire);
+                let w = s.word.word().load(Ordering::Acquire);
                 let ok = black_box(now).as_u64() >= w;
                 if !ok {
                     black_box(w);
