@@ -47,8 +47,8 @@
 //! * `keyed_limiters_random/<threads>t`: issue #21's goal "`Keyed<u64, L>` over 100 000
 //!   random keys, each limiter within 1.5x `KeyedTokenBucket`'s time", **saturated** on the
 //!   real clock: `Keyed<u64, L>` for every limiter (ids `token_bucket` (compact),
-//!   `leaky_bucket`, `fixed_window` (compact), `sliding_window` (compact), `smooth_bursty`,
-//!   `smooth_warming_up`, `leaky_meter`), `keyed_token_bucket` (`KeyedTokenBucket`) and
+//!   `leaky_bucket` (compact), `fixed_window` (compact), `sliding_window` (compact),
+//!   `smooth_bursty`, `smooth_warming_up`, `leaky_meter` (compact)), `keyed_token_bucket` (`KeyedTokenBucket`) and
 //!   `governor`, each over 100 000 keys at 1/s with a capacity of one (the many-keys
 //!   workload of `benches/harness/saturated.rs` at `MANY_RATE_CLOCK`), every key inserted
 //!   before measuring, then `check(&key)` with the refusal's retry time on random keys

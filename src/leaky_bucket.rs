@@ -20,7 +20,7 @@
 //! next = now`); with `M = 0` it is the same formula, and it is also what upstream does when
 //! `T` truncates to 0 (`maxSlack = slack * 0 = 0`).
 //!
-//! **The state word** (`state`, one `AtomicU64`, cache-padded):
+//! **The state word** (`state`, one `AtomicU64`):
 //! ```text
 //!  63                                                   0
 //! +------------------------------------------------------+
@@ -36,6 +36,14 @@
 //! is refused: [`LeakyBucket::take_at`] returns [`Nanos::MAX`] and nothing is consumed, a
 //! check is denied for good. So every stored `next` is `< u64::MAX`, and a first take at
 //! time 0 stores 0 like any other time.
+//!
+//! **Packing.** The word sits first in a 40-byte core with the words a take or a check reads
+//! (`T`, `M`, `M + T`, the slack for a refusal's retry time, the unlimited flag), all of them
+//! immutable; the core is the bucket's first field. It is cache-padded by default (a bucket
+//! shared by many threads: the word's line holds nothing else that changes) and unpadded in
+//! the [`Compact`] layout ([`Builder::build_compact`], for the many buckets of a keyed map),
+//! where a slot's state and the core share one cache line. The rate, the period and the clock
+//! follow; a check at a given time reads none of them.
 //!
 //! **Invariant.** Every committed `next` is (a) at least `T` above the `next` it replaced
 //! (except the very first, which replaces `UNSET`), and (b) at least `now - M` for the `now`
@@ -96,11 +104,11 @@ use std::fmt;
 use std::marker::PhantomData;
 use std::time::Duration;
 
-use crossbeam_utils::{Backoff, CachePadded};
+use crossbeam_utils::Backoff;
 
 use crate::clock::{Clock, Nanos, QuantaClock};
 use crate::error::ConfigError;
-use crate::limiter::{Denied, Idle, Limiter};
+use crate::limiter::{Compact, Denied, Idle, Layout, Limiter, Padded};
 use crate::sync::{AtomicU64, Ordering};
 
 /// `next` before the first permit: [`Nanos::MAX`], never a grantable time.
@@ -152,19 +160,35 @@ pub const DEFAULT_SLACK: u32 = 10;
 /// }
 /// assert_eq!(lb.take_at(t1), t1 + Duration::from_millis(100));
 /// ```
-pub struct LeakyBucket<C: Clock = QuantaClock> {
-    /// `next`, or `UNSET`; see the module docs.
-    state: CachePadded<AtomicU64>,
-    pace: Pace,
+#[repr(C)] // the core first: in a keyed map's slot it then starts 8 bytes into a line
+pub struct LeakyBucket<C: Clock = QuantaClock, P: Layout = Padded> {
+    /// The state word and everything a check reads; cache-padded unless `P` is [`Compact`]
+    /// (for the many buckets of a keyed map).
+    core: P::Cell<Core>,
     rate: u32,
     per: Duration,
-    slack: u32,
-    unlimited: bool,
     clock: C,
 }
 
+/// What a take or a check reads, together: the state word, then the immutable words that
+/// decide it (a refusal's retry time included). 40 bytes: one cache line when the core starts
+/// a line or, in a keyed map's [`Compact`] slot, 8 bytes past one (the slot's own state comes
+/// first). A grant's CAS takes the word's line exclusive, but every check needs that line
+/// anyway, and the other words in it never change.
+#[repr(C)]
+struct Core {
+    /// `next`, or `UNSET`; see the module docs.
+    state: AtomicU64,
+    pace: Pace,
+    slack: u32,
+    unlimited: bool,
+}
+
+const _: () = assert!(std::mem::size_of::<Core>() <= 56);
+
 /// The derived, immutable arithmetic constants (all in nanoseconds).
 #[derive(Clone, Copy, Debug)]
+#[repr(C)]
 struct Pace {
     /// `T = per / rate`, truncated, saturated at `u64::MAX`.
     per_request: u64,
@@ -281,32 +305,43 @@ impl<C: Clock> LeakyBucket<C> {
     /// assert_eq!(lb.take_at(Nanos::new(7)), Nanos::new(7));
     /// ```
     pub fn unlimited_with_clock(clock: C) -> LeakyBucket<C> {
+        let pace = Pace {
+            per_request: 0,
+            max_slack: 0,
+            cap: 0,
+        };
+        LeakyBucket::from_parts(pace, 0, Duration::ZERO, 0, true, clock)
+    }
+}
+
+impl<C: Clock, P: Layout> LeakyBucket<C, P> {
+    fn from_parts(
+        pace: Pace,
+        rate: u32,
+        per: Duration,
+        slack: u32,
+        unlimited: bool,
+        clock: C,
+    ) -> LeakyBucket<C, P> {
         LeakyBucket {
-            state: CachePadded::new(AtomicU64::new(UNSET)),
-            pace: Pace {
-                per_request: 0,
-                max_slack: 0,
-                cap: 0,
-            },
-            rate: 0,
-            per: Duration::ZERO,
-            slack: 0,
-            unlimited: true,
+            core: P::cell(Core {
+                state: AtomicU64::new(UNSET),
+                pace,
+                slack,
+                unlimited,
+            }),
+            rate,
+            per,
             clock,
         }
     }
 
-    fn from_builder(b: Builder<C>) -> Result<LeakyBucket<C>, ConfigError> {
+    fn from_builder(b: Builder<C>) -> Result<LeakyBucket<C, P>, ConfigError> {
         b.validate()?;
-        Ok(LeakyBucket {
-            state: CachePadded::new(AtomicU64::new(UNSET)),
-            pace: Pace::new(b.rate, b.per, b.slack),
-            rate: b.rate,
-            per: b.per,
-            slack: b.slack,
-            unlimited: false,
-            clock: b.clock,
-        })
+        let pace = Pace::new(b.rate, b.per, b.slack);
+        Ok(LeakyBucket::from_parts(
+            pace, b.rate, b.per, b.slack, false, b.clock,
+        ))
     }
 
     /// The limiter's clock.
@@ -364,7 +399,7 @@ impl<C: Clock> LeakyBucket<C> {
     /// assert_eq!(LeakyBucket::builder(50).without_slack().build().unwrap().slack(), 0);
     /// ```
     pub fn slack(&self) -> u32 {
-        self.slack
+        self.core.slack
     }
 
     /// The spacing between permits, `per / rate` truncated to whole nanoseconds (upstream's
@@ -377,7 +412,7 @@ impl<C: Clock> LeakyBucket<C> {
     /// assert_eq!(LeakyBucket::new(3).unwrap().per_request(), Duration::from_nanos(333_333_333));
     /// ```
     pub fn per_request(&self) -> Duration {
-        Duration::from_nanos(self.pace.per_request)
+        Duration::from_nanos(self.core.pace.per_request)
     }
 
     /// Whether this is an [unlimited](LeakyBucket::unlimited) bucket.
@@ -387,7 +422,7 @@ impl<C: Clock> LeakyBucket<C> {
     /// assert!(!LeakyBucket::new(1).unwrap().is_unlimited());
     /// ```
     pub fn is_unlimited(&self) -> bool {
-        self.unlimited
+        self.core.unlimited
     }
 
     /// Takes a permit and sleeps the thread until its time (upstream's `Take`); returns the
@@ -435,7 +470,7 @@ impl<C: Clock> LeakyBucket<C> {
     /// assert_eq!(lb.take_at(t), t + Duration::from_millis(500));
     /// ```
     pub fn take_at(&self, now: Nanos) -> Nanos {
-        if self.unlimited {
+        if self.core.unlimited {
             return now;
         }
         let now = now.as_u64();
@@ -443,19 +478,21 @@ impl<C: Clock> LeakyBucket<C> {
             return Nanos::MAX;
         }
         let backoff = Backoff::new();
-        let mut prev = self.state.load(Ordering::Relaxed);
+        let mut prev = self.core.state.load(Ordering::Relaxed);
         loop {
-            let Some(next) = self.pace.next(prev, now) else {
+            let Some(next) = self.core.pace.next(prev, now) else {
                 return Nanos::MAX;
             };
             if next == prev {
                 // T = 0 and nothing to move: the answer stands on the load.
                 return Nanos::new(next.max(now));
             }
-            match self
-                .state
-                .compare_exchange_weak(prev, next, Ordering::Relaxed, Ordering::Relaxed)
-            {
+            match self.core.state.compare_exchange_weak(
+                prev,
+                next,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
                 Ok(_) => return Nanos::new(next.max(now)),
                 Err(current) => {
                     backoff.spin();
@@ -532,7 +569,7 @@ impl<C: Clock> LeakyBucket<C> {
     /// earliest time the same check could succeed (`None`: never).
     #[inline]
     fn check(&self, now: Nanos, n: u32) -> Result<(), Option<Nanos>> {
-        if self.unlimited || n == 0 {
+        if self.core.unlimited || n == 0 {
             return Ok(());
         }
         let now = now.as_u64();
@@ -540,9 +577,9 @@ impl<C: Clock> LeakyBucket<C> {
             return Err(None);
         }
         let backoff = Backoff::new();
-        let mut prev = self.state.load(Ordering::Relaxed);
+        let mut prev = self.core.state.load(Ordering::Relaxed);
         loop {
-            let next = match self.pace.next_n(prev, now, n) {
+            let next = match self.core.pace.next_n(prev, now, n) {
                 Some(next) if next <= now => next,
                 Some(next) => return Err(self.retry_at(prev, next, n)),
                 None => return Err(None),
@@ -550,10 +587,12 @@ impl<C: Clock> LeakyBucket<C> {
             if next == prev {
                 return Ok(());
             }
-            match self
-                .state
-                .compare_exchange_weak(prev, next, Ordering::Relaxed, Ordering::Relaxed)
-            {
+            match self.core.state.compare_exchange_weak(
+                prev,
+                next,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
                 Ok(_) => return Ok(()),
                 Err(current) => {
                     backoff.spin();
@@ -573,18 +612,18 @@ impl<C: Clock> LeakyBucket<C> {
     /// so a refusal came from the default branch, whose last `next` is `prev + n * T`.
     #[inline]
     fn retry_at(&self, prev: u64, next: u64, n: u32) -> Option<Nanos> {
-        if prev == UNSET || n - 1 > self.slack {
+        if prev == UNSET || n - 1 > self.core.slack {
             return None;
         }
         debug_assert_eq!(
             Some(u128::from(next)),
-            u128::from(prev).checked_add(u128::from(n) * u128::from(self.pace.per_request))
+            u128::from(prev).checked_add(u128::from(n) * u128::from(self.core.pace.per_request))
         );
         Some(Nanos::new(next))
     }
 }
 
-impl<C: Clock> Limiter for LeakyBucket<C> {
+impl<C: Clock, P: Layout> Limiter for LeakyBucket<C, P> {
     /// Takes `n` permits at `now` if `n` consecutive takes would all be immediate, as one
     /// atomic step; otherwise changes nothing. A denial's retry time is when the same check
     /// would pass if nobody else takes a permit; there is none (`None`) if `n > slack + 1`,
@@ -648,15 +687,15 @@ impl<C: Clock> Limiter for LeakyBucket<C> {
 /// assert!(!lb.is_idle_at(t0 + Duration::from_millis(300)));
 /// assert!(lb.is_idle_at(t0 + Duration::from_millis(300) + Duration::from_nanos(1)));
 /// ```
-impl<C: Clock> Idle for LeakyBucket<C> {
+impl<C: Clock, P: Layout> Idle for LeakyBucket<C, P> {
     fn is_idle_at(&self, now: Nanos) -> bool {
-        if self.unlimited {
+        if self.core.unlimited {
             return true;
         }
-        let prev = self.state.load(Ordering::Relaxed);
+        let prev = self.core.state.load(Ordering::Relaxed);
         let now = now.as_u64();
         // The condition of `Pace::next`'s cap branch.
-        prev == UNSET || (now > prev && now - prev > self.pace.cap)
+        prev == UNSET || (now > prev && now - prev > self.core.pace.cap)
     }
 
     /// `next = b - T`: as if the last permit had been issued one pace before `b`. A take at
@@ -670,8 +709,8 @@ impl<C: Clock> Idle for LeakyBucket<C> {
     /// unset: then no bucket was idle at `j <= b` with a permit (that needs `j > M + T`).
     /// Unused, the newborn is idle from `b + M` on (its credit full), not at once.
     fn born_at(&mut self, b: Nanos) {
-        if let Some(next) = born_next(self.unlimited, self.pace.per_request, b) {
-            self.state.store(next, Ordering::Relaxed);
+        if let Some(next) = born_next(self.core.unlimited, self.core.pace.per_request, b) {
+            self.core.state.store(next, Ordering::Relaxed);
         }
     }
 }
@@ -683,16 +722,16 @@ fn born_next(unlimited: bool, per_request: u64, b: Nanos) -> Option<u64> {
     (!unlimited && b >= per_request && b - per_request != UNSET).then(|| b - per_request)
 }
 
-impl<C: Clock> fmt::Debug for LeakyBucket<C> {
+impl<C: Clock, P: Layout> fmt::Debug for LeakyBucket<C, P> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.unlimited {
+        if self.core.unlimited {
             return f.write_str("LeakyBucket(unlimited)");
         }
-        let next = self.state.load(Ordering::Relaxed);
+        let next = self.core.state.load(Ordering::Relaxed);
         f.debug_struct("LeakyBucket")
             .field("rate", &self.rate)
             .field("per", &self.per)
-            .field("slack", &self.slack)
+            .field("slack", &self.core.slack)
             .field("per_request", &self.per_request())
             .field("next", &(next != UNSET).then_some(Nanos::new(next)))
             .finish()
@@ -834,6 +873,22 @@ impl<C: Clock> Builder<C, LockFree> {
     pub fn build(self) -> Result<LeakyBucket<C>, ConfigError> {
         LeakyBucket::from_builder(self)
     }
+
+    /// The bucket in the [`Compact`] layout: its state word unpadded, next to the words a
+    /// check reads, for the many per-key buckets of a [`Keyed`](crate::Keyed) map (a fraction
+    /// of the bytes per key, and one cache line per check). The same settings and errors as
+    /// [`Builder::build`].
+    ///
+    /// ```
+    /// # #[cfg(feature = "keyed")] {
+    /// use turnstile::{Keyed, LeakyBucket};
+    /// let per_ip = Keyed::new(|_: &u32| LeakyBucket::builder(100).build_compact().unwrap());
+    /// assert!(per_ip.check(&1).is_ok());
+    /// # }
+    /// ```
+    pub fn build_compact(self) -> Result<LeakyBucket<C, Compact>, ConfigError> {
+        LeakyBucket::from_builder(self)
+    }
 }
 
 /// Deviation D6: the settings upstream divides by, or never limits with.
@@ -850,6 +905,71 @@ pub(crate) fn validate(rate: u32, per: Duration) -> Result<(), ConfigError> {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+
+    /// A keyed map's slot as `crate::keyed::Slot` lays it out: a 4-byte state, then the
+    /// limiter, the whole aligned to a cache line.
+    #[repr(C, align(64))]
+    struct KeyedSlot<L> {
+        _state: u32,
+        limiter: L,
+    }
+
+    /// Where each word a take or a check reads ends, in bytes from the start of a keyed
+    /// slot holding a compact bucket on `clock`.
+    fn check_word_ends<C: Clock>(clock: C) -> [(&'static str, usize); 4] {
+        let limiter = LeakyBucket::builder(10).clock(clock).build_compact();
+        let slot = KeyedSlot {
+            _state: 0,
+            limiter: limiter.unwrap(),
+        };
+        let base = std::ptr::addr_of!(slot) as usize;
+        let c: &Core = &slot.limiter.core;
+        let end = |p: usize, size: usize| p - base + size;
+        [
+            ("state", end(std::ptr::addr_of!(c.state) as usize, 8)),
+            ("pace", end(std::ptr::addr_of!(c.pace) as usize, 24)),
+            ("slack", end(std::ptr::addr_of!(c.slack) as usize, 4)),
+            (
+                "unlimited",
+                end(std::ptr::addr_of!(c.unlimited) as usize, 1),
+            ),
+        ]
+    }
+
+    /// The compact layout changes where the words are, nothing else: both layouts answer a
+    /// schedule of checks and takes alike, refusals' retry times included.
+    #[test]
+    fn compact_and_padded_buckets_agree() {
+        let clock = crate::ManualClock::default();
+        let padded = LeakyBucket::builder(10).slack(2).clock(clock.clone());
+        let (padded, compact) = (padded.clone().build().unwrap(), padded.build_compact());
+        let compact = compact.unwrap();
+        let mut x = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut now = 1_000_000_000;
+        for _ in 0..10_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            now += x % 60_000_000;
+            let (t, n) = (Nanos::new(now), (x >> 32) as u32 % 5);
+            if x & 1 == 0 {
+                assert_eq!(padded.check_n_at(t, n), compact.check_n_at(t, n));
+            } else {
+                assert_eq!(padded.take_at(t), compact.take_at(t));
+            }
+        }
+    }
+
+    /// In a keyed map's slot, the words a compact bucket's check reads lie in the slot's
+    /// first cache line, with the slot's own state: one line a check.
+    #[test]
+    fn compact_check_reads_one_line_of_a_keyed_slot() {
+        let manual = check_word_ends(crate::ManualClock::default());
+        let quanta = check_word_ends(QuantaClock::new());
+        for (name, end) in manual.into_iter().chain(quanta) {
+            assert!(end <= 64, "{name} ends at byte {end} of the slot");
+        }
+    }
 
     #[test]
     fn pace_saturates_instead_of_overflowing() {

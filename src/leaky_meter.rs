@@ -17,6 +17,16 @@
 //! the [`token_bucket`](crate::token_bucket) module. A meter only takes water in (it has no
 //! reservations), so its level always lies in `[0, capacity]`.
 //!
+//! # Packing
+//! The token bucket is the meter's first field (`repr(C)`), the capacity after it. A check
+//! reads the bucket's state word and hot configuration words (one cache line: see the token
+//! bucket's *Configurations*) and nothing of the meter's own: the bucket refuses more than
+//! `capacity = burst` units by itself under every leak but [`Limit::INF`], where it grants
+//! without counting; the meter then reads the capacity, after a grant of two units or more,
+//! and turns the grant into a refusal. The bucket is cache-padded by default and unpadded
+//! in the [`Compact`] layout ([`LeakyMeter::compact_with_clock`], for the many meters of a
+//! keyed map), where a slot's state, the bucket's word and its hot words share one line.
+//!
 //! # Semantics and deviations from the literal algorithm
 //! * The meter starts empty of water.
 //! * Time is kept in ticks of 2^-32 ns, not floats: the level is exact up to the leak
@@ -42,7 +52,7 @@ use std::fmt;
 use crate::clock::{Clock, Nanos, QuantaClock};
 use crate::error::ConfigError;
 use crate::limit::Limit;
-use crate::limiter::{Denied, Idle, Limiter, QuotaStatus};
+use crate::limiter::{Compact, Denied, Idle, Layout, Limiter, Padded, QuotaStatus};
 use crate::token_bucket::TokenBucket;
 
 /// A lock-free water-level leaky bucket: `capacity` units of water leaking at `leak` units
@@ -64,8 +74,11 @@ use crate::token_bucket::TokenBucket;
 /// assert_eq!(meter.level(), 2.0);
 /// assert!(meter.allow());
 /// ```
-pub struct LeakyMeter<C: Clock = QuantaClock> {
-    bucket: TokenBucket<C>,
+#[repr(C)] // the bucket first: in a keyed map's slot its core then starts 8 bytes into a line
+pub struct LeakyMeter<C: Clock = QuantaClock, P: Layout = Padded> {
+    /// Cache-padded unless `P` is [`Compact`] (for the many meters of a keyed map).
+    bucket: TokenBucket<C, P>,
+    /// Read only when the bucket grants more than one unit (see `check_n_at`).
     capacity: u32,
 }
 
@@ -88,6 +101,55 @@ impl LeakyMeter<QuantaClock> {
     }
 }
 
+impl LeakyMeter<QuantaClock, Compact> {
+    /// [`LeakyMeter::new`] in the [`Compact`] layout: the token bucket underneath unpadded,
+    /// for the many meters of a [`Keyed`](crate::Keyed) map (a fraction of the bytes per key,
+    /// and one cache line per check). Same behaviour and errors.
+    ///
+    /// ```
+    /// # #[cfg(feature = "keyed")] {
+    /// use turnstile::{Keyed, LeakyMeter, Limit};
+    /// let leak = Limit::per_second(10.0).unwrap();
+    /// let per_ip = Keyed::new(move |_: &u32| LeakyMeter::compact(5, leak).unwrap());
+    /// assert!(per_ip.check_n(&1, 5).is_ok());
+    /// # }
+    /// ```
+    pub fn compact(capacity: u32, leak: Limit) -> Result<Self, ConfigError> {
+        LeakyMeter::compact_with_clock(capacity, leak, QuantaClock::new())
+    }
+}
+
+impl<C: Clock> LeakyMeter<C, Compact> {
+    /// [`LeakyMeter::with_clock`] in the [`Compact`] layout.
+    ///
+    /// # Errors
+    /// [`ConfigError::ZeroCapacity`] if `capacity` is 0.
+    ///
+    /// ```
+    /// use turnstile::{LeakyMeter, Limit, ManualClock, Nanos};
+    ///
+    /// let meter = LeakyMeter::compact_with_clock(1, Limit::ZERO, ManualClock::default()).unwrap();
+    /// assert!(meter.allow_at(Nanos::ZERO));
+    /// assert!(!meter.allow_at(Nanos::ZERO));
+    /// ```
+    pub fn compact_with_clock(capacity: u32, leak: Limit, clock: C) -> Result<Self, ConfigError> {
+        check_capacity(capacity)?;
+        Ok(LeakyMeter {
+            // Full of tokens: empty of water.
+            bucket: TokenBucket::compact_with_clock(leak, capacity, clock),
+            capacity,
+        })
+    }
+}
+
+/// A zero capacity is an error: no unit could ever fit.
+fn check_capacity(capacity: u32) -> Result<(), ConfigError> {
+    if capacity == 0 {
+        return Err(ConfigError::ZeroCapacity);
+    }
+    Ok(())
+}
+
 impl<C: Clock> LeakyMeter<C> {
     /// An empty bucket of `capacity` units leaking at `leak` units per second, on `clock`.
     ///
@@ -103,16 +165,16 @@ impl<C: Clock> LeakyMeter<C> {
     /// assert!(!meter.allow_at(Nanos::new(u64::MAX / 2))); // a zero leak never drains
     /// ```
     pub fn with_clock(capacity: u32, leak: Limit, clock: C) -> Result<LeakyMeter<C>, ConfigError> {
-        if capacity == 0 {
-            return Err(ConfigError::ZeroCapacity);
-        }
+        check_capacity(capacity)?;
         Ok(LeakyMeter {
             // Full of tokens: empty of water.
             bucket: TokenBucket::with_clock(leak, capacity, clock),
             capacity,
         })
     }
+}
 
+impl<C: Clock, P: Layout> LeakyMeter<C, P> {
     /// The units of water the bucket holds.
     ///
     /// ```
@@ -215,7 +277,8 @@ impl<C: Clock> LeakyMeter<C> {
     /// ```
     #[must_use = "a denied request must not go ahead: check the result"]
     pub fn allow_n_at(&self, now: Nanos, n: u32) -> bool {
-        n <= self.capacity && self.bucket.allow_n_at(now, n)
+        // See `check_n_at`: the capacity is only read after a grant of more than one unit.
+        self.bucket.allow_n_at(now, n) && fits(n, self.capacity)
     }
 
     /// The water in the bucket now; see [`LeakyMeter::level_at`].
@@ -250,6 +313,13 @@ impl<C: Clock> LeakyMeter<C> {
     }
 }
 
+/// Whether `n` units can ever fit a meter of `capacity >= 1`: one unit always does, so
+/// `capacity` (a load from past the bucket's hot words) is only compared for more.
+#[inline(always)]
+fn fits(n: u32, capacity: u32) -> bool {
+    n <= 1 || n <= capacity
+}
+
 /// Adds `n` units of water at `now` if they fit ([`LeakyMeter::allow_n_at`]). A denial's
 /// retry time is the earliest time enough water has leaked for the same request to fit if
 /// nothing else is added meanwhile; there is none (`None`) if `n > capacity` or the leak is
@@ -265,13 +335,20 @@ impl<C: Clock> LeakyMeter<C> {
 /// assert_eq!(denied.retry_after(), Some(Duration::from_millis(250)));
 /// assert_eq!(meter.check_n_at(Nanos::ZERO, 3).unwrap_err().retry_at(), None);
 /// ```
-impl<C: Clock> Limiter for LeakyMeter<C> {
+impl<C: Clock, P: Layout> Limiter for LeakyMeter<C, P> {
+    /// The bucket underneath decides, and its verdict stands except for one case: under
+    /// [`Limit::INF`] it grants any `n` and counts nothing, where the meter refuses more than
+    /// `capacity` units. Under any other leak the bucket refuses `n > capacity = burst` itself,
+    /// with no retry time. So the capacity is read only after a grant, and not even then for
+    /// one unit (`capacity >= 1`): a check reads the bucket's words alone.
     #[inline]
     fn check_n_at(&self, now: Nanos, n: u32) -> Result<(), Denied> {
-        if n > self.capacity {
-            return Err(Denied::new(now, None));
+        self.bucket.check_n_at(now, n)?;
+        if fits(n, self.capacity) {
+            Ok(())
+        } else {
+            Err(Denied::new(now, None))
         }
-        self.bucket.check_n_at(now, n)
     }
 
     fn now(&self) -> Nanos {
@@ -317,7 +394,7 @@ impl<C: Clock> Limiter for LeakyMeter<C> {
 /// assert!(!meter.is_idle_at(Nanos::new(999_999_999)));
 /// assert!(meter.is_idle_at(Nanos::new(1_000_000_000)));   // drained
 /// ```
-impl<C: Clock> Idle for LeakyMeter<C> {
+impl<C: Clock, P: Layout> Idle for LeakyMeter<C, P> {
     fn is_idle_at(&self, now: Nanos) -> bool {
         self.bucket.is_idle_at(now)
     }
@@ -338,7 +415,7 @@ impl<C: Clock> Idle for LeakyMeter<C> {
 /// assert!(meter.allow_n(2));
 /// assert_eq!(format!("{meter:?}"), "LeakyMeter { capacity: 3, leak: 1/s, level: 2.0 }");
 /// ```
-impl<C: Clock> fmt::Debug for LeakyMeter<C> {
+impl<C: Clock, P: Layout> fmt::Debug for LeakyMeter<C, P> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // The meter's own terms: the water now, not the token bucket it is built on.
         f.debug_struct("LeakyMeter")
@@ -346,5 +423,65 @@ impl<C: Clock> fmt::Debug for LeakyMeter<C> {
             .field("leak", &self.leak_rate())
             .field("level", &self.level())
             .finish()
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    /// A keyed map's slot as `crate::keyed::Slot` lays it out: a 4-byte state, then the
+    /// limiter, the whole aligned to a cache line.
+    #[repr(C, align(64))]
+    struct KeyedSlot<L> {
+        _state: u32,
+        limiter: L,
+    }
+
+    /// The compact layout changes where the words are, nothing else: both layouts answer a
+    /// schedule of checks alike (more than the capacity under an infinite leak included).
+    #[test]
+    fn compact_and_padded_meters_agree() {
+        for leak in [Limit::ZERO, Limit::per_second(10.0).unwrap(), Limit::INF] {
+            let clock = crate::ManualClock::default();
+            let padded = LeakyMeter::with_clock(3, leak, clock.clone()).unwrap();
+            let compact = LeakyMeter::compact_with_clock(3, leak, clock).unwrap();
+            let mut x = 0x9e37_79b9_7f4a_7c15_u64;
+            let mut now = 1_000_000_000;
+            for _ in 0..10_000 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                now += x % 60_000_000;
+                let (t, n) = (Nanos::new(now), (x >> 32) as u32 % 6);
+                if x & 1 == 0 {
+                    assert_eq!(padded.check_n_at(t, n), compact.check_n_at(t, n));
+                } else {
+                    assert_eq!(padded.allow_n_at(t, n), compact.allow_n_at(t, n));
+                }
+                assert_eq!(padded.level_at(t), compact.level_at(t));
+            }
+        }
+    }
+
+    /// In a keyed map's slot a compact meter's bucket starts 8 bytes into the slot's first
+    /// line, where the token bucket's own layout keeps its state word and hot words in that
+    /// line; the capacity, which a check of one unit never reads, comes after the bucket.
+    #[test]
+    fn compact_meter_starts_with_its_bucket() {
+        let leak = Limit::per_second(10.0).unwrap();
+        let meter = LeakyMeter::compact_with_clock(1, leak, crate::ManualClock::default());
+        let slot = KeyedSlot {
+            _state: 0,
+            limiter: meter.unwrap(),
+        };
+        let base = std::ptr::addr_of!(slot) as usize;
+        let bucket = std::ptr::addr_of!(slot.limiter.bucket) as usize - base;
+        let capacity = std::ptr::addr_of!(slot.limiter.capacity) as usize - base;
+        assert_eq!(bucket, 8);
+        assert!(
+            capacity > bucket,
+            "capacity at {capacity}, bucket at {bucket}"
+        );
     }
 }

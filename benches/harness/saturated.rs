@@ -252,10 +252,10 @@ pub const MANY_PERIOD: Duration = Duration::from_millis(100);
 pub const MANY_RATE_CLOCK: u32 = 1;
 
 /// The limiters of the many-keys workload, by the name their cells carry: `tb`
-/// (`TokenBucket`, compact), `leaky` (`LeakyBucket`, no slack), `fixed` and `sliding`
+/// (`TokenBucket`, compact), `leaky` (`LeakyBucket`, compact, no slack), `fixed` and `sliding`
 /// (`FixedWindow`, `SlidingWindow`, compact, one request a [`MANY_PERIOD`]), `bursty`
 /// (`SmoothBursty`, 0.1 s of burst: one stored permit), `warming` (`SmoothWarmingUp`,
-/// [`MANY_PERIOD`] of warm-up), `meter` (`LeakyMeter`, capacity 1).
+/// [`MANY_PERIOD`] of warm-up), `meter` (`LeakyMeter`, compact, capacity 1).
 pub const MANY_LIMITERS: [&str; 7] = [
     "tb", "leaky", "fixed", "sliding", "bursty", "warming", "meter",
 ];
@@ -318,7 +318,7 @@ macro_rules! with_many_keyed {
                     LeakyBucket::builder(rate)
                         .without_slack()
                         .clock(c)
-                        .build()
+                        .build_compact()
                         .expect("valid")
                 });
                 $body
@@ -362,7 +362,7 @@ macro_rules! with_many_keyed {
             }
             "meter" => {
                 let $k = $sat::keyed_of(clock, move |c| {
-                    LeakyMeter::with_clock(1, limit, c).expect("valid")
+                    LeakyMeter::compact_with_clock(1, limit, c).expect("valid")
                 });
                 $body
             }
