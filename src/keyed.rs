@@ -28,8 +28,9 @@
 //! and seven eighths) plus its slot (the limiter and a 4-byte state, rounded up to 64
 //! bytes). Limiters are cache-padded by default, for one limiter hammered by every thread; for many keys build them in the
 //! [`Compact`](crate::Compact) layout ([`TokenBucket::compact`](crate::TokenBucket::compact),
-//! and `.build_compact()` for [`FixedWindow`](crate::FixedWindow) and
-//! [`SlidingWindow`](crate::SlidingWindow)). Measured over 100 000 keys by
+//! [`LeakyMeter::compact`](crate::LeakyMeter::compact), and `.build_compact()` for
+//! [`LeakyBucket`](crate::LeakyBucket), [`FixedWindow`](crate::FixedWindow) and
+//! [`SlidingWindow`](crate::SlidingWindow)): then a check reads one cache line of the slot. Measured over 100 000 keys by
 //! `tests/keyed_memory.rs`: about 300 bytes per key with a compact token bucket against 560
 //! padded, 170 with a compact fixed window against 430 (the table's share varies with its
 //! load, between 18 and 37 bytes for `u64` keys).
