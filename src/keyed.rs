@@ -29,8 +29,10 @@
 //! bytes). Limiters are cache-padded by default, for one limiter hammered by every thread; for many keys build them in the
 //! [`Compact`](crate::Compact) layout ([`TokenBucket::compact`](crate::TokenBucket::compact),
 //! [`LeakyMeter::compact`](crate::LeakyMeter::compact), and `.build_compact()` for
-//! [`LeakyBucket`](crate::LeakyBucket), [`FixedWindow`](crate::FixedWindow) and
-//! [`SlidingWindow`](crate::SlidingWindow)): then a check reads one cache line of the slot. Measured over 100 000 keys by
+//! [`LeakyBucket`](crate::LeakyBucket), [`FixedWindow`](crate::FixedWindow),
+//! [`SlidingWindow`](crate::SlidingWindow), [`SmoothBursty`](crate::SmoothBursty) and
+//! [`SmoothWarmingUp`](crate::SmoothWarmingUp)): then a refused check reads one cache line
+//! of the slot. Measured over 100 000 keys by
 //! `tests/keyed_memory.rs`: about 300 bytes per key with a compact token bucket against 560
 //! padded, 170 with a compact fixed window against 430 (the table's share varies with its
 //! load, between 18 and 37 bytes for `u64` keys).

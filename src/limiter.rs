@@ -449,9 +449,9 @@ pub enum Twin {}
 /// One limiter shared by every thread wants [`Padded`]: the word that every check CASes must
 /// not share a line with unrelated data. A `Keyed` map holds thousands or
 /// millions of small limiters, each touched now and then: there padding multiplies the bytes
-/// per key, so the token bucket, the leaky bucket and meter and the window limiters also come
-/// in a [`Compact`] layout (`TokenBucket::compact`, `LeakyMeter::compact`, and
-/// `builder(..).build_compact()` for `LeakyBucket`, `FixedWindow` and `SlidingWindow`): the
+/// per key, so the limiters also come in a [`Compact`] layout
+/// (`TokenBucket::compact`, `LeakyMeter::compact`, and `builder(..).build_compact()` for
+/// `LeakyBucket`, `FixedWindow`, `SlidingWindow`, `SmoothBursty` and `SmoothWarmingUp`): the
 /// crate convention's one exception.
 ///
 /// ```

@@ -70,7 +70,8 @@
 //!
 //! # The protocol
 //!
-//! **The state word** (`state`, one `AtomicU128`, cache-padded):
+//! **The state word** (`state`, one `AtomicU128`, cache-padded unless the layout is
+//! [`Compact`]):
 //! ```text
 //!  127                       64 63            32 31             0
 //! +---------------------------+----------------+----------------+
@@ -80,6 +81,12 @@
 //! ```
 //! `k` fits: `k <= now <= u64::MAX`. A period longer than `2^64` ns (~584 years) is used as
 //! `2^64` ns: either way no clock reading leaves window 0, so nothing changes.
+//!
+//! **Layout.** A check reads the state word and the rule (`P`, then the quota), nothing else,
+//! and the limiter is `repr(C)` with those first: 36 bytes from the start of a [`Compact`]
+//! limiter, so that in a keyed map's slot (its own state word, then the limiter 16 bytes in,
+//! the state word's alignment) a check and its refusal's retry time read one cache line.
+//! The period as configured and the clock, which no check reads, come after.
 //!
 //! **Invariant.** `prev <= Q` and `curr <= Q`, and the committed states form one sequence in
 //! which `k` never decreases and, for one `k`, `curr` only grows: every committed state is the
@@ -167,12 +174,13 @@ struct View {
 }
 
 /// The immutable arithmetic of one limiter (all in nanoseconds, u128: every product below is
-/// at most `2^33 * 2^64`, far from overflow).
+/// at most `2^33 * 2^64`, far from overflow). `P` first: it needs the u128's alignment.
 #[derive(Clone, Copy, Debug)]
+#[repr(C)]
 struct Rule {
-    quota: u32,
     /// `P`, in `1..=2^64`.
     p: u128,
+    quota: u32,
 }
 
 impl Rule {
@@ -396,6 +404,7 @@ impl Rule {
 /// assert!(sw.allow_n_at(t1, 2));
 /// assert!(!sw.allow_at(t1));
 /// ```
+#[repr(C)] // what a check reads first: one cache line in a keyed map's slot (module docs)
 pub struct SlidingWindow<C: Clock = QuantaClock, P: Layout = Padded> {
     /// `(k, prev, curr)` packed; see the module docs.
     /// Cache-padded unless `P` is [`Compact`].
@@ -1085,6 +1094,48 @@ mod tests {
             }
         }
         assert!(checked > 1000);
+    }
+
+    /// In a keyed map's slot (a cache line's alignment, the map's state word first), a
+    /// compact limiter's state word and rule, every word a check reads, are in the slot's
+    /// first line, with the slot's state word.
+    #[cfg(feature = "keyed")]
+    #[test]
+    fn a_keyed_check_reads_one_line_of_its_slot() {
+        let k = crate::Keyed::builder(|_: &u64| {
+            SlidingWindow::builder(1, Duration::from_secs(1))
+                .clock(crate::ManualClock::default())
+                .build_compact()
+                .unwrap()
+        })
+        .clock(crate::ManualClock::default())
+        .build()
+        .unwrap();
+        let (start, words) = k
+            .with(&7, |l| {
+                let at = |r: *const u8| r as usize;
+                let state: *const AtomicU128 = &*l.state;
+                (
+                    at((l as *const SlidingWindow<_, Compact>).cast()),
+                    [
+                        (at(state.cast()), 16),
+                        (at((&raw const l.rule.p).cast()), 16),
+                        (at((&raw const l.rule.quota).cast()), 4),
+                    ],
+                )
+            })
+            .unwrap();
+        // The slot's state word is at the start of a line: a limiter that starts a line is
+        // past the slot's first one.
+        assert_ne!(start % 64, 0, "the limiter starts a line");
+        let line = start & !63;
+        for (i, (at, len)) in words.into_iter().enumerate() {
+            assert!(
+                at >= line && at + len <= line + 64,
+                "word {i} at {}",
+                at - line
+            );
+        }
     }
 
     #[test]

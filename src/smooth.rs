@@ -15,7 +15,8 @@
 //!
 //! # The protocol
 //!
-//! **The state word** (`state`, one `AtomicU128`, cache-padded):
+//! **The state word** (`state`, one `AtomicU128`, cache-padded unless the layout is
+//! [`Compact`]):
 //! ```text
 //!  127                          64 63                    24 23            0
 //! +------------------------------+------------------------+---------------+
@@ -44,6 +45,14 @@
 //!   `1.5 * cold_factor * warmup * 2^-40` of wait (~3 ns for a 550 s warm-up with cold
 //!   factor 10, ~10 ps for 4 s with 3).
 //! * `epoch` names the configuration the word is expressed in.
+//!
+//! **Layout.** In the default [`Padded`] layout the state word and the two configuration
+//! slots are each on cache lines of their own. In the [`Compact`] one (`build_compact`, for
+//! the many limiters of a keyed map) nothing is padded and the limiter is `repr(C)` with the
+//! state word first, then the slots: in a keyed map's slot (its own state word, then the
+//! limiter 16 bytes in, the state word's alignment) a refusal, decided from the state word
+//! alone, reads one cache line, and a charge reads the next one too (its configuration
+//! words).
 //!
 //! **Configurations** (rate, stable interval, max permits, cool-down interval, threshold,
 //! slope) live in the two seqlock-validated slots of `ConfigSlots`, one per epoch parity,
@@ -147,13 +156,13 @@ use std::fmt;
 use std::marker::PhantomData;
 use std::time::Duration;
 
-use crossbeam_utils::{Backoff, CachePadded};
+use crossbeam_utils::Backoff;
 
 use crate::clock::{Clock, Nanos, QuantaClock};
 use crate::config_slots::ConfigSlots;
 use crate::error::{ConfigError, WaitError};
 use crate::limit::PerSec;
-use crate::limiter::{Denied, Idle, Limiter, LockFree};
+use crate::limiter::{Compact, Denied, Idle, Layout, Limiter, LockFree, Padded};
 use crate::sync::{AtomicU128, Mutex, Ordering}; // Mutex: reconfiguration only, never the hot path
 
 const EPOCH_BITS: u32 = 24;
@@ -561,10 +570,12 @@ fn sleep<C: Clock>(clock: &C, now: Nanos, d: Duration) {
 // ---- the shared core ----------------------------------------------------------------------
 
 /// `WARMING`: the kind, [`SmoothWarmingUp`] or [`SmoothBursty`], known when compiling, so that
-/// a bursty charge carries no branch or read for the warm-up's integral.
-struct Core<C, const WARMING: bool> {
-    state: CachePadded<AtomicU128>,
-    configs: ConfigSlots<CONFIG_WORDS>,
+/// a bursty charge carries no branch or read for the warm-up's integral. The state word first
+/// (see *Layout* in the module docs).
+#[repr(C)]
+struct Core<C, const WARMING: bool, P: Layout> {
+    state: P::Cell<AtomicU128>,
+    configs: ConfigSlots<CONFIG_WORDS, P>,
     /// Serializes `set_rate` only; the hot path never takes it.
     reconfig: Mutex<()>, // off the hot path: serializes reconfigurations only
     kind: Kind,
@@ -591,10 +602,10 @@ enum Take {
     Never,
 }
 
-impl<C: Clock, const WARMING: bool> Core<C, WARMING> {
+impl<C: Clock, const WARMING: bool, P: Layout> Core<C, WARMING, P> {
     /// A limiter whose first rate is set at `now` (Guava's constructor then `setRate`: the
     /// resync at creation puts `next_free` at `now`) with `initial` stored permits, capped.
-    fn new(kind: Kind, rate: f64, initial: f64, clock: C) -> Core<C, WARMING> {
+    fn new(kind: Kind, rate: f64, initial: f64, clock: C) -> Core<C, WARMING, P> {
         debug_assert_eq!(matches!(kind, Kind::WarmingUp { .. }), WARMING);
         let now = clock.now().as_u64();
         let cfg = Config::new(kind, rate, 0);
@@ -604,7 +615,7 @@ impl<C: Clock, const WARMING: bool> Core<C, WARMING> {
             cfg.frac_of(initial)
         };
         Core {
-            state: CachePadded::new(AtomicU128::new(pack(now, frac, 0))),
+            state: P::cell(AtomicU128::new(pack(now, frac, 0))),
             configs: ConfigSlots::new(cfg.to_words()),
             reconfig: Mutex::new(()), // reconfiguration only
             kind,
@@ -858,8 +869,10 @@ impl<C: Clock, const WARMING: bool> Core<C, WARMING> {
 /// assert_eq!(l.reserve_n_at(t, 1).unwrap(), Duration::from_secs(8)); // ...the next one pays
 /// assert_eq!(l.try_acquire_at(t, 1, Duration::from_secs(1)).unwrap(), None); // 9 s of debt
 /// ```
-pub struct SmoothBursty<C: Clock = QuantaClock> {
-    core: Core<C, false>,
+#[repr(C)] // the core first: a keyed map's check then reads one line (module docs)
+pub struct SmoothBursty<C: Clock = QuantaClock, P: Layout = Padded> {
+    /// The state word and the configurations, each cache-padded unless `P` is [`Compact`].
+    core: Core<C, false, P>,
     /// The builder's `initial_stored_permits` (uncapped): what a fresh limiter of the same
     /// configuration would start with, for [`Idle`].
     initial_stored: f64,
@@ -887,8 +900,9 @@ pub struct SmoothBursty<C: Clock = QuantaClock> {
 /// }
 /// assert_eq!(waits, [0, 1375, 1125, 875, 625, 500, 500, 500]);
 /// ```
-pub struct SmoothWarmingUp<C: Clock = QuantaClock> {
-    core: Core<C, true>,
+pub struct SmoothWarmingUp<C: Clock = QuantaClock, P: Layout = Padded> {
+    /// The state word and the configurations, each cache-padded unless `P` is [`Compact`].
+    core: Core<C, true, P>,
 }
 
 impl SmoothBursty<QuantaClock> {
@@ -1003,6 +1017,26 @@ impl<C: Clock> SmoothBurstyBuilder<C, LockFree> {
     /// assert!(SmoothBursty::builder(f64::INFINITY).build().is_ok());
     /// ```
     pub fn build(self) -> Result<SmoothBursty<C>, ConfigError> {
+        self.build_in()
+    }
+
+    /// The limiter in the [`Compact`] layout (its state word unpadded, next to its
+    /// configurations), for the many per-key limiters of a [`Keyed`](crate::Keyed) map: a
+    /// check there reads one cache line of the key's slot. The same errors as
+    /// [`SmoothBurstyBuilder::build`].
+    ///
+    /// ```
+    /// # #[cfg(feature = "keyed")] {
+    /// use turnstile::{Keyed, SmoothBursty};
+    /// let per_user = Keyed::new(|_: &String| SmoothBursty::builder(5.0).build_compact().unwrap());
+    /// assert!(per_user.check("alice").is_ok());
+    /// # }
+    /// ```
+    pub fn build_compact(self) -> Result<SmoothBursty<C, Compact>, ConfigError> {
+        self.build_in()
+    }
+
+    fn build_in<P: Layout>(self) -> Result<SmoothBursty<C, P>, ConfigError> {
         let (rate, b, p, clock) = self.validated()?;
         let kind = Kind::Bursty {
             max_burst_seconds: b,
@@ -1088,6 +1122,29 @@ impl<C: Clock> SmoothWarmingUpBuilder<C, LockFree> {
     /// assert_eq!(e.unwrap_err(), ConfigError::InvalidColdFactor(0.5));
     /// ```
     pub fn build(self) -> Result<SmoothWarmingUp<C>, ConfigError> {
+        self.build_in()
+    }
+
+    /// The limiter in the [`Compact`] layout (its state word unpadded, next to its
+    /// configurations), for the many per-key limiters of a [`Keyed`](crate::Keyed) map: a
+    /// check there reads one cache line of the key's slot. The same errors as
+    /// [`SmoothWarmingUpBuilder::build`].
+    ///
+    /// ```
+    /// # #[cfg(feature = "keyed")] {
+    /// use std::time::Duration;
+    /// use turnstile::{Keyed, SmoothWarmingUp};
+    /// let per_user = Keyed::new(|_: &String| {
+    ///     SmoothWarmingUp::builder(5.0, Duration::from_secs(2)).build_compact().unwrap()
+    /// });
+    /// assert!(per_user.check("alice").is_ok());
+    /// # }
+    /// ```
+    pub fn build_compact(self) -> Result<SmoothWarmingUp<C, Compact>, ConfigError> {
+        self.build_in()
+    }
+
+    fn build_in<P: Layout>(self) -> Result<SmoothWarmingUp<C, P>, ConfigError> {
         let (rate, warmup, cf, clock) = self.validated()?;
         let kind = Kind::WarmingUp {
             warmup_ns: Nanos::from_duration(warmup).as_u64() as f64,
@@ -1103,7 +1160,7 @@ impl<C: Clock> SmoothWarmingUpBuilder<C, LockFree> {
 /// The API both smooth limiters share.
 macro_rules! smooth_api {
     ($ty:ident) => {
-        impl<C: Clock> $ty<C> {
+        impl<C: Clock, P: Layout> $ty<C, P> {
             /// The limiter's clock.
             pub fn clock(&self) -> &C {
                 &self.core.clock
@@ -1245,7 +1302,7 @@ macro_rules! smooth_api {
         /// A non-blocking acquire that succeeds only if it need not wait (Guava's
         /// `tryAcquire(n)` with a zero timeout). A denial's `retry_at` is the current
         /// `next_free`. `n == 0` takes nothing and succeeds iff there is no debt.
-        impl<C: Clock> Limiter for $ty<C> {
+        impl<C: Clock, P: Layout> Limiter for $ty<C, P> {
             #[inline]
             fn check_n_at(&self, now: Nanos, n: u32) -> Result<(), Denied> {
                 self.core.check(now, n)
@@ -1270,7 +1327,7 @@ macro_rules! smooth_api {
             // depends on where the count stood). So it keeps what it gave.
         }
 
-        impl<C: Clock> fmt::Debug for $ty<C> {
+        impl<C: Clock, P: Layout> fmt::Debug for $ty<C, P> {
             fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 self.core.fmt(stringify!($ty), f)
             }
@@ -1281,7 +1338,7 @@ macro_rules! smooth_api {
 smooth_api!(SmoothBursty);
 smooth_api!(SmoothWarmingUp);
 
-impl<C: Clock> SmoothBursty<C> {
+impl<C: Clock, P: Layout> SmoothBursty<C, P> {
     /// The limiter's clock reading now: the time its plain (non-`_at`) methods use. An
     /// inherent method, so reading it needs no [`Clock`] import.
     ///
@@ -1296,7 +1353,7 @@ impl<C: Clock> SmoothBursty<C> {
     }
 }
 
-impl<C: Clock> SmoothWarmingUp<C> {
+impl<C: Clock, P: Layout> SmoothWarmingUp<C, P> {
     /// The limiter's clock reading now: the time its plain (non-`_at`) methods use. An
     /// inherent method, so reading it needs no [`Clock`] import.
     ///
@@ -1315,7 +1372,7 @@ impl<C: Clock> SmoothWarmingUp<C> {
     }
 }
 
-impl<C: Clock, const WARMING: bool> Core<C, WARMING> {
+impl<C: Clock, const WARMING: bool, P: Layout> Core<C, WARMING, P> {
     /// [`Idle::born_at`] for both smooth limiters: `next_free = b`, the store as built (a
     /// fresh limiter's, whose construction resyncs `next_free` to its clock reading). One
     /// CAS, retried only if it fails spuriously (nobody else sees the limiter yet).
@@ -1371,7 +1428,7 @@ impl<C: Clock, const WARMING: bool> Core<C, WARMING> {
 /// assert!(!l.is_idle_at(Nanos::new(999_999_999)));
 /// assert!(l.is_idle_at(Nanos::new(1_000_000_000)));
 /// ```
-impl<C: Clock> Idle for SmoothBursty<C> {
+impl<C: Clock, P: Layout> Idle for SmoothBursty<C, P> {
     fn is_idle_at(&self, now: Nanos) -> bool {
         let Some((cfg, stored)) = self.core.idle_view(now) else {
             return false;
@@ -1415,7 +1472,7 @@ impl<C: Clock> Idle for SmoothBursty<C> {
 /// assert!(!l.is_idle_at(Nanos::new(1_500_000_000)));      // 7.25 stored: warmer than new
 /// assert!(l.is_idle_at(Nanos::new(2_000_000_000)));       // 8 stored: cold again
 /// ```
-impl<C: Clock> Idle for SmoothWarmingUp<C> {
+impl<C: Clock, P: Layout> Idle for SmoothWarmingUp<C, P> {
     fn is_idle_at(&self, now: Nanos) -> bool {
         let Some((cfg, stored)) = self.core.idle_view(now) else {
             return false;
@@ -1435,6 +1492,51 @@ impl<C: Clock> Idle for SmoothWarmingUp<C> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// In a keyed map's slot (a cache line's alignment, the map's state word first), a
+    /// compact smooth limiter's state word, all that a refusal reads, is in the slot's first
+    /// line, with the slot's state word.
+    #[cfg(feature = "keyed")]
+    #[test]
+    fn a_keyed_refusal_reads_one_line_of_its_slot() {
+        fn first_line<L: Limiter + Idle + 'static>(
+            make: fn() -> L,
+            state: fn(&L) -> *const AtomicU128,
+        ) {
+            let k = crate::Keyed::builder(move |_: &u64| make())
+                .clock(crate::ManualClock::default())
+                .build()
+                .unwrap();
+            let (start, at) = k
+                .with(&7, |l| {
+                    ((l as *const L).cast::<u8>() as usize, state(l) as usize)
+                })
+                .unwrap();
+            // The slot's state word is at the start of a line: a limiter that starts a line
+            // is past the slot's first one.
+            assert_ne!(start % 64, 0, "the limiter starts a line");
+            let line = start & !63;
+            assert!(at >= line && at + 16 <= line + 64, "state at {}", at - line);
+        }
+        first_line(
+            || {
+                SmoothBursty::builder(10.0)
+                    .clock(crate::ManualClock::default())
+                    .build_compact()
+                    .unwrap()
+            },
+            |l| &*l.core.state,
+        );
+        first_line(
+            || {
+                SmoothWarmingUp::builder(10.0, Duration::from_secs(1))
+                    .clock(crate::ManualClock::default())
+                    .build_compact()
+                    .unwrap()
+            },
+            |l| &*l.core.state,
+        );
+    }
 
     #[test]
     fn packing_round_trips() {

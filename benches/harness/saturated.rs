@@ -254,8 +254,9 @@ pub const MANY_RATE_CLOCK: u32 = 1;
 /// The limiters of the many-keys workload, by the name their cells carry: `tb`
 /// (`TokenBucket`, compact), `leaky` (`LeakyBucket`, compact, no slack), `fixed` and `sliding`
 /// (`FixedWindow`, `SlidingWindow`, compact, one request a [`MANY_PERIOD`]), `bursty`
-/// (`SmoothBursty`, 0.1 s of burst: one stored permit), `warming` (`SmoothWarmingUp`,
-/// [`MANY_PERIOD`] of warm-up), `meter` (`LeakyMeter`, compact, capacity 1).
+/// (`SmoothBursty`, compact, 0.1 s of burst: one stored permit), `warming`
+/// (`SmoothWarmingUp`, compact, [`MANY_PERIOD`] of warm-up), `meter` (`LeakyMeter`, compact,
+/// capacity 1).
 pub const MANY_LIMITERS: [&str; 7] = [
     "tb", "leaky", "fixed", "sliding", "bursty", "warming", "meter",
 ];
@@ -346,7 +347,7 @@ macro_rules! with_many_keyed {
                     SmoothBursty::builder(f64::from(rate))
                         .max_burst_seconds(period.as_secs_f64())
                         .clock(c)
-                        .build()
+                        .build_compact()
                         .expect("valid")
                 });
                 $body
@@ -355,7 +356,7 @@ macro_rules! with_many_keyed {
                 let $k = $sat::keyed_of(clock, move |c| {
                     SmoothWarmingUp::builder(f64::from(rate), period)
                         .clock(c)
-                        .build()
+                        .build_compact()
                         .expect("valid")
                 });
                 $body
