@@ -35,7 +35,9 @@
 //!   (`turnstile`, compact buckets as the shootout's), on `KeyedTokenBucket`
 //!   (`turnstile_inline`), governor's `check_key` with its retry time from
 //!   `NotUntil::earliest_possible()`, and `floor`: a clock read, one SipHash of the key, one
-//!   probe of an open-addressing table of 16-byte slots and one load. Each cell then asserts
+//!   probe of an open-addressing table of 16-byte slots and one load (for the random keys
+//!   also `floor_indirect`, the load through a pointer in the slot, as `Keyed`'s limiters
+//!   are reached: `keyed_limiters_random` below). Each cell then asserts
 //!   that checking at full speed saturates the map again (fewer than half of a round of
 //!   100 000 checks granted, within 5 s: criterion's analysis leaves it idle, refilling).
 //! * `keyed_saturated_hot_at/1t`, `keyed_saturated_random_at/1t`: the same clock-free, as
@@ -379,6 +381,13 @@ fn keyed_saturated(c: &mut Criterion) {
             cell(&mut g, "floor", threads, || {
                 black_box(floor.check(key()));
             });
+            if !hot {
+                // The floor of `Keyed`'s design: the word behind a pointer in the slot.
+                let floor = sat::KeyedFloor::indirect(QuantaClock::new(), 0..sat::KEYS);
+                cell(&mut g, "floor_indirect", threads, || {
+                    black_box(floor.check(key()));
+                });
+            }
 
             g.finish();
         }
