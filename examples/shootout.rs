@@ -12,7 +12,7 @@
 //!
 //! `--threads` defaults to 1, 2, 4, ... below the core count, then the core count
 //! (`std::thread::available_parallelism`). A *cell* is one limiter implementation (or floor) at
-//! one thread count in one run; a sweep runs 27 cells per thread count, and `--seconds` (seconds
+//! one thread count in one run; a sweep runs 28 cells per thread count, and `--seconds` (seconds
 //! per cell) defaults to whatever keeps the whole run at about 48 s (0.85 s per cell on 2 cores),
 //! between 0.1 s and 1.5 s. The run prints its expected length when it starts.
 //!
@@ -49,7 +49,9 @@
 //! phase 1's floors. Phase 4 has `floor` per workload: a clock read, a SipHash of the key
 //! (std's default `RandomState`, as governor's and turnstile's keyed maps use) and one load of
 //! a cache-padded word the hash picks out of a table with as many words as the workload has
-//! keys (10 000: one likely cache miss per check; 1 for the hot client). Floors have no budget,
+//! keys (10 000: one likely cache miss per check; 1 for the hot client), and for the random
+//! clients `floor_indirect`, the same with each word behind a pointer (two dependent loads: the
+//! least a map whose limiters never move, `Keyed`, can cost). Floors have no budget,
 //! never count in `turnstile_budgets_held` or `budgets`, and their verdict lines (turnstile's
 //! ops/s over the floor's) are for information, never judged.
 //!
@@ -97,8 +99,8 @@
 //! ```
 //!
 //! `implementation` is `turnstile`, `turnstile_inline` (keyed phase), `mutex_twin`, `governor`,
-//! or for a floor cell `floor` (clock + load, and in phase 4 + SipHash) or `floor_cas` (clock +
-//! load + compare-and-swap); `ns_per_op` is per thread (wall time × threads / ops). `run` counts
+//! or for a floor cell `floor` (clock + load, and in phase 4 + SipHash), `floor_cas` (clock +
+//! load + compare-and-swap) or `floor_indirect` (phase 4: clock + SipHash + two dependent loads); `ns_per_op` is per thread (wall time × threads / ops). `run` counts
 //! the `--runs` repetitions from 1: with `--runs N` every (limiter, implementation, threads) has
 //! N cells. Phase 2 cells and floor cells have no budget: `budget`, `budget_scope`,
 //! `granted_against_budget` and `held` are `null` (and `keys` for keyed floors). In `verdict`,

@@ -33,9 +33,9 @@ const WINDOW: Duration = Duration::from_millis(10);
 
 /// Cells (one limiter implementation hammered for `--seconds`) per thread count and run: phase 1
 /// five (turnstile, mutex twin, governor, the two floors), phase 2 three (turnstile, mutex twin,
-/// governor), phase 3 eleven (six algorithms, five with a twin), phase 4 eight (two workloads ×
-/// turnstile, turnstile inline, governor, floor).
-pub const CELLS_PER_THREAD_COUNT: usize = 5 + 3 + 11 + 8;
+/// governor), phase 3 eleven (six algorithms, five with a twin), phase 4 nine (two workloads ×
+/// turnstile, turnstile inline, governor, floor; and the random clients' indirect floor).
+pub const CELLS_PER_THREAD_COUNT: usize = 5 + 3 + 11 + 9;
 
 /// The most `--runs` accepts.
 pub const MAX_RUNS: usize = 100;
@@ -198,21 +198,52 @@ impl Limiter for Floor {
 /// governor's and turnstile's keyed maps use) and one load of a cache-padded word the hash
 /// picks out of `words` (sized like the workload's keys: 10 000 words is one likely cache miss
 /// per check, one word is a hot client). Always refuses (the words stay 0), like [`Floor`]
-/// without `cas`.
-struct KeyedFloor {
+/// without `cas`. With `W` a `Box` ([`KeyedFloor::indirect`]) each word is behind a pointer:
+/// two dependent loads, the floor of a map whose limiters never move (`Keyed`'s).
+struct KeyedFloor<W = CachePadded<AtomicU64>> {
     clock: QuantaClock,
     hasher: RandomState,
-    words: Vec<CachePadded<AtomicU64>>,
+    words: Vec<W>,
+}
+
+/// A [`KeyedFloor`]'s word, in place or behind a pointer.
+trait FloorWord {
+    fn word(&self) -> &AtomicU64;
+}
+
+impl FloorWord for CachePadded<AtomicU64> {
+    #[inline]
+    fn word(&self) -> &AtomicU64 {
+        self
+    }
+}
+
+impl FloorWord for Box<CachePadded<AtomicU64>> {
+    #[inline]
+    fn word(&self) -> &AtomicU64 {
+        self
+    }
 }
 
 impl KeyedFloor {
     fn new(words: u64) -> KeyedFloor {
+        KeyedFloor::of(words, || CachePadded::new(AtomicU64::new(0)))
+    }
+}
+
+impl KeyedFloor<Box<CachePadded<AtomicU64>>> {
+    /// Each word on a heap line of its own, allocated in order, reached through the vector.
+    fn indirect(words: u64) -> Self {
+        KeyedFloor::of(words, || Box::new(CachePadded::new(AtomicU64::new(0))))
+    }
+}
+
+impl<W: FloorWord> KeyedFloor<W> {
+    fn of(words: u64, word: impl Fn() -> W) -> Self {
         KeyedFloor {
             clock: QuantaClock::new(),
             hasher: RandomState::new(),
-            words: (0..words.max(1))
-                .map(|_| CachePadded::new(AtomicU64::new(0)))
-                .collect(),
+            words: (0..words.max(1)).map(|_| word()).collect(),
         }
     }
 
@@ -224,7 +255,7 @@ impl KeyedFloor {
         // The hash onto 0..len by a multiply and a shift (Lemire's reduction): no division,
         // which a real table (a power-of-two mask) would not make either.
         let i = ((u128::from(h) * self.words.len() as u128) >> 64) as usize;
-        let w = self.words[i].load(Ordering::Acquire);
+        let w = self.words[i].word().load(Ordering::Acquire);
         if w > now {
             Ok(())
         } else {
@@ -252,16 +283,20 @@ pub enum Impl {
     /// The grant floor, no limiter: one clock read, one load and one compare-and-swap of a
     /// shared word (phase 1).
     FloorCas,
+    /// The keyed refusal floor of a map whose limiters never move (`Keyed`'s design): as the
+    /// keyed `Floor`, with the word behind a pointer (phase 4's random clients).
+    FloorIndirect,
 }
 
 impl Impl {
-    pub const ALL: [Impl; 6] = [
+    pub const ALL: [Impl; 7] = [
         Impl::Turnstile,
         Impl::TurnstileInline,
         Impl::MutexTwin,
         Impl::Governor,
         Impl::Floor,
         Impl::FloorCas,
+        Impl::FloorIndirect,
     ];
 
     pub fn name(self) -> &'static str {
@@ -272,6 +307,7 @@ impl Impl {
             Impl::Governor => "governor",
             Impl::Floor => "floor",
             Impl::FloorCas => "floor_cas",
+            Impl::FloorIndirect => "floor_indirect",
         }
     }
 
@@ -282,7 +318,7 @@ impl Impl {
     /// A floor cell: no limiter, the least work any limiter's check does (never judged, no
     /// budget).
     pub fn is_floor(self) -> bool {
-        matches!(self, Impl::Floor | Impl::FloorCas)
+        matches!(self, Impl::Floor | Impl::FloorCas | Impl::FloorIndirect)
     }
 }
 
@@ -1094,6 +1130,14 @@ fn phase4(
             c.budget = None;
             c.keys = None;
             cells.push(c);
+            if keys > 1 {
+                let floor = KeyedFloor::indirect(keys);
+                let s = run_keyed(threads, dur, keys, |k| floor.check(k));
+                let mut c = keyed_cell(Impl::FloorIndirect, s, 0);
+                c.budget = None;
+                c.keys = None;
+                cells.push(c);
+            }
         }
     }
     let mut head = vec!["limiter", "impl", "threads"];
@@ -1132,7 +1176,9 @@ fn phase4(
          load of a
    cache-padded word the hash picks out of as many as there are keys: one \
          likely cache miss
-   per random check, one hot word for the hot client)"
+   per random check, one hot word for the hot client; floor_indirect: the same word behind \
+         a pointer,
+   two dependent loads, the least a map whose limiters never move (Keyed's) can cost)"
     )
 }
 
@@ -1444,7 +1490,13 @@ pub fn comparisons(report: &Report) -> Vec<Comparison> {
     let mut out = Vec::new();
     for limiter in report.limiters() {
         for ours in Impl::ALL.into_iter().filter(|i| i.is_turnstile()) {
-            for against in [Impl::MutexTwin, Impl::Governor, Impl::Floor, Impl::FloorCas] {
+            for against in [
+                Impl::MutexTwin,
+                Impl::Governor,
+                Impl::Floor,
+                Impl::FloorCas,
+                Impl::FloorIndirect,
+            ] {
                 let phase = report.cells.iter().find(|c| c.limiter == limiter);
                 let theirs = if against.is_floor() && phase.is_some_and(|c| c.phase == 3) {
                     "token_bucket"
@@ -1620,8 +1672,9 @@ pub fn print_verdict(report: &Report, out: &mut dyn Write) -> io::Result<()> {
   - against governor: governor is lock-free too (GCRA, one compare-and-swap on one word), so
     expect about 1.00x or better at every thread count; below 0.90x is a gap worth a look.
   - against floor (a clock read + one load: a refusal) and floor_cas (+ one compare-and-swap:
-    a grant), and in the keyed phase floor (a clock read + a SipHash + one likely cache miss):
-    no limiter, the least a check can cost; for information, never judged. Phase 3's limiters
+    a grant), and in the keyed phase floor (a clock read + a SipHash + one likely cache miss)
+    and floor_indirect (+ a second, dependent one, behind a pointer): no limiter, the least a
+    check can cost; for information, never judged. Phase 3's limiters
     are set against phase 1's floors.
   - budget: every turnstile line says held. An OVER is a bug and makes the run exit 1. Twins and
     governor are shown for information only (rate.go's twin can go over in phase 1).

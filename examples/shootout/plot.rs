@@ -15,6 +15,7 @@ fn color(imp: Impl) -> RGBColor {
         Impl::Governor => RGBColor(44, 160, 44),
         Impl::Floor => RGBColor(127, 127, 127),
         Impl::FloorCas => RGBColor(188, 189, 34),
+        Impl::FloorIndirect => RGBColor(148, 103, 189),
     }
 }
 
