@@ -906,34 +906,41 @@ pub(crate) fn validate(rate: u32, per: Duration) -> Result<(), ConfigError> {
 mod tests {
     use super::*;
 
-    /// A keyed map's slot as `crate::keyed::Slot` lays it out: a 4-byte state, then the
-    /// limiter, the whole aligned to a cache line.
-    #[repr(C, align(64))]
-    struct KeyedSlot<L> {
-        _state: u32,
-        limiter: L,
-    }
-
-    /// Where each word a take or a check reads ends, in bytes from the start of a keyed
-    /// slot holding a compact bucket on `clock`.
-    fn check_word_ends<C: Clock>(clock: C) -> [(&'static str, usize); 4] {
-        let limiter = LeakyBucket::builder(10).clock(clock).build_compact();
-        let slot = KeyedSlot {
-            _state: 0,
-            limiter: limiter.unwrap(),
-        };
-        let base = std::ptr::addr_of!(slot) as usize;
-        let c: &Core = &slot.limiter.core;
-        let end = |p: usize, size: usize| p - base + size;
-        [
-            ("state", end(std::ptr::addr_of!(c.state) as usize, 8)),
-            ("pace", end(std::ptr::addr_of!(c.pace) as usize, 24)),
-            ("slack", end(std::ptr::addr_of!(c.slack) as usize, 4)),
-            (
-                "unlimited",
-                end(std::ptr::addr_of!(c.unlimited) as usize, 1),
-            ),
-        ]
+    /// Where each word a take or a check reads ends, in bytes from the start of the line
+    /// where a keyed map's slot begins (the map's state word first), for a compact bucket on
+    /// `clock` held in a real `Keyed`.
+    #[cfg(feature = "keyed")]
+    fn check_word_ends<C: Clock + Clone + Send + Sync + 'static>(
+        clock: C,
+    ) -> [(&'static str, usize); 4] {
+        let per_key = clock.clone();
+        let k = crate::Keyed::builder(move |_: &u64| {
+            LeakyBucket::builder(10)
+                .clock(per_key.clone())
+                .build_compact()
+                .unwrap()
+        })
+        .clock(clock)
+        .build()
+        .unwrap();
+        k.with(&7, |l| {
+            let start = std::ptr::from_ref(l) as usize;
+            // The slot's state word starts the line: a limiter that starts one is past it.
+            assert_ne!(start % 64, 0, "the limiter starts a line");
+            let line = start & !63;
+            let c: &Core = &l.core;
+            let end = |p: usize, size: usize| p - line + size;
+            [
+                ("state", end(std::ptr::addr_of!(c.state) as usize, 8)),
+                ("pace", end(std::ptr::addr_of!(c.pace) as usize, 24)),
+                ("slack", end(std::ptr::addr_of!(c.slack) as usize, 4)),
+                (
+                    "unlimited",
+                    end(std::ptr::addr_of!(c.unlimited) as usize, 1),
+                ),
+            ]
+        })
+        .unwrap()
     }
 
     /// The compact layout changes where the words are, nothing else: both layouts answer a
@@ -962,6 +969,7 @@ mod tests {
 
     /// In a keyed map's slot, the words a compact bucket's check reads lie in the slot's
     /// first cache line, with the slot's own state: one line a check.
+    #[cfg(feature = "keyed")]
     #[test]
     fn compact_check_reads_one_line_of_a_keyed_slot() {
         let manual = check_word_ends(crate::ManualClock::default());

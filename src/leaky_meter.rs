@@ -430,14 +430,6 @@ impl<C: Clock, P: Layout> fmt::Debug for LeakyMeter<C, P> {
 mod tests {
     use super::*;
 
-    /// A keyed map's slot as `crate::keyed::Slot` lays it out: a 4-byte state, then the
-    /// limiter, the whole aligned to a cache line.
-    #[repr(C, align(64))]
-    struct KeyedSlot<L> {
-        _state: u32,
-        limiter: L,
-    }
-
     /// The compact layout changes where the words are, nothing else: both layouts answer a
     /// schedule of checks alike (more than the capacity under an infinite leak included).
     #[test]
@@ -467,17 +459,26 @@ mod tests {
     /// In a keyed map's slot a compact meter's bucket starts 8 bytes into the slot's first
     /// line, where the token bucket's own layout keeps its state word and hot words in that
     /// line; the capacity, which a check of one unit never reads, comes after the bucket.
+    #[cfg(feature = "keyed")]
     #[test]
     fn compact_meter_starts_with_its_bucket() {
         let leak = Limit::per_second(10.0).unwrap();
-        let meter = LeakyMeter::compact_with_clock(1, leak, crate::ManualClock::default());
-        let slot = KeyedSlot {
-            _state: 0,
-            limiter: meter.unwrap(),
-        };
-        let base = std::ptr::addr_of!(slot) as usize;
-        let bucket = std::ptr::addr_of!(slot.limiter.bucket) as usize - base;
-        let capacity = std::ptr::addr_of!(slot.limiter.capacity) as usize - base;
+        let k = crate::Keyed::builder(move |_: &u64| {
+            LeakyMeter::compact_with_clock(1, leak, crate::ManualClock::default()).unwrap()
+        })
+        .clock(crate::ManualClock::default())
+        .build()
+        .unwrap();
+        let (bucket, capacity) = k
+            .with(&7, |m| {
+                // The slot (its state word first) starts the line.
+                let line = std::ptr::from_ref(m) as usize & !63;
+                (
+                    std::ptr::addr_of!(m.bucket) as usize - line,
+                    std::ptr::addr_of!(m.capacity) as usize - line,
+                )
+            })
+            .unwrap();
         assert_eq!(bucket, 8);
         assert!(
             capacity > bucket,
