@@ -1315,3 +1315,28 @@ impl<K, L, C: Clock, E> fmt::Debug for KeyedBuilder<K, L, C, E> {
 /// its reclamation, hasher and smallest size (that file's "Under loom").
 mod table;
 use table as map;
+
+/// For the limiters' layout tests: where each of `words(limiter)` (a name, an address in the
+/// limiter and a size) ends, in bytes from the start of the cache line where a `Keyed` slot
+/// holding `make()`'s limiter begins. The slot's state word comes first, so a limiter never
+/// starts the line (asserted). A word that ends by byte 64 is read with the slot's state.
+#[cfg(all(test, not(loom)))]
+pub(crate) fn word_ends_in_slot<L, const N: usize>(
+    make: impl Fn() -> L + Send + Sync + 'static,
+    words: impl Fn(&L) -> [(&'static str, *const u8, usize); N],
+) -> [(&'static str, usize); N]
+where
+    L: Limiter + Idle + 'static,
+{
+    let k = Keyed::builder(move |_: &u64| make())
+        .clock(crate::ManualClock::default())
+        .build()
+        .expect("a keyed map");
+    k.with(&7, |l| {
+        let start = std::ptr::from_ref(l) as usize;
+        assert_ne!(start % 64, 0, "the limiter starts a line");
+        let line = start & !63;
+        words(l).map(|(name, at, size)| (name, at as usize - line + size))
+    })
+    .expect("a new key's limiter")
+}

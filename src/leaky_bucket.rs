@@ -906,41 +906,27 @@ pub(crate) fn validate(rate: u32, per: Duration) -> Result<(), ConfigError> {
 mod tests {
     use super::*;
 
-    /// Where each word a take or a check reads ends, in bytes from the start of the line
-    /// where a keyed map's slot begins (the map's state word first), for a compact bucket on
-    /// `clock` held in a real `Keyed`.
+    /// Where each word a take or a check reads ends in a keyed map's slot, for a compact
+    /// bucket on `clock`.
     #[cfg(feature = "keyed")]
     fn check_word_ends<C: Clock + Clone + Send + Sync + 'static>(
         clock: C,
     ) -> [(&'static str, usize); 4] {
-        let per_key = clock.clone();
-        let k = crate::Keyed::builder(move |_: &u64| {
+        let make = move || {
             LeakyBucket::builder(10)
-                .clock(per_key.clone())
+                .clock(clock.clone())
                 .build_compact()
                 .unwrap()
-        })
-        .clock(clock)
-        .build()
-        .unwrap();
-        k.with(&7, |l| {
-            let start = std::ptr::from_ref(l) as usize;
-            // The slot's state word starts the line: a limiter that starts one is past it.
-            assert_ne!(start % 64, 0, "the limiter starts a line");
-            let line = start & !63;
+        };
+        crate::keyed::word_ends_in_slot(make, |l| {
             let c: &Core = &l.core;
-            let end = |p: usize, size: usize| p - line + size;
             [
-                ("state", end(std::ptr::addr_of!(c.state) as usize, 8)),
-                ("pace", end(std::ptr::addr_of!(c.pace) as usize, 24)),
-                ("slack", end(std::ptr::addr_of!(c.slack) as usize, 4)),
-                (
-                    "unlimited",
-                    end(std::ptr::addr_of!(c.unlimited) as usize, 1),
-                ),
+                ("state", std::ptr::addr_of!(c.state).cast(), 8),
+                ("pace", std::ptr::addr_of!(c.pace).cast(), 24),
+                ("slack", std::ptr::addr_of!(c.slack).cast(), 4),
+                ("unlimited", std::ptr::addr_of!(c.unlimited).cast(), 1),
             ]
         })
-        .unwrap()
     }
 
     /// The compact layout changes where the words are, nothing else: both layouts answer a

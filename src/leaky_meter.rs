@@ -133,21 +133,11 @@ impl<C: Clock> LeakyMeter<C, Compact> {
     /// assert!(!meter.allow_at(Nanos::ZERO));
     /// ```
     pub fn compact_with_clock(capacity: u32, leak: Limit, clock: C) -> Result<Self, ConfigError> {
-        check_capacity(capacity)?;
-        Ok(LeakyMeter {
-            // Full of tokens: empty of water.
-            bucket: TokenBucket::compact_with_clock(leak, capacity, clock),
+        LeakyMeter::of(
             capacity,
-        })
+            TokenBucket::compact_with_clock(leak, capacity, clock),
+        )
     }
-}
-
-/// A zero capacity is an error: no unit could ever fit.
-fn check_capacity(capacity: u32) -> Result<(), ConfigError> {
-    if capacity == 0 {
-        return Err(ConfigError::ZeroCapacity);
-    }
-    Ok(())
 }
 
 impl<C: Clock> LeakyMeter<C> {
@@ -165,16 +155,20 @@ impl<C: Clock> LeakyMeter<C> {
     /// assert!(!meter.allow_at(Nanos::new(u64::MAX / 2))); // a zero leak never drains
     /// ```
     pub fn with_clock(capacity: u32, leak: Limit, clock: C) -> Result<LeakyMeter<C>, ConfigError> {
-        check_capacity(capacity)?;
-        Ok(LeakyMeter {
-            // Full of tokens: empty of water.
-            bucket: TokenBucket::with_clock(leak, capacity, clock),
-            capacity,
-        })
+        LeakyMeter::of(capacity, TokenBucket::with_clock(leak, capacity, clock))
     }
 }
 
 impl<C: Clock, P: Layout> LeakyMeter<C, P> {
+    /// A meter of `capacity` over `bucket`, a full bucket of `capacity` tokens (empty of
+    /// water). A zero capacity is an error: no unit could ever fit.
+    fn of(capacity: u32, bucket: TokenBucket<C, P>) -> Result<Self, ConfigError> {
+        if capacity == 0 {
+            return Err(ConfigError::ZeroCapacity);
+        }
+        Ok(LeakyMeter { bucket, capacity })
+    }
+
     /// The units of water the bucket holds.
     ///
     /// ```
@@ -463,22 +457,15 @@ mod tests {
     #[test]
     fn compact_meter_starts_with_its_bucket() {
         let leak = Limit::per_second(10.0).unwrap();
-        let k = crate::Keyed::builder(move |_: &u64| {
-            LeakyMeter::compact_with_clock(1, leak, crate::ManualClock::default()).unwrap()
-        })
-        .clock(crate::ManualClock::default())
-        .build()
-        .unwrap();
-        let (bucket, capacity) = k
-            .with(&7, |m| {
-                // The slot (its state word first) starts the line.
-                let line = std::ptr::from_ref(m) as usize & !63;
-                (
-                    std::ptr::addr_of!(m.bucket) as usize - line,
-                    std::ptr::addr_of!(m.capacity) as usize - line,
-                )
-            })
-            .unwrap();
+        let make =
+            move || LeakyMeter::compact_with_clock(1, leak, crate::ManualClock::default()).unwrap();
+        // Size 0: where each begins.
+        let [(_, bucket), (_, capacity)] = crate::keyed::word_ends_in_slot(make, |m| {
+            [
+                ("bucket", std::ptr::addr_of!(m.bucket).cast(), 0),
+                ("capacity", std::ptr::addr_of!(m.capacity).cast(), 0),
+            ]
+        });
         assert_eq!(bucket, 8);
         assert!(
             capacity > bucket,

@@ -1102,39 +1102,22 @@ mod tests {
     #[cfg(feature = "keyed")]
     #[test]
     fn a_keyed_check_reads_one_line_of_its_slot() {
-        let k = crate::Keyed::builder(|_: &u64| {
+        let make = || {
             SlidingWindow::builder(1, Duration::from_secs(1))
                 .clock(crate::ManualClock::default())
                 .build_compact()
                 .unwrap()
-        })
-        .clock(crate::ManualClock::default())
-        .build()
-        .unwrap();
-        let (start, words) = k
-            .with(&7, |l| {
-                let at = |r: *const u8| r as usize;
-                let state: *const AtomicU128 = &*l.state;
-                (
-                    at((l as *const SlidingWindow<_, Compact>).cast()),
-                    [
-                        (at(state.cast()), 16),
-                        (at((&raw const l.rule.p).cast()), 16),
-                        (at((&raw const l.rule.quota).cast()), 4),
-                    ],
-                )
-            })
-            .unwrap();
-        // The slot's state word is at the start of a line: a limiter that starts a line is
-        // past the slot's first one.
-        assert_ne!(start % 64, 0, "the limiter starts a line");
-        let line = start & !63;
-        for (i, (at, len)) in words.into_iter().enumerate() {
-            assert!(
-                at >= line && at + len <= line + 64,
-                "word {i} at {}",
-                at - line
-            );
+        };
+        let ends = crate::keyed::word_ends_in_slot(make, |l| {
+            let state: *const AtomicU128 = &*l.state;
+            [
+                ("state", state.cast(), 16),
+                ("p", (&raw const l.rule.p).cast(), 16),
+                ("quota", (&raw const l.rule.quota).cast(), 4),
+            ]
+        });
+        for (name, end) in ends {
+            assert!(end <= 64, "{name} ends at byte {end}");
         }
     }
 

@@ -1499,43 +1499,27 @@ mod tests {
     #[cfg(feature = "keyed")]
     #[test]
     fn a_keyed_refusal_reads_one_line_of_its_slot() {
-        fn first_line<L: Limiter + Idle + 'static>(
-            make: fn() -> L,
-            state: fn(&L) -> *const AtomicU128,
-        ) {
-            let k = crate::Keyed::builder(move |_: &u64| make())
-                .clock(crate::ManualClock::default())
-                .build()
-                .unwrap();
-            let (start, at) = k
-                .with(&7, |l| {
-                    ((l as *const L).cast::<u8>() as usize, state(l) as usize)
-                })
-                .unwrap();
-            // The slot's state word is at the start of a line: a limiter that starts a line
-            // is past the slot's first one.
-            assert_ne!(start % 64, 0, "the limiter starts a line");
-            let line = start & !63;
-            assert!(at >= line && at + 16 <= line + 64, "state at {}", at - line);
-        }
-        first_line(
+        let bursty = crate::keyed::word_ends_in_slot(
             || {
                 SmoothBursty::builder(10.0)
                     .clock(crate::ManualClock::default())
                     .build_compact()
                     .unwrap()
             },
-            |l| &*l.core.state,
+            |l| [("bursty state", (&raw const *l.core.state).cast(), 16)],
         );
-        first_line(
+        let warming = crate::keyed::word_ends_in_slot(
             || {
                 SmoothWarmingUp::builder(10.0, Duration::from_secs(1))
                     .clock(crate::ManualClock::default())
                     .build_compact()
                     .unwrap()
             },
-            |l| &*l.core.state,
+            |l| [("warming state", (&raw const *l.core.state).cast(), 16)],
         );
+        for (name, end) in bursty.into_iter().chain(warming) {
+            assert!(end <= 64, "{name} ends at byte {end}");
+        }
     }
 
     #[test]
