@@ -83,6 +83,9 @@ pub mod token_bucket;
 #[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
 pub mod tower;
 pub mod window;
+#[cfg(feature = "keyed")]
+#[allow(dead_code)] // until the word map lands
+mod word_rule;
 
 pub use clock::{Clock, CoarseClock, ManualClock, Nanos, QuantaClock};
 pub use deadline::Deadline;
