@@ -84,7 +84,8 @@ pub mod token_bucket;
 pub mod tower;
 pub mod window;
 #[cfg(feature = "keyed")]
-#[allow(dead_code)] // until the word map lands
+mod word_map;
+#[cfg(feature = "keyed")]
 mod word_rule;
 
 pub use clock::{Clock, CoarseClock, ManualClock, Nanos, QuantaClock};

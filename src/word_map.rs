@@ -1,0 +1,1101 @@
+//! The engine of the keyed maps whose state is **inline**: an open-addressing table of
+//! `(state: AtomicU64, key)` slots, each key's whole limiter one 64-bit word beside its key,
+//! read and written without a lock. What the word means is a [`WordRule`]'s
+//! (`src/word_rule.rs`); this file is the table, its key bound and its sweeps, shared by
+//! every front ([`KeyedTokenBucket`](crate::KeyedTokenBucket) and its siblings). User docs
+//! (memory, flood, hasher, sweeps) are on the fronts.
+//!
+//! # The state word
+//! ```text
+//!  63      62..59       58..0
+//! [FROZEN][ tag (4) ][   x (59 bits)   ]
+//!   tag 1..=15: a live key of quota `tag - 1`, x its rule's state
+//!   tag 0:      x = 0 EMPTY (never used), x = 1 + q DEAD (evicted; quota q kept for revival)
+//!   FROZEN:     set by a resize once the slot has been copied: no write lands here any more
+//! ```
+//!
+//! # The protocol
+//! Every atomic below is the slot's `state` unless named.
+//!
+//! * **Lookup** (lock-free, no write): pin an epoch (`crossbeam-epoch`), load the table
+//!   pointer (`Acquire`), probe from `hash & mask`: load each state (`Acquire`); `EMPTY` ends
+//!   the probe (the key is absent); any other state has its key written and published, so the
+//!   key is compared.
+//! * **Check** (lock-free, one CAS): on a live, unfrozen word, ask the rule for `x'`; a
+//!   refusal, and a grant that consumes nothing, write nothing (decided from the load); else
+//!   CAS the word to `x'` (`Relaxed`: the word is the whole state, so a CAS that succeeds on
+//!   the value it decided from is linearizable; `Acquire` on failure, see revival). A failed
+//!   CAS retries on the value it found.
+//! * **Insert** (a key absent from the table; serialized by the map's `writer` mutex, which no
+//!   check of an existing key takes): under the lock, probe again; claim the first `EMPTY`
+//!   slot, write the key into it, then `store(live, Release)`. Only the lock holder turns an
+//!   `EMPTY` slot into anything else, so the key is written exactly once, before any reader
+//!   can see a non-`EMPTY` state (`Release`/`Acquire`), and never written again while the
+//!   table lives: **a slot is never reused for another key** within a table.
+//! * **Evict** (a sweep at `J`): publish `J` (`judged.fetch_max`), then for each live word
+//!   the rule judges idle at `J` CAS it to `DEAD(q)` (`Release`). No fence anywhere: the word
+//!   is the only state, so the CAS succeeds only if no grant changed the word since the sweep
+//!   judged it (every grant that consumes anything changes it: the rule's contract), and a
+//!   grant's CAS on a word that became `DEAD` fails, reloads `DEAD` and revives.
+//! * **Revive** (a check finding its key `DEAD`): reserve room under `max_keys`, then CAS
+//!   `DEAD(q) -> live(q, born(B))` with `B = max(now, judged)` read after the `Acquire` load
+//!   that saw `DEAD`; then check on the new word. A returning key reuses its slot, its own key.
+//! * **Resize** (grow, or rebuild to drop `DEAD` slots; under `writer`): hash and clone every
+//!   key first (user code, which may panic, runs before anything changes). Freeze the `DEAD`
+//!   words (CAS `s -> s | FROZEN`, `Acquire`: see step 2 below): a frozen dead word can no
+//!   longer be revived, so what is left to copy is known, and the new table is sized for it.
+//!   Store the new table in the old one's `next` (`Release`). Then, for each live word:
+//!   **copy it** into the new table (the key, then its word, as an insert does), **then
+//!   freeze it** (CAS from the copied value, `AcqRel`); if a grant, update or eviction changed
+//!   the word in between, the CAS fails, the newer word is copied over the first and the CAS
+//!   retried. Publish the new table (`swap`, `Release`) and retire the old one to the epoch
+//!   collector, which frees it (and its keys) once no pinned thread can still read it.
+//! * **A check on a frozen word** goes on in the table the resize is filling: a live word was
+//!   frozen only once its exact value was in the new table, and no thread writes the new
+//!   slot before that freeze (only a frozen old slot leads to it; the table is not published
+//!   yet), so the new slot is the word's continuation. The check loads `next` (its `Acquire`
+//!   load of the frozen word, which the freeze's `Release` half published, makes `next` and
+//!   the copy visible), finds the key there and runs its CAS loop on that word, following
+//!   `next` again if a later resize has frozen that one too. **No check of a key the table
+//!   holds waits for a resize**, nor for the thread doing it: it never needs the resizer to
+//!   make progress. A frozen *dead* word was not copied: its check inserts the key again, and
+//!   the insert (under `writer`) comes after the resize, as any new key's does. `EMPTY` slots
+//!   need no freeze: only the lock holder fills them.
+//!
+//! loom checks the protocol through the fronts (`loom-tests/tests/keyed_bucket.rs` and its
+//! siblings: check ‖ evict with revival, insert ‖ check ‖ evict, check ‖ growth, two grants ‖
+//! growth, update ‖ growth, check ‖ purge, a stale reading across an eviction); a unit test
+//! parks a resize with every word frozen and shows a grant on a held key completes.
+//!
+//! # Eviction never loses a grant; stale readings never gain
+//! 1. A grant is a CAS on the live word; an eviction is a CAS of the same word, from the
+//!    value the sweep judged idle, to `DEAD`. Of two CASes on one word from one value, one
+//!    fails: either the grant lands and the eviction fails, or the eviction lands, the grant's
+//!    CAS fails, and the check revives the key and runs again. No grant is lost; none counts
+//!    twice.
+//! 2. The evicted word was idle at `J`. The sweep published `J` before its `Release` CAS,
+//!    and a reviver reads `judged` after an `Acquire` load that saw `DEAD`; a key purged by a
+//!    resize and inserted again is inserted under the `writer` lock after that resize, which
+//!    read `DEAD` with an `Acquire` CAS. Either way the new word is born at `B >= J`.
+//! 3. By the rule's contract, a word born at `B >= J` grants nothing, at any reading, that
+//!    the evicted word would have refused: over a key's whole history, across any number of
+//!    evictions, its grants are those of one limiter that served it all along, or fewer.
+//!
+//! # Orderings
+//! Besides the word's (above): the table pointer's `Release` swap and `Acquire` load publish
+//! a new table's slots and `mask`; `used`, `len`, `last_sweep`, `judged` and `resizes` are
+//! counters and hints whose values no other memory depends on (`judged` is read after the
+//! `Acquire` that orders it, step 2): `Relaxed`.
+
+use std::borrow::Borrow;
+use std::collections::hash_map::RandomState;
+use std::fmt;
+use std::hash::{BuildHasher, Hash};
+use std::mem::MaybeUninit;
+use std::time::Duration;
+
+use crossbeam_utils::Backoff;
+
+use crate::clock::{Clock, Nanos, QuantaClock};
+use crate::error::ConfigError;
+use crate::keyed::{WhenFull, DEFAULT_MAX_KEYS, DEFAULT_SWEEP_EVERY};
+use crate::limiter::Denied;
+use crate::sweeper::Sweeper;
+use crate::sync::{AtomicPtr, AtomicU64, AtomicUsize, Mutex, Ordering}; // Mutex: inserts of new keys and resizes only, never a check of an existing key
+use crate::word_rule::{WordRule, X_MASK};
+
+/// The most quotas one map holds (the state word's 4-bit tag, with 0 for `EMPTY`/`DEAD`).
+pub const MAX_QUOTAS: usize = 15;
+
+const FROZEN: u64 = 1 << 63;
+const X_BITS: u32 = 59;
+const EMPTY: u64 = 0;
+const _: () = assert!(X_MASK == (1 << X_BITS) - 1);
+
+/// The smallest table (slots). Under loom, 4: a model then grows the table with its fourth
+/// key.
+const MIN_SLOTS: usize = if cfg!(loom) { 4 } else { 16 };
+/// A sweep rebuilds the table when it leaves more `DEAD` slots than live keys, and at least
+/// this many (smaller tables are left to the next insert-triggered resize). Under loom, 2.
+const PURGE_MIN: usize = if cfg!(loom) { 2 } else { 32 };
+
+#[inline(always)]
+fn live(q: usize, x: u64) -> u64 {
+    ((q as u64 + 1) << X_BITS) | x
+}
+
+#[inline(always)]
+fn dead(q: usize) -> u64 {
+    1 + q as u64
+}
+
+/// The tag: `0` for `EMPTY`/`DEAD`, else the quota plus one.
+#[inline(always)]
+fn tag(s: u64) -> usize {
+    ((s & !FROZEN) >> X_BITS) as usize
+}
+
+/// The quota a live or dead word belongs to.
+#[inline(always)]
+fn quota_of(s: u64) -> usize {
+    match tag(s) {
+        0 => ((s & X_MASK) - 1) as usize,
+        t => t - 1,
+    }
+}
+
+/// The slots of a table that holds `keys` keys without growing (at most 7/8 used, a power of
+/// two, at least [`MIN_SLOTS`]); saturates for absurd counts, which then fail to allocate as
+/// any huge allocation does.
+fn slots_for(keys: usize) -> usize {
+    let need = keys.saturating_add(1).saturating_mul(8).div_ceil(7);
+    need.checked_next_power_of_two()
+        .unwrap_or(1 << (usize::BITS - 1))
+        .max(MIN_SLOTS)
+}
+
+/// What a front's builder sets besides its quotas: the same for every front.
+pub(crate) struct Settings<K, S = RandomState, C = QuantaClock> {
+    pub(crate) capacity: usize,
+    pub(crate) classify: Box<dyn Fn(&K) -> usize + Send + Sync>,
+    pub(crate) hasher: S,
+    pub(crate) max_keys: u64,
+    pub(crate) when_full: WhenFull,
+    pub(crate) sweep_every: u64,
+    pub(crate) clock: C,
+}
+
+impl<K> Settings<K> {
+    /// The defaults: quota 0 for every key, std's `RandomState`, [`DEFAULT_MAX_KEYS`],
+    /// [`WhenFull::Deny`], sweeps every [`DEFAULT_SWEEP_EVERY`], the quanta clock.
+    pub(crate) fn new() -> Self {
+        Settings {
+            capacity: 0,
+            classify: Box::new(|_| 0),
+            hasher: RandomState::new(),
+            max_keys: DEFAULT_MAX_KEYS,
+            when_full: WhenFull::Deny,
+            sweep_every: DEFAULT_SWEEP_EVERY.as_nanos() as u64,
+            clock: QuantaClock::new(),
+        }
+    }
+}
+
+impl<K, S, C> Settings<K, S, C> {
+    pub(crate) fn hasher<T>(self, hasher: T) -> Settings<K, T, C> {
+        Settings {
+            capacity: self.capacity,
+            classify: self.classify,
+            hasher,
+            max_keys: self.max_keys,
+            when_full: self.when_full,
+            sweep_every: self.sweep_every,
+            clock: self.clock,
+        }
+    }
+
+    pub(crate) fn clock<D>(self, clock: D) -> Settings<K, S, D> {
+        Settings {
+            capacity: self.capacity,
+            classify: self.classify,
+            hasher: self.hasher,
+            max_keys: self.max_keys,
+            when_full: self.when_full,
+            sweep_every: self.sweep_every,
+            clock,
+        }
+    }
+
+    /// The settings a front's `Debug` shows, after its quotas.
+    pub(crate) fn debug_fields(&self, d: &mut fmt::DebugStruct<'_, '_>) {
+        debug_fields(d, self.max_keys, self.when_full, self.sweep_every);
+    }
+}
+
+fn debug_fields(d: &mut fmt::DebugStruct<'_, '_>, max_keys: u64, when: WhenFull, every: u64) {
+    // `None`: no key bound (u64::MAX).
+    d.field("max_keys", &(max_keys != u64::MAX).then_some(max_keys))
+        .field("when_full", &when)
+        .field("sweep_every", &Duration::from_nanos(every));
+}
+
+/// A keyed map of one-word states: see the [module docs](self).
+pub(crate) struct WordMap<K, R, S, C>
+where
+    K: Eq + Hash + Clone + Send + Sync + 'static,
+    S: BuildHasher,
+{
+    /// The current table; replaced only by a resize, under `writer`.
+    table: AtomicPtr<Table<K>>,
+    /// The rules indexed by **tag** (quota `q` at `q + 1`), so that a live word finds its
+    /// configuration with one index that needs no bounds check (a tag is 4 bits). Tags past
+    /// the configured quotas, and tag 0, hold quota 0 and are never a live word's.
+    by_tag: Box<[R; 16]>,
+    /// How many quotas were configured.
+    quota_count: usize,
+    classify: Box<dyn Fn(&K) -> usize + Send + Sync>,
+    hasher: S,
+    /// The base of every key's `x`: ns on `clock`.
+    base: u64,
+    /// Serializes inserts of absent keys and resizes; never taken by a check of a key the
+    /// table holds (live, dead or frozen).
+    writer: Mutex<()>, // inserts and resizes only, never a check of an existing key
+    /// Live keys plus reservations for keys being inserted or revived.
+    len: AtomicU64,
+    max_keys: u64,
+    when_full: WhenFull,
+    sweep_every: u64,
+    /// Whether checks sweep inline, or a thread of the map's own.
+    sweeper: Sweeper,
+    last_sweep: AtomicU64,
+    /// The latest time any sweep judged at; only grows.
+    judged: AtomicU64,
+    /// Tables replaced so far (grown or purged); a metric.
+    resizes: AtomicU64,
+    /// The fewest slots a table has (from the builder's `capacity`).
+    min_slots: usize,
+    clock: C,
+}
+
+/// One key: its state word and the key, written once before the word is published.
+struct Slot<K> {
+    state: AtomicU64,
+    key: KeyCell<K>,
+}
+
+/// A power-of-two array of slots.
+struct Table<K> {
+    slots: Box<[Slot<K>]>,
+    mask: usize,
+    /// Non-`EMPTY` slots; changed only under `writer` (or before the table is published).
+    used: AtomicUsize,
+    /// The table a resize is copying this one into: set (`Release`) before the first live
+    /// word is frozen, so a check that finds its word frozen finds the word's continuation
+    /// there (module docs, "Resize"). Not owned: the map owns its current table, the epoch
+    /// collector the retired ones.
+    next: AtomicPtr<Table<K>>,
+}
+
+impl<K> Table<K> {
+    fn new(slots: usize) -> Table<K> {
+        debug_assert!(slots.is_power_of_two());
+        Table {
+            slots: (0..slots)
+                .map(|_| Slot {
+                    state: AtomicU64::new(EMPTY),
+                    key: KeyCell::empty(),
+                })
+                .collect(),
+            mask: slots - 1,
+            used: AtomicUsize::new(0),
+            next: AtomicPtr::new(std::ptr::null_mut()),
+        }
+    }
+
+    /// The table this one is being copied into, if a resize has started; valid while the
+    /// guard that reached `self` is pinned (it is retired only after a later resize, which
+    /// starts after this one has published it).
+    #[inline]
+    fn next(&self) -> Option<&Table<K>> {
+        // SAFETY: set once, by a resize, to a table that is the map's current one or retired
+        // to the epoch collector after every guard pinned before its own replacement (ours
+        // included) is dropped. `Acquire` pairs with the resize's `Release` store.
+        unsafe { self.next.load(Ordering::Acquire).as_ref() }
+    }
+
+    /// The slot holding `key` (live, dead or frozen), if any.
+    #[inline(always)]
+    fn find<Q>(&self, hash: u64, key: &Q) -> Option<&Slot<K>>
+    where
+        K: Borrow<Q>,
+        Q: Eq + ?Sized,
+    {
+        let mut i = hash as usize & self.mask;
+        // At most seven eighths of the slots are used, so an EMPTY slot ends every probe;
+        // the bound is for safety only.
+        for _ in 0..=self.mask {
+            // SAFETY: `i <= mask` and `slots.len() == mask + 1`.
+            let slot = unsafe { self.slots.get_unchecked(i) };
+            let s = slot.state.load(Ordering::Acquire);
+            if s == EMPTY {
+                return None;
+            }
+            // SAFETY: `s != EMPTY` was loaded with `Acquire`, and the slot's key was written
+            // before the `Release` store that first made its state non-`EMPTY` (`claim`);
+            // keys are never written again while the table is reachable (module docs).
+            if unsafe { slot.key.with(|k| k.borrow() == key) } {
+                return Some(slot);
+            }
+            i = (i + 1) & self.mask;
+        }
+        None
+    }
+
+    /// Puts `key` with word `state` in the first `EMPTY` slot of its probe. Only under
+    /// `writer` (or on a table not yet published), with room left ([`Table::has_room`]).
+    fn claim(&self, hash: u64, key: K, state: u64) -> &Slot<K> {
+        let mut i = hash as usize & self.mask;
+        loop {
+            let slot = &self.slots[i];
+            // Relaxed: only the lock holder turns EMPTY into anything else.
+            if slot.state.load(Ordering::Relaxed) == EMPTY {
+                // SAFETY: the slot is EMPTY, so no reader reads its key (`find` compares keys
+                // only after seeing a non-EMPTY state), and only we (holding `writer`) write
+                // it; the `Release` store below publishes the key with the state.
+                unsafe { slot.key.write(key) };
+                slot.state.store(state, Ordering::Release);
+                self.used.fetch_add(1, Ordering::Relaxed);
+                return slot;
+            }
+            i = (i + 1) & self.mask;
+        }
+    }
+
+    /// Whether one more key fits under the load bound, seven eighths (hashbrown's, which
+    /// governor's dashmap shards use): at most 16 bytes per slot for `u64` keys against
+    /// hashbrown's 17 per bucket, at the same load. Linear probing at 7/8 averages 4.5 probes
+    /// for a key present (16-byte slots: 4 to a cache line) and ~32 for one absent, which
+    /// only the first check of a new key pays.
+    fn has_room(&self) -> bool {
+        (self.used.load(Ordering::Relaxed) + 1) * 8 <= self.slots.len() * 7
+    }
+}
+
+impl<K> Drop for Table<K> {
+    fn drop(&mut self) {
+        for slot in self.slots.iter_mut() {
+            if slot.state.load(Ordering::Relaxed) != EMPTY {
+                // SAFETY: a non-EMPTY slot's key was written (`claim`); `&mut self` means no
+                // reader is left (the table was unpublished and its epoch has passed, or the
+                // map itself is being dropped).
+                unsafe { slot.key.drop_in_place() };
+            }
+        }
+    }
+}
+
+/// A key written once (under the writer lock, while its slot is `EMPTY`) and then only read.
+struct KeyCell<K>(Cell<MaybeUninit<K>>);
+
+#[cfg(not(loom))]
+type Cell<T> = std::cell::UnsafeCell<T>;
+#[cfg(loom)]
+type Cell<T> = loom::cell::UnsafeCell<T>;
+
+// SAFETY: the cell is shared between threads only under the write-once protocol of
+// `Table::claim` / `Table::find` (module docs): the one write happens-before every read.
+// Keys are sent to the thread that frees the table, hence `K: Send`, and read by many
+// threads, hence `K: Sync`.
+unsafe impl<K: Send + Sync> Sync for KeyCell<K> {}
+// SAFETY: as above; the cell owns its `K`.
+unsafe impl<K: Send> Send for KeyCell<K> {}
+
+impl<K> KeyCell<K> {
+    fn empty() -> Self {
+        KeyCell(Cell::new(MaybeUninit::uninit()))
+    }
+
+    /// # Safety
+    /// The cell is uninitialized and nobody else reads or writes it until a `Release`
+    /// publication that readers `Acquire` before reading.
+    unsafe fn write(&self, key: K) {
+        #[cfg(not(loom))]
+        (*self.0.get()).write(key);
+        #[cfg(loom)]
+        self.0.with_mut(|p| {
+            (*p).write(key);
+        });
+    }
+
+    /// # Safety
+    /// The key was written, and that write happens-before this call.
+    #[inline(always)]
+    unsafe fn with<R>(&self, f: impl FnOnce(&K) -> R) -> R {
+        #[cfg(not(loom))]
+        return f((*self.0.get()).assume_init_ref());
+        #[cfg(loom)]
+        return self.0.with(|p| f((*p).assume_init_ref()));
+    }
+
+    /// # Safety
+    /// The key was written, and nobody else can read it any more.
+    unsafe fn drop_in_place(&mut self) {
+        #[cfg(not(loom))]
+        self.0.get_mut().assume_init_drop();
+        #[cfg(loom)]
+        self.0.with_mut(|p| (*p).assume_init_drop());
+    }
+}
+
+/// Epoch reclamation of retired tables: `crossbeam-epoch`, or under loom a stand-in that never
+/// frees them (a model is short), so the models check the table protocol itself.
+#[cfg(not(loom))]
+mod reclaim {
+    pub(super) use crossbeam_epoch::Guard;
+
+    #[inline(always)]
+    pub(super) fn pin() -> Guard {
+        crossbeam_epoch::pin()
+    }
+
+    /// Frees `table` once no thread pinned now can still read it.
+    ///
+    /// # Safety
+    /// `table` came from `Box::into_raw` and is no longer reachable from the map.
+    pub(super) unsafe fn retire<T: Send + 'static>(guard: &Guard, table: *mut T) {
+        // SAFETY (of the deferred drop): crossbeam runs it after every thread pinned at this
+        // point has unpinned; any thread pinning later loads the new table pointer.
+        guard.defer_unchecked(move || drop(Box::from_raw(table)));
+        guard.flush();
+    }
+}
+
+#[cfg(loom)]
+mod reclaim {
+    pub(super) struct Guard;
+
+    pub(super) fn pin() -> Guard {
+        Guard
+    }
+
+    /// Leaks: loom threads may still read the table, and a model is short.
+    pub(super) unsafe fn retire<T>(_: &Guard, _: *mut T) {}
+}
+
+/// How one check ended on the slot it found.
+enum Outcome {
+    Done(Result<(), Denied>),
+    /// The slot is frozen by a resize. A live word was copied to the table the resize is
+    /// filling before it was frozen: the check goes on there ([`Table::next`]). A dead one
+    /// was not copied: the key is inserted again, after the resize.
+    Frozen,
+}
+
+/// Where an operation that found `slot` of `table` frozen goes on: the table the resize
+/// copies into, if the word is live (copied there before it was frozen); `None` for a dead
+/// word, which is not copied.
+#[inline]
+fn forward<'g, K>(table: &'g Table<K>, slot: &Slot<K>) -> Option<&'g Table<K>> {
+    // `Acquire` pairs with the freeze's `AcqRel`: the copy and `next` are visible.
+    if tag(slot.state.load(Ordering::Acquire)) == 0 {
+        return None;
+    }
+    table.next()
+}
+
+impl<K, S, C> Settings<K, S, C>
+where
+    K: Eq + Hash + Clone + Send + Sync + 'static,
+    S: BuildHasher,
+    C: Clock,
+{
+    /// The map over `rules` (quota `q` is `rules[q]`; at least one);
+    /// [`ConfigError::ZeroMaxKeys`] or [`ConfigError::TooManyQuotas`] if those are out of
+    /// range.
+    pub(crate) fn build<R: WordRule>(
+        self,
+        rules: &[R],
+    ) -> Result<WordMap<K, R, S, C>, ConfigError> {
+        if self.max_keys == 0 {
+            return Err(ConfigError::ZeroMaxKeys);
+        }
+        if rules.len() > MAX_QUOTAS {
+            return Err(ConfigError::TooManyQuotas(rules.len()));
+        }
+        debug_assert!(!rules.is_empty(), "a front always has its quota 0");
+        let now = self.clock.now().as_u64();
+        let min_slots = slots_for(self.capacity);
+        let table = Box::into_raw(Box::new(Table::new(min_slots)));
+        Ok(WordMap {
+            table: AtomicPtr::new(table),
+            // Tag t is quota t - 1; tag 0 and unused tags repeat quota 0, never read for a
+            // live word.
+            by_tag: Box::new(std::array::from_fn(|t| {
+                if (1..=rules.len()).contains(&t) {
+                    rules[t - 1]
+                } else {
+                    rules[0]
+                }
+            })),
+            quota_count: rules.len(),
+            classify: self.classify,
+            hasher: self.hasher,
+            base: now,
+            writer: Mutex::new(()), // inserts and resizes only
+            len: AtomicU64::new(0),
+            max_keys: self.max_keys,
+            when_full: self.when_full,
+            sweep_every: self.sweep_every,
+            sweeper: Sweeper::new(self.sweep_every),
+            last_sweep: AtomicU64::new(now),
+            judged: AtomicU64::new(0),
+            resizes: AtomicU64::new(0),
+            min_slots,
+            clock: self.clock,
+        })
+    }
+}
+
+impl<K, R, S, C> WordMap<K, R, S, C>
+where
+    K: Eq + Hash + Clone + Send + Sync + 'static,
+    R: WordRule,
+    S: BuildHasher,
+    C: Clock,
+{
+    pub(crate) fn clock(&self) -> &C {
+        &self.clock
+    }
+
+    /// The base every rule counts time from: ns on the map's clock.
+    #[inline(always)]
+    pub(crate) fn base(&self) -> u64 {
+        self.base
+    }
+
+    /// The configured quotas' rules, quota 0 first.
+    pub(crate) fn rules(&self) -> &[R] {
+        &self.by_tag[1..=self.quota_count]
+    }
+
+    /// The rule of quota `q` as the builder's `classify` returns it (past the quotas: 0).
+    pub(crate) fn rule_of_class(&self, q: usize) -> &R {
+        &self.by_tag[if q < self.quota_count { q + 1 } else { 1 }]
+    }
+
+    /// The rule of the quota a new `key` would get.
+    pub(crate) fn classify(&self, key: &K) -> &R {
+        self.rule_of_class((self.classify)(key))
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        usize::try_from(self.len.load(Ordering::Relaxed)).unwrap_or(usize::MAX)
+    }
+
+    pub(crate) fn max_keys(&self) -> u64 {
+        self.max_keys
+    }
+
+    pub(crate) fn capacity(&self) -> usize {
+        let guard = reclaim::pin();
+        self.table(&guard).slots.len()
+    }
+
+    pub(crate) fn resizes(&self) -> u64 {
+        self.resizes.load(Ordering::Relaxed)
+    }
+
+    /// The check of `n` on `key` at `now` by its rule, inserting or reviving the key.
+    #[inline]
+    pub(crate) fn check_n_at<Q>(&self, key: &Q, now: Nanos, n: u32) -> Result<(), Denied>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        self.maybe_sweep(now, false);
+        let hash = self.hasher.hash_one(key);
+        loop {
+            {
+                let guard = reclaim::pin();
+                let mut table = self.table(&guard);
+                while let Some(slot) = table.find(hash, key) {
+                    match self.on_slot(slot, now, n) {
+                        Outcome::Done(r) => return r,
+                        Outcome::Frozen => match forward(table, slot) {
+                            Some(next) => table = next,
+                            // A dead key in a table being copied, which drops it: inserted
+                            // again below, under `writer`, so after the copy is out.
+                            None => break,
+                        },
+                    }
+                }
+            }
+            if !self.insert(key, hash, now) {
+                return self.full(now);
+            }
+        }
+    }
+
+    /// The check on the slot holding the key: the CAS loop of the module docs.
+    #[inline(always)]
+    fn on_slot(&self, slot: &Slot<K>, now: Nanos, n: u32) -> Outcome {
+        let mut s = slot.state.load(Ordering::Acquire);
+        let backoff = Backoff::new();
+        loop {
+            let t = tag(s);
+            if t == 0 {
+                if s & FROZEN != 0 {
+                    return Outcome::Frozen;
+                }
+                match self.revive(slot, s, now) {
+                    Ok(new) => s = new,
+                    Err(r) => return Outcome::Done(r),
+                }
+                continue;
+            }
+            let new = match self.by_tag[t].check(s & X_MASK, self.base, now, n) {
+                Ok(Some(x)) => (s & !X_MASK) | x,
+                Ok(None) => return Outcome::Done(Ok(())),
+                Err(d) => return Outcome::Done(Err(d)),
+            };
+            if s & FROZEN != 0 {
+                return Outcome::Frozen;
+            }
+            match slot
+                .state
+                .compare_exchange_weak(s, new, Ordering::Relaxed, Ordering::Acquire)
+            {
+                Ok(_) => return Outcome::Done(Ok(())),
+                Err(actual) => {
+                    s = actual;
+                    backoff.spin();
+                }
+            }
+        }
+    }
+
+    /// Brings back a key found `DEAD` (word `s`): a fresh word born at `max(now, judged)`.
+    /// Returns the word now in the slot (ours or a racing reviver's), or the full-map answer.
+    #[cold]
+    fn revive(&self, slot: &Slot<K>, s: u64, now: Nanos) -> Result<u64, Result<(), Denied>> {
+        if !self.reserve() {
+            self.maybe_sweep(now, true);
+            if !self.reserve() {
+                return Err(self.full(now));
+            }
+        }
+        let q = quota_of(s);
+        // After the `Acquire` load that saw DEAD: at least the time of the sweep that wrote
+        // it (module docs, step 2).
+        let x = self.by_tag[q + 1].born(self.base, self.birth(now));
+        match slot
+            .state
+            .compare_exchange(s, live(q, x), Ordering::Relaxed, Ordering::Acquire)
+        {
+            Ok(_) => Ok(live(q, x)),
+            Err(actual) => {
+                self.len.fetch_sub(1, Ordering::Relaxed);
+                Ok(actual)
+            }
+        }
+    }
+
+    /// Inserts `key` (absent when looked up); false if the map is full. True also if another
+    /// thread inserted it first.
+    #[cold]
+    fn insert<Q>(&self, key: &Q, hash: u64, now: Nanos) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        if !self.reserve() {
+            self.maybe_sweep(now, true);
+            if !self.reserve() {
+                return false;
+            }
+        }
+        // Gives the room back unless the key goes in (another thread inserted it first, or
+        // user code panicked).
+        struct Room<'a>(&'a AtomicU64, bool);
+        impl Drop for Room<'_> {
+            fn drop(&mut self) {
+                if !self.1 {
+                    self.0.fetch_sub(1, Ordering::Relaxed);
+                }
+            }
+        }
+        let mut room = Room(&self.len, false);
+        // User code (to_owned, classify) runs before the lock.
+        let owned = key.to_owned();
+        let q = (self.classify)(&owned);
+        let q = if q < self.quota_count { q } else { 0 };
+        let _w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+        let guard = reclaim::pin();
+        let mut table = self.table(&guard);
+        if table.find(hash, key).is_some() {
+            return true;
+        }
+        if !table.has_room() {
+            table = self.resize(table, 1, &guard);
+        }
+        // Under `writer`, after any resize that purged an earlier incarnation of the key:
+        // the judged time of its eviction is visible here (module docs, step 2).
+        let x = self.by_tag[q + 1].born(self.base, self.birth(now));
+        table.claim(hash, owned, live(q, x));
+        room.1 = true;
+        true
+    }
+
+    /// Replaces `old` (the current table) by a new one holding its live keys, sized for them
+    /// plus `extra` with room to grow. Only under `writer`. No check waits for it: each live
+    /// word is copied into the new table *before* it is frozen in the old one, so a check
+    /// that finds it frozen goes on in the new table at once (module docs, "Resize").
+    fn resize<'g>(
+        &self,
+        old: &'g Table<K>,
+        extra: usize,
+        guard: &'g reclaim::Guard,
+    ) -> &'g Table<K> {
+        // User code first (Hash, Clone): if it panics, nothing has changed.
+        let mut keys: Vec<(usize, u64, K)> = Vec::with_capacity(old.used.load(Ordering::Relaxed));
+        for (i, slot) in old.slots.iter().enumerate() {
+            if slot.state.load(Ordering::Relaxed) != EMPTY {
+                // SAFETY: non-EMPTY, and we hold `writer`, under which it was written.
+                let k = unsafe { slot.key.with(K::clone) };
+                keys.push((i, self.hasher.hash_one(&k), k));
+            }
+        }
+        // Dead words first: frozen, they cannot be revived any more, so what is left to copy
+        // is known before the new table is sized. `Acquire` synchronizes with the eviction's
+        // `Release`, so the sweep's `judged` is visible to every insert after us under
+        // `writer` (module docs, step 2). A check that finds a dead word frozen inserts the
+        // key again, under `writer`, after this resize.
+        keys.retain(|&(i, _, _)| {
+            let state = &old.slots[i].state;
+            let mut s = state.load(Ordering::Relaxed);
+            while tag(s) == 0 {
+                match state.compare_exchange_weak(
+                    s,
+                    s | FROZEN,
+                    Ordering::Acquire,
+                    Ordering::Relaxed,
+                ) {
+                    Ok(_) => return false,
+                    Err(actual) => s = actual,
+                }
+            }
+            true
+        });
+        // Room to grow (twice the keys), but never past the key bound's table: at the bound
+        // a resize purges the dead slots and keeps the size, so memory stays the bound's.
+        let need = slots_for(keys.len() + extra);
+        let bound = slots_for(usize::try_from(self.max_keys).unwrap_or(usize::MAX));
+        let grown = ((keys.len() + extra).max(1) * 2).next_power_of_two();
+        let new = Box::into_raw(Box::new(Table::new(
+            grown.min(bound).max(need).max(self.min_slots),
+        )));
+        // SAFETY: just allocated; published below, freed only by a later resize (after
+        // `guard` unpins) or with the map.
+        let new_ref: &'g Table<K> = unsafe { &*new };
+        // Before any live word is frozen: a check that sees the freeze (`Acquire`, from the
+        // freeze's `AcqRel`) sees this too.
+        old.next.store(new, Ordering::Release);
+        // Live words: copy, then freeze the word copied; if the word changed in between (a
+        // grant, an update, an eviction), copy the newer one and try again. The new slot is
+        // read by no check until the freeze succeeds (only a frozen old slot leads there,
+        // and the new table is not published yet), so the copy is the word's continuation.
+        for (i, hash, k) in keys {
+            let state = &old.slots[i].state;
+            let mut s = state.load(Ordering::Acquire);
+            let copy = new_ref.claim(hash, k, s);
+            loop {
+                match state.compare_exchange_weak(
+                    s,
+                    s | FROZEN,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                ) {
+                    Ok(_) => break,
+                    Err(actual) => {
+                        s = actual;
+                        copy.state.store(s, Ordering::Release);
+                    }
+                }
+            }
+        }
+        #[cfg(test)]
+        tests::resize_hook();
+        let old_ptr = self.table.swap(new, Ordering::AcqRel);
+        self.resizes.fetch_add(1, Ordering::Relaxed);
+        debug_assert!(std::ptr::eq(old_ptr, old));
+        // SAFETY: `old_ptr` came from `Box::into_raw` and is unreachable from the map now;
+        // threads pinned before the swap may still read it (and follow its `next`, the new
+        // table, which outlives them), which the epoch waits for.
+        unsafe { reclaim::retire(guard, old_ptr) };
+        new_ref
+    }
+
+    /// The current table, valid while `guard` is pinned.
+    #[inline(always)]
+    fn table<'g>(&self, _guard: &'g reclaim::Guard) -> &'g Table<K> {
+        // SAFETY: the pointer is always a live table from `Box::into_raw`; a replaced one is
+        // retired to the epoch collector, which frees it only after every guard pinned before
+        // the replacement (ours included) is dropped. `Acquire` pairs with the resize's
+        // publication, so the table's contents are visible.
+        unsafe { &*self.table.load(Ordering::Acquire) }
+    }
+
+    /// The word of `key` as one load reads it: `None` if absent, else its quota's rule and
+    /// its state (`None` if evicted). Writes nothing, inserts nothing.
+    pub(crate) fn read<Q>(&self, key: &Q) -> Option<(&R, Option<u64>)>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let guard = reclaim::pin();
+        let hash = self.hasher.hash_one(key);
+        let s = self
+            .table(&guard)
+            .find(hash, key)?
+            .state
+            .load(Ordering::Acquire);
+        let rule = &self.by_tag[quota_of(s) + 1];
+        Some((rule, (tag(s) != 0).then_some(s & X_MASK)))
+    }
+
+    /// Moves a held, live key's state by `f` (`None`: leave it), with one CAS per attempt; an
+    /// absent or evicted key is left alone. Not a grant: `f` must only ever give back
+    /// (an eviction may then judge the key idle a little sooner, never later).
+    pub(crate) fn update<Q>(&self, key: &Q, f: impl Fn(&R, u64) -> Option<u64>)
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let hash = self.hasher.hash_one(key);
+        let guard = reclaim::pin();
+        let mut table = self.table(&guard);
+        while let Some(slot) = table.find(hash, key) {
+            if self.update_slot(slot, &f) {
+                return;
+            }
+            // Frozen, so live (a dead word returns above): its continuation is in the table
+            // being filled.
+            match forward(table, slot) {
+                Some(next) => table = next,
+                None => return,
+            }
+        }
+    }
+
+    /// [`Self::update`] on the slot holding the key; false if it found the word frozen.
+    fn update_slot(&self, slot: &Slot<K>, f: &impl Fn(&R, u64) -> Option<u64>) -> bool {
+        let mut s = slot.state.load(Ordering::Acquire);
+        let backoff = Backoff::new();
+        loop {
+            let t = tag(s);
+            if t == 0 {
+                // Dead (evicted idle): nothing to move.
+                return true;
+            }
+            let Some(x) = f(&self.by_tag[t], s & X_MASK) else {
+                return true;
+            };
+            if s & FROZEN != 0 {
+                return false;
+            }
+            match slot.state.compare_exchange_weak(
+                s,
+                (s & !X_MASK) | x,
+                Ordering::Relaxed,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return true,
+                Err(actual) => {
+                    s = actual;
+                    backoff.spin();
+                }
+            }
+        }
+    }
+
+    /// True if `key` is held (live).
+    pub(crate) fn contains<Q>(&self, key: &Q) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        matches!(self.read(key), Some((_, Some(_))))
+    }
+
+    /// The map's sweeper, for a front's `spawn_sweeper`.
+    pub(crate) fn sweeper(&self) -> &Sweeper {
+        &self.sweeper
+    }
+
+    pub(crate) fn sweep_every(&self) -> u64 {
+        self.sweep_every
+    }
+
+    /// What a sweeper thread runs: a sweep at the map's clock, recorded as the last one.
+    pub(crate) fn sweep_now(&self) {
+        let now = self.clock.now();
+        self.last_sweep.store(now.as_u64(), Ordering::Relaxed);
+        self.evict_idle_at(now);
+    }
+
+    /// Evicts the keys the rule judges idle at `now`; rebuilds the table when dead slots
+    /// outnumber the live keys. Returns how many keys it evicted.
+    pub(crate) fn evict_idle_at(&self, now: Nanos) -> usize {
+        // Published before any eviction's `Release` CAS (module docs, step 2).
+        self.judged.fetch_max(now.as_u64(), Ordering::Relaxed);
+        let guard = reclaim::pin();
+        let table = self.table(&guard);
+        let (mut evicted, mut live_keys, mut dead_slots) = (0, 0, 0);
+        for slot in table.slots.iter() {
+            let s = slot.state.load(Ordering::Relaxed);
+            if s == EMPTY || s & FROZEN != 0 {
+                continue;
+            }
+            let q = quota_of(s);
+            if tag(s) == 0 {
+                dead_slots += 1;
+                continue;
+            }
+            if self.by_tag[q + 1].idle(s & X_MASK, self.base, now)
+                && slot
+                    .state
+                    .compare_exchange(s, dead(q), Ordering::Release, Ordering::Relaxed)
+                    .is_ok()
+            {
+                evicted += 1;
+                dead_slots += 1;
+                self.len.fetch_sub(1, Ordering::Relaxed);
+            } else {
+                live_keys += 1;
+            }
+        }
+        if dead_slots > live_keys && dead_slots >= PURGE_MIN {
+            let _w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+            let current = self.table(&guard);
+            if std::ptr::eq(current, table) {
+                self.resize(current, 0, &guard);
+            }
+        }
+        evicted
+    }
+
+    /// The birth time of a new or revived key at `now`: never before the last sweep's
+    /// judgement (module docs, step 2).
+    fn birth(&self, now: Nanos) -> Nanos {
+        now.max(Nanos::new(self.judged.load(Ordering::Relaxed)))
+    }
+
+    /// Takes room for one more key under `max_keys`; false if there is none.
+    fn reserve(&self) -> bool {
+        let mut len = self.len.load(Ordering::Relaxed);
+        loop {
+            if len >= self.max_keys {
+                return false;
+            }
+            match self
+                .len
+                .compare_exchange_weak(len, len + 1, Ordering::Relaxed, Ordering::Relaxed)
+            {
+                Ok(_) => return true,
+                Err(actual) => len = actual,
+            }
+        }
+    }
+
+    /// The answer to a new key when the map is full: the `when_full` policy; a denial retries
+    /// at the next early sweep.
+    fn full(&self, now: Nanos) -> Result<(), Denied> {
+        match self.when_full {
+            WhenFull::Allow => Ok(()),
+            WhenFull::Deny => {
+                let next = self
+                    .last_sweep
+                    .load(Ordering::Relaxed)
+                    .saturating_add(self.early_sweep_gap())
+                    .max(now.as_u64().saturating_add(1));
+                Err(Denied::new(now, Some(Nanos::new(next))))
+            }
+        }
+    }
+
+    /// The least time between early sweeps (asked by a full map): a tenth of `sweep_every`,
+    /// at least 1 ms.
+    fn early_sweep_gap(&self) -> u64 {
+        (self.sweep_every / 10).max(1_000_000)
+    }
+
+    /// Sweeps inline if one is due at `hint` (a check's reading): a load and a compare on the
+    /// hot path, the sweep itself out of line.
+    #[inline(always)]
+    fn maybe_sweep(&self, hint: Nanos, early: bool) {
+        let last = self.last_sweep.load(Ordering::Relaxed);
+        let gap = if early {
+            self.early_sweep_gap()
+        } else {
+            self.sweeper.inline_every()
+        };
+        let due = last.saturating_add(gap);
+        if hint.as_u64() < due {
+            return;
+        }
+        self.sweep_due(last, due);
+    }
+
+    /// The sweep a check found due: confirmed at the map's clock (a check's `now` may be the
+    /// caller's), run by the one check that wins `last_sweep`, or handed to the sweeper
+    /// thread.
+    #[cold]
+    fn sweep_due(&self, last: u64, due: u64) {
+        let now = self.clock.now();
+        if now.as_u64() < due {
+            return;
+        }
+        if self
+            .last_sweep
+            .compare_exchange(last, now.as_u64(), Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+            && !self.sweeper.wake()
+        {
+            self.evict_idle_at(now);
+        }
+    }
+
+    /// The settings a front's `Debug` shows, after its quotas.
+    pub(crate) fn debug_fields(&self, d: &mut fmt::DebugStruct<'_, '_>) {
+        debug_fields(d, self.max_keys, self.when_full, self.sweep_every);
+    }
+}
+
+impl<K, R, S, C> Drop for WordMap<K, R, S, C>
+where
+    K: Eq + Hash + Clone + Send + Sync + 'static,
+    S: BuildHasher,
+{
+    fn drop(&mut self) {
+        let table = self.table.load(Ordering::Relaxed);
+        // SAFETY: `&mut self`: no check is running; the current table is ours alone (retired
+        // ones belong to the collector).
+        drop(unsafe { Box::from_raw(table) });
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use std::cell::RefCell;
+
+    thread_local! {
+        /// Run by a resize on this thread after it has frozen every word of the old table
+        /// and before it publishes the new one.
+        pub(crate) static RESIZE_HOOK: RefCell<Option<Box<dyn Fn()>>> = const { RefCell::new(None) };
+    }
+
+    pub(super) fn resize_hook() {
+        RESIZE_HOOK.with(|h| {
+            if let Some(hook) = h.borrow().as_ref() {
+                hook();
+            }
+        });
+    }
+
+    #[test]
+    fn word_layout_round_trips() {
+        for q in 0..MAX_QUOTAS {
+            let s = live(q, X_MASK);
+            assert_eq!(tag(s), q + 1);
+            assert_eq!(quota_of(s), q);
+            assert_eq!(s & FROZEN, 0);
+            assert_eq!(quota_of(s | FROZEN), q);
+            let d = dead(q);
+            assert_eq!(tag(d), 0);
+            assert_ne!(d, EMPTY);
+            assert_eq!(quota_of(d), q);
+            assert_eq!(quota_of(d | FROZEN), q);
+        }
+    }
+}
