@@ -39,15 +39,15 @@
 //!
 //! **Range.** A granted `x` is at most `w + M + T`, so the word holds readings up to
 //! `R = 2^59 - 1 - (M + T)` ns past the base: **at least 8.5 years** for every quota the
-//! builder accepts; a quota whose `slack + 1` paces `(slack + 1) * T` exceed about 9.7 years
+//! builder accepts; a quota whose `slack + 1` paces `(slack + 1) * T` exceed about 9.76 years
 //! (`2^59 - 1` ns less 8.5 years) is [`ConfigError::PacesTooLong`]. Past the range time stands
 //! still for the map: each key gets at most its `slack + 1` more and is then refused (it
 //! fails closed).
 //!
 //! **Budget.** `next` never decreases while a key lives, each granted permit moves it by at
-//! least `T`, and a grant at `now` needs `next >= now - M` ([`LeakyBucket`](crate::LeakyBucket)'s
-//! invariant, which the shift leaves as it is): at most `slack + 1 + d / T` permits in any
-//! span `d` of readings, whatever their order.
+//! least `T`, and a grant at `now` leaves it in `[now - M, now]`
+//! ([`LeakyBucket`](crate::LeakyBucket)'s invariant, which the shift leaves as it is): at
+//! most `slack + 1 + d / T` permits in any span `d` of readings, whatever their order.
 //!
 //! # A key's birth, and eviction
 //! A key is **born** at `B` when it is inserted, or revived after a sweep at `J <= B` evicted
@@ -77,7 +77,7 @@
 //! From [`Keyed`](crate::Keyed)`<K, LeakyBucket>`: the same answers, refusals' retry times
 //! included, except where its bucket stays unset (a birth at a clock reading `B < T`: it then
 //! keeps upstream's "first take" state, which refuses `n >= 2` for good, where this map's is
-//! `B - T` as for every other birth), and at the ends of the range above.
+//! `B - T` as for every other birth), for readings before the base, and past the range.
 //!
 //! # Quotas, memory, HashDoS, sweeps
 //! As [`KeyedTokenBucket`](crate::KeyedTokenBucket)'s: up to [`MAX_QUOTAS`] configurations
@@ -107,7 +107,7 @@ use crate::word_map::{Settings, WordMap};
 use crate::word_rule::{WordRule, X_MASK};
 
 /// 8.5 years (of 365.25 days) in nanoseconds: the least range a quota gets.
-const RANGE_MIN: u64 = 85 * 365_25 * 86_400 * 1_000_000;
+const RANGE_MIN: u64 = 85 * 36_525 * 86_400 * 1_000_000; // 8.5 * 365.25 days
 /// The longest `M + T` (ns) that leaves [`RANGE_MIN`] of readings in the word.
 const CAP_MAX: u64 = X_MASK - RANGE_MIN;
 const _: () = assert!(RANGE_MIN == 268_239_600_000_000_000);

@@ -244,28 +244,27 @@ fn differential(rate: u32, per: u64, slack: u32, ops: &[Op]) -> Result<(), TestC
     Ok(())
 }
 
+/// A configuration and `ops` on it; with `sweeps`, sweeps between the checks.
+fn case(sweeps: bool) -> impl Strategy<Value = (u32, u64, u32, Vec<Op>)> {
+    config().prop_flat_map(move |(rate, per, slack)| {
+        let pace = (per / u64::from(rate)).max(1);
+        let ops = prop::collection::vec(op(pace, slack, sweeps), 1..300);
+        (Just(rate), Just(per), Just(slack), ops)
+    })
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
 
     /// Without eviction: per key, `Keyed<u64, LeakyBucket>`'s answers exactly.
     #[test]
-    fn agrees_with_keyed_leaky_buckets(
-        (rate, per, slack, ops) in config().prop_flat_map(|(rate, per, slack)| {
-            let pace = (per / u64::from(rate)).max(1);
-            (Just(rate), Just(per), Just(slack), prop::collection::vec(op(pace, slack, false), 1..300))
-        })
-    ) {
+    fn agrees_with_keyed_leaky_buckets((rate, per, slack, ops) in case(false)) {
         differential(rate, per, slack, &ops)?;
     }
 
     /// With sweeps between the checks: both judge idleness and date revived keys alike.
     #[test]
-    fn agrees_with_keyed_leaky_buckets_across_sweeps(
-        (rate, per, slack, ops) in config().prop_flat_map(|(rate, per, slack)| {
-            let pace = (per / u64::from(rate)).max(1);
-            (Just(rate), Just(per), Just(slack), prop::collection::vec(op(pace, slack, true), 1..300))
-        })
-    ) {
+    fn agrees_with_keyed_leaky_buckets_across_sweeps((rate, per, slack, ops) in case(true)) {
         differential(rate, per, slack, &ops)?;
     }
 }
