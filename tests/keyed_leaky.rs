@@ -337,3 +337,33 @@ fn eviction_and_revival_keep_the_bound() {
         }
     }
 }
+
+/// The one place the map and `Keyed<u64, LeakyBucket>` part (module docs, "Deviations"): a
+/// key born at a clock reading below one pace. `Keyed` leaves its bucket unset there
+/// (upstream's "first take": `n >= 2` never passes before a first permit); this map dates it
+/// `B - T` as every other birth, so the same check waits for its credit instead.
+#[test]
+fn a_birth_below_one_pace_is_dated_unlike_keyed() {
+    let ours: Map = KeyedLeakyBucket::builder(10)
+        .sweep_every(Duration::MAX)
+        .clock(ManualClock::default())
+        .build()
+        .unwrap();
+    let clock = ManualClock::default();
+    let c = clock.clone();
+    let theirs =
+        Keyed::builder(move |_: &u64| LeakyBucket::builder(10).clock(c.clone()).build().unwrap())
+            .sweep_every(Duration::MAX)
+            .clock(clock)
+            .build()
+            .unwrap();
+    let b = at(50 * MS); // below T = 100 ms
+    assert_eq!(theirs.check_n_at(&1, b, 2).unwrap_err().retry_at(), None);
+    assert_eq!(
+        ours.check_n_at(&1, b, 2).unwrap_err().retry_at(),
+        Some(at(150 * MS))
+    );
+    assert!(ours.check_n_at(&1, at(150 * MS), 2).is_ok());
+    // One permit at the birth: the same answer from both.
+    assert_eq!(ours.check_n_at(&2, b, 1), theirs.check_n_at(&2, b, 1));
+}
