@@ -444,6 +444,22 @@ pub fn sleep_until<C: Clock + ?Sized>(clock: &C, deadline: Nanos) {
     }
 }
 
+/// Test-only: a reproducible random walk of `steps` readings from 1 s, each under
+/// `max_step` ns after the last, with the xorshift word that chose it (for the test's own
+/// random choices): one schedule the limiters' unit tests share.
+#[cfg(test)]
+pub(crate) fn random_readings(steps: usize, max_step: u64) -> impl Iterator<Item = (Nanos, u64)> {
+    let mut x = 0x9e37_79b9_7f4a_7c15_u64;
+    let mut now = 1_000_000_000u64;
+    (0..steps).map(move |_| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        now = now.saturating_add(x % max_step);
+        (Nanos::new(now), x)
+    })
+}
+
 #[cfg(all(test, not(miri)))]
 mod tests {
     use super::*;

@@ -156,9 +156,10 @@ use crossbeam_utils::Backoff;
 
 use crate::clock::{Clock, Nanos, QuantaClock};
 use crate::error::ConfigError;
+use crate::key_bound::KeyBound;
 use crate::limiter::{Denied, Idle, Limiter, QuotaStatus};
 use crate::sweeper::Sweeper;
-use crate::sync::{fence, AtomicU32, AtomicU64, Ordering};
+use crate::sync::{fence, AtomicU32, Ordering};
 
 /// A map's configuration function, fallible or (with `E = Infallible`) not.
 type Factory<K, L, E> = Box<dyn Fn(&K) -> Result<L, E> + Send + Sync>;
@@ -228,18 +229,8 @@ where
     /// The configuration function; `E` is `Infallible` unless built by [`Keyed::try_new`] or
     /// [`Keyed::try_builder`].
     factory: Factory<K, L, E>,
-    /// Live entries plus reservations for entries being inserted; never above `max_keys`.
-    len: AtomicU64,
-    max_keys: u64,
-    when_full: WhenFull,
-    sweep_every: u64,
-    /// Whether checks sweep inline, or a thread of the map's own ([`Self::spawn_sweeper`]).
-    sweeper: Sweeper,
-    /// When the last sweep started (ns on `clock`); claimed by CAS so one thread sweeps.
-    last_sweep: AtomicU64,
-    /// The latest time any sweep judged idleness at: newborn limiters are born no earlier
-    /// (module docs, "Stale clock readings"). Only grows (`fetch_max`).
-    judged: AtomicU64,
+    /// The key bound and the sweep schedule.
+    bound: KeyBound,
     clock: C,
 }
 
@@ -542,7 +533,7 @@ where
     /// assert_eq!(k.len(), 5);
     /// ```
     pub fn len(&self) -> usize {
-        usize::try_from(self.len.load(Ordering::Relaxed)).unwrap_or(usize::MAX)
+        self.bound.len()
     }
 
     /// True if no key is held.
@@ -566,7 +557,7 @@ where
     /// assert_eq!(k.max_keys(), turnstile::keyed::DEFAULT_MAX_KEYS);
     /// ```
     pub fn max_keys(&self) -> u64 {
-        self.max_keys
+        self.bound.max_keys()
     }
 }
 
@@ -598,7 +589,7 @@ where
         self.maybe_sweep(now, false);
         match into_ok(self.run_at(key, now, f, wrote)) {
             Some(r) => Ok(r),
-            None => Err(self.full(now)),
+            None => Err(self.bound.full(now)),
         }
     }
 
@@ -791,7 +782,7 @@ where
         Ok(
             match self.run_at(key, now, |l| l.check_n_at(now, n), |r| r.is_ok())? {
                 Some(r) => r,
-                None => self.full(now),
+                None => self.bound.full(now),
             },
         )
     }
@@ -869,7 +860,7 @@ where
             }
         }
         let mut fresh = (self.factory)(&key.to_owned()).ok()?;
-        fresh.born_at(self.birth(now));
+        fresh.born_at(self.bound.birth(now));
         fresh.quota_at(now)
     }
 
@@ -939,11 +930,11 @@ where
     {
         Sweeper::spawn(
             self,
-            self.sweep_every,
-            |k| &k.sweeper,
+            self.bound.sweep_every(),
+            |k| k.bound.sweeper(),
             |k| {
                 let now = k.clock.now();
-                k.last_sweep.store(now.as_u64(), Ordering::Relaxed);
+                k.bound.swept(now);
                 k.evict_idle_at(now);
             },
         )
@@ -988,12 +979,12 @@ where
         // Published before anything is retired: every limiter built after one of these
         // evictions is born at `now` or later (module docs, step 2 of the proof, which also
         // relies on `retire` running inside `retain`, under the map's writer lock).
-        self.judged.fetch_max(now.as_u64(), Ordering::Relaxed);
+        self.bound.judge(now);
         let mut evicted = 0;
         self.map.retain(|slot| {
             if slot.retire(now) {
                 evicted += 1;
-                self.len.fetch_sub(1, Ordering::Relaxed);
+                self.bound.release();
                 false
             } else {
                 slot.state.load(Ordering::Relaxed) != DEAD
@@ -1039,113 +1030,39 @@ where
     /// Builds and inserts `key`'s limiter; false if the map is full (after an early sweep),
     /// `Err` if the factory failed (the room reserved for the key is given back).
     /// Returns true also when another thread inserted the key first.
+    #[cold]
     fn insert<Q>(&self, key: &Q, now: Nanos) -> Result<bool, E>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        if !self.reserve() {
-            self.maybe_sweep(now, true);
-            if !self.reserve() {
-                return Ok(false);
-            }
-        }
-        // Gives the room back unless the key goes in: if it was inserted first by another
-        // thread, or if the factory (user code) fails or panics.
-        struct Room<'a>(&'a AtomicU64, bool);
-        impl Drop for Room<'_> {
-            fn drop(&mut self) {
-                if !self.1 {
-                    self.0.fetch_sub(1, Ordering::Relaxed);
-                }
-            }
-        }
-        let mut room = Room(&self.len, false);
+        // Given back unless the key goes in: if it was inserted first by another thread, or
+        // if the factory (user code) fails or panics.
+        let Some(room) = self.bound.room(now, &self.clock, |at| {
+            self.evict_idle_at(at);
+        }) else {
+            return Ok(false);
+        };
         let key = key.to_owned();
         let mut limiter = (self.factory)(&key)?;
-        room.1 = self.map.insert_with(key, || {
+        let inserted = self.map.insert_with(key, || {
             // Under the map's writer lock, so after the removal of any limiter the key had:
             // the judged time of that eviction is visible here (module docs, step 2).
-            limiter.born_at(self.birth(now));
+            limiter.born_at(self.bound.birth(now));
             Slot::new(limiter)
         });
+        if inserted {
+            room.keep();
+        }
         Ok(true)
     }
 
-    /// The birth time of a limiter built for a check at `now`: `now`, or the latest time a
-    /// sweep judged at if that is later (then the check's reading is older than a sweep that
-    /// may have evicted the key's previous limiter, and is judged as stale).
-    fn birth(&self, now: Nanos) -> Nanos {
-        now.max(Nanos::new(self.judged.load(Ordering::Relaxed)))
-    }
-
-    /// Reserves room for one more key under `max_keys`.
-    fn reserve(&self) -> bool {
-        let mut len = self.len.load(Ordering::Relaxed);
-        loop {
-            if len >= self.max_keys {
-                return false;
-            }
-            match self
-                .len
-                .compare_exchange_weak(len, len + 1, Ordering::Relaxed, Ordering::Relaxed)
-            {
-                Ok(_) => return true,
-                Err(actual) => len = actual,
-            }
-        }
-    }
-
-    /// The full-map policy's answer.
-    fn full(&self, now: Nanos) -> Result<(), Denied> {
-        match self.when_full {
-            WhenFull::Allow => Ok(()),
-            WhenFull::Deny => {
-                let next = self
-                    .last_sweep
-                    .load(Ordering::Relaxed)
-                    .saturating_add(self.early_sweep_gap())
-                    .max(now.as_u64().saturating_add(1));
-                Err(Denied::new(now, Some(Nanos::new(next))))
-            }
-        }
-    }
-
-    /// An early sweep (map full) may follow the last one after this long.
-    fn early_sweep_gap(&self) -> u64 {
-        (self.sweep_every / 10).max(1_000_000)
-    }
-
-    /// Sweeps if one is due: `sweep_every` after the last one, or (`early`, the map is full)
-    /// a tenth of that. One load when `hint` (a check's time) says none is due. A sweep is
-    /// judged on the map's own clock, never on `hint`: a caller's time may be anything, and
-    /// a future one would evict keys that are busy at the present. So a due `hint` is
-    /// confirmed by a clock reading, and the thread whose CAS claims the sweep runs it at
-    /// that reading.
-    #[inline]
+    /// Sweeps if one is due at `hint` (a check's time): one load and a compare when none is.
+    #[inline(always)]
     fn maybe_sweep(&self, hint: Nanos, early: bool) {
-        let last = self.last_sweep.load(Ordering::Relaxed);
-        let gap = if early {
-            self.early_sweep_gap()
-        } else {
-            self.sweeper.inline_every()
-        };
-        let due = last.saturating_add(gap);
-        if hint.as_u64() < due {
-            return;
-        }
-        let now = self.clock.now();
-        if now.as_u64() < due {
-            return;
-        }
-        if self
-            .last_sweep
-            .compare_exchange(last, now.as_u64(), Ordering::Relaxed, Ordering::Relaxed)
-            .is_ok()
-            && !self.sweeper.wake()
-        {
+        self.bound.maybe_sweep(hint, early, &self.clock, |now| {
             self.evict_idle_at(now);
-        }
+        });
     }
 }
 
@@ -1157,16 +1074,10 @@ where
     E: 'static,
 {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Keyed")
-            .field("len", &self.len())
-            // `None`: no key bound (u64::MAX).
-            .field(
-                "max_keys",
-                &(self.max_keys != u64::MAX).then_some(self.max_keys),
-            )
-            .field("when_full", &self.when_full)
-            .field("sweep_every", &Duration::from_nanos(self.sweep_every))
-            .finish()
+        let mut d = f.debug_struct("Keyed");
+        d.field("len", &self.len());
+        self.bound.debug(&mut d);
+        d.finish()
     }
 }
 
@@ -1285,13 +1196,12 @@ where
         Ok(Keyed {
             map: map::Map::new(),
             factory: self.factory,
-            len: AtomicU64::new(0),
-            max_keys: self.max_keys,
-            when_full: self.when_full,
-            sweep_every: self.sweep_every,
-            sweeper: Sweeper::new(self.sweep_every),
-            last_sweep: AtomicU64::new(now),
-            judged: AtomicU64::new(0),
+            bound: KeyBound::new(
+                self.max_keys,
+                self.when_full,
+                self.sweep_every,
+                Nanos::new(now),
+            ),
             clock: self.clock,
         })
     }
@@ -1299,15 +1209,9 @@ where
 
 impl<K, L, C: Clock, E> fmt::Debug for KeyedBuilder<K, L, C, E> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("KeyedBuilder")
-            // `None`: no key bound (u64::MAX).
-            .field(
-                "max_keys",
-                &(self.max_keys != u64::MAX).then_some(self.max_keys),
-            )
-            .field("when_full", &self.when_full)
-            .field("sweep_every", &Duration::from_nanos(self.sweep_every))
-            .finish()
+        let mut d = f.debug_struct("KeyedBuilder");
+        KeyBound::debug_fields(&mut d, self.max_keys, self.when_full, self.sweep_every);
+        d.finish()
     }
 }
 

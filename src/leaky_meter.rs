@@ -432,14 +432,8 @@ mod tests {
             let clock = crate::ManualClock::default();
             let padded = LeakyMeter::with_clock(3, leak, clock.clone()).unwrap();
             let compact = LeakyMeter::compact_with_clock(3, leak, clock).unwrap();
-            let mut x = 0x9e37_79b9_7f4a_7c15_u64;
-            let mut now = 1_000_000_000;
-            for _ in 0..10_000 {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                now += x % 60_000_000;
-                let (t, n) = (Nanos::new(now), (x >> 32) as u32 % 6);
+            for (t, x) in crate::clock::random_readings(10_000, 60_000_000) {
+                let n = (x >> 32) as u32 % 6;
                 if x & 1 == 0 {
                     assert_eq!(padded.check_n_at(t, n), compact.check_n_at(t, n));
                 } else {

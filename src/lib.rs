@@ -59,6 +59,8 @@ mod config_slots;
 mod deadline;
 mod error;
 #[cfg(feature = "keyed")]
+mod key_bound;
+#[cfg(feature = "keyed")]
 #[cfg_attr(docsrs, doc(cfg(feature = "keyed")))]
 pub mod keyed;
 #[cfg(feature = "keyed")]

@@ -92,12 +92,12 @@ use std::collections::hash_map::RandomState;
 use std::fmt;
 use std::hash::{BuildHasher, Hash};
 use std::mem::MaybeUninit;
-use std::time::Duration;
 
 use crossbeam_utils::Backoff;
 
 use crate::clock::{Clock, Nanos, QuantaClock};
 use crate::error::ConfigError;
+use crate::key_bound::KeyBound;
 use crate::keyed::{WhenFull, DEFAULT_MAX_KEYS, DEFAULT_SWEEP_EVERY};
 use crate::limiter::Denied;
 use crate::sweeper::Sweeper;
@@ -208,15 +208,8 @@ impl<K, S, C> Settings<K, S, C> {
 
     /// The settings a front's `Debug` shows, after its quotas.
     pub(crate) fn debug_fields(&self, d: &mut fmt::DebugStruct<'_, '_>) {
-        debug_fields(d, self.max_keys, self.when_full, self.sweep_every);
+        KeyBound::debug_fields(d, self.max_keys, self.when_full, self.sweep_every);
     }
-}
-
-fn debug_fields(d: &mut fmt::DebugStruct<'_, '_>, max_keys: u64, when: WhenFull, every: u64) {
-    // `None`: no key bound (u64::MAX).
-    d.field("max_keys", &(max_keys != u64::MAX).then_some(max_keys))
-        .field("when_full", &when)
-        .field("sweep_every", &Duration::from_nanos(every));
 }
 
 /// A keyed map of one-word states: see the [module docs](self).
@@ -240,16 +233,8 @@ where
     /// Serializes inserts of absent keys and resizes; never taken by a check of a key the
     /// table holds (live, dead or frozen).
     writer: Mutex<()>, // inserts and resizes only, never a check of an existing key
-    /// Live keys plus reservations for keys being inserted or revived.
-    len: AtomicU64,
-    max_keys: u64,
-    when_full: WhenFull,
-    sweep_every: u64,
-    /// Whether checks sweep inline, or a thread of the map's own.
-    sweeper: Sweeper,
-    last_sweep: AtomicU64,
-    /// The latest time any sweep judged at; only grows.
-    judged: AtomicU64,
+    /// The key bound and the sweep schedule.
+    bound: KeyBound,
     /// Tables replaced so far (grown or purged); a metric.
     resizes: AtomicU64,
     /// The fewest slots a table has (from the builder's `capacity`).
@@ -522,13 +507,12 @@ where
             hasher: self.hasher,
             base: now,
             writer: Mutex::new(()), // inserts and resizes only
-            len: AtomicU64::new(0),
-            max_keys: self.max_keys,
-            when_full: self.when_full,
-            sweep_every: self.sweep_every,
-            sweeper: Sweeper::new(self.sweep_every),
-            last_sweep: AtomicU64::new(now),
-            judged: AtomicU64::new(0),
+            bound: KeyBound::new(
+                self.max_keys,
+                self.when_full,
+                self.sweep_every,
+                Nanos::new(now),
+            ),
             resizes: AtomicU64::new(0),
             min_slots,
             clock: self.clock,
@@ -569,11 +553,11 @@ where
     }
 
     pub(crate) fn len(&self) -> usize {
-        usize::try_from(self.len.load(Ordering::Relaxed)).unwrap_or(usize::MAX)
+        self.bound.len()
     }
 
     pub(crate) fn max_keys(&self) -> u64 {
-        self.max_keys
+        self.bound.max_keys()
     }
 
     pub(crate) fn capacity(&self) -> usize {
@@ -611,7 +595,7 @@ where
                 }
             }
             if !self.insert(key, hash, now) {
-                return self.full(now);
+                return self.bound.full(now);
             }
         }
     }
@@ -658,25 +642,25 @@ where
     /// Returns the word now in the slot (ours or a racing reviver's), or the full-map answer.
     #[cold]
     fn revive(&self, slot: &Slot<K>, s: u64, now: Nanos) -> Result<u64, Result<(), Denied>> {
-        if !self.reserve() {
-            self.maybe_sweep(now, true);
-            if !self.reserve() {
-                return Err(self.full(now));
-            }
-        }
+        let Some(room) = self.bound.room(now, &self.clock, |at| {
+            self.evict_idle_at(at);
+        }) else {
+            return Err(self.bound.full(now));
+        };
         let q = quota_of(s);
         // After the `Acquire` load that saw DEAD: at least the time of the sweep that wrote
         // it (module docs, step 2).
-        let x = self.by_tag[q + 1].born(self.base, self.birth(now));
+        let x = self.by_tag[q + 1].born(self.base, self.bound.birth(now));
         match slot
             .state
             .compare_exchange(s, live(q, x), Ordering::Relaxed, Ordering::Acquire)
         {
-            Ok(_) => Ok(live(q, x)),
-            Err(actual) => {
-                self.len.fetch_sub(1, Ordering::Relaxed);
-                Ok(actual)
+            Ok(_) => {
+                room.keep();
+                Ok(live(q, x))
             }
+            // Another reviver won (its room is the key's), or a resize froze the word.
+            Err(actual) => Ok(actual),
         }
     }
 
@@ -688,23 +672,13 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        if !self.reserve() {
-            self.maybe_sweep(now, true);
-            if !self.reserve() {
-                return false;
-            }
-        }
-        // Gives the room back unless the key goes in (another thread inserted it first, or
-        // user code panicked).
-        struct Room<'a>(&'a AtomicU64, bool);
-        impl Drop for Room<'_> {
-            fn drop(&mut self) {
-                if !self.1 {
-                    self.0.fetch_sub(1, Ordering::Relaxed);
-                }
-            }
-        }
-        let mut room = Room(&self.len, false);
+        // Given back unless the key goes in (another thread inserted it first, or user code
+        // panicked).
+        let Some(room) = self.bound.room(now, &self.clock, |at| {
+            self.evict_idle_at(at);
+        }) else {
+            return false;
+        };
         // User code (to_owned, classify) runs before the lock.
         let owned = key.to_owned();
         let q = (self.classify)(&owned);
@@ -720,9 +694,9 @@ where
         }
         // Under `writer`, after any resize that purged an earlier incarnation of the key:
         // the judged time of its eviction is visible here (module docs, step 2).
-        let x = self.by_tag[q + 1].born(self.base, self.birth(now));
+        let x = self.by_tag[q + 1].born(self.base, self.bound.birth(now));
         table.claim(hash, owned, live(q, x));
-        room.1 = true;
+        room.keep();
         true
     }
 
@@ -769,7 +743,7 @@ where
         // Room to grow (twice the keys), but never past the key bound's table: at the bound
         // a resize purges the dead slots and keeps the size, so memory stays the bound's.
         let need = slots_for(keys.len() + extra);
-        let bound = slots_for(usize::try_from(self.max_keys).unwrap_or(usize::MAX));
+        let bound = slots_for(usize::try_from(self.bound.max_keys()).unwrap_or(usize::MAX));
         let grown = ((keys.len() + extra).max(1) * 2).next_power_of_two();
         let new = Box::into_raw(Box::new(Table::new(
             grown.min(bound).max(need).max(self.min_slots),
@@ -909,17 +883,17 @@ where
 
     /// The map's sweeper, for a front's `spawn_sweeper`.
     pub(crate) fn sweeper(&self) -> &Sweeper {
-        &self.sweeper
+        self.bound.sweeper()
     }
 
     pub(crate) fn sweep_every(&self) -> u64 {
-        self.sweep_every
+        self.bound.sweep_every()
     }
 
     /// What a sweeper thread runs: a sweep at the map's clock, recorded as the last one.
     pub(crate) fn sweep_now(&self) {
         let now = self.clock.now();
-        self.last_sweep.store(now.as_u64(), Ordering::Relaxed);
+        self.bound.swept(now);
         self.evict_idle_at(now);
     }
 
@@ -927,7 +901,7 @@ where
     /// outnumber the live keys. Returns how many keys it evicted.
     pub(crate) fn evict_idle_at(&self, now: Nanos) -> usize {
         // Published before any eviction's `Release` CAS (module docs, step 2).
-        self.judged.fetch_max(now.as_u64(), Ordering::Relaxed);
+        self.bound.judge(now);
         let guard = reclaim::pin();
         let table = self.table(&guard);
         let (mut evicted, mut live_keys, mut dead_slots) = (0, 0, 0);
@@ -949,7 +923,7 @@ where
             {
                 evicted += 1;
                 dead_slots += 1;
-                self.len.fetch_sub(1, Ordering::Relaxed);
+                self.bound.release();
             } else {
                 live_keys += 1;
             }
@@ -964,90 +938,17 @@ where
         evicted
     }
 
-    /// The birth time of a new or revived key at `now`: never before the last sweep's
-    /// judgement (module docs, step 2).
-    fn birth(&self, now: Nanos) -> Nanos {
-        now.max(Nanos::new(self.judged.load(Ordering::Relaxed)))
-    }
-
-    /// Takes room for one more key under `max_keys`; false if there is none.
-    fn reserve(&self) -> bool {
-        let mut len = self.len.load(Ordering::Relaxed);
-        loop {
-            if len >= self.max_keys {
-                return false;
-            }
-            match self
-                .len
-                .compare_exchange_weak(len, len + 1, Ordering::Relaxed, Ordering::Relaxed)
-            {
-                Ok(_) => return true,
-                Err(actual) => len = actual,
-            }
-        }
-    }
-
-    /// The answer to a new key when the map is full: the `when_full` policy; a denial retries
-    /// at the next early sweep.
-    fn full(&self, now: Nanos) -> Result<(), Denied> {
-        match self.when_full {
-            WhenFull::Allow => Ok(()),
-            WhenFull::Deny => {
-                let next = self
-                    .last_sweep
-                    .load(Ordering::Relaxed)
-                    .saturating_add(self.early_sweep_gap())
-                    .max(now.as_u64().saturating_add(1));
-                Err(Denied::new(now, Some(Nanos::new(next))))
-            }
-        }
-    }
-
-    /// The least time between early sweeps (asked by a full map): a tenth of `sweep_every`,
-    /// at least 1 ms.
-    fn early_sweep_gap(&self) -> u64 {
-        (self.sweep_every / 10).max(1_000_000)
-    }
-
-    /// Sweeps inline if one is due at `hint` (a check's reading): a load and a compare on the
-    /// hot path, the sweep itself out of line.
+    /// Sweeps inline if one is due at `hint` (a check's reading).
     #[inline(always)]
     fn maybe_sweep(&self, hint: Nanos, early: bool) {
-        let last = self.last_sweep.load(Ordering::Relaxed);
-        let gap = if early {
-            self.early_sweep_gap()
-        } else {
-            self.sweeper.inline_every()
-        };
-        let due = last.saturating_add(gap);
-        if hint.as_u64() < due {
-            return;
-        }
-        self.sweep_due(last, due);
-    }
-
-    /// The sweep a check found due: confirmed at the map's clock (a check's `now` may be the
-    /// caller's), run by the one check that wins `last_sweep`, or handed to the sweeper
-    /// thread.
-    #[cold]
-    fn sweep_due(&self, last: u64, due: u64) {
-        let now = self.clock.now();
-        if now.as_u64() < due {
-            return;
-        }
-        if self
-            .last_sweep
-            .compare_exchange(last, now.as_u64(), Ordering::Relaxed, Ordering::Relaxed)
-            .is_ok()
-            && !self.sweeper.wake()
-        {
+        self.bound.maybe_sweep(hint, early, &self.clock, |now| {
             self.evict_idle_at(now);
-        }
+        });
     }
 
     /// The settings a front's `Debug` shows, after its quotas.
     pub(crate) fn debug_fields(&self, d: &mut fmt::DebugStruct<'_, '_>) {
-        debug_fields(d, self.max_keys, self.when_full, self.sweep_every);
+        self.bound.debug(d);
     }
 }
 

@@ -1,6 +1,6 @@
 //! `KeyedTokenBucket` under races: grants on live keys, evictions, revivals of evicted keys,
 //! table growth and purges, and arbitrarily stale clock readings. The module docs of
-//! `src/keyed_bucket.rs` state the guarantee (every key keeps `burst + limit * span` over
+//! `src/keyed_bucket.rs` and `src/word_map.rs` state the guarantee (every key keeps `burst + limit * span` over
 //! every span of its readings, as if one bucket had served it all along); this file checks
 //! it on every key after each race.
 //!

@@ -1,11 +1,11 @@
-//! loom models of `KeyedTokenBucket`'s table protocol (`src/keyed_bucket.rs`): a grant is
-//! one CAS on the key's word, an eviction a CAS of the same word to `DEAD`, a revival a CAS
-//! from `DEAD`, a resize freezes the dead words, then copies each live word into the new
-//! table before it freezes it (again if the word changed), so a check that finds its word
-//! frozen goes on in the new table without waiting; keys are written once under
+//! loom models of `KeyedTokenBucket`'s table protocol (`src/word_map.rs`, the engine of every
+//! inline map): a grant is one CAS on the key's word, an eviction a CAS of the same word to
+//! `DEAD`, a revival a CAS from `DEAD`, a resize freezes the dead words, then copies each live
+//! word into the new table before it freezes it (again if the word changed), so a check that
+//! finds its word frozen goes on in the new table without waiting; keys are written once under
 //! the writer lock and published by the word's `Release` store. Each model races two or three
-//! of those and checks that no grant is lost or counted twice, that a stale reading never
-//! finds a revived or re-inserted key more generous than the evicted one, and (through loom's
+//! of those and checks that no grant is lost or counted twice, that a stale reading never finds
+//! a revived or re-inserted key more generous than the evicted one, and (through loom's
 //! `UnsafeCell`) that no key is read while it is written.
 //!
 //! Under loom the map's smallest table has 4 slots (so the fourth key grows it) and a sweep
