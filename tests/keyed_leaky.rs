@@ -154,17 +154,20 @@ fn quotas_are_per_key_and_bounded() {
     assert_eq!(b.build().unwrap_err(), ConfigError::ZeroPeriod);
 }
 
-/// A `Keyed<u64, LeakyBucket>` on the same clock, swept only by hand.
-fn keyed(
-    rate: u32,
-    per: Duration,
-    slack: u32,
-) -> Keyed<u64, LeakyBucket<ManualClock>, ManualClock> {
+type Theirs = Keyed<u64, LeakyBucket<ManualClock>, ManualClock>;
+
+/// `(rate, per in ns, slack)`.
+type Config = (u32, u64, u32);
+
+/// A `Keyed<u64, LeakyBucket>` on the same clock, swept only by hand: even keys get `c0`,
+/// odd ones `c1`.
+fn keyed(c0: Config, c1: Config) -> Theirs {
     let clock = ManualClock::new(at(T0));
     let c = clock.clone();
-    Keyed::builder(move |_: &u64| {
+    Keyed::builder(move |key: &u64| {
+        let (rate, per, slack) = if key % 2 == 0 { c0 } else { c1 };
         LeakyBucket::builder(rate)
-            .per(per)
+            .per(Duration::from_nanos(per))
             .slack(slack)
             .clock(c.clone())
             .build()
@@ -174,6 +177,19 @@ fn keyed(
     .clock(clock)
     .build()
     .unwrap()
+}
+
+/// The map with the same two quotas, picked alike.
+fn two_quotas(c0: Config, c1: Config) -> Map {
+    KeyedLeakyBucket::builder(c0.0)
+        .per(Duration::from_nanos(c0.1))
+        .slack(c0.2)
+        .quota(c1.0, Duration::from_nanos(c1.1), c1.2)
+        .classify(|key: &u64| (key % 2) as usize)
+        .sweep_every(Duration::MAX)
+        .clock(ManualClock::new(at(T0)))
+        .build()
+        .unwrap()
 }
 
 #[derive(Debug, Clone)]
@@ -202,7 +218,7 @@ fn op(pace: u64, slack: u32, sweeps: bool) -> impl Strategy<Value = Op> {
     prop_oneof![20 => check, w => sweep]
 }
 
-fn config() -> impl Strategy<Value = (u32, u64, u32)> {
+fn config() -> impl Strategy<Value = Config> {
     prop_oneof![
         Just((10, SEC, 10)),
         Just((3, SEC, 2)),
@@ -213,11 +229,10 @@ fn config() -> impl Strategy<Value = (u32, u64, u32)> {
     ]
 }
 
-/// Runs `ops` on both maps; every answer agrees, refusals' retry times included.
-fn differential(rate: u32, per: u64, slack: u32, ops: &[Op]) -> Result<(), TestCaseError> {
-    let per = Duration::from_nanos(per);
-    let ours = map(rate, per, slack);
-    let theirs = keyed(rate, per, slack);
+/// Runs `ops` on both maps (even keys of quota `c0`, odd of `c1`); every answer agrees,
+/// refusals' retry times included.
+fn differential(c0: Config, c1: Config, ops: &[Op]) -> Result<(), TestCaseError> {
+    let (ours, theirs) = (two_quotas(c0, c1), keyed(c0, c1));
     let mut now = T0;
     for o in ops {
         match *o {
@@ -244,12 +259,14 @@ fn differential(rate: u32, per: u64, slack: u32, ops: &[Op]) -> Result<(), TestC
     Ok(())
 }
 
-/// A configuration and `ops` on it; with `sweeps`, sweeps between the checks.
-fn case(sweeps: bool) -> impl Strategy<Value = (u32, u64, u32, Vec<Op>)> {
-    config().prop_flat_map(move |(rate, per, slack)| {
-        let pace = (per / u64::from(rate)).max(1);
-        let ops = prop::collection::vec(op(pace, slack, sweeps), 1..300);
-        (Just(rate), Just(per), Just(slack), ops)
+/// Two configurations (the second `None`: the same as the first) and `ops` on them, paced
+/// by the first; with `sweeps`, sweeps between the checks.
+fn case(sweeps: bool, two: bool) -> impl Strategy<Value = (Config, Config, Vec<Op>)> {
+    (config(), config()).prop_flat_map(move |(c0, c1)| {
+        let c1 = if two { c1 } else { c0 };
+        let pace = (c0.1 / u64::from(c0.0)).max(1);
+        let ops = prop::collection::vec(op(pace, c0.2, sweeps), 1..300);
+        (Just(c0), Just(c1), ops)
     })
 }
 
@@ -258,14 +275,21 @@ proptest! {
 
     /// Without eviction: per key, `Keyed<u64, LeakyBucket>`'s answers exactly.
     #[test]
-    fn agrees_with_keyed_leaky_buckets((rate, per, slack, ops) in case(false)) {
-        differential(rate, per, slack, &ops)?;
+    fn agrees_with_keyed_leaky_buckets((c0, c1, ops) in case(false, false)) {
+        differential(c0, c1, &ops)?;
     }
 
     /// With sweeps between the checks: both judge idleness and date revived keys alike.
     #[test]
-    fn agrees_with_keyed_leaky_buckets_across_sweeps((rate, per, slack, ops) in case(true)) {
-        differential(rate, per, slack, &ops)?;
+    fn agrees_with_keyed_leaky_buckets_across_sweeps((c0, c1, ops) in case(true, false)) {
+        differential(c0, c1, &ops)?;
+    }
+
+    /// Two quotas, classified by key, with sweeps: each key answers as its own quota's
+    /// bucket, and keeps its quota across an eviction.
+    #[test]
+    fn agrees_with_keyed_leaky_buckets_per_quota((c0, c1, ops) in case(true, true)) {
+        differential(c0, c1, &ops)?;
     }
 }
 
