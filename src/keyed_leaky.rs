@@ -829,18 +829,17 @@ mod tests {
     use super::*;
     use crate::{Idle, LeakyBucket, Limiter, ManualClock};
 
-    /// xorshift64: the tests' random stream.
-    struct Rng(u64);
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0
-        }
+    /// The tests' random choices: the words of the limiters' shared test walk (its readings
+    /// are not used here).
+    struct Rng<I>(I);
+    impl<I: Iterator<Item = (Nanos, u64)>> Rng<I> {
         fn below(&mut self, n: u64) -> u64 {
-            self.next() % n.max(1)
+            self.0.next().map_or(0, |(_, x)| x) % n.max(1)
         }
+    }
+
+    fn rng() -> Rng<impl Iterator<Item = (Nanos, u64)>> {
+        Rng(crate::clock::random_readings(usize::MAX, u64::MAX))
     }
 
     /// Configurations with T = 0, T = 1, small and large T, slack 0 and more.
@@ -875,7 +874,7 @@ mod tests {
     /// forwards and backwards (stale), and land on the branches' edges.
     #[test]
     fn the_rule_agrees_with_a_born_leaky_bucket() {
-        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        let mut rng = rng();
         for &(rate, per, slack) in &CONFIGS {
             let q = quota(rate, per, slack);
             for _ in 0..200 {
@@ -929,7 +928,7 @@ mod tests {
     /// edges (`B`, `B - T`, `J - M - T`, ...).
     #[test]
     fn an_idle_key_born_again_never_grants_more() {
-        let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+        let mut rng = rng();
         let mut evictions = 0u32;
         for &(rate, per, slack) in &CONFIGS {
             let q = quota(rate, per, slack);
