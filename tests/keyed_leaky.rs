@@ -165,7 +165,7 @@ fn keyed(c0: Config, c1: Config) -> Theirs {
     let clock = ManualClock::new(at(T0));
     let c = clock.clone();
     Keyed::builder(move |key: &u64| {
-        let (rate, per, slack) = if key % 2 == 0 { c0 } else { c1 };
+        let (rate, per, slack) = if key.is_multiple_of(2) { c0 } else { c1 };
         LeakyBucket::builder(rate)
             .per(Duration::from_nanos(per))
             .slack(slack)
