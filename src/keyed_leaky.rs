@@ -49,6 +49,11 @@
 //! ([`LeakyBucket`](crate::LeakyBucket)'s invariant, which the shift leaves as it is): at
 //! most `slack + 1 + d / T` permits in any span `d` of readings, whatever their order.
 //!
+//! **Orderings.** The rule has no atomics of its own: it computes the next word from the one
+//! the map loaded, and the map's CASes (and why their orderings are enough) are the whole
+//! protocol (`src/word_map.rs`). All the rule needs from them is that a grant is applied
+//! with one CAS from the word it was computed from, which every ordering gives.
+//!
 //! # A key's birth, and eviction
 //! A key is **born** at `B` when it is inserted, or revived after a sweep at `J <= B` evicted
 //! it (`B` is the later of the check's reading and the last sweep's time): `next = B - T`,
