@@ -31,9 +31,10 @@
 //!   whatever each clock does on valgrind's emulated CPU, so these rows say less about native
 //!   runs than the clock-free ones.
 //!
-//! * `keyed-random-<limiter>` (`inline`, `tb`, `leaky`, `fixed`, `sliding`, `bursty`,
-//!   `warming`, `meter`, `governor`): every limiter in `Keyed<u64, L>` (`inline`:
-//!   `KeyedTokenBucket`; `governor`: its keyed limiter) over 100 000 keys, **saturated**: each
+//! * `keyed-random-<limiter>` (`inline`, `inline-leaky`, `tb`, `leaky`, `fixed`, `sliding`,
+//!   `bursty`, `warming`, `meter`, `governor`): every limiter in `Keyed<u64, L>` (`inline`:
+//!   `KeyedTokenBucket`; `inline-leaky`: `KeyedLeakyBucket`, as `leaky` without slack;
+//!   `governor`: its keyed limiter) over 100 000 keys, **saturated**: each
 //!   key at 10/s with a capacity of one (`benches/harness/saturated.rs`, "every limiter per
 //!   key"), inserted and emptied during setup, then `check_n_at(&key, t, 1)` with the retry
 //!   time, `t` advancing 50 ns a check, keys from the xorshift sequence; see [`many_keys`].
@@ -53,7 +54,9 @@ use std::time::Duration;
 
 use governor::clock::FakeRelativeClock;
 use governor::{Quota, RateLimiter};
-use turnstile::{Keyed, KeyedTokenBucket, Limit, ManualClock, Nanos, TokenBucket};
+use turnstile::{
+    Keyed, KeyedLeakyBucket, KeyedTokenBucket, Limit, ManualClock, Nanos, TokenBucket,
+};
 
 #[path = "../benches/harness/saturated.rs"]
 mod saturated;
@@ -208,13 +211,19 @@ const SAT_CELLS: &[(&str, &[&str])] = &[
     ("burst-meter-check", &["turnstile"]),
 ];
 
+/// The many-keys cells of the maps with the state inline: `inline` (`KeyedTokenBucket`),
+/// `inline-leaky` (`KeyedLeakyBucket`).
+const INLINE: [&str; 2] = ["inline", "inline-leaky"];
+
 /// Every implementation `cell` measures (see [`SAT_CELLS`]); `None` if it is not a saturated
 /// or burst cell.
 fn imps(cell: &str) -> Option<Vec<&'static str>> {
     let listed = match cell.strip_prefix("keyed-random-") {
         Some("governor") => &["governor"][..],
         Some("floor" | "floor-indirect") => &["floor"][..],
-        Some(lim) if lim == "inline" || sat::MANY_LIMITERS.contains(&lim) => &["turnstile"][..],
+        Some(lim) if INLINE.contains(&lim) || sat::MANY_LIMITERS.contains(&lim) => {
+            &["turnstile"][..]
+        }
         _ => SAT_CELLS.iter().find(|(c, _)| *c == cell)?.1,
     };
     let mut v = listed.to_vec();
@@ -347,6 +356,18 @@ fn many_keys_cell(lim: &str, imp: &str, ops: u64, cell: &str) {
         }
         ("inline", _) => {
             let l = sat::keyed_bucket(clock, rate, 1, RandomState::new());
+            many_keys(ops, expect, cell, |k, t, _| {
+                sat::retry(black_box(&l).check_n_at(&black_box(k), black_box(t), 1))
+            });
+        }
+        ("inline-leaky", _) => {
+            // As `leaky`: no slack, one request a `MANY_PERIOD`.
+            let l = KeyedLeakyBucket::builder(rate)
+                .without_slack()
+                .clock(clock)
+                .sweep_every(Duration::MAX)
+                .build()
+                .expect("valid keyed limiter");
             many_keys(ops, expect, cell, |k, t, _| {
                 sat::retry(black_box(&l).check_n_at(&black_box(k), black_box(t), 1))
             });

@@ -67,6 +67,12 @@ pub enum ConfigError {
     /// `keyed_bucket::MAX_QUOTAS`, 15).
     #[error("{0} quotas; a keyed token bucket holds at most 15")]
     TooManyQuotas(usize),
+    /// A `KeyedLeakyBucket` quota whose `slack + 1` paces (`(slack + 1) * per / rate`) are
+    /// too long for its state word to keep 8.5 years of range (at most about 9.76 years).
+    #[error(
+        "slack + 1 paces last {0:?}; a keyed leaky bucket's word holds at most ~9.76 years of them"
+    )]
+    PacesTooLong(std::time::Duration),
     /// A `redis::Blocking` limiter was given a current-thread tokio runtime: it runs spawned
     /// tasks (the connection's driver, the fallback's health check) only while a call is
     /// blocked on it, so a fallback would never learn that Redis is back.

@@ -24,6 +24,7 @@
 //! | [`LeakyMeter`] | the water-level leaky bucket (a meter) | [`leaky_meter`] |
 //! | [`Keyed`] | any of the above, per key (per IP, user, API key) | [`keyed`] |
 //! | [`KeyedTokenBucket`] | a token bucket per key, its state inline (one word per key) | [`keyed_bucket`] |
+//! | [`KeyedLeakyBucket`] | a leaky bucket (uber-go) per key, its state inline | [`keyed_leaky`] |
 //!
 //! Every limiter has a mutex-based twin in [`reference`](mod@reference) that follows the upstream code
 //! literally; the tests compare the two on random operation sequences, and the benchmarks
@@ -65,6 +66,9 @@ pub mod keyed;
 #[cfg(feature = "keyed")]
 #[cfg_attr(docsrs, doc(cfg(feature = "keyed")))]
 pub mod keyed_bucket;
+#[cfg(feature = "keyed")]
+#[cfg_attr(docsrs, doc(cfg(feature = "keyed")))]
+pub mod keyed_leaky;
 pub mod leaky_bucket;
 pub mod leaky_meter;
 mod limit;
@@ -99,6 +103,9 @@ pub use keyed::Keyed;
 #[cfg(feature = "keyed")]
 #[cfg_attr(docsrs, doc(cfg(feature = "keyed")))]
 pub use keyed_bucket::KeyedTokenBucket;
+#[cfg(feature = "keyed")]
+#[cfg_attr(docsrs, doc(cfg(feature = "keyed")))]
+pub use keyed_leaky::KeyedLeakyBucket;
 pub use leaky_bucket::LeakyBucket;
 pub use leaky_meter::LeakyMeter;
 pub use limit::Limit;

@@ -1,0 +1,1035 @@
+//! Per-key leaky buckets with the state **inline**, uber-go `ratelimit` semantics: each key is
+//! its key and one 64-bit word in an open-addressing table shared by all keys, the same table
+//! and protocol as [`KeyedTokenBucket`](crate::KeyedTokenBucket)'s (lookup, insert, eviction,
+//! revival, resizes, sweeps, key bound; its module docs describe them). The general
+//! [`Keyed`](crate::Keyed)`<K, LeakyBucket>` holds a whole bucket per key behind a pointer
+//! (two cache misses per random-key check); this map shares the configuration between keys,
+//! so a `u64` key costs a 16-byte slot and a check one miss.
+//!
+//! # The state word
+//! Each key is a [`LeakyBucket`](crate::LeakyBucket): one number, `next`, the time of the
+//! next permission issue (upstream's `state`), with `T = per / rate` truncated to whole
+//! nanoseconds (`perRequest`) and `M = slack * T` (`maxSlack`). A take at `now` from `prev` is
+//! upstream's switch, in nanoseconds:
+//!
+//! ```text
+//! now - prev > M + T  -> next = now - M
+//! otherwise           -> next = prev + T
+//! ```
+//!
+//! and a check of `n` is `n` consecutive takes at one `now`, granted iff the last `next` is
+//! `<= now` (every one of them immediate), exactly as the [`Limiter`](crate::Limiter) check of
+//! `LeakyBucket`; a refusal writes nothing and retries at `prev + n * T` (never, `None`, if
+//! `n > slack + 1` with `T > 0`).
+//!
+//! The word keeps `next` shifted so that it counts from the map's **base** (the clock reading
+//! at construction) and is never negative:
+//!
+//! ```text
+//!  63      62..59       58..0
+//! [FROZEN][ tag (4) ][   x (59 bits)   ]     x = next - base + M + T
+//!   tag 1..=15: a live key of quota `tag - 1`
+//!   tag 0, FROZEN: the engine's (EMPTY, DEAD, a resize's copy)
+//! ```
+//!
+//! With `w = now - base` (the reading's offset), upstream's cap condition `now - prev > M + T`
+//! is `w > x`, and a grant needs the last `x <= w + M + T`. Readings before the base count as
+//! the base. Every `next` a bucket reaches is at least `base - max(M, T)` (a birth's `B - T`,
+//! a cap branch's `now - M`, or more), so `x >= 0`.
+//!
+//! **Range.** A granted `x` is at most `w + M + T`, so the word holds readings up to
+//! `R = 2^59 - 1 - (M + T)` ns past the base: **at least 8.5 years** for every quota the
+//! builder accepts; a quota whose `slack + 1` paces `(slack + 1) * T` exceed about 9.76 years
+//! (`2^59 - 1` ns less 8.5 years) is [`ConfigError::PacesTooLong`]. Past the range time stands
+//! still for the map: each key gets at most its `slack + 1` more and is then refused (it
+//! fails closed).
+//!
+//! **Budget.** `next` never decreases while a key lives, each granted permit moves it by at
+//! least `T`, and a grant at `now` leaves it in `[now - M, now]`
+//! ([`LeakyBucket`](crate::LeakyBucket)'s invariant, which the shift leaves as it is): at
+//! most `slack + 1 + d / T` permits in any span `d` of readings, whatever their order.
+//!
+//! **Orderings.** The rule has no atomics of its own: it computes the next word from the one
+//! the map loaded, and the map's CASes (and why their orderings are enough) are the whole
+//! protocol (`src/word_map.rs`). All the rule needs from them is that a grant is applied
+//! with one CAS from the word it was computed from, which every ordering gives.
+//!
+//! # A key's birth, and eviction
+//! A key is **born** at `B` when it is inserted, or revived after a sweep at `J <= B` evicted
+//! it (`B` is the later of the check's reading and the last sweep's time): `next = B - T`,
+//! as [`Keyed`](crate::Keyed) dates a new [`LeakyBucket`](crate::LeakyBucket)
+//! ([`Idle::born_at`](crate::Idle::born_at)). A take at `B` then commits `next = B`, exactly
+//! as upstream's first take; a reading older than `B` is refused until `B`; credit banks from
+//! `B` on, up to the slack. A key is **idle** at `J` when `J - next > M + T` (every take from
+//! `J` on runs the cap branch: the bucket remembers nothing but its full credit); then
+//! `next < J - M - T < B - T`, and since upstream's step is monotone in `next`
+//! (`next' = max(prev + T, now - M)`), the newborn is at least as strict as the evicted bucket
+//! at every reading, stale ones included: eviction never hands a key more than it had.
+//!
+//! # Deviations
+//! From uber-go/ratelimit, besides [`LeakyBucket`](crate::LeakyBucket)'s own (D6, D7):
+//! * a new key is born with `next = B - T`, not upstream's "first take ever: `next = now`":
+//!   the first check of one permit is granted at once as upstream's, but a first check of
+//!   `n >= 2` is refused with a retry time (`B + (n - 1) * T`) rather than never, credit
+//!   banks from the birth even if the first checks were refused, and an evicted key comes
+//!   back with no credit. The map cannot tell a new key from one it evicted (or purged in a
+//!   resize) and inserts again, so every birth is the one a revival needs;
+//! * readings before the base count as the base, and past the range time stands still;
+//! * no blocking `take` and no `take_at`: a take always consumes, so its `next` could run
+//!   without bound into the future, past the word's range, and the engine answers only grant
+//!   or refusal. [`KeyedLeakyBucket::check_n_at`] is `try_take` for `n` permits.
+//!
+//! From [`Keyed`](crate::Keyed)`<K, LeakyBucket>`: the same answers, refusals' retry times
+//! included, except where its bucket stays unset (a birth at a clock reading `B < T`: it then
+//! keeps upstream's "first take" state, which refuses `n >= 2` for good, where this map's is
+//! `B - T` as for every other birth), for readings before the base, and past the range.
+//!
+//! # Quotas, memory, HashDoS, sweeps
+//! As [`KeyedTokenBucket`](crate::KeyedTokenBucket)'s: up to [`MAX_QUOTAS`] configurations
+//! picked per new key by `classify`, a slot of `8 + size_of::<K>()` bytes, at most `max_keys`
+//! keys (a new key finding the map full is refused, [`WhenFull::Deny`], or let through
+//! untracked, [`WhenFull::Allow`]), std's `RandomState` by default, and sweeps every
+//! `sweep_every` inline, by hand ([`KeyedLeakyBucket::evict_idle`]) or on a thread of their
+//! own ([`KeyedLeakyBucket::spawn_sweeper`]). A key is evicted by the first sweep more than
+//! `(slack + 1) * T` after its `next`.
+
+use std::borrow::Borrow;
+use std::collections::hash_map::RandomState;
+use std::fmt;
+use std::hash::{BuildHasher, Hash};
+use std::time::Duration;
+
+pub use crate::keyed::{WhenFull, DEFAULT_MAX_KEYS, DEFAULT_SWEEP_EVERY};
+pub use crate::leaky_bucket::{DEFAULT_PER, DEFAULT_SLACK};
+pub use crate::word_map::MAX_QUOTAS;
+
+use crate::clock::{Clock, Nanos, QuantaClock};
+use crate::error::ConfigError;
+use crate::limiter::Denied;
+#[cfg(not(loom))]
+use crate::sweeper::Sweeper;
+use crate::word_map::{Settings, WordMap};
+use crate::word_rule::{WordRule, X_MASK};
+
+/// 8.5 years (of 365.25 days) in nanoseconds: the least range a quota gets.
+const RANGE_MIN: u64 = 85 * 36_525 * 86_400 * 1_000_000; // 8.5 * 365.25 days
+/// The longest `M + T` (ns) that leaves [`RANGE_MIN`] of readings in the word.
+const CAP_MAX: u64 = X_MASK - RANGE_MIN;
+const _: () = assert!(RANGE_MIN == 268_239_600_000_000_000);
+
+/// One configuration of the quota table: upstream's constants, precomputed.
+#[derive(Clone, Copy, Debug)]
+struct Quota {
+    rate: u32,
+    per: Duration,
+    slack: u32,
+    /// `T = per / rate`, truncated (upstream's `perRequest`).
+    t: u64,
+    /// `M = slack * T` (`maxSlack`).
+    m: u64,
+    /// `M + T`: the shift of `x`, and upstream's cap condition.
+    cap: u64,
+    /// The last reading offset (ns past the base) the word counts: `X_MASK - cap`.
+    range: u64,
+}
+
+impl Quota {
+    /// Upstream's `perRequest` and `maxSlack`; rate 0 or `per` 0 ([`ConfigError::ZeroRate`],
+    /// [`ConfigError::ZeroPeriod`], [`LeakyBucket`](crate::LeakyBucket)'s D6), or
+    /// `(slack + 1) * T` past [`CAP_MAX`] ([`ConfigError::PacesTooLong`]).
+    fn new(rate: u32, per: Duration, slack: u32) -> Result<Quota, ConfigError> {
+        crate::leaky_bucket::validate(rate, per)?;
+        let t = per.as_nanos() / u128::from(rate);
+        // Exact: t < 2^96 and slack + 1 <= 2^32.
+        let cap = t * (u128::from(slack) + 1);
+        if cap > u128::from(CAP_MAX) {
+            let secs = u64::try_from(cap / 1_000_000_000).unwrap_or(u64::MAX);
+            let long = Duration::new(secs, (cap % 1_000_000_000) as u32);
+            return Err(ConfigError::PacesTooLong(long));
+        }
+        // cap <= CAP_MAX < 2^59: every product below fits.
+        let (t, cap) = (t as u64, cap as u64);
+        Ok(Quota {
+            rate,
+            per,
+            slack,
+            t,
+            m: cap - t,
+            cap,
+            range: X_MASK - cap,
+        })
+    }
+
+    /// `w`: the reading's offset past `base`, in `[0, range]`.
+    #[inline(always)]
+    fn w(&self, base: u64, now: Nanos) -> u64 {
+        now.as_u64().saturating_sub(base).min(self.range)
+    }
+
+    /// The refusal of `n` takes from `x` (their last `next` came out past `now`): upstream's
+    /// `prev + n * T`, the time at which the same check passes if nobody else takes; `None`
+    /// for `n > slack + 1`. A refusal with `n <= slack + 1` came from the default branch
+    /// (from the cap branch the last `next` is `now - M + (n - 1) * T <= now`), whose last
+    /// `x` is `x + n * T > w + cap`, so the time is after `now`.
+    #[inline(always)]
+    fn refused(&self, x: u64, base: u64, now: Nanos, n: u32) -> Denied {
+        if n - 1 > self.slack {
+            return Denied::new(now, None);
+        }
+        // x + n * T - cap = the retry time's offset past base (n * T <= cap: no overflow).
+        let at = u128::from(base) + u128::from(x + u64::from(n) * self.t - self.cap);
+        // u64::MAX is never a time anything is granted at (LeakyBucket's end of time).
+        let at = u64::try_from(at).ok().filter(|&t| t < u64::MAX);
+        Denied::new(now, at.map(Nanos::new))
+    }
+}
+
+/// The map's rule: `x` is the key's `next` shifted by `M + T - base` (module docs, "The state
+/// word").
+impl WordRule for Quota {
+    /// `next = B - T`: `x = w(B) + M`.
+    #[inline(always)]
+    fn born(&self, base: u64, now: Nanos) -> u64 {
+        self.w(base, now) + self.m
+    }
+
+    #[inline(always)]
+    fn check(&self, x: u64, base: u64, now: Nanos, n: u32) -> Result<Option<u64>, Denied> {
+        if n == 0 {
+            return Ok(None);
+        }
+        if n - 1 > self.slack && self.t > 0 {
+            // After the first take next >= now - M, so the last is past now.
+            return Err(Denied::new(now, None));
+        }
+        let w = self.w(base, now);
+        // Upstream's switch: `now - prev > M + T` is `w > x`.
+        let first = if w > x { w + self.t } else { x + self.t };
+        // The other n - 1 are the default branch (n - 1 <= slack, or T = 0): at most
+        // x + cap + M <= 2^60, no overflow.
+        let last = first + u64::from(n - 1) * self.t;
+        if last <= w + self.cap {
+            // T = 0 and a reading no later than `next`: nothing moves, nothing is written.
+            return Ok((last != x).then_some(last));
+        }
+        Err(self.refused(x, base, now, n))
+    }
+
+    /// `now - next > M + T`: `w > x`.
+    #[inline(always)]
+    fn idle(&self, x: u64, base: u64, now: Nanos) -> bool {
+        x < self.w(base, now)
+    }
+}
+
+/// Per-key leaky buckets (uber-go `ratelimit` semantics), one 64-bit word per key in a table
+/// shared by all keys. See the [module docs](self) for the word, a key's birth and the
+/// deviations.
+///
+/// ```
+/// use std::net::IpAddr;
+/// use turnstile::keyed_leaky::KeyedLeakyBucket;
+///
+/// // 10 requests per second per client IP, 100 ms apart, 10 of credit after idling.
+/// let per_ip = KeyedLeakyBucket::new(10).unwrap();
+/// let client: IpAddr = "192.0.2.7".parse().unwrap();
+/// assert!(per_ip.check(&client).is_ok());
+/// assert_eq!(per_ip.len(), 1);
+/// ```
+///
+/// Quotas per key: a small table of configurations, and a function that picks one for each
+/// new key.
+///
+/// ```
+/// use std::time::Duration;
+/// use turnstile::{keyed_leaky::KeyedLeakyBucket, ManualClock, Nanos};
+///
+/// let per_user = KeyedLeakyBucket::builder(1) // quota 0: 1 per second, no slack
+///     .without_slack()
+///     .quota(100, Duration::from_secs(1), 10) // quota 1
+///     .classify(|user: &String| usize::from(user.starts_with("staff:")))
+///     .clock(ManualClock::default())
+///     .build()
+///     .unwrap();
+/// let t = Nanos::new(1_000_000_000);
+/// assert!(per_user.check_n_at("alice", t, 1).is_ok());
+/// let denied = per_user.check_n_at("alice", t, 1).unwrap_err();
+/// assert_eq!(denied.retry_after(), Some(Duration::from_secs(1)));
+/// assert!(per_user.check_n_at("staff:bob", t, 1).is_ok());
+/// ```
+pub struct KeyedLeakyBucket<K, S = RandomState, C: Clock = QuantaClock>
+where
+    K: Eq + Hash + Clone + Send + Sync + 'static,
+    S: BuildHasher,
+{
+    map: WordMap<K, Quota, S, C>,
+}
+
+impl<K> KeyedLeakyBucket<K, RandomState, QuantaClock>
+where
+    K: Eq + Hash + Clone + Send + Sync + 'static,
+{
+    /// `rate` permits per second per key with the default slack of 10 (upstream's
+    /// `New(rate)`), on the shared quanta clock, with at most [`DEFAULT_MAX_KEYS`] keys and
+    /// sweeps every 10 s. A rate of 0 is [`ConfigError::ZeroRate`].
+    ///
+    /// ```
+    /// use turnstile::{keyed_leaky::KeyedLeakyBucket, ConfigError};
+    /// let k = KeyedLeakyBucket::new(5).unwrap();
+    /// assert!(k.check(&42u64).is_ok());
+    /// assert_eq!(KeyedLeakyBucket::<u64>::new(0).unwrap_err(), ConfigError::ZeroRate);
+    /// ```
+    pub fn new(rate: u32) -> Result<Self, ConfigError> {
+        Self::builder(rate).build()
+    }
+
+    /// A builder whose quota 0 is `rate` permits per second with slack 10: change them with
+    /// [`KeyedLeakyBucketBuilder::per`], [`KeyedLeakyBucketBuilder::slack`] and
+    /// [`KeyedLeakyBucketBuilder::without_slack`], add quotas with
+    /// [`KeyedLeakyBucketBuilder::quota`] and pick one per key with
+    /// [`KeyedLeakyBucketBuilder::classify`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::keyed_leaky::{KeyedLeakyBucket, WhenFull};
+    /// let k = KeyedLeakyBucket::<u32>::builder(5)
+    ///     .per(Duration::from_secs(60))
+    ///     .slack(2)
+    ///     .max_keys(100_000)
+    ///     .when_full(WhenFull::Deny)
+    ///     .build()
+    ///     .unwrap();
+    /// assert_eq!(k.max_keys(), 100_000);
+    /// ```
+    pub fn builder(rate: u32) -> KeyedLeakyBucketBuilder<K> {
+        KeyedLeakyBucketBuilder {
+            quotas: vec![(rate, DEFAULT_PER, DEFAULT_SLACK)],
+            settings: Settings::new(),
+        }
+    }
+}
+
+impl<K, S, C> KeyedLeakyBucket<K, S, C>
+where
+    K: Eq + Hash + Clone + Send + Sync + 'static,
+    S: BuildHasher,
+    C: Clock,
+{
+    /// The clock every check reads.
+    ///
+    /// ```
+    /// use turnstile::{keyed_leaky::KeyedLeakyBucket, Clock, ManualClock, Nanos};
+    /// let k = KeyedLeakyBucket::<u8>::builder(1)
+    ///     .clock(ManualClock::new(Nanos::new(5)))
+    ///     .build()
+    ///     .unwrap();
+    /// assert_eq!(k.clock().now(), Nanos::new(5));
+    /// ```
+    pub fn clock(&self) -> &C {
+        self.map.clock()
+    }
+
+    /// The map's clock reading now: the time its plain (non-`_at`) checks use.
+    ///
+    /// ```
+    /// use turnstile::{keyed_leaky::KeyedLeakyBucket, ManualClock, Nanos};
+    /// let k = KeyedLeakyBucket::<u8>::builder(1)
+    ///     .clock(ManualClock::new(Nanos::new(7)))
+    ///     .build()
+    ///     .unwrap();
+    /// assert_eq!(k.now(), Nanos::new(7));
+    /// ```
+    pub fn now(&self) -> Nanos {
+        self.map.clock().now()
+    }
+
+    /// Keys currently held (evicted keys no longer count).
+    ///
+    /// ```
+    /// use turnstile::keyed_leaky::KeyedLeakyBucket;
+    /// let k = KeyedLeakyBucket::new(1).unwrap();
+    /// for ip in 0..5u32 {
+    ///     let _ = k.check(&ip);
+    /// }
+    /// assert_eq!(k.len(), 5);
+    /// ```
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// True if no key is held.
+    ///
+    /// ```
+    /// use turnstile::keyed_leaky::KeyedLeakyBucket;
+    /// assert!(KeyedLeakyBucket::<u32>::new(1).unwrap().is_empty());
+    /// ```
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The key bound ([`DEFAULT_MAX_KEYS`] unless the builder set one; `u64::MAX`: none).
+    ///
+    /// ```
+    /// use turnstile::keyed_leaky::{KeyedLeakyBucket, DEFAULT_MAX_KEYS};
+    /// assert_eq!(KeyedLeakyBucket::<u32>::new(1).unwrap().max_keys(), DEFAULT_MAX_KEYS);
+    /// ```
+    pub fn max_keys(&self) -> u64 {
+        self.map.max_keys()
+    }
+
+    /// The table's slots (a power of two; each holds a key and its word): the memory the map
+    /// holds is about `capacity() * size_of::<(u64, K)>()`.
+    ///
+    /// ```
+    /// use turnstile::keyed_leaky::KeyedLeakyBucket;
+    /// assert!(KeyedLeakyBucket::<u64>::new(1).unwrap().capacity().is_power_of_two());
+    /// ```
+    pub fn capacity(&self) -> usize {
+        self.map.capacity()
+    }
+
+    /// How many times the table has been replaced (grown by inserts, or rebuilt without its
+    /// evicted keys); a metric.
+    ///
+    /// ```
+    /// use turnstile::keyed_leaky::KeyedLeakyBucket;
+    /// let k = KeyedLeakyBucket::new(1).unwrap();
+    /// for key in 0..100u32 {
+    ///     let _ = k.check(&key);
+    /// }
+    /// assert!(k.resizes() >= 3); // 16 slots at first, at most 7/8 used
+    /// ```
+    pub fn resizes(&self) -> u64 {
+        self.map.resizes()
+    }
+
+    /// One permit for `key` now, if it needs no wait (upstream's `Take` that would not sleep).
+    ///
+    /// ```
+    /// use turnstile::keyed_leaky::KeyedLeakyBucket;
+    /// let k = KeyedLeakyBucket::builder(1).without_slack().build().unwrap();
+    /// assert!(k.check("alice").is_ok());
+    /// assert!(k.check("alice").is_err()); // the next one is a second away
+    /// assert!(k.check("bob").is_ok());
+    /// # let _: &KeyedLeakyBucket<String> = &k;
+    /// ```
+    #[inline]
+    pub fn check<Q>(&self, key: &Q) -> Result<(), Denied>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        self.check_n_at(key, self.map.clock().now(), 1)
+    }
+
+    /// `n` permits for `key` now, if `n` consecutive takes would all be immediate.
+    ///
+    /// ```
+    /// use turnstile::keyed_leaky::KeyedLeakyBucket;
+    /// let k = KeyedLeakyBucket::builder(1).slack(3).build().unwrap();
+    /// assert!(k.check(&1u8).is_ok());
+    /// assert_eq!(k.check_n(&1u8, 5).unwrap_err().retry_at(), None); // more than slack + 1
+    /// ```
+    #[inline]
+    pub fn check_n<Q>(&self, key: &Q, n: u32) -> Result<(), Denied>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        self.check_n_at(key, self.map.clock().now(), n)
+    }
+
+    /// Takes `n` permits for `key` at `now` if `n` consecutive takes would all be immediate,
+    /// as one atomic step, inserting the key if it is new; otherwise changes nothing, as
+    /// [`LeakyBucket`](crate::LeakyBucket)'s [`Limiter`](crate::Limiter) check. A denial
+    /// says when the same check would pass if nobody else takes (`prev + n * T`); never
+    /// (`None`) if `n > slack + 1`. A refusal because the map is full ([`WhenFull::Deny`])
+    /// says when the next early sweep may make room. `n == 0` always passes.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::{keyed_leaky::KeyedLeakyBucket, ManualClock, Nanos};
+    /// let k = KeyedLeakyBucket::<u8, _, _>::builder(10)
+    ///     .slack(3)
+    ///     .clock(ManualClock::default())
+    ///     .build()
+    ///     .unwrap();
+    /// let t0 = Nanos::new(1_000_000_000);
+    /// assert!(k.check_n_at(&1, t0, 1).is_ok());           // a new key: one at once
+    /// let t1 = t0 + Duration::from_secs(10);              // idle: 3 permits of credit
+    /// assert!(k.check_n_at(&1, t1, 4).is_ok());           // slack + 1 at once
+    /// let d = k.check_n_at(&1, t1, 1).unwrap_err();
+    /// assert_eq!(d.retry_after(), Some(Duration::from_millis(100)));
+    /// ```
+    #[inline]
+    pub fn check_n_at<Q>(&self, key: &Q, now: Nanos, n: u32) -> Result<(), Denied>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        self.map.check_n_at(key, now, n)
+    }
+
+    /// True if `key` is held (live).
+    ///
+    /// ```
+    /// use turnstile::keyed_leaky::KeyedLeakyBucket;
+    /// let k = KeyedLeakyBucket::new(1).unwrap();
+    /// assert!(!k.contains(&1u8));
+    /// let _ = k.check(&1u8);
+    /// assert!(k.contains(&1u8));
+    /// ```
+    pub fn contains<Q>(&self, key: &Q) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.map.contains(key)
+    }
+
+    /// Moves sweeping off the request path, as [`Keyed::spawn_sweeper`](crate::Keyed::spawn_sweeper):
+    /// a thread sweeps every half `sweep_every`, and early when a new key finds the map full;
+    /// no check sweeps any more. The thread holds only a weak reference and ends when the map
+    /// is dropped.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use turnstile::keyed_leaky::KeyedLeakyBucket;
+    ///
+    /// let k = Arc::new(
+    ///     KeyedLeakyBucket::<u32>::builder(5)
+    ///         .sweep_every(Duration::from_millis(20))
+    ///         .build()
+    ///         .unwrap(),
+    /// );
+    /// let sweeper = k.spawn_sweeper();
+    /// assert!(k.check(&1).is_ok());
+    /// drop(k);
+    /// sweeper.join().unwrap();
+    /// ```
+    #[cfg(not(loom))]
+    pub fn spawn_sweeper(self: &std::sync::Arc<Self>) -> std::thread::JoinHandle<()>
+    where
+        S: Send + Sync + 'static,
+        C: 'static,
+    {
+        Sweeper::spawn(
+            self,
+            self.map.sweep_every(),
+            |k| k.map.sweeper(),
+            |k| k.map.sweep_now(),
+        )
+    }
+
+    /// Evicts every key idle (its credit full) at the map's clock reading; returns how many
+    /// went.
+    ///
+    /// ```
+    /// use turnstile::keyed_leaky::KeyedLeakyBucket;
+    /// let k = KeyedLeakyBucket::new(1).unwrap();
+    /// let _ = k.check(&1u8);
+    /// assert_eq!(k.evict_idle(), 0); // its credit is not full yet
+    /// ```
+    pub fn evict_idle(&self) -> usize {
+        self.evict_idle_at(self.map.clock().now())
+    }
+
+    /// Evicts every key idle at `now`: more than `(slack + 1) * T` past its `next`, so that
+    /// every take from `now` on finds its credit full. Returns how many went; afterwards, if
+    /// the table holds more evicted slots than live keys, rebuilds it without them.
+    ///
+    /// `now` may be any time and no key ever grants more for it (keys revived or inserted
+    /// after this call are born at `now` or later, module docs).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::{keyed_leaky::KeyedLeakyBucket, ManualClock, Nanos};
+    /// let k = KeyedLeakyBucket::<u8, _, _>::builder(10) // 100 ms apart
+    ///     .slack(1)
+    ///     .clock(ManualClock::default())
+    ///     .build()
+    ///     .unwrap();
+    /// let t = Nanos::new(1_000_000_000);
+    /// let _ = k.check_n_at(&1, t, 1);
+    /// let _ = k.check_n_at(&2, t + Duration::from_millis(150), 1);
+    /// // Key 1 is idle once more than 200 ms have passed since its `next` (t).
+    /// assert_eq!(k.evict_idle_at(t + Duration::from_millis(201)), 1);
+    /// assert_eq!(k.len(), 1);
+    /// ```
+    pub fn evict_idle_at(&self, now: Nanos) -> usize {
+        self.map.evict_idle_at(now)
+    }
+}
+
+impl<K, S, C> fmt::Debug for KeyedLeakyBucket<K, S, C>
+where
+    K: Eq + Hash + Clone + Send + Sync + 'static,
+    S: BuildHasher,
+    C: Clock,
+{
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut d = f.debug_struct("KeyedLeakyBucket");
+        d.field("len", &self.len()).field(
+            "quotas",
+            &self
+                .map
+                .rules()
+                .iter()
+                .map(|q| (q.rate, q.per, q.slack))
+                .collect::<Vec<_>>(),
+        );
+        self.map.debug_fields(&mut d);
+        d.finish()
+    }
+}
+
+/// Options for a [`KeyedLeakyBucket`]: quota 0's `per` and slack as
+/// [`LeakyBucket`](crate::LeakyBucket)'s builder (applied in order, the last one wins), more
+/// quotas, and the map's settings.
+#[must_use = "a builder does nothing until `build` is called"]
+pub struct KeyedLeakyBucketBuilder<K, S = RandomState, C: Clock = QuantaClock> {
+    /// `(rate, per, slack)` of each quota, quota 0 first.
+    quotas: Vec<(u32, Duration, u32)>,
+    settings: Settings<K, S, C>,
+}
+
+impl<K, S, C> KeyedLeakyBucketBuilder<K, S, C>
+where
+    K: Eq + Hash + Clone + Send + Sync + 'static,
+    S: BuildHasher,
+    C: Clock,
+{
+    /// Counts quota 0's rate per `per` instead of per second (upstream's `Per`). Zero is
+    /// [`ConfigError::ZeroPeriod`] at [`KeyedLeakyBucketBuilder::build`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::{keyed_leaky::KeyedLeakyBucket, ManualClock, Nanos};
+    /// let k = KeyedLeakyBucket::builder(2)
+    ///     .per(Duration::from_millis(10)) // 5 ms apart
+    ///     .without_slack()
+    ///     .clock(ManualClock::default())
+    ///     .build()
+    ///     .unwrap();
+    /// let t = Nanos::new(1_000_000_000);
+    /// assert!(k.check_n_at(&1u8, t, 1).is_ok());
+    /// let d = k.check_n_at(&1u8, t, 1).unwrap_err();
+    /// assert_eq!(d.retry_after(), Some(Duration::from_millis(5)));
+    /// ```
+    pub fn per(mut self, per: Duration) -> Self {
+        self.quotas[0].1 = per;
+        self
+    }
+
+    /// Lets idling bank up to `slack` permits of credit in quota 0 (upstream's `WithSlack`);
+    /// after an idle stretch `slack + 1` checks are immediate.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::{keyed_leaky::KeyedLeakyBucket, ManualClock, Nanos};
+    /// let k = KeyedLeakyBucket::builder(10).slack(4).clock(ManualClock::default()).build().unwrap();
+    /// let t = Nanos::new(1_000_000_000);
+    /// assert!(k.check_n_at(&1u8, t, 1).is_ok());
+    /// assert!(k.check_n_at(&1u8, t + Duration::from_secs(9), 5).is_ok());
+    /// ```
+    pub fn slack(mut self, slack: u32) -> Self {
+        self.quotas[0].2 = slack;
+        self
+    }
+
+    /// No credit at all in quota 0 (upstream's `WithoutSlack`, i.e. slack 0).
+    ///
+    /// ```
+    /// use turnstile::keyed_leaky::KeyedLeakyBucket;
+    /// let k = KeyedLeakyBucket::builder(1).without_slack().build().unwrap();
+    /// assert!(k.check(&1u8).is_ok());
+    /// assert_eq!(k.check_n(&2u8, 2).unwrap_err().retry_at(), None);
+    /// ```
+    pub fn without_slack(self) -> Self {
+        self.slack(0)
+    }
+
+    /// Adds a quota of `rate` permits per `per` with `slack` of credit: the first call adds
+    /// quota 1 (quota 0 is the builder's), and so on, up to [`MAX_QUOTAS`] in all (more is
+    /// [`ConfigError::TooManyQuotas`]).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::keyed_leaky::KeyedLeakyBucket;
+    /// let k = KeyedLeakyBucket::builder(1)
+    ///     .quota(1000, Duration::from_secs(1), 100) // quota 1
+    ///     .classify(|ip: &[u8; 4]| usize::from(ip[0] == 10))
+    ///     .build()
+    ///     .unwrap();
+    /// assert!(k.check(&[10, 0, 0, 1]).is_ok());
+    /// ```
+    pub fn quota(mut self, rate: u32, per: Duration, slack: u32) -> Self {
+        self.quotas.push((rate, per, slack));
+        self
+    }
+
+    /// Picks each new key's quota (an index into the quotas in the order they were added; one
+    /// past them means quota 0). Called once per key insertion, not per check: a key keeps
+    /// its quota until it is evicted.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::keyed_leaky::KeyedLeakyBucket;
+    /// let k = KeyedLeakyBucket::builder(1)
+    ///     .without_slack()
+    ///     .quota(1, Duration::from_secs(1), 2)
+    ///     .classify(|user: &u32| if *user < 100 { 1 } else { 0 })
+    ///     .build()
+    ///     .unwrap();
+    /// assert!(k.check(&7).is_ok());
+    /// assert!(k.check(&700).is_ok());
+    /// assert_eq!(k.check_n(&700, 2).unwrap_err().retry_at(), None); // slack 0
+    /// ```
+    pub fn classify(mut self, classify: impl Fn(&K) -> usize + Send + Sync + 'static) -> Self {
+        self.settings.classify = Box::new(classify);
+        self
+    }
+
+    /// Sizes the table for `keys` keys from the start, and never shrinks it below that (as
+    /// [`KeyedTokenBucketBuilder::capacity`](crate::keyed_bucket::KeyedTokenBucketBuilder::capacity)).
+    ///
+    /// ```
+    /// use turnstile::keyed_leaky::KeyedLeakyBucket;
+    /// let k = KeyedLeakyBucket::builder(1).capacity(1000).build().unwrap();
+    /// for key in 0..1000u32 {
+    ///     assert!(k.check(&key).is_ok());
+    /// }
+    /// assert_eq!(k.resizes(), 0);
+    /// ```
+    pub fn capacity(mut self, keys: usize) -> Self {
+        self.settings.capacity = keys;
+        self
+    }
+
+    /// Holds at most `max_keys` keys (default [`DEFAULT_MAX_KEYS`]; `u64::MAX`: no bound;
+    /// 0 is [`ConfigError::ZeroMaxKeys`]).
+    ///
+    /// ```
+    /// use turnstile::keyed_leaky::KeyedLeakyBucket;
+    /// let k = KeyedLeakyBucket::builder(1).max_keys(1).build().unwrap();
+    /// assert!(k.check(&1u8).is_ok());
+    /// assert!(k.check(&2u8).is_err()); // full, and key 1 is busy
+    /// ```
+    pub fn max_keys(mut self, max_keys: u64) -> Self {
+        self.settings.max_keys = max_keys;
+        self
+    }
+
+    /// What a new key gets when the map is full: [`WhenFull::Deny`] (default) or
+    /// [`WhenFull::Allow`].
+    ///
+    /// ```
+    /// use turnstile::keyed_leaky::{KeyedLeakyBucket, WhenFull};
+    /// let k = KeyedLeakyBucket::builder(1)
+    ///     .max_keys(1)
+    ///     .when_full(WhenFull::Allow)
+    ///     .build()
+    ///     .unwrap();
+    /// assert!(k.check(&1u8).is_ok());
+    /// assert!(k.check(&2u8).is_ok()); // untracked
+    /// assert_eq!(k.len(), 1);
+    /// ```
+    pub fn when_full(mut self, policy: WhenFull) -> Self {
+        self.settings.when_full = policy;
+        self
+    }
+
+    /// How often idle keys are swept (default 10 s); `Duration::MAX` leaves sweeping to
+    /// [`KeyedLeakyBucket::evict_idle`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::keyed_leaky::KeyedLeakyBucket;
+    /// let k = KeyedLeakyBucket::<u8>::builder(1)
+    ///     .sweep_every(Duration::from_secs(1))
+    ///     .build()
+    ///     .unwrap();
+    /// assert!(k.is_empty());
+    /// ```
+    pub fn sweep_every(mut self, every: Duration) -> Self {
+        self.settings.sweep_every = Nanos::from_duration(every).as_u64();
+        self
+    }
+
+    /// Hashes keys with `hasher` instead of std's `RandomState` (see
+    /// [`KeyedTokenBucket`](crate::KeyedTokenBucket)'s module docs, "HashDoS").
+    ///
+    /// ```
+    /// use std::collections::hash_map::DefaultHasher;
+    /// use std::hash::BuildHasherDefault;
+    /// use turnstile::keyed_leaky::KeyedLeakyBucket;
+    /// let k = KeyedLeakyBucket::<u64>::builder(1)
+    ///     .hasher(BuildHasherDefault::<DefaultHasher>::default())
+    ///     .build()
+    ///     .unwrap();
+    /// assert!(k.check(&1).is_ok());
+    /// ```
+    pub fn hasher<T: BuildHasher>(self, hasher: T) -> KeyedLeakyBucketBuilder<K, T, C> {
+        KeyedLeakyBucketBuilder {
+            quotas: self.quotas,
+            settings: self.settings.hasher(hasher),
+        }
+    }
+
+    /// Reads time from `clock` (upstream's `WithClock`); the map's base is its reading at
+    /// `build`.
+    ///
+    /// ```
+    /// use turnstile::{keyed_leaky::KeyedLeakyBucket, Clock, ManualClock, Nanos};
+    /// let k = KeyedLeakyBucket::<u8>::builder(1)
+    ///     .clock(ManualClock::new(Nanos::new(2)))
+    ///     .build()
+    ///     .unwrap();
+    /// assert_eq!(k.clock().now(), Nanos::new(2));
+    /// ```
+    pub fn clock<D: Clock>(self, clock: D) -> KeyedLeakyBucketBuilder<K, S, D> {
+        KeyedLeakyBucketBuilder {
+            quotas: self.quotas,
+            settings: self.settings.clock(clock),
+        }
+    }
+
+    /// The map, or the first setting that cannot be used: a quota's rate or `per` of 0
+    /// ([`ConfigError::ZeroRate`], [`ConfigError::ZeroPeriod`]), `slack + 1` paces too long
+    /// for the word ([`ConfigError::PacesTooLong`]), [`ConfigError::ZeroMaxKeys`] or
+    /// [`ConfigError::TooManyQuotas`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::{keyed_leaky::KeyedLeakyBucket, ConfigError};
+    /// let year = Duration::from_secs(365 * 86_400);
+    /// let err = KeyedLeakyBucket::<u8>::builder(1).per(year).build().unwrap_err();
+    /// assert!(matches!(err, ConfigError::PacesTooLong(_))); // 11 paces of a year
+    /// assert!(KeyedLeakyBucket::<u8>::builder(1).per(year).slack(8).build().is_ok());
+    /// ```
+    pub fn build(self) -> Result<KeyedLeakyBucket<K, S, C>, ConfigError> {
+        let quotas = self
+            .quotas
+            .iter()
+            .map(|&(rate, per, slack)| Quota::new(rate, per, slack))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(KeyedLeakyBucket {
+            map: self.settings.build(&quotas)?,
+        })
+    }
+}
+
+impl<K, S, C: Clock> fmt::Debug for KeyedLeakyBucketBuilder<K, S, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut d = f.debug_struct("KeyedLeakyBucketBuilder");
+        d.field("quotas", &self.quotas);
+        self.settings.debug_fields(&mut d);
+        d.finish()
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::{Idle, LeakyBucket, Limiter, ManualClock};
+
+    /// The tests' random choices: the words of the limiters' shared test walk (its readings
+    /// are not used here).
+    struct Rng<I>(I);
+    impl<I: Iterator<Item = (Nanos, u64)>> Rng<I> {
+        fn below(&mut self, n: u64) -> u64 {
+            self.0.next().map_or(0, |(_, x)| x) % n.max(1)
+        }
+    }
+
+    fn rng() -> Rng<impl Iterator<Item = (Nanos, u64)>> {
+        Rng(crate::clock::random_readings(usize::MAX, u64::MAX))
+    }
+
+    /// Configurations with T = 0, T = 1, small and large T, slack 0 and more.
+    const CONFIGS: [(u32, u64, u32); 8] = [
+        (10, 1_000_000_000, 10),
+        (10, 1_000_000_000, 0),
+        (3, 1_000_000_000, 2),
+        (1_000_000, 1_000_000_000, 5),
+        (7, 60_000_000_000, 1),
+        (1_000, 999, 3),             // T = 0
+        (1, 1, 4),                   // T = 1
+        (1, 86_400_000_000_000, 30), // a day apart, 31 days of credit
+    ];
+
+    fn quota(rate: u32, per: u64, slack: u32) -> Quota {
+        Quota::new(rate, Duration::from_nanos(per), slack).unwrap()
+    }
+
+    fn bucket(rate: u32, per: u64, slack: u32, b: Nanos) -> LeakyBucket<ManualClock> {
+        let mut lb = LeakyBucket::builder(rate)
+            .per(Duration::from_nanos(per))
+            .slack(slack)
+            .clock(ManualClock::default())
+            .build()
+            .unwrap();
+        lb.born_at(b);
+        lb
+    }
+
+    /// The rule answers as a `LeakyBucket` born at the same time (its `Idle::born_at`), check
+    /// by check: grant or refusal, the refusal's retry time, and idleness; readings go
+    /// forwards and backwards (stale), and land on the branches' edges.
+    #[test]
+    fn the_rule_agrees_with_a_born_leaky_bucket() {
+        let mut rng = rng();
+        for &(rate, per, slack) in &CONFIGS {
+            let q = quota(rate, per, slack);
+            for _ in 0..200 {
+                let base = rng.below(1 << 40);
+                // A birth at or after T (below it, LeakyBucket stays unset: a deviation).
+                let b = base + q.t + rng.below(1 << 36);
+                let lb = bucket(rate, per, slack, Nanos::new(b));
+                let mut x = q.born(base, Nanos::new(b));
+                let mut now = b;
+                for _ in 0..300 {
+                    let step = match rng.below(6) {
+                        0 => rng.below(q.t.max(1) * 3),
+                        1 => q.cap + rng.below(3),
+                        2 => q.t,
+                        3 => 0,
+                        _ => rng.below(q.t.max(1) / 2 + 2),
+                    };
+                    now = if rng.below(5) == 0 {
+                        now.saturating_sub(step).max(base)
+                    } else {
+                        now + step
+                    };
+                    let t = Nanos::new(now);
+                    let n = match rng.below(4) {
+                        0 => rng.below(u64::from(slack) + 3) as u32,
+                        1 => u32::MAX - rng.below(2) as u32,
+                        _ => 1,
+                    };
+                    assert_eq!(q.idle(x, base, t), lb.is_idle_at(t), "idle at {now}");
+                    let want = lb.check_n_at(t, n);
+                    let got = q.check(x, base, t, n);
+                    assert_eq!(
+                        got.map(|_| ()),
+                        want,
+                        "{rate}/{per}ns slack {slack}: n {n} at {now}"
+                    );
+                    if let Ok(Some(x2)) = got {
+                        assert_ne!(x2, x, "contract 2: a grant that writes changes x");
+                        assert!(x2 <= X_MASK);
+                        x = x2;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Contract 3: a key idle at `J`, evicted and born again at `B >= J`, grants nothing its
+    /// old state would have refused, stale readings (before `B`, before `J`) included. The
+    /// old state shadows the newborn: it takes exactly the newborn's grants, and each must be
+    /// one it grants too. Every idle state near the boundary is tried, with readings on the
+    /// edges (`B`, `B - T`, `J - M - T`, ...).
+    #[test]
+    fn an_idle_key_born_again_never_grants_more() {
+        let mut rng = rng();
+        let mut evictions = 0u32;
+        for &(rate, per, slack) in &CONFIGS {
+            let q = quota(rate, per, slack);
+            for _ in 0..300 {
+                let base = rng.below(1 << 40);
+                let j = base + rng.below(q.cap * 4 + 1000);
+                let wj = q.w(base, Nanos::new(j));
+                // States around the idle boundary and the newborn's x.
+                let x_old = match rng.below(3) {
+                    0 => wj.saturating_sub(rng.below(q.cap + 3)),
+                    1 => wj + q.m + rng.below(3),
+                    _ => wj + rng.below(q.cap + 3),
+                };
+                if !q.idle(x_old, base, Nanos::new(j)) {
+                    continue;
+                }
+                evictions += 1;
+                let b = j + [0, 1, rng.below(q.cap + 3)][rng.below(3) as usize];
+                let mut born = q.born(base, Nanos::new(b));
+                let mut old = x_old;
+                for _ in 0..40 {
+                    let edges = [
+                        b,
+                        b.saturating_sub(q.t),
+                        j.saturating_sub(q.cap),
+                        j,
+                        b + q.t,
+                    ];
+                    let at = if rng.below(2) == 0 {
+                        edges[rng.below(5) as usize] + rng.below(2)
+                    } else {
+                        (b + rng.below(q.cap * 2 + 2)).saturating_sub(rng.below(q.cap * 2 + 2))
+                    };
+                    let at = Nanos::new(at.max(base));
+                    let n = 1 + rng.below(u64::from(slack) + 1) as u32;
+                    if let Ok(w) = q.check(born, base, at, n) {
+                        let o = q.check(old, base, at, n);
+                        assert!(
+                            o.is_ok(),
+                            "born {born} granted n {n} at {at:?}, old {old} refused"
+                        );
+                        born = w.unwrap_or(born);
+                        old = o.unwrap().unwrap_or(old);
+                    }
+                }
+            }
+        }
+        assert!(evictions > 500, "only {evictions} idle states tried");
+    }
+
+    #[test]
+    fn the_range_is_at_least_eight_and_a_half_years() {
+        const YEAR: f64 = 365.25 * 86_400e9;
+        let d = Duration::from_nanos;
+        for (rate, per, slack) in [(1, 1, 0), (10, 1_000_000_000, 10), (1, CAP_MAX, 0)] {
+            let q = Quota::new(rate, d(per), slack).unwrap();
+            assert!(q.range as f64 >= 8.5 * YEAR, "{rate}/{per} slack {slack}");
+            // The last reading of the range: a granted word still fits.
+            let top = Nanos::new(q.range);
+            let x = q.born(0, top);
+            assert!(x <= X_MASK);
+            if let Ok(Some(x2)) = q.check(x, 0, top, 1) {
+                assert!(x2 <= X_MASK);
+            }
+        }
+        assert_eq!(
+            Quota::new(1, d(CAP_MAX + 1), 0).unwrap_err(),
+            ConfigError::PacesTooLong(d(CAP_MAX + 1))
+        );
+        // (slack + 1) * T counts: half the longest pace, twice, fits; plus one does not.
+        assert!(Quota::new(1, d(CAP_MAX / 2), 1).is_ok());
+        assert!(Quota::new(1, d(CAP_MAX / 2 + 1), 1).is_err());
+        assert!(Quota::new(1, Duration::MAX, u32::MAX).is_err());
+        assert_eq!(Quota::new(0, d(1), 0).unwrap_err(), ConfigError::ZeroRate);
+        assert_eq!(
+            Quota::new(1, Duration::ZERO, 0).unwrap_err(),
+            ConfigError::ZeroPeriod
+        );
+    }
+
+    /// Past the range time stands still: a key gets at most its slack + 1 more, then is
+    /// refused for good (it fails closed), and nothing overflows.
+    #[test]
+    fn past_the_range_a_key_fails_closed() {
+        let q = quota(10, 1_000_000_000, 2);
+        let base = 5;
+        let mut x = q.born(base, Nanos::new(base));
+        let mut grants = 0;
+        for i in 0..10u64 {
+            let t = Nanos::new(base + q.range + i * 1_000_000_000_000);
+            if let Ok(w) = q.check(x, base, t, 1) {
+                grants += 1;
+                x = w.unwrap_or(x);
+            }
+        }
+        assert_eq!(grants, 3);
+        assert!(q.check(x, base, Nanos::MAX, 1).is_err());
+    }
+}

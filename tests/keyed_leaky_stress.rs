@@ -1,0 +1,197 @@
+//! `KeyedLeakyBucket` under races: grants on live keys, evictions, revivals of evicted keys,
+//! table growth and purges, and arbitrarily stale clock readings. The module docs of
+//! `src/keyed_leaky.rs` state the guarantee: every key keeps upstream's bound, at most
+//! `slack + 1 + d / T` permits with readings in any span `d`, as if one bucket had served it
+//! all along; this file checks it on every key after each race.
+//!
+//! * `stale_readings_racing_a_tight_sweeper`: workers check random keys at readings up to
+//!   1.5 s stale while a sweeper thread evicts idle keys in a loop and the table grows from
+//!   16 slots under them; every worker also forces the stale-after-eviction interleaving
+//!   itself every few checks (read, advance, evict, use).
+//! * `purges_then_stale_readings_and_growth_in_lockstep`: before each phase every key is
+//!   idle and evicted, which forces a purge (the table is rebuilt empty); then the workers
+//!   race checks with readings older than that sweep, inserting the keys again, which forces
+//!   the table to grow under them while they check.
+#![cfg(feature = "keyed")]
+
+mod common;
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use common::stale_race::{
+    per_key, stale_race, token_bucket_excess, CHECKS, FORCE_EVERY, MAX_STALE, WORKERS,
+};
+
+use turnstile::keyed_leaky::KeyedLeakyBucket;
+use turnstile::{Clock, ManualClock, Nanos};
+
+const SEC: u64 = 1_000_000_000;
+const KEYS: u32 = 64;
+/// 20 per second: `T` = 50 ms exactly, so the bound's `d / T` has no rounding.
+const RATE: u32 = 20;
+const T: u64 = SEC / RATE as u64;
+const SLACK: u32 = 3;
+
+type Map = KeyedLeakyBucket<u32, std::collections::hash_map::RandomState, ManualClock>;
+
+fn map(clock: &ManualClock) -> Map {
+    KeyedLeakyBucket::builder(RATE)
+        .slack(SLACK)
+        .sweep_every(Duration::MAX)
+        .clock(clock.clone())
+        .build()
+        .unwrap()
+}
+
+/// Upstream's bound on every key: over every span between two grant readings, as a token
+/// bucket of `slack + 1` refilled one per `T` (linear in the grants), and exactly, with
+/// `floor(d / T)`, over the spans of up to 8 paces.
+fn assert_bound(grants: &[(u32, u64, u32)]) {
+    for (key, g) in per_key(grants, KEYS).iter().enumerate() {
+        let excess = token_bucket_excess(g, f64::from(RATE), f64::from(SLACK + 1));
+        assert!(
+            excess <= 1e-6,
+            "key {key}: {excess} permits over slack + 1 + d / T ({} grants)",
+            g.len()
+        );
+        for (i, &(a, _)) in g.iter().enumerate() {
+            let mut count = 0u64;
+            for &(b, n) in &g[i..] {
+                if b - a > 8 * T {
+                    break;
+                }
+                count += u64::from(n);
+                let allowed = u64::from(SLACK) + 1 + (b - a) / T;
+                assert!(count <= allowed, "key {key}: {count} permits in [{a}, {b}]");
+            }
+        }
+    }
+}
+
+#[test]
+fn stale_readings_racing_a_tight_sweeper() {
+    let clock = ManualClock::new(Nanos::new(10 * SEC));
+    let k = map(&clock);
+    let r = stale_race(
+        &clock,
+        KEYS,
+        |key, reading, n| k.check_n_at(&key, reading, n).is_ok(),
+        || k.evict_idle(),
+    );
+    let grants = r.grants;
+    assert_eq!(r.forced, WORKERS * CHECKS.div_ceil(FORCE_EVERY));
+    assert!(
+        k.resizes() >= 3,
+        "64 keys grow a 16-slot table at least 3 times"
+    );
+    assert_bound(&grants);
+    eprintln!(
+        "{} grants, {} evictions by the sweeper, {} table replacements",
+        grants.len(),
+        r.swept,
+        k.resizes()
+    );
+}
+
+// Fewer under Miri, an interpreter: each phase still purges the table and grows it again.
+const PHASES: usize = if cfg!(miri) { 3 } else { 40 };
+const PHASE_CHECKS: u64 = if cfg!(miri) { 120 } else { 600 };
+
+#[test]
+fn purges_then_stale_readings_and_growth_in_lockstep() {
+    let clock = ManualClock::new(Nanos::new(10 * SEC));
+    let k = map(&clock);
+    // What each phase's setup saw: (keys evicted, table replacements before, after, slots).
+    let setups = Mutex::new(Vec::new());
+    let results = common::lockstep(
+        WORKERS as usize,
+        PHASES,
+        |i| {
+            // Every key's `next` is at most the previous phase's clock: 5 s later, far more
+            // than (slack + 1) * T, all are idle. Evicting them all leaves only dead slots,
+            // so the sweep rebuilds the table empty.
+            clock.set(Nanos::new(10 * SEC + 5 * SEC * i as u64));
+            let before = k.resizes();
+            let evicted = k.evict_idle();
+            setups
+                .lock()
+                .unwrap()
+                .push((evicted, before, k.resizes(), k.capacity()));
+        },
+        |w, i| {
+            let mut x = common::rng_seed((w as u64 + 1) * 1000 + i as u64);
+            let mut rand = move || common::xorshift(&mut x);
+            let now = clock.now();
+            let mut mine = Vec::new();
+            for _ in 0..PHASE_CHECKS {
+                let key = (rand() % u64::from(KEYS)) as u32;
+                let n = 1 + (rand() % 2) as u32;
+                // Half the readings are older than the sweep that just evicted every key.
+                let reading = if rand() % 2 == 0 {
+                    now.saturating_sub(Duration::from_nanos(1 + rand() % MAX_STALE))
+                } else {
+                    now
+                };
+                if k.check_n_at(&key, reading, n).is_ok() {
+                    mine.push((key, reading.as_u64(), n));
+                }
+            }
+            mine
+        },
+    );
+    let setups = setups.into_inner().unwrap();
+    let mut purged = 0;
+    for (i, &(evicted, before, after, capacity)) in setups.iter().enumerate().skip(1) {
+        assert!(
+            evicted >= 60,
+            "phase {i}: every key used is idle, {evicted} evicted"
+        );
+        assert_eq!(after, before + 1, "phase {i}: the sweep purged the table");
+        assert_eq!(capacity, 16, "phase {i}: rebuilt empty");
+        purged += 1;
+    }
+    assert!(k.len() <= KEYS as usize);
+    let grants: Vec<_> = results.into_iter().flatten().flatten().collect();
+    assert_bound(&grants);
+    eprintln!(
+        "{} grants over {PHASES} phases, {purged} forced purges, {} table replacements",
+        grants.len(),
+        k.resizes()
+    );
+}
+
+/// Sweeps half a pace apart racing checks that drain a few keys at the sweep's reading: a
+/// key drained at the last phase is not idle yet (half a pace is less than `(slack + 1) *
+/// T`), so no sweep may evict it; one that did would hand it a newborn's permit a pace
+/// early, once a phase, and break the bound.
+#[test]
+fn sweeps_half_a_pace_apart_racing_drained_keys() {
+    const FEW: u32 = 4;
+    let clock = ManualClock::new(Nanos::new(10 * SEC));
+    let k = map(&clock);
+    let results = common::lockstep(
+        WORKERS as usize,
+        PHASES * 4,
+        |i| clock.set(Nanos::new(10 * SEC + T / 2 * i as u64)),
+        |w, _| {
+            let now = clock.now();
+            let mut mine = Vec::new();
+            for round in 0..50 {
+                if w == 0 && round % 5 == 0 {
+                    k.evict_idle_at(now);
+                }
+                for key in 0..FEW {
+                    if k.check_n_at(&key, now, 1).is_ok() {
+                        mine.push((key, now.as_u64(), 1));
+                    }
+                }
+            }
+            mine
+        },
+    );
+    let grants: Vec<_> = results.into_iter().flatten().flatten().collect();
+    // Every phase drains every key, so each gets its whole bound: not fewer, not more.
+    assert!(grants.len() as u64 >= u64::from(FEW) * (PHASES as u64 * 2 - 1));
+    assert_bound(&grants);
+}
