@@ -137,7 +137,6 @@ use crate::error::ConfigError;
 use crate::limit::Limit;
 use crate::limiter::{Denied, QuotaStatus};
 use crate::scale::{Scale, D_MAX, TAU_MAX};
-use crate::sweeper::Sweeper;
 use crate::word_map::{Settings, WordMap};
 use crate::word_rule::{WordRule, X_MASK};
 
@@ -347,106 +346,20 @@ where
     }
 }
 
+crate::word_map::front_methods!(
+    KeyedTokenBucket,
+    "keyed_bucket",
+    extra "Limit, ",
+    new "KeyedTokenBucket::new(Limit::per_second(1.0).unwrap(), 1)",
+    builder "KeyedTokenBucket::builder(Limit::per_second(1.0).unwrap(), 1)"
+);
+
 impl<K, S, C> KeyedTokenBucket<K, S, C>
 where
     K: Eq + Hash + Clone + Send + Sync + 'static,
     S: BuildHasher,
     C: Clock,
 {
-    /// The clock every check reads.
-    ///
-    /// ```
-    /// use turnstile::{keyed_bucket::KeyedTokenBucket, Clock, Limit, ManualClock, Nanos};
-    /// let k = KeyedTokenBucket::<u8>::builder(Limit::per_second(1.0).unwrap(), 1)
-    ///     .clock(ManualClock::new(Nanos::new(5)))
-    ///     .build()
-    ///     .unwrap();
-    /// assert_eq!(k.clock().now(), Nanos::new(5));
-    /// ```
-    pub fn clock(&self) -> &C {
-        self.map.clock()
-    }
-
-    /// The map's clock reading now: the time its plain (non-`_at`) checks use. An
-    /// inherent method, so reading it needs no [`Clock`] import.
-    ///
-    /// ```
-    /// use turnstile::{KeyedTokenBucket, Limit, ManualClock, Nanos};
-    ///
-    /// let l = KeyedTokenBucket::<u8>::builder(Limit::per_second(1.0).unwrap(), 1)
-    ///     .clock(ManualClock::new(Nanos::new(7)))
-    ///     .build()
-    ///     .unwrap();
-    /// assert_eq!(l.now(), Nanos::new(7));
-    /// ```
-    pub fn now(&self) -> Nanos {
-        self.map.clock().now()
-    }
-
-    /// Keys currently held (evicted keys no longer count).
-    ///
-    /// ```
-    /// use turnstile::{keyed_bucket::KeyedTokenBucket, Limit};
-    /// let k = KeyedTokenBucket::new(Limit::per_second(1.0).unwrap(), 1);
-    /// for ip in 0..5u32 {
-    ///     let _ = k.check(&ip);
-    /// }
-    /// assert_eq!(k.len(), 5);
-    /// ```
-    pub fn len(&self) -> usize {
-        self.map.len()
-    }
-
-    /// True if no key is held.
-    ///
-    /// ```
-    /// use turnstile::{keyed_bucket::KeyedTokenBucket, Limit};
-    /// let k = KeyedTokenBucket::<u32>::new(Limit::per_second(1.0).unwrap(), 1);
-    /// assert!(k.is_empty());
-    /// ```
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// The key bound ([`DEFAULT_MAX_KEYS`] unless the builder set one; `u64::MAX`: none).
-    ///
-    /// ```
-    /// use turnstile::{keyed_bucket::KeyedTokenBucket, Limit};
-    /// let k = KeyedTokenBucket::<u32>::new(Limit::per_second(1.0).unwrap(), 1);
-    /// assert_eq!(k.max_keys(), turnstile::keyed_bucket::DEFAULT_MAX_KEYS);
-    /// ```
-    pub fn max_keys(&self) -> u64 {
-        self.map.max_keys()
-    }
-
-    /// The table's slots (a power of two; each holds a key and its word): the memory the map
-    /// holds is about `capacity() * size_of::<(u64, K)>()`.
-    ///
-    /// ```
-    /// use turnstile::{keyed_bucket::KeyedTokenBucket, Limit};
-    /// let k = KeyedTokenBucket::<u64>::new(Limit::per_second(1.0).unwrap(), 1);
-    /// assert!(k.capacity().is_power_of_two());
-    /// ```
-    pub fn capacity(&self) -> usize {
-        self.map.capacity()
-    }
-
-    /// How many times the table has been replaced: grown by inserts, or rebuilt without its
-    /// evicted keys. A metric: each replacement copies the live keys, under the lock that
-    /// inserts of new keys take (checks of held keys go on meanwhile).
-    ///
-    /// ```
-    /// use turnstile::{keyed_bucket::KeyedTokenBucket, Limit};
-    /// let k = KeyedTokenBucket::new(Limit::per_second(1.0).unwrap(), 1);
-    /// for key in 0..100u32 {
-    ///     let _ = k.check(&key);
-    /// }
-    /// assert!(k.resizes() >= 3); // 16 slots at first, at most 7/8 used
-    /// ```
-    pub fn resizes(&self) -> u64 {
-        self.map.resizes()
-    }
-
     /// One token for `key` now.
     ///
     /// ```
@@ -506,23 +419,6 @@ where
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         self.map.check_n_at(key, now, n)
-    }
-
-    /// True if `key` is held (live).
-    ///
-    /// ```
-    /// use turnstile::{keyed_bucket::KeyedTokenBucket, Limit};
-    /// let k = KeyedTokenBucket::new(Limit::per_second(1.0).unwrap(), 1);
-    /// assert!(!k.contains(&1u8));
-    /// let _ = k.check(&1u8);
-    /// assert!(k.contains(&1u8));
-    /// ```
-    pub fn contains<Q>(&self, key: &Q) -> bool
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
-    {
-        self.map.contains(key)
     }
 
     /// The IETF RateLimit fields of `key`'s bucket at `now`, exactly as
@@ -679,43 +575,6 @@ where
         (units / q.scale.one as f64).min(f64::from(q.burst))
     }
 
-    /// Moves sweeping off the request path, as [`Keyed::spawn_sweeper`](crate::Keyed::spawn_sweeper):
-    /// a thread sweeps every half `sweep_every`, and early when a new key finds the map full
-    /// (a check wakes it rather than sweeping); no check sweeps any more. The thread holds
-    /// only a weak reference and ends when the map is dropped. With a `sweep_every` of
-    /// `Duration::MAX` it ends at once and nothing changes. The tower `per_key` policy
-    /// starts one for its map.
-    ///
-    /// ```
-    /// use std::sync::Arc;
-    /// use std::time::Duration;
-    /// use turnstile::{keyed_bucket::KeyedTokenBucket, Limit};
-    ///
-    /// let k = Arc::new(
-    ///     KeyedTokenBucket::<u32>::builder(Limit::per_second(5.0).unwrap(), 5)
-    ///         .sweep_every(Duration::from_millis(20))
-    ///         .build()
-    ///         .unwrap(),
-    /// );
-    /// let sweeper = k.spawn_sweeper();
-    /// assert!(k.check(&1).is_ok());
-    /// drop(k);
-    /// sweeper.join().unwrap();
-    /// ```
-    #[cfg(not(loom))]
-    pub fn spawn_sweeper(self: &std::sync::Arc<Self>) -> std::thread::JoinHandle<()>
-    where
-        S: Send + Sync + 'static,
-        C: 'static,
-    {
-        Sweeper::spawn(
-            self,
-            self.map.sweep_every(),
-            |k| k.map.sweeper(),
-            |k| k.map.sweep_now(),
-        )
-    }
-
     /// Evicts every key idle (full) at the map's clock reading; returns how many went.
     ///
     /// ```
@@ -781,6 +640,14 @@ pub struct KeyedTokenBucketBuilder<K, S = RandomState, C: Clock = QuantaClock> {
     settings: Settings<K, S, C>,
 }
 
+crate::word_map::builder_methods!(
+    KeyedTokenBucketBuilder,
+    KeyedTokenBucket,
+    "keyed_bucket",
+    extra "Limit, ",
+    builder "KeyedTokenBucket::builder(Limit::per_second(1.0).unwrap(), 1)"
+);
+
 impl<K, S, C> KeyedTokenBucketBuilder<K, S, C>
 where
     K: Eq + Hash + Clone + Send + Sync + 'static,
@@ -823,120 +690,6 @@ where
     pub fn classify(mut self, classify: impl Fn(&K) -> usize + Send + Sync + 'static) -> Self {
         self.settings.classify = Box::new(classify);
         self
-    }
-
-    /// Sizes the table for `keys` keys from the start, and never shrinks it below that: up
-    /// to `keys` keys, no insert grows the table, so new keys never pay for copying it
-    /// (checks of held keys never wait for a resize either way: module docs, "Resize"), at
-    /// the price of holding the memory (`~16 * 8/7 * keys` bytes for `u64` keys, rounded up
-    /// to a power of two) while empty. Default 0: the table starts at 16 slots and follows
-    /// the keys, up to what `max_keys` needs.
-    ///
-    /// ```
-    /// use turnstile::{keyed_bucket::KeyedTokenBucket, Limit};
-    /// let k = KeyedTokenBucket::builder(Limit::per_second(1.0).unwrap(), 1)
-    ///     .capacity(1000)
-    ///     .build()
-    ///     .unwrap();
-    /// for key in 0..1000u32 {
-    ///     assert!(k.check(&key).is_ok());
-    /// }
-    /// assert_eq!(k.resizes(), 0);
-    /// ```
-    pub fn capacity(mut self, keys: usize) -> Self {
-        self.settings.capacity = keys;
-        self
-    }
-
-    /// Holds at most `max_keys` keys (default [`DEFAULT_MAX_KEYS`]; `u64::MAX`: no bound;
-    /// 0 is [`ConfigError::ZeroMaxKeys`]). The table never grows past what `max_keys` keys
-    /// need (module docs, "Memory and the key bound").
-    ///
-    /// ```
-    /// use turnstile::{keyed_bucket::KeyedTokenBucket, Limit};
-    /// let k = KeyedTokenBucket::builder(Limit::per_second(1.0).unwrap(), 1)
-    ///     .max_keys(1)
-    ///     .build()
-    ///     .unwrap();
-    /// assert!(k.check(&1u8).is_ok());
-    /// assert!(k.check(&2u8).is_err()); // full, and key 1 is busy
-    /// ```
-    pub fn max_keys(mut self, max_keys: u64) -> Self {
-        self.settings.max_keys = max_keys;
-        self
-    }
-
-    /// What a new key gets when the map is full: [`WhenFull::Deny`] (default) or
-    /// [`WhenFull::Allow`].
-    ///
-    /// ```
-    /// use turnstile::keyed_bucket::{KeyedTokenBucket, WhenFull};
-    /// use turnstile::Limit;
-    /// let k = KeyedTokenBucket::builder(Limit::per_second(1.0).unwrap(), 1)
-    ///     .max_keys(1)
-    ///     .when_full(WhenFull::Allow)
-    ///     .build()
-    ///     .unwrap();
-    /// assert!(k.check(&1u8).is_ok());
-    /// assert!(k.check(&2u8).is_ok()); // untracked
-    /// assert_eq!(k.len(), 1);
-    /// ```
-    pub fn when_full(mut self, policy: WhenFull) -> Self {
-        self.settings.when_full = policy;
-        self
-    }
-
-    /// How often idle keys are swept (default 10 s); `Duration::MAX` leaves sweeping to
-    /// [`KeyedTokenBucket::evict_idle`].
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use turnstile::{keyed_bucket::KeyedTokenBucket, Limit};
-    /// let k = KeyedTokenBucket::<u8>::builder(Limit::per_second(1.0).unwrap(), 1)
-    ///     .sweep_every(Duration::from_secs(1))
-    ///     .build()
-    ///     .unwrap();
-    /// assert!(k.is_empty());
-    /// ```
-    pub fn sweep_every(mut self, every: Duration) -> Self {
-        self.settings.sweep_every = Nanos::from_duration(every).as_u64();
-        self
-    }
-
-    /// Hashes keys with `hasher` instead of std's `RandomState` (module docs, "HashDoS").
-    ///
-    /// ```
-    /// use std::hash::BuildHasherDefault;
-    /// use std::collections::hash_map::DefaultHasher;
-    /// use turnstile::{keyed_bucket::KeyedTokenBucket, Limit};
-    /// let k = KeyedTokenBucket::<u64>::builder(Limit::per_second(1.0).unwrap(), 1)
-    ///     .hasher(BuildHasherDefault::<DefaultHasher>::default())
-    ///     .build()
-    ///     .unwrap();
-    /// assert!(k.check(&1).is_ok());
-    /// ```
-    pub fn hasher<T: BuildHasher>(self, hasher: T) -> KeyedTokenBucketBuilder<K, T, C> {
-        KeyedTokenBucketBuilder {
-            quotas: self.quotas,
-            settings: self.settings.hasher(hasher),
-        }
-    }
-
-    /// Reads time from `clock`; the map's base is its reading at `build`.
-    ///
-    /// ```
-    /// use turnstile::{keyed_bucket::KeyedTokenBucket, Clock, Limit, ManualClock, Nanos};
-    /// let k = KeyedTokenBucket::<u8>::builder(Limit::per_second(1.0).unwrap(), 1)
-    ///     .clock(ManualClock::new(Nanos::new(2)))
-    ///     .build()
-    ///     .unwrap();
-    /// assert_eq!(k.clock().now(), Nanos::new(2));
-    /// ```
-    pub fn clock<D: Clock>(self, clock: D) -> KeyedTokenBucketBuilder<K, S, D> {
-        KeyedTokenBucketBuilder {
-            quotas: self.quotas,
-            settings: self.settings.clock(clock),
-        }
     }
 
     /// The map; [`ConfigError::ZeroMaxKeys`] or [`ConfigError::TooManyQuotas`] if those are

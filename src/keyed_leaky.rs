@@ -107,7 +107,6 @@ use crate::clock::{Clock, Nanos, QuantaClock};
 use crate::error::ConfigError;
 use crate::limiter::Denied;
 #[cfg(not(loom))]
-use crate::sweeper::Sweeper;
 use crate::word_map::{Settings, WordMap};
 use crate::word_rule::{WordRule, X_MASK};
 
@@ -309,100 +308,20 @@ where
     }
 }
 
+crate::word_map::front_methods!(
+    KeyedLeakyBucket,
+    "keyed_leaky",
+    extra "",
+    new "KeyedLeakyBucket::new(1).unwrap()",
+    builder "KeyedLeakyBucket::builder(1)"
+);
+
 impl<K, S, C> KeyedLeakyBucket<K, S, C>
 where
     K: Eq + Hash + Clone + Send + Sync + 'static,
     S: BuildHasher,
     C: Clock,
 {
-    /// The clock every check reads.
-    ///
-    /// ```
-    /// use turnstile::{keyed_leaky::KeyedLeakyBucket, Clock, ManualClock, Nanos};
-    /// let k = KeyedLeakyBucket::<u8>::builder(1)
-    ///     .clock(ManualClock::new(Nanos::new(5)))
-    ///     .build()
-    ///     .unwrap();
-    /// assert_eq!(k.clock().now(), Nanos::new(5));
-    /// ```
-    pub fn clock(&self) -> &C {
-        self.map.clock()
-    }
-
-    /// The map's clock reading now: the time its plain (non-`_at`) checks use.
-    ///
-    /// ```
-    /// use turnstile::{keyed_leaky::KeyedLeakyBucket, ManualClock, Nanos};
-    /// let k = KeyedLeakyBucket::<u8>::builder(1)
-    ///     .clock(ManualClock::new(Nanos::new(7)))
-    ///     .build()
-    ///     .unwrap();
-    /// assert_eq!(k.now(), Nanos::new(7));
-    /// ```
-    pub fn now(&self) -> Nanos {
-        self.map.clock().now()
-    }
-
-    /// Keys currently held (evicted keys no longer count).
-    ///
-    /// ```
-    /// use turnstile::keyed_leaky::KeyedLeakyBucket;
-    /// let k = KeyedLeakyBucket::new(1).unwrap();
-    /// for ip in 0..5u32 {
-    ///     let _ = k.check(&ip);
-    /// }
-    /// assert_eq!(k.len(), 5);
-    /// ```
-    pub fn len(&self) -> usize {
-        self.map.len()
-    }
-
-    /// True if no key is held.
-    ///
-    /// ```
-    /// use turnstile::keyed_leaky::KeyedLeakyBucket;
-    /// assert!(KeyedLeakyBucket::<u32>::new(1).unwrap().is_empty());
-    /// ```
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// The key bound ([`DEFAULT_MAX_KEYS`] unless the builder set one; `u64::MAX`: none).
-    ///
-    /// ```
-    /// use turnstile::keyed_leaky::{KeyedLeakyBucket, DEFAULT_MAX_KEYS};
-    /// assert_eq!(KeyedLeakyBucket::<u32>::new(1).unwrap().max_keys(), DEFAULT_MAX_KEYS);
-    /// ```
-    pub fn max_keys(&self) -> u64 {
-        self.map.max_keys()
-    }
-
-    /// The table's slots (a power of two; each holds a key and its word): the memory the map
-    /// holds is about `capacity() * size_of::<(u64, K)>()`.
-    ///
-    /// ```
-    /// use turnstile::keyed_leaky::KeyedLeakyBucket;
-    /// assert!(KeyedLeakyBucket::<u64>::new(1).unwrap().capacity().is_power_of_two());
-    /// ```
-    pub fn capacity(&self) -> usize {
-        self.map.capacity()
-    }
-
-    /// How many times the table has been replaced (grown by inserts, or rebuilt without its
-    /// evicted keys); a metric.
-    ///
-    /// ```
-    /// use turnstile::keyed_leaky::KeyedLeakyBucket;
-    /// let k = KeyedLeakyBucket::new(1).unwrap();
-    /// for key in 0..100u32 {
-    ///     let _ = k.check(&key);
-    /// }
-    /// assert!(k.resizes() >= 3); // 16 slots at first, at most 7/8 used
-    /// ```
-    pub fn resizes(&self) -> u64 {
-        self.map.resizes()
-    }
-
     /// One permit for `key` now, if it needs no wait (upstream's `Take` that would not sleep).
     ///
     /// ```
@@ -468,58 +387,6 @@ where
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         self.map.check_n_at(key, now, n)
-    }
-
-    /// True if `key` is held (live).
-    ///
-    /// ```
-    /// use turnstile::keyed_leaky::KeyedLeakyBucket;
-    /// let k = KeyedLeakyBucket::new(1).unwrap();
-    /// assert!(!k.contains(&1u8));
-    /// let _ = k.check(&1u8);
-    /// assert!(k.contains(&1u8));
-    /// ```
-    pub fn contains<Q>(&self, key: &Q) -> bool
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
-    {
-        self.map.contains(key)
-    }
-
-    /// Moves sweeping off the request path, as [`Keyed::spawn_sweeper`](crate::Keyed::spawn_sweeper):
-    /// a thread sweeps every half `sweep_every`, and early when a new key finds the map full;
-    /// no check sweeps any more. The thread holds only a weak reference and ends when the map
-    /// is dropped.
-    ///
-    /// ```
-    /// use std::sync::Arc;
-    /// use std::time::Duration;
-    /// use turnstile::keyed_leaky::KeyedLeakyBucket;
-    ///
-    /// let k = Arc::new(
-    ///     KeyedLeakyBucket::<u32>::builder(5)
-    ///         .sweep_every(Duration::from_millis(20))
-    ///         .build()
-    ///         .unwrap(),
-    /// );
-    /// let sweeper = k.spawn_sweeper();
-    /// assert!(k.check(&1).is_ok());
-    /// drop(k);
-    /// sweeper.join().unwrap();
-    /// ```
-    #[cfg(not(loom))]
-    pub fn spawn_sweeper(self: &std::sync::Arc<Self>) -> std::thread::JoinHandle<()>
-    where
-        S: Send + Sync + 'static,
-        C: 'static,
-    {
-        Sweeper::spawn(
-            self,
-            self.map.sweep_every(),
-            |k| k.map.sweeper(),
-            |k| k.map.sweep_now(),
-        )
     }
 
     /// Evicts every key idle (its credit full) at the map's clock reading; returns how many
@@ -593,6 +460,14 @@ pub struct KeyedLeakyBucketBuilder<K, S = RandomState, C: Clock = QuantaClock> {
     quotas: Vec<(u32, Duration, u32)>,
     settings: Settings<K, S, C>,
 }
+
+crate::word_map::builder_methods!(
+    KeyedLeakyBucketBuilder,
+    KeyedLeakyBucket,
+    "keyed_leaky",
+    extra "",
+    builder "KeyedLeakyBucket::builder(1)"
+);
 
 impl<K, S, C> KeyedLeakyBucketBuilder<K, S, C>
 where
@@ -689,110 +564,6 @@ where
     pub fn classify(mut self, classify: impl Fn(&K) -> usize + Send + Sync + 'static) -> Self {
         self.settings.classify = Box::new(classify);
         self
-    }
-
-    /// Sizes the table for `keys` keys from the start, and never shrinks it below that (as
-    /// [`KeyedTokenBucketBuilder::capacity`](crate::keyed_bucket::KeyedTokenBucketBuilder::capacity)).
-    ///
-    /// ```
-    /// use turnstile::keyed_leaky::KeyedLeakyBucket;
-    /// let k = KeyedLeakyBucket::builder(1).capacity(1000).build().unwrap();
-    /// for key in 0..1000u32 {
-    ///     assert!(k.check(&key).is_ok());
-    /// }
-    /// assert_eq!(k.resizes(), 0);
-    /// ```
-    pub fn capacity(mut self, keys: usize) -> Self {
-        self.settings.capacity = keys;
-        self
-    }
-
-    /// Holds at most `max_keys` keys (default [`DEFAULT_MAX_KEYS`]; `u64::MAX`: no bound;
-    /// 0 is [`ConfigError::ZeroMaxKeys`]).
-    ///
-    /// ```
-    /// use turnstile::keyed_leaky::KeyedLeakyBucket;
-    /// let k = KeyedLeakyBucket::builder(1).max_keys(1).build().unwrap();
-    /// assert!(k.check(&1u8).is_ok());
-    /// assert!(k.check(&2u8).is_err()); // full, and key 1 is busy
-    /// ```
-    pub fn max_keys(mut self, max_keys: u64) -> Self {
-        self.settings.max_keys = max_keys;
-        self
-    }
-
-    /// What a new key gets when the map is full: [`WhenFull::Deny`] (default) or
-    /// [`WhenFull::Allow`].
-    ///
-    /// ```
-    /// use turnstile::keyed_leaky::{KeyedLeakyBucket, WhenFull};
-    /// let k = KeyedLeakyBucket::builder(1)
-    ///     .max_keys(1)
-    ///     .when_full(WhenFull::Allow)
-    ///     .build()
-    ///     .unwrap();
-    /// assert!(k.check(&1u8).is_ok());
-    /// assert!(k.check(&2u8).is_ok()); // untracked
-    /// assert_eq!(k.len(), 1);
-    /// ```
-    pub fn when_full(mut self, policy: WhenFull) -> Self {
-        self.settings.when_full = policy;
-        self
-    }
-
-    /// How often idle keys are swept (default 10 s); `Duration::MAX` leaves sweeping to
-    /// [`KeyedLeakyBucket::evict_idle`].
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use turnstile::keyed_leaky::KeyedLeakyBucket;
-    /// let k = KeyedLeakyBucket::<u8>::builder(1)
-    ///     .sweep_every(Duration::from_secs(1))
-    ///     .build()
-    ///     .unwrap();
-    /// assert!(k.is_empty());
-    /// ```
-    pub fn sweep_every(mut self, every: Duration) -> Self {
-        self.settings.sweep_every = Nanos::from_duration(every).as_u64();
-        self
-    }
-
-    /// Hashes keys with `hasher` instead of std's `RandomState` (see
-    /// [`KeyedTokenBucket`](crate::KeyedTokenBucket)'s module docs, "HashDoS").
-    ///
-    /// ```
-    /// use std::collections::hash_map::DefaultHasher;
-    /// use std::hash::BuildHasherDefault;
-    /// use turnstile::keyed_leaky::KeyedLeakyBucket;
-    /// let k = KeyedLeakyBucket::<u64>::builder(1)
-    ///     .hasher(BuildHasherDefault::<DefaultHasher>::default())
-    ///     .build()
-    ///     .unwrap();
-    /// assert!(k.check(&1).is_ok());
-    /// ```
-    pub fn hasher<T: BuildHasher>(self, hasher: T) -> KeyedLeakyBucketBuilder<K, T, C> {
-        KeyedLeakyBucketBuilder {
-            quotas: self.quotas,
-            settings: self.settings.hasher(hasher),
-        }
-    }
-
-    /// Reads time from `clock` (upstream's `WithClock`); the map's base is its reading at
-    /// `build`.
-    ///
-    /// ```
-    /// use turnstile::{keyed_leaky::KeyedLeakyBucket, Clock, ManualClock, Nanos};
-    /// let k = KeyedLeakyBucket::<u8>::builder(1)
-    ///     .clock(ManualClock::new(Nanos::new(2)))
-    ///     .build()
-    ///     .unwrap();
-    /// assert_eq!(k.clock().now(), Nanos::new(2));
-    /// ```
-    pub fn clock<D: Clock>(self, clock: D) -> KeyedLeakyBucketBuilder<K, S, D> {
-        KeyedLeakyBucketBuilder {
-            quotas: self.quotas,
-            settings: self.settings.clock(clock),
-        }
     }
 
     /// The map, or the first setting that cannot be used: a quota's rate or `per` of 0

@@ -104,6 +104,9 @@ use crate::sweeper::Sweeper;
 use crate::sync::{AtomicPtr, AtomicU64, AtomicUsize, Mutex, Ordering}; // Mutex: inserts of new keys and resizes only, never a check of an existing key
 use crate::word_rule::{WordRule, X_MASK};
 
+mod front;
+pub(crate) use front::{builder_methods, front_methods};
+
 /// The most quotas one map holds (the state word's 4-bit tag, with 0 for `EMPTY`/`DEAD`).
 pub const MAX_QUOTAS: usize = 15;
 
