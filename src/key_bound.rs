@@ -79,11 +79,13 @@ impl KeyBound {
         self.max_keys
     }
 
+    #[cfg(not(loom))] // for spawn_sweeper only
     pub(crate) fn sweep_every(&self) -> u64 {
         self.sweep_every
     }
 
     /// The map's sweeper, for its `spawn_sweeper`.
+    #[cfg(not(loom))] // for spawn_sweeper only
     pub(crate) fn sweeper(&self) -> &Sweeper {
         &self.sweeper
     }
@@ -206,6 +208,7 @@ impl KeyBound {
     }
 
     /// Records a sweep the sweeper thread starts at `now`.
+    #[cfg(not(loom))] // for spawn_sweeper only
     pub(crate) fn swept(&self, now: Nanos) {
         self.last_sweep.store(now.as_u64(), Ordering::Relaxed);
     }

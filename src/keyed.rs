@@ -158,6 +158,7 @@ use crate::clock::{Clock, Nanos, QuantaClock};
 use crate::error::ConfigError;
 use crate::key_bound::KeyBound;
 use crate::limiter::{Denied, Idle, Limiter, QuotaStatus};
+#[cfg(not(loom))]
 use crate::sweeper::Sweeper;
 use crate::sync::{fence, AtomicU32, Ordering};
 

@@ -106,7 +106,6 @@ pub use crate::word_map::MAX_QUOTAS;
 use crate::clock::{Clock, Nanos, QuantaClock};
 use crate::error::ConfigError;
 use crate::limiter::Denied;
-#[cfg(not(loom))]
 use crate::word_map::{Settings, WordMap};
 use crate::word_rule::{WordRule, X_MASK};
 

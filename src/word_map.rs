@@ -100,6 +100,7 @@ use crate::error::ConfigError;
 use crate::key_bound::KeyBound;
 use crate::keyed::{WhenFull, DEFAULT_MAX_KEYS, DEFAULT_SWEEP_EVERY};
 use crate::limiter::Denied;
+#[cfg(not(loom))]
 use crate::sweeper::Sweeper;
 use crate::sync::{AtomicPtr, AtomicU64, AtomicUsize, Mutex, Ordering}; // Mutex: inserts of new keys and resizes only, never a check of an existing key
 use crate::word_rule::{WordRule, X_MASK};
@@ -885,15 +886,18 @@ where
     }
 
     /// The map's sweeper, for a front's `spawn_sweeper`.
+    #[cfg(not(loom))] // for spawn_sweeper only
     pub(crate) fn sweeper(&self) -> &Sweeper {
         self.bound.sweeper()
     }
 
+    #[cfg(not(loom))] // for spawn_sweeper only
     pub(crate) fn sweep_every(&self) -> u64 {
         self.bound.sweep_every()
     }
 
     /// What a sweeper thread runs: a sweep at the map's clock, recorded as the last one.
+    #[cfg(not(loom))] // for spawn_sweeper only
     pub(crate) fn sweep_now(&self) {
         let now = self.clock.now();
         self.bound.swept(now);
