@@ -546,14 +546,19 @@ where
         &self.by_tag[1..=self.quota_count]
     }
 
-    /// The rule of quota `q` as the builder's `classify` returns it (past the quotas: 0).
-    pub(crate) fn rule_of_class(&self, q: usize) -> &R {
-        &self.by_tag[if q < self.quota_count { q + 1 } else { 1 }]
+    /// The quota the builder's `classify` gives a new `key` (one past the quotas: 0).
+    fn class_of(&self, key: &K) -> usize {
+        let q = (self.classify)(key);
+        if q < self.quota_count {
+            q
+        } else {
+            0
+        }
     }
 
     /// The rule of the quota a new `key` would get.
     pub(crate) fn classify(&self, key: &K) -> &R {
-        self.rule_of_class((self.classify)(key))
+        &self.by_tag[self.class_of(key) + 1]
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -685,8 +690,7 @@ where
         };
         // User code (to_owned, classify) runs before the lock.
         let owned = key.to_owned();
-        let q = (self.classify)(&owned);
-        let q = if q < self.quota_count { q } else { 0 };
+        let q = self.class_of(&owned);
         let _w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
         let guard = reclaim::pin();
         let mut table = self.table(&guard);
