@@ -460,6 +460,14 @@ pub(crate) fn random_readings(steps: usize, max_step: u64) -> impl Iterator<Item
     })
 }
 
+/// Test-only: the words of [`random_readings`] as draws below a bound (a bound of 0 draws
+/// 0), for the tests' random choices.
+#[cfg(test)]
+pub(crate) fn random_below() -> impl FnMut(u64) -> u64 {
+    let mut words = random_readings(usize::MAX, u64::MAX).map(|(_, x)| x);
+    move |n| words.next().unwrap_or(0) % n.max(1)
+}
+
 #[cfg(all(test, not(miri)))]
 mod tests {
     use super::*;

@@ -73,6 +73,17 @@ pub enum ConfigError {
         "slack + 1 paces last {0:?}; a keyed leaky bucket's word holds at most ~9.76 years of them"
     )]
     PacesTooLong(std::time::Duration),
+    /// A `KeyedWindow` quota too large for its period: the state word counts the quota in
+    /// as many bits as it needs and keeps the window's end in the rest, in ticks that must
+    /// be at most 1/256 of the period (a window then lasts at most 0.4 % longer). The
+    /// period must be at least `min` for this quota (about 256 ns per unit of quota).
+    #[error("period {period:?} is too short for the quota: a keyed window with this quota needs a period of at least {min:?}")]
+    WindowTooShort {
+        /// The quota's period.
+        period: std::time::Duration,
+        /// The shortest period the quota can have.
+        min: std::time::Duration,
+    },
     /// A `redis::Blocking` limiter was given a current-thread tokio runtime: it runs spawned
     /// tasks (the connection's driver, the fallback's health check) only while a call is
     /// blocked on it, so a fallback would never learn that Redis is back.

@@ -107,13 +107,10 @@ use crate::clock::{Clock, Nanos, QuantaClock};
 use crate::error::ConfigError;
 use crate::limiter::Denied;
 use crate::word_map::{Settings, WordMap};
-use crate::word_rule::{WordRule, X_MASK};
+use crate::word_rule::{WordRule, RANGE_MIN, X_MASK};
 
-/// 8.5 years (of 365.25 days) in nanoseconds: the least range a quota gets.
-const RANGE_MIN: u64 = 85 * 36_525 * 86_400 * 1_000_000; // 8.5 * 365.25 days
 /// The longest `M + T` (ns) that leaves [`RANGE_MIN`] of readings in the word.
 const CAP_MAX: u64 = X_MASK - RANGE_MIN;
-const _: () = assert!(RANGE_MIN == 268_239_600_000_000_000);
 
 /// One configuration of the quota table: upstream's constants, precomputed.
 #[derive(Clone, Copy, Debug)]
@@ -604,19 +601,6 @@ mod tests {
     use super::*;
     use crate::{Idle, LeakyBucket, Limiter, ManualClock};
 
-    /// The tests' random choices: the words of the limiters' shared test walk (its readings
-    /// are not used here).
-    struct Rng<I>(I);
-    impl<I: Iterator<Item = (Nanos, u64)>> Rng<I> {
-        fn below(&mut self, n: u64) -> u64 {
-            self.0.next().map_or(0, |(_, x)| x) % n.max(1)
-        }
-    }
-
-    fn rng() -> Rng<impl Iterator<Item = (Nanos, u64)>> {
-        Rng(crate::clock::random_readings(usize::MAX, u64::MAX))
-    }
-
     /// Configurations with T = 0, T = 1, small and large T, slack 0 and more.
     const CONFIGS: [(u32, u64, u32); 8] = [
         (10, 1_000_000_000, 10),
@@ -649,33 +633,33 @@ mod tests {
     /// forwards and backwards (stale), and land on the branches' edges.
     #[test]
     fn the_rule_agrees_with_a_born_leaky_bucket() {
-        let mut rng = rng();
+        let mut below = crate::clock::random_below();
         for &(rate, per, slack) in &CONFIGS {
             let q = quota(rate, per, slack);
             for _ in 0..200 {
-                let base = rng.below(1 << 40);
+                let base = below(1 << 40);
                 // A birth at or after T (below it, LeakyBucket stays unset: a deviation).
-                let b = base + q.t + rng.below(1 << 36);
+                let b = base + q.t + below(1 << 36);
                 let lb = bucket(rate, per, slack, Nanos::new(b));
                 let mut x = q.born(base, Nanos::new(b));
                 let mut now = b;
                 for _ in 0..300 {
-                    let step = match rng.below(6) {
-                        0 => rng.below(q.t.max(1) * 3),
-                        1 => q.cap + rng.below(3),
+                    let step = match below(6) {
+                        0 => below(q.t.max(1) * 3),
+                        1 => q.cap + below(3),
                         2 => q.t,
                         3 => 0,
-                        _ => rng.below(q.t.max(1) / 2 + 2),
+                        _ => below(q.t.max(1) / 2 + 2),
                     };
-                    now = if rng.below(5) == 0 {
+                    now = if below(5) == 0 {
                         now.saturating_sub(step).max(base)
                     } else {
                         now + step
                     };
                     let t = Nanos::new(now);
-                    let n = match rng.below(4) {
-                        0 => rng.below(u64::from(slack) + 3) as u32,
-                        1 => u32::MAX - rng.below(2) as u32,
+                    let n = match below(4) {
+                        0 => below(u64::from(slack) + 3) as u32,
+                        1 => u32::MAX - below(2) as u32,
                         _ => 1,
                     };
                     assert_eq!(q.idle(x, base, t), lb.is_idle_at(t), "idle at {now}");
@@ -703,25 +687,25 @@ mod tests {
     /// edges (`B`, `B - T`, `J - M - T`, ...).
     #[test]
     fn an_idle_key_born_again_never_grants_more() {
-        let mut rng = rng();
+        let mut below = crate::clock::random_below();
         let mut evictions = 0u32;
         for &(rate, per, slack) in &CONFIGS {
             let q = quota(rate, per, slack);
             for _ in 0..300 {
-                let base = rng.below(1 << 40);
-                let j = base + rng.below(q.cap * 4 + 1000);
+                let base = below(1 << 40);
+                let j = base + below(q.cap * 4 + 1000);
                 let wj = q.w(base, Nanos::new(j));
                 // States around the idle boundary and the newborn's x.
-                let x_old = match rng.below(3) {
-                    0 => wj.saturating_sub(rng.below(q.cap + 3)),
-                    1 => wj + q.m + rng.below(3),
-                    _ => wj + rng.below(q.cap + 3),
+                let x_old = match below(3) {
+                    0 => wj.saturating_sub(below(q.cap + 3)),
+                    1 => wj + q.m + below(3),
+                    _ => wj + below(q.cap + 3),
                 };
                 if !q.idle(x_old, base, Nanos::new(j)) {
                     continue;
                 }
                 evictions += 1;
-                let b = j + [0, 1, rng.below(q.cap + 3)][rng.below(3) as usize];
+                let b = j + [0, 1, below(q.cap + 3)][below(3) as usize];
                 let mut born = q.born(base, Nanos::new(b));
                 let mut old = x_old;
                 for _ in 0..40 {
@@ -732,13 +716,13 @@ mod tests {
                         j,
                         b + q.t,
                     ];
-                    let at = if rng.below(2) == 0 {
-                        edges[rng.below(5) as usize] + rng.below(2)
+                    let at = if below(2) == 0 {
+                        edges[below(5) as usize] + below(2)
                     } else {
-                        (b + rng.below(q.cap * 2 + 2)).saturating_sub(rng.below(q.cap * 2 + 2))
+                        (b + below(q.cap * 2 + 2)).saturating_sub(below(q.cap * 2 + 2))
                     };
                     let at = Nanos::new(at.max(base));
-                    let n = 1 + rng.below(u64::from(slack) + 1) as u32;
+                    let n = 1 + below(u64::from(slack) + 1) as u32;
                     if let Ok(w) = q.check(born, base, at, n) {
                         let o = q.check(old, base, at, n);
                         assert!(

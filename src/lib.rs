@@ -25,6 +25,7 @@
 //! | [`Keyed`] | any of the above, per key (per IP, user, API key) | [`keyed`] |
 //! | [`KeyedTokenBucket`] | a token bucket per key, its state inline (one word per key) | [`keyed_bucket`] |
 //! | [`KeyedLeakyBucket`] | a leaky bucket (uber-go) per key, its state inline | [`keyed_leaky`] |
+//! | [`KeyedWindow`] | a fixed window (go-zero `PeriodLimit`) per key, its state inline | [`keyed_window`] |
 //!
 //! Every limiter has a mutex-based twin in [`reference`](mod@reference) that follows the upstream code
 //! literally; the tests compare the two on random operation sequences, and the benchmarks
@@ -69,6 +70,9 @@ pub mod keyed_bucket;
 #[cfg(feature = "keyed")]
 #[cfg_attr(docsrs, doc(cfg(feature = "keyed")))]
 pub mod keyed_leaky;
+#[cfg(feature = "keyed")]
+#[cfg_attr(docsrs, doc(cfg(feature = "keyed")))]
+pub mod keyed_window;
 pub mod leaky_bucket;
 pub mod leaky_meter;
 mod limit;
@@ -106,6 +110,9 @@ pub use keyed_bucket::KeyedTokenBucket;
 #[cfg(feature = "keyed")]
 #[cfg_attr(docsrs, doc(cfg(feature = "keyed")))]
 pub use keyed_leaky::KeyedLeakyBucket;
+#[cfg(feature = "keyed")]
+#[cfg_attr(docsrs, doc(cfg(feature = "keyed")))]
+pub use keyed_window::KeyedWindow;
 pub use leaky_bucket::LeakyBucket;
 pub use leaky_meter::LeakyMeter;
 pub use limit::Limit;

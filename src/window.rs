@@ -826,41 +826,63 @@ impl<C: Clock, K> Builder<C, K> {
 
     /// The validated configuration and the clock, for either kind (deviation D14).
     pub(crate) fn into_spec(self) -> Result<(WindowSpec, C), ConfigError> {
-        if self.quota == 0 {
+        let spec = WindowSpec::new(
+            self.quota,
+            self.period,
+            self.align,
+            self.unix_origin,
+            self.clock.now(),
+        )?;
+        Ok((spec, self.clock))
+    }
+}
+
+impl WindowSpec {
+    /// The validated configuration of `quota` per `period`, aligned at `align` (a UTC offset
+    /// in seconds) if given, on a clock that reads `now` at Unix time `unix_origin + now`
+    /// (default: the system clock's now): [`ConfigError::ZeroQuota`],
+    /// [`ConfigError::ZeroPeriod`] or [`ConfigError::InvalidUtcOffset`] (deviation D14).
+    pub(crate) fn new(
+        quota: u32,
+        period: Duration,
+        align: Option<i64>,
+        unix_origin: Option<Duration>,
+        now: Nanos,
+    ) -> Result<WindowSpec, ConfigError> {
+        if quota == 0 {
             return Err(ConfigError::ZeroQuota);
         }
-        if self.period.is_zero() {
+        if period.is_zero() {
             return Err(ConfigError::ZeroPeriod);
         }
-        let period = Nanos::from_duration(self.period).as_u64();
-        let shift = match self.align {
+        let period_ns = Nanos::from_duration(period).as_u64();
+        let shift = match align {
             None => None,
             Some(offset) if offset.unsigned_abs() >= 86_400 => {
                 return Err(ConfigError::InvalidUtcOffset(offset))
             }
             Some(offset) => {
-                let origin = match self.unix_origin {
+                let origin = match unix_origin {
                     Some(origin) => origin.as_nanos(),
                     None => SystemTime::now()
                         .duration_since(UNIX_EPOCH)
                         .unwrap_or_default()
                         .as_nanos()
-                        .saturating_sub(u128::from(self.clock.now().as_u64())),
+                        .saturating_sub(u128::from(now.as_u64())),
                 };
                 // Durations are below 2^64 s < 2^94 ns: i128 holds it with room to spare.
                 let shift = origin as i128 + i128::from(offset) * 1_000_000_000;
-                Some(shift.rem_euclid(i128::from(period)) as u64)
+                Some(shift.rem_euclid(i128::from(period_ns)) as u64)
             }
         };
-        let spec = WindowSpec {
-            quota: self.quota,
-            period,
+        Ok(WindowSpec {
+            quota,
+            period: period_ns,
             shift: shift.unwrap_or(0),
             aligned: shift.is_some(),
             // |offset| < 86 400 here.
-            utc_offset_secs: self.align.unwrap_or(0) as i32,
-        };
-        Ok((spec, self.clock))
+            utc_offset_secs: align.unwrap_or(0) as i32,
+        })
     }
 }
 

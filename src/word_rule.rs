@@ -27,6 +27,11 @@ use crate::limiter::Denied;
 /// five.
 pub(crate) const X_MASK: u64 = (1 << 59) - 1;
 
+/// 8.5 years (of 365.25 days) in nanoseconds: the least range of readings past the base
+/// that every rule's word holds, whatever its configuration.
+pub(crate) const RANGE_MIN: u64 = 85 * 36_525 * 86_400 * 1_000_000; // 8.5 * 365.25 days
+const _: () = assert!(RANGE_MIN == 268_239_600_000_000_000);
+
 /// One configuration of a keyed map with inline state: see the [module docs](self).
 pub(crate) trait WordRule: Copy + Send + Sync + 'static {
     /// The state of a key born at `now`: inserted, or revived after an eviction judged at

@@ -1,0 +1,257 @@
+//! `KeyedWindow` under races: grants on live keys, evictions, revivals of evicted keys, table
+//! growth and purges, and arbitrarily stale clock readings. The module docs of
+//! `src/keyed_window.rs` state the guarantee: windows never overlap and each counts at most
+//! its quota, as if one `FixedWindow` had served the key all along. The windows here are
+//! aligned on whole seconds of the clock, so the test knows them: a grant at reading `r` is
+//! counted in the window open at its check, which ends after `r` and started no later than
+//! the clock then, at most [`STALE_MAX`] after `r`. So the grants with readings in windows
+//! `k..=l` lie in windows `k..=l + SPILL`: at most `QUOTA * (l - k + 1 + SPILL)`.
+//!
+//! * `stale_readings_racing_a_tight_sweeper`: workers check random keys at readings up to
+//!   1.7 s stale while a sweeper thread evicts idle keys in a loop and the table grows from
+//!   16 slots under them; every worker also forces the stale-after-eviction interleaving
+//!   itself every few checks (read, advance, evict, use).
+//! * `purges_then_stale_readings_and_growth_in_lockstep`: before each phase every key is
+//!   idle and evicted, which forces a purge (the table is rebuilt empty); then the workers
+//!   race checks with readings older than that sweep, inserting the keys again, which forces
+//!   the table to grow under them while they check.
+//! * `sweeps_half_a_window_apart_racing_drained_keys`: exact: every window of every key
+//!   grants its quota, no less and no more, while sweeps run inside the windows.
+#![cfg(feature = "keyed")]
+
+mod common;
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use common::stale_race::{per_key, stale_race, CHECKS, FORCE_EVERY, MAX_STALE, WORKERS};
+
+use turnstile::keyed_window::KeyedWindow;
+use turnstile::{Clock, ManualClock, Nanos};
+
+const MS: u64 = 1_000_000;
+const SEC: u64 = 1_000_000_000;
+const KEYS: u32 = 64;
+const QUOTA: u32 = 3;
+/// The period: windows `[j s, (j + 1) s)` of the clock.
+const P: u64 = SEC;
+/// The stalest reading the races use: `stale_race`'s forced ones are up to 200 ms plus
+/// [`MAX_STALE`] old.
+const STALE_MAX: u64 = 200 * MS + MAX_STALE;
+/// How many windows after its reading's a grant may be counted in.
+const SPILL: u64 = STALE_MAX.div_ceil(P);
+
+type Map = KeyedWindow<u32, std::collections::hash_map::RandomState, ManualClock>;
+
+fn map(clock: &ManualClock) -> Map {
+    KeyedWindow::builder(QUOTA, Duration::from_nanos(P))
+        .align_utc()
+        .unix_origin(Duration::ZERO)
+        .sweep_every(Duration::MAX)
+        .clock(clock.clone())
+        .build()
+        .unwrap()
+}
+
+/// Per key, the grants per window of their readings: for every run of windows `k..=l`,
+/// at most `QUOTA * (l - k + 1 + SPILL)`.
+fn assert_bound(grants: &[(u32, u64, u32)]) {
+    for (key, g) in per_key(grants, KEYS).iter().enumerate() {
+        let Some(&(last, _)) = g.last() else { continue };
+        let mut per_window = vec![0u64; (last / P + 1) as usize];
+        for &(r, n) in g {
+            per_window[(r / P) as usize] += u64::from(n);
+        }
+        for k in 0..per_window.len() {
+            let mut sum = 0;
+            for (l, &c) in per_window.iter().enumerate().skip(k) {
+                sum += c;
+                let allowed = u64::from(QUOTA) * ((l - k) as u64 + 1 + SPILL);
+                assert!(
+                    sum <= allowed,
+                    "key {key}: {sum} grants read in windows {k}..={l}"
+                );
+            }
+        }
+    }
+}
+
+/// Per key, with each grant's reading `r` and a clock reading taken after its check
+/// returned: the window that counted it lies between `r`'s and the later reading's. So the
+/// grants with both in window `j` were all counted in `j`, at most `QUOTA`; those with both
+/// in `j` or `j + 1` were counted in one of the two, at most `2 * QUOTA`.
+fn assert_windows(grants: &[(u32, u64, u32, u64)]) {
+    use std::collections::BTreeMap;
+    let mut one: BTreeMap<(u32, u64), u32> = BTreeMap::new();
+    let mut two: BTreeMap<(u32, u64), u32> = BTreeMap::new();
+    for &(key, r, n, after) in grants {
+        let (a, b) = (r / P, after / P);
+        assert!(a <= b, "key {key}: read at {r}, returned at {after}");
+        if a == b {
+            *one.entry((key, a)).or_default() += n;
+        }
+        if b - a <= 1 {
+            *two.entry((key, a)).or_default() += n;
+            if a > 0 && a == b {
+                *two.entry((key, a - 1)).or_default() += n;
+            }
+        }
+    }
+    for (&(key, j), &c) in &one {
+        assert!(c <= QUOTA, "key {key}: {c} grants in window {j}");
+    }
+    for (&(key, j), &c) in &two {
+        assert!(
+            c <= 2 * QUOTA,
+            "key {key}: {c} grants in windows {j} and {}",
+            j + 1
+        );
+    }
+}
+
+#[test]
+fn stale_readings_racing_a_tight_sweeper() {
+    let clock = ManualClock::new(Nanos::new(10 * SEC));
+    let k = map(&clock);
+    let timed = Mutex::new(Vec::new());
+    let r = stale_race(
+        &clock,
+        KEYS,
+        |key, reading, n| {
+            let ok = k.check_n_at(&key, reading, n).is_ok();
+            if ok {
+                let after = clock.now().as_u64();
+                timed
+                    .lock()
+                    .unwrap()
+                    .push((key, reading.as_u64(), n, after));
+            }
+            ok
+        },
+        || k.evict_idle(),
+    );
+    assert_windows(&timed.into_inner().unwrap());
+    assert_eq!(r.forced, WORKERS * CHECKS.div_ceil(FORCE_EVERY));
+    assert!(
+        k.resizes() >= 3,
+        "64 keys grow a 16-slot table at least 3 times"
+    );
+    assert_bound(&r.grants);
+    eprintln!(
+        "{} grants, {} evictions by the sweeper, {} table replacements",
+        r.grants.len(),
+        r.swept,
+        k.resizes()
+    );
+}
+
+// Fewer under Miri, an interpreter: each phase still purges the table and grows it again.
+const PHASES: usize = if cfg!(miri) { 3 } else { 40 };
+const PHASE_CHECKS: u64 = if cfg!(miri) { 120 } else { 600 };
+
+#[test]
+fn purges_then_stale_readings_and_growth_in_lockstep() {
+    let clock = ManualClock::new(Nanos::new(10 * SEC));
+    let k = map(&clock);
+    // What each phase's setup saw: (keys evicted, table replacements before, after, slots).
+    let setups = Mutex::new(Vec::new());
+    let results = common::lockstep(
+        WORKERS as usize,
+        PHASES,
+        |i| {
+            // Every window opened in the last phase has ended 5 s later (and a newborn's
+            // spent window ends at its birth): all keys are idle, and evicting them all
+            // leaves only dead slots, so the sweep rebuilds the table empty.
+            clock.set(Nanos::new(10 * SEC + 5 * SEC * i as u64));
+            let before = k.resizes();
+            let evicted = k.evict_idle();
+            setups
+                .lock()
+                .unwrap()
+                .push((evicted, before, k.resizes(), k.capacity()));
+        },
+        |w, i| {
+            let mut x = common::rng_seed((w as u64 + 1) * 1000 + i as u64);
+            let mut rand = move || common::xorshift(&mut x);
+            let now = clock.now();
+            let mut mine = Vec::new();
+            for _ in 0..PHASE_CHECKS {
+                let key = (rand() % u64::from(KEYS)) as u32;
+                let n = 1 + (rand() % 2) as u32;
+                // Half the readings are older than the sweep that just evicted every key.
+                let reading = if rand() % 2 == 0 {
+                    now.saturating_sub(Duration::from_nanos(1 + rand() % MAX_STALE))
+                } else {
+                    now
+                };
+                if k.check_n_at(&key, reading, n).is_ok() {
+                    // The clock stands still in a phase: the check returned at `now`.
+                    mine.push((key, reading.as_u64(), n, now.as_u64()));
+                }
+            }
+            mine
+        },
+    );
+    let setups = setups.into_inner().unwrap();
+    let mut purged = 0;
+    for (i, &(evicted, before, after, capacity)) in setups.iter().enumerate().skip(1) {
+        assert!(
+            evicted >= 60,
+            "phase {i}: every key used is idle, {evicted} evicted"
+        );
+        assert_eq!(after, before + 1, "phase {i}: the sweep purged the table");
+        assert_eq!(capacity, 16, "phase {i}: rebuilt empty");
+        purged += 1;
+    }
+    assert!(k.len() <= KEYS as usize);
+    let timed: Vec<_> = results.into_iter().flatten().flatten().collect();
+    assert_windows(&timed);
+    let grants: Vec<_> = timed.iter().map(|&(key, r, n, _)| (key, r, n)).collect();
+    assert_bound(&grants);
+    eprintln!(
+        "{} grants over {PHASES} phases, {purged} forced purges, {} table replacements",
+        grants.len(),
+        k.resizes()
+    );
+}
+
+/// Sweeps half a window apart racing checks that drain a few keys at the sweep's reading: a
+/// key drained at a window's first phase is not idle at its second (its window is open), so
+/// no sweep may evict it; one that did would hand it a newborn's window, and a second quota,
+/// in the same window.
+#[test]
+fn sweeps_half_a_window_apart_racing_drained_keys() {
+    const FEW: u32 = 4;
+    let clock = ManualClock::new(Nanos::new(10 * SEC));
+    let k = map(&clock);
+    let results = common::lockstep(
+        WORKERS as usize,
+        PHASES * 4,
+        |i| clock.set(Nanos::new(10 * SEC + P / 2 * i as u64)),
+        |w, _| {
+            let now = clock.now();
+            let mut mine = Vec::new();
+            for round in 0..50 {
+                if w == 0 && round % 5 == 0 {
+                    k.evict_idle_at(now);
+                }
+                for key in 0..FEW {
+                    if k.check_n_at(&key, now, 1).is_ok() {
+                        mine.push((key, now.as_u64(), 1));
+                    }
+                }
+            }
+            mine
+        },
+    );
+    let grants: Vec<_> = results.into_iter().flatten().flatten().collect();
+    // Every phase drains every key: each window of each key grants exactly its quota.
+    for (key, g) in per_key(&grants, FEW).iter().enumerate() {
+        let windows = (PHASES * 4).div_ceil(2);
+        let mut per_window = vec![0u32; windows];
+        for &(r, n) in g {
+            per_window[((r - 10 * SEC) / P) as usize] += n;
+        }
+        assert_eq!(per_window, vec![QUOTA; windows], "key {key}");
+    }
+}
