@@ -31,9 +31,11 @@
 //!   whatever each clock does on valgrind's emulated CPU, so these rows say less about native
 //!   runs than the clock-free ones.
 //!
-//! * `keyed-random-<limiter>` (`inline`, `inline-leaky`, `tb`, `leaky`, `fixed`, `sliding`,
+//! * `keyed-random-<limiter>` (`inline`, `inline-leaky`, `inline-window`, `tb`, `leaky`,
+//!   `fixed`, `sliding`,
 //!   `bursty`, `warming`, `meter`, `governor`): every limiter in `Keyed<u64, L>` (`inline`:
 //!   `KeyedTokenBucket`; `inline-leaky`: `KeyedLeakyBucket`, as `leaky` without slack;
+//!   `inline-window`: `KeyedWindow`, as `fixed`;
 //!   `governor`: its keyed limiter) over 100 000 keys, **saturated**: each
 //!   key at 10/s with a capacity of one (`benches/harness/saturated.rs`, "every limiter per
 //!   key"), inserted and emptied during setup, then `check_n_at(&key, t, 1)` with the retry
@@ -55,7 +57,7 @@ use std::time::Duration;
 use governor::clock::FakeRelativeClock;
 use governor::{Quota, RateLimiter};
 use turnstile::{
-    Keyed, KeyedLeakyBucket, KeyedTokenBucket, Limit, ManualClock, Nanos, TokenBucket,
+    Keyed, KeyedLeakyBucket, KeyedTokenBucket, KeyedWindow, Limit, ManualClock, Nanos, TokenBucket,
 };
 
 #[path = "../benches/harness/saturated.rs"]
@@ -212,8 +214,8 @@ const SAT_CELLS: &[(&str, &[&str])] = &[
 ];
 
 /// The many-keys cells of the maps with the state inline: `inline` (`KeyedTokenBucket`),
-/// `inline-leaky` (`KeyedLeakyBucket`).
-const INLINE: [&str; 2] = ["inline", "inline-leaky"];
+/// `inline-leaky` (`KeyedLeakyBucket`), `inline-window` (`KeyedWindow`).
+const INLINE: [&str; 3] = ["inline", "inline-leaky", "inline-window"];
 
 /// Every implementation `cell` measures (see [`SAT_CELLS`]); `None` if it is not a saturated
 /// or burst cell.
@@ -364,6 +366,17 @@ fn many_keys_cell(lim: &str, imp: &str, ops: u64, cell: &str) {
             // As `leaky`: no slack, one request a `MANY_PERIOD`.
             let l = KeyedLeakyBucket::builder(rate)
                 .without_slack()
+                .clock(clock)
+                .sweep_every(Duration::MAX)
+                .build()
+                .expect("valid keyed limiter");
+            many_keys(ops, expect, cell, |k, t, _| {
+                sat::retry(black_box(&l).check_n_at(&black_box(k), black_box(t), 1))
+            });
+        }
+        ("inline-window", _) => {
+            // As `fixed`: one request a `MANY_PERIOD`.
+            let l = KeyedWindow::builder(1, sat::MANY_PERIOD)
                 .clock(clock)
                 .sweep_every(Duration::MAX)
                 .build()
