@@ -299,12 +299,16 @@ impl<K> Table<K> {
         K: Borrow<Q>,
         Q: Eq + ?Sized,
     {
-        let mut i = hash as usize & self.mask;
+        // In locals: the `Acquire` loads below would otherwise make each probe reload them.
+        let (slots, mask) = (&*self.slots, self.mask);
+        let mut i = hash as usize & mask;
         // At most seven eighths of the slots are used, so an EMPTY slot ends every probe;
-        // the bound is for safety only.
-        for _ in 0..=self.mask {
+        // the bound (every slot visited once) is for safety only. A count down rather than
+        // a range: one decrement and branch a probe.
+        let mut left = mask;
+        loop {
             // SAFETY: `i <= mask` and `slots.len() == mask + 1`.
-            let slot = unsafe { self.slots.get_unchecked(i) };
+            let slot = unsafe { slots.get_unchecked(i) };
             let s = slot.state.load(Ordering::Acquire);
             if s == EMPTY {
                 return None;
@@ -315,9 +319,12 @@ impl<K> Table<K> {
             if unsafe { slot.key.with(|k| k.borrow() == key) } {
                 return Some(slot);
             }
-            i = (i + 1) & self.mask;
+            if left == 0 {
+                return None;
+            }
+            left -= 1;
+            i = (i + 1) & mask;
         }
-        None
     }
 
     /// Puts `key` with word `state` in the first `EMPTY` slot of its probe. Only under

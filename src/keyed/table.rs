@@ -131,12 +131,16 @@ impl<K, L> Table<K, L> {
         K: Borrow<Q>,
         Q: Eq + ?Sized,
     {
-        let mut i = hash as usize & self.mask;
+        // In locals: the `Acquire` loads below would otherwise make each probe reload them.
+        let (entries, mask) = (&*self.entries, self.mask);
+        let mut i = hash as usize & mask;
         // At most seven eighths of the entries are used, so an EMPTY one ends every probe;
-        // the bound is for safety only.
-        for _ in 0..=self.mask {
+        // the bound (every entry visited once) is for safety only. A count down rather than
+        // a range: one decrement and branch a probe.
+        let mut left = mask;
+        loop {
             // SAFETY: `i <= mask` and `entries.len() == mask + 1`.
-            let e = unsafe { self.entries.get_unchecked(i) };
+            let e = unsafe { entries.get_unchecked(i) };
             let w = e.word.load(Ordering::Acquire);
             if w == EMPTY {
                 return None;
@@ -147,9 +151,12 @@ impl<K, L> Table<K, L> {
             if unsafe { e.key.with(|k| k.borrow() == key) } {
                 return Some((e, w));
             }
-            i = (i + 1) & self.mask;
+            if left == 0 {
+                return None;
+            }
+            left -= 1;
+            i = (i + 1) & mask;
         }
-        None
     }
 
     /// Puts `key` with word `word` in the first `EMPTY` entry of its probe. Only under
