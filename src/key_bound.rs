@@ -7,9 +7,10 @@
 //! # Orderings
 //! All `Relaxed`. `len` is a counter whose CAS keeps it at or below `max_keys`; no other
 //! memory hangs on it. `last_sweep` only elects one sweeping thread (by CAS) and rate-limits
-//! sweeps. `judged` is published by `fetch_max` before a sweep's evictions and read by a
-//! birth after the acquiring operation that saw an eviction (each map's module docs, step
-//! 2): that operation orders it, not `judged`'s own ordering.
+//! sweeps; `inline_due` is a hint derived from it. `judged` is published by `fetch_max`
+//! before a sweep's evictions and read by a birth after the acquiring operation that saw an
+//! eviction (each map's module docs, step 2): that operation orders it, not `judged`'s own
+//! ordering.
 
 use std::fmt;
 use std::time::Duration;
@@ -32,6 +33,11 @@ pub(crate) struct KeyBound {
     /// When the last sweep started (ns on the map's clock); claimed by CAS so one thread
     /// sweeps.
     last_sweep: AtomicU64,
+    /// When a check next sweeps inline, `last_sweep` plus the sweeper's gap, so that a
+    /// check's test is one load and a compare. Never later than that sum (both only grow,
+    /// and this is raised with `fetch_max`): a stale value sends a check to the cold path,
+    /// which rereads both and raises it, but never skips a sweep.
+    inline_due: AtomicU64,
     /// The latest time any sweep judged idleness at; only grows (`fetch_max`).
     judged: AtomicU64,
 }
@@ -66,6 +72,7 @@ impl KeyBound {
             sweep_every,
             sweeper: Sweeper::new(sweep_every),
             last_sweep: AtomicU64::new(now.as_u64()),
+            inline_due: AtomicU64::new(now.as_u64().saturating_add(sweep_every)),
             judged: AtomicU64::new(0),
         }
     }
@@ -178,32 +185,43 @@ impl KeyBound {
         clock: &impl Clock,
         sweep: impl FnOnce(Nanos),
     ) {
-        let last = self.last_sweep.load(Ordering::Relaxed);
-        let gap = if early {
-            self.early_sweep_gap()
+        let due = if early {
+            let last = self.last_sweep.load(Ordering::Relaxed);
+            last.saturating_add(self.early_sweep_gap())
         } else {
-            self.sweeper.inline_every()
+            self.inline_due.load(Ordering::Relaxed)
         };
-        let due = last.saturating_add(gap);
         if hint.as_u64() < due {
             return;
         }
-        self.claim_sweep(last, due, clock, sweep);
+        self.claim_sweep(early, clock, sweep);
     }
 
     #[cold]
-    fn claim_sweep(&self, last: u64, due: u64, clock: &impl Clock, sweep: impl FnOnce(Nanos)) {
+    fn claim_sweep(&self, early: bool, clock: &impl Clock, sweep: impl FnOnce(Nanos)) {
+        let last = self.last_sweep.load(Ordering::Relaxed);
+        let every = self.sweeper.inline_every();
+        let gap = if early { self.early_sweep_gap() } else { every };
+        let due = last.saturating_add(gap);
         let now = clock.now();
         if now.as_u64() < due {
+            if !early {
+                // `inline_due` was behind (a sweeper thread started, or two sweeps' updates
+                // landed out of order): raise it, so the next checks stay on the fast path.
+                self.inline_due.fetch_max(due, Ordering::Relaxed);
+            }
             return;
         }
         if self
             .last_sweep
             .compare_exchange(last, now.as_u64(), Ordering::Relaxed, Ordering::Relaxed)
             .is_ok()
-            && !self.sweeper.wake()
         {
-            sweep(now);
+            self.inline_due
+                .fetch_max(now.as_u64().saturating_add(every), Ordering::Relaxed);
+            if !self.sweeper.wake() {
+                sweep(now);
+            }
         }
     }
 
