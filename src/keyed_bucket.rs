@@ -212,13 +212,17 @@ impl Quota {
     /// inline, as a check at its limit is mostly refusals.
     #[inline(always)]
     fn denied(&self, x2: u64, base: u64, now: Nanos) -> Denied {
+        if self.zero {
+            return self.denied_slow(x2, base, now);
+        }
+        // A limit that refills (`per >= 2^63`) and `x2 > tau`: `nanos_ceil_pos` applies.
         let (per, per_shift) = (self.scale.per, self.scale.per_shift);
-        match crate::scale::nanos_ceil_hot(x2 - self.tau, per, per_shift) {
-            Some(ns) if !self.zero => match ns.checked_add(base) {
+        match crate::scale::nanos_ceil_pos(x2 - self.tau, per, per_shift) {
+            Some(ns) => match ns.checked_add(base) {
                 Some(at) => Denied::new(now, Some(Nanos::new(at))),
                 None => self.denied_slow(x2, base, now),
             },
-            _ => self.denied_slow(x2, base, now),
+            None => self.denied_slow(x2, base, now),
         }
     }
 

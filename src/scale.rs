@@ -163,13 +163,15 @@ impl Scale {
     }
 }
 
-/// [`Scale::nanos_ceil`] for a hot path that reads `per` and `per_shift` alone: the same value for
-/// `u >= 1`, `None` for `u = 0` or a value past `u64`. For `p = u * per >= 1`,
+/// [`Scale::nanos_ceil`] for a hot path that reads `per` and `per_shift` alone, where
+/// `u * per >= 1` is known (a refusal's `u >= 1` units under a configuration that refills,
+/// `per >= 2^63`): the same value, or `None` for a value past `u64`. For `p = u * per >= 1`,
 /// `ceil(p / 2^s) = floor((p - 1) / 2^s) + 1`: one shift, no remainder test, and for
 /// `s >= 64` (a unit under a nanosecond: most scales) a 64-bit shift of the high word.
 #[inline(always)]
-pub(crate) fn nanos_ceil_hot(u: u64, per: u64, per_shift: u32) -> Option<u64> {
-    let p = (u as u128 * per as u128).checked_sub(1)?;
+pub(crate) fn nanos_ceil_pos(u: u64, per: u64, per_shift: u32) -> Option<u64> {
+    debug_assert!(u != 0 && per != 0);
+    let p = (u as u128 * per as u128).wrapping_sub(1);
     let floor = if per_shift >= 64 {
         ((p >> 64) as u64) >> ((per_shift - 64) & 63)
     } else {
@@ -301,10 +303,10 @@ mod tests {
         };
         let mut answered = 0;
         for i in 0..200_000u32 {
-            let u = next() >> (i % 64);
+            let u = (next() >> (i % 64)).max(1);
             let per = next() | 1 << 63;
             let per_shift = (next() % 128) as u32;
-            let hot = nanos_ceil_hot(u, per, per_shift);
+            let hot = nanos_ceil_pos(u, per, per_shift);
             let exact = Scale {
                 one: 1,
                 mul: 1,
@@ -318,7 +320,7 @@ mod tests {
                     assert_eq!(u128::from(ns), exact, "u {u} per {per} shift {per_shift}");
                 }
                 None => assert!(
-                    u == 0 || exact > u128::from(u64::MAX),
+                    exact > u128::from(u64::MAX),
                     "u {u} per {per} shift {per_shift}: left to the slow path"
                 ),
             }
@@ -327,7 +329,7 @@ mod tests {
         for l in [1e-3, 0.6, 3.0, 1e3, 1e6, 1e9, 3e10] {
             let s = scale(l, 1000);
             assert_eq!(
-                nanos_ceil_hot(s.one, s.per, s.per_shift).map(u128::from),
+                nanos_ceil_pos(s.one, s.per, s.per_shift).map(u128::from),
                 Some(s.nanos_ceil(s.one)),
                 "limit {l}"
             );

@@ -869,18 +869,13 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
                 };
             } else if MODE == CHECK && new > due_w {
                 // A refusal that can be retried: at most the burst and within the word's
-                // range. Under a zero limit a refusal needs more than the stored tokens, which
-                // the slow path answers as never: there `per = 0`, so `time_of` is `None`. Its retry time is
-                // when `u` reaches `x2`, `Hot::time_of`; `None` there (past the end of time)
-                // and every other refusal go the slow way, which says "never". A refused
-                // `n <= burst` has `x >= v` (from `x < v` the take ends at `v + n * one <=
-                // v + tau`: granted), so `x2 = x + n * one`: computed from the word and the
-                // slot alone, the retry time does not wait for the clock reading's
-                // conversion, which only decides the (predicted) branch.
-                let cost = u64::from(n) * hot.one;
-                let owed = x_of(word) + cost;
-                if owed <= X_MAX && cost <= hot.tau {
-                    if let Some(retry_at) = slot.time_of(&hot, owed) {
+                // range (a zero limit never gets here: `lim = 0`). Its retry time is when `u`
+                // reaches `x2`, `SlotRef::time_of`; `None` there (past the end of time) and
+                // every other refusal go the slow way, which says "never". (A refused
+                // `n <= burst` has `x >= v`, since from `x < v` the take ends at
+                // `v + n * one <= v + tau`, granted; so `x2 = x + n * one`.)
+                if x2 <= X_MAX && u64::from(n) * hot.one <= hot.tau {
+                    if let Some(retry_at) = slot.time_of(&hot, x2) {
                         if self.unchanged(word) {
                             return Decision::Denied {
                                 retry_at: Some(retry_at),
@@ -1015,8 +1010,9 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
         let backoff = Backoff::new();
         let mut word = self.core.state.load(Ordering::Acquire);
         loop {
-            let hot = self.slot(word).hot();
-            let new_x = if hot.lim == 0 {
+            let cfg = self.slot(word).config();
+            let hot = cfg.hot;
+            let new_x = if cfg.is_inf() {
                 // An infinite limit: the check took nothing.
                 None
             } else {
@@ -1689,8 +1685,8 @@ fn wrap_free(base: u64) -> u64 {
 struct Hot {
     /// Nanoseconds at which `u = tau`.
     base: u64,
-    /// One more than the largest `now - base` the fast path converts; 0 under an infinite
-    /// limit (everything goes to the slow path, which grants without a write).
+    /// One more than the largest `now - base` the fast path converts; 0 under a zero or an
+    /// infinite limit (everything goes to the slow path).
     lim: u64,
     /// The scale's multiplier (0: nothing refills).
     mul: u64,
@@ -1698,6 +1694,9 @@ struct Hot {
     tau: u64,
     /// Units per token: `2^k`, or a whole number of 1/16 ns below `2^31` (`src/scale.rs`).
     one: u64,
+    /// The scale's `per_shift` (0 where nothing refills), which shares a slot word with
+    /// `one`: a refusal's retry time needs it.
+    per_shift: u32,
 }
 
 impl Hot {
@@ -1789,14 +1788,18 @@ impl Config {
                     mul: s.mul,
                     tau,
                     one,
+                    per_shift: s.per_shift,
                 }
             }
+            // Nothing refills (a zero or an infinite limit): every check goes the slow way
+            // (`lim = 0`), so that the inline paths may count on a limit that refills.
             None => Hot {
                 base: since,
-                lim: if limit.is_inf() { 0 } else { wrap_free(since) },
+                lim: 0,
                 mul: 0,
                 tau: u64::from(burst) * one,
                 one,
+                per_shift: 0,
             },
         };
         Config { hot, cold }
@@ -2134,12 +2137,14 @@ impl SlotRef<'_> {
     #[inline(always)]
     fn hot(&self) -> Hot {
         let s = self.slot;
+        let one_shift = s.one_shift.load(Ordering::Relaxed);
         Hot {
             base: s.neg_base.load(Ordering::Relaxed).wrapping_neg(),
             lim: s.lim.load(Ordering::Relaxed),
             mul: s.mul.load(Ordering::Relaxed),
             tau: s.tau.load(Ordering::Relaxed),
-            one: s.one_shift.load(Ordering::Relaxed) & u64::from(u32::MAX),
+            one: one_shift & u64::from(u32::MAX),
+            per_shift: (one_shift >> 32) as u32,
         }
     }
 
@@ -2163,13 +2168,12 @@ impl SlotRef<'_> {
     }
 
     /// [`Config::time_of`] from the hot words (`per` and `per_shift` among them), for the
-    /// inline refusal of a check: the same instant, or `None` past the end of time.
+    /// inline refusal of a check (`x > tau`, under a limit that refills): the same instant,
+    /// or `None` past the end of time.
     #[inline(always)]
     fn time_of(&self, hot: &Hot, x: u64) -> Option<Nanos> {
-        let s = self.slot;
-        let per = s.per.load(Ordering::Relaxed);
-        let per_shift = (s.one_shift.load(Ordering::Relaxed) >> 32) as u32;
-        let ns = crate::scale::nanos_ceil_hot(x - hot.tau, per, per_shift)?;
+        let per = self.slot.per.load(Ordering::Relaxed);
+        let ns = crate::scale::nanos_ceil_pos(x - hot.tau, per, hot.per_shift)?;
         ns.checked_add(hot.base).map(Nanos::new)
     }
 

@@ -651,3 +651,18 @@ fn a_refusal_under_a_zero_limit_never_comes_due() {
     l.set_limit_at(at(0), Limit::ZERO);
     assert_eq!(l.check_n_at(at(SEC), 1).unwrap_err().retry_at(), None);
 }
+
+/// Under a zero limit nothing refills, so a refund is the only way tokens come back: it gives
+/// them back as under any finite limit (only an infinite limit, where a check took nothing,
+/// refunds nothing), every operation on such a bucket taking the slow path.
+#[test]
+fn a_refund_under_a_zero_limit_gives_the_tokens_back() {
+    let l = tb(0.0, 3);
+    assert!(l.allow_n_at(at(0), 2));
+    assert!(!l.allow_n_at(at(SEC), 2));
+    assert!(l.refund_n_at(at(SEC), 1));
+    assert_eq!(l.tokens_at(at(SEC)), 2.0);
+    assert!(l.allow_n_at(at(2 * SEC), 2));
+    let denied = l.check_n_at(at(2 * SEC), 1).unwrap_err();
+    assert_eq!(denied.retry_at(), None);
+}
