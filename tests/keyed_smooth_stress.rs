@@ -1,0 +1,218 @@
+//! `KeyedSmoothBursty` under races: grants on live keys, evictions, revivals of evicted keys,
+//! table growth and purges, and arbitrarily stale clock readings. The module docs of
+//! `src/keyed_smooth.rs` state the budget: over readings in any span `d`, a key's grants
+//! but the last to take effect total at most `max_permits + d / I` (pay later: the last may
+//! be of any size), as if one limiter had served it all along, stale readings and evictions
+//! included; this file checks it on every key after each race, with checks of 1 or 2
+//! permits, so at most `max_permits + 2 + d / I` in all.
+//!
+//! * `stale_readings_racing_a_tight_sweeper`: workers check random keys at readings up to
+//!   1.5 s stale while a sweeper thread evicts idle keys in a loop and the table grows from
+//!   16 slots under them; every worker also forces the stale-after-eviction interleaving
+//!   itself every few checks (read, advance, evict, use).
+//! * `purges_then_stale_readings_and_growth_in_lockstep`: before each phase every key is
+//!   idle and evicted, which forces a purge (the table is rebuilt empty); then the workers
+//!   race checks with readings older than that sweep, inserting the keys again, which forces
+//!   the table to grow under them while they check.
+//! * `sweeps_half_an_interval_apart_racing_drained_keys`: sweeps at the readings of checks
+//!   that drain a few keys, half an interval apart: a key whose debt has not cleared must
+//!   not be evicted.
+#![cfg(feature = "keyed")]
+
+mod common;
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use common::stale_race::{
+    per_key, stale_race, token_bucket_excess, CHECKS, FORCE_EVERY, MAX_STALE, WORKERS,
+};
+
+use turnstile::keyed_smooth::KeyedSmoothBursty;
+use turnstile::{Clock, ManualClock, Nanos};
+
+const SEC: u64 = 1_000_000_000;
+const KEYS: u32 = 64;
+/// One per 10 s: `I` is a whole number of nanoseconds, so the budget's `d / I` has no
+/// rounding, and longer than a key waits between checks in the stale race (the clock moves
+/// about 60 ms a check there, 64 keys: about 4 s), so that keys are drained to their budget
+/// and evicted the moment their debt clears.
+const RATE: f64 = 0.1;
+const I: u64 = 10 * SEC;
+/// 30 s stored at most: 3 permits.
+const MAX_PERMITS: u64 = 3;
+/// The largest check the races make.
+const N_MAX: u64 = 2;
+
+type Map = KeyedSmoothBursty<u32, std::collections::hash_map::RandomState, ManualClock>;
+
+fn map(clock: &ManualClock) -> Map {
+    KeyedSmoothBursty::builder(RATE)
+        .max_burst_seconds(MAX_PERMITS as f64 / RATE)
+        .sweep_every(Duration::MAX)
+        .clock(clock.clone())
+        .build()
+        .unwrap()
+}
+
+/// The budget on every key: over every span between two grant readings, as a token bucket
+/// of `max_permits + N_MAX` refilled one per `I` (linear in the grants), and exactly, with
+/// `floor(d / I)`, over the spans of up to 8 intervals, less the span's largest grant
+/// (at least the last to take effect, which the budget leaves out).
+fn assert_budget(grants: &[(u32, u64, u32)]) {
+    for (key, g) in per_key(grants, KEYS).iter().enumerate() {
+        let burst = (MAX_PERMITS + N_MAX) as f64;
+        let excess = token_bucket_excess(g, RATE, burst);
+        assert!(
+            excess <= 1e-6,
+            "key {key}: {excess} permits over max_permits + {N_MAX} + d / I ({} grants)",
+            g.len()
+        );
+        for (i, &(a, _)) in g.iter().enumerate() {
+            let (mut count, mut largest) = (0u64, 0u64);
+            for &(b, n) in &g[i..] {
+                if b - a > 8 * I {
+                    break;
+                }
+                count += u64::from(n);
+                largest = largest.max(u64::from(n));
+                let allowed = MAX_PERMITS + (b - a) / I;
+                assert!(
+                    count - largest <= allowed,
+                    "key {key}: {count} permits in [{a}, {b}], the largest {largest}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn stale_readings_racing_a_tight_sweeper() {
+    let clock = ManualClock::new(Nanos::new(10 * SEC));
+    let k = map(&clock);
+    let r = stale_race(
+        &clock,
+        KEYS,
+        |key, reading, n| k.check_n_at(&key, reading, n).is_ok(),
+        || k.evict_idle(),
+    );
+    let grants = r.grants;
+    assert_eq!(r.forced, WORKERS * CHECKS.div_ceil(FORCE_EVERY));
+    assert!(
+        k.resizes() >= 3,
+        "64 keys grow a 16-slot table at least 3 times"
+    );
+    assert_budget(&grants);
+    eprintln!(
+        "{} grants, {} evictions by the sweeper, {} table replacements",
+        grants.len(),
+        r.swept,
+        k.resizes()
+    );
+}
+
+// Fewer under Miri, an interpreter: each phase still purges the table and grows it again.
+const PHASES: usize = if cfg!(miri) { 3 } else { 40 };
+const PHASE_CHECKS: u64 = if cfg!(miri) { 120 } else { 600 };
+
+#[test]
+fn purges_then_stale_readings_and_growth_in_lockstep() {
+    let clock = ManualClock::new(Nanos::new(10 * SEC));
+    let k = map(&clock);
+    // What each phase's setup saw: (keys evicted, table replacements before, after, slots).
+    let setups = Mutex::new(Vec::new());
+    let results = common::lockstep(
+        WORKERS as usize,
+        PHASES,
+        |i| {
+            // A grant needs z <= its reading <= the phase's clock and adds at most N_MAX
+            // intervals: 30 s later every key's debt has cleared, all are idle. Evicting
+            // them all leaves only dead slots, so the sweep rebuilds the table empty.
+            clock.set(Nanos::new(10 * SEC + 3 * I * i as u64));
+            let before = k.resizes();
+            let evicted = k.evict_idle();
+            setups
+                .lock()
+                .unwrap()
+                .push((evicted, before, k.resizes(), k.capacity()));
+        },
+        |w, i| {
+            let mut x = common::rng_seed((w as u64 + 1) * 1000 + i as u64);
+            let mut rand = move || common::xorshift(&mut x);
+            let now = clock.now();
+            let mut mine = Vec::new();
+            for _ in 0..PHASE_CHECKS {
+                let key = (rand() % u64::from(KEYS)) as u32;
+                let n = 1 + (rand() % N_MAX) as u32;
+                // Half the readings are older than the sweep that just evicted every key.
+                let reading = if rand() % 2 == 0 {
+                    now.saturating_sub(Duration::from_nanos(1 + rand() % MAX_STALE))
+                } else {
+                    now
+                };
+                if k.check_n_at(&key, reading, n).is_ok() {
+                    mine.push((key, reading.as_u64(), n));
+                }
+            }
+            mine
+        },
+    );
+    let setups = setups.into_inner().unwrap();
+    let mut purged = 0;
+    for (i, &(evicted, before, after, capacity)) in setups.iter().enumerate().skip(1) {
+        assert!(
+            evicted >= 60,
+            "phase {i}: every key used is idle, {evicted} evicted"
+        );
+        assert_eq!(after, before + 1, "phase {i}: the sweep purged the table");
+        assert_eq!(capacity, 16, "phase {i}: rebuilt empty");
+        purged += 1;
+    }
+    assert!(k.len() <= KEYS as usize);
+    let grants: Vec<_> = results.into_iter().flatten().flatten().collect();
+    assert_budget(&grants);
+    eprintln!(
+        "{} grants over {PHASES} phases, {purged} forced purges, {} table replacements",
+        grants.len(),
+        k.resizes()
+    );
+}
+
+/// Sweeps half an interval apart racing checks that drain a few keys at the sweep's
+/// reading: a key drained at the last phase owes a debt of up to `N_MAX` intervals, so a
+/// sweep half an interval later may not evict it; one that did would hand it a newborn's
+/// permit early, phase after phase, and break the budget.
+#[test]
+fn sweeps_half_an_interval_apart_racing_drained_keys() {
+    const FEW: u32 = 4;
+    let clock = ManualClock::new(Nanos::new(10 * SEC));
+    let k = map(&clock);
+    let results = common::lockstep(
+        WORKERS as usize,
+        PHASES * 4,
+        |i| clock.set(Nanos::new(10 * SEC + I / 2 * i as u64)),
+        |w, i| {
+            let now = clock.now();
+            let mut mine = Vec::new();
+            for round in 0..50 {
+                if w == 0 && round % 5 == 0 {
+                    k.evict_idle_at(now);
+                }
+                for key in 0..FEW {
+                    // Two permits at a time every other phase: a debt of two intervals.
+                    let n = 1 + ((i + w) % 2) as u32;
+                    if k.check_n_at(&key, now, n).is_ok() {
+                        mine.push((key, now.as_u64(), n));
+                    }
+                }
+            }
+            mine
+        },
+    );
+    let grants: Vec<_> = results.into_iter().flatten().flatten().collect();
+    // Every phase drains every key, so each gets its whole budget: about one permit per
+    // interval over PHASES * 2 intervals.
+    let total: u64 = grants.iter().map(|&(_, _, n)| u64::from(n)).sum();
+    assert!(total >= u64::from(FEW) * (PHASES as u64 * 2 - 1), "{total}");
+    assert_budget(&grants);
+}
