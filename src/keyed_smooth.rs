@@ -57,8 +57,8 @@
 //! (saturated below): for a rate up to 1e9/s the map runs for **at least 8.5 years from its
 //! base**; above it a unit is one permit and the range is `U_MAX` permits' worth of time
 //! (1.7 years at 1e10/s). Readings before the base count as the base, and past the range
-//! time stands still for the map: each key gets at most `max_permits + 1` more checks and is
-//! then refused for good (it fails closed). A quota whose `max_permits` exceeds `2^32 - 1`,
+//! time stands still for the map: each key gets at most `max_permits + 1` more grants and
+//! is then refused for good (it fails closed). A quota whose `max_permits` exceeds `2^32 - 1`,
 //! or whose `max(1, max_permits)` intervals exceed 146 years, is
 //! [`ConfigError::SmoothOutOfRange`].
 //!
@@ -100,7 +100,7 @@
 //! * no stored permits at birth (Guava's default: `SmoothBursty`'s
 //!   `initial_stored_permits` is not offered), and a key revived after an eviction starts
 //!   so too, forgetting the credit it had banked;
-//! * a debt whose end lies past the range is "never" (above), where Guava waits.
+//! * a debt whose end lies past the range is "never" (above), where Guava waits;
 //! * only the non-blocking check ([`KeyedSmoothBursty::check_n_at`] is
 //!   `tryAcquire(n, 0)`): no `acquire`, `reserve` or `set_rate`. A check of `n = 0` takes
 //!   nothing and is granted iff there is no debt, as `SmoothBursty`'s.
