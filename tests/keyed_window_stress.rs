@@ -24,7 +24,9 @@ mod common;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use common::stale_race::{per_key, stale_race, CHECKS, FORCE_EVERY, MAX_STALE, WORKERS};
+use common::stale_race::{
+    per_key, purge_race, stale_race, CHECKS, FORCE_EVERY, MAX_STALE, PHASES, WORKERS,
+};
 
 use turnstile::keyed_window::KeyedWindow;
 use turnstile::{Clock, ManualClock, Nanos};
@@ -145,72 +147,41 @@ fn stale_readings_racing_a_tight_sweeper() {
     );
 }
 
-// Fewer under Miri, an interpreter: each phase still purges the table and grows it again.
-const PHASES: usize = if cfg!(miri) { 3 } else { 40 };
-const PHASE_CHECKS: u64 = if cfg!(miri) { 120 } else { 600 };
-
 #[test]
 fn purges_then_stale_readings_and_growth_in_lockstep() {
     let clock = ManualClock::new(Nanos::new(10 * SEC));
     let k = map(&clock);
-    // What each phase's setup saw: (keys evicted, table replacements before, after, slots).
-    let setups = Mutex::new(Vec::new());
-    let results = common::lockstep(
-        WORKERS as usize,
-        PHASES,
-        |i| {
-            // Every window opened in the last phase has ended 5 s later (and a newborn's
-            // spent window ends at its birth): all keys are idle, and evicting them all
-            // leaves only dead slots, so the sweep rebuilds the table empty.
-            clock.set(Nanos::new(10 * SEC + 5 * SEC * i as u64));
-            let before = k.resizes();
-            let evicted = k.evict_idle();
-            setups
-                .lock()
-                .unwrap()
-                .push((evicted, before, k.resizes(), k.capacity()));
-        },
-        |w, i| {
-            let mut x = common::rng_seed((w as u64 + 1) * 1000 + i as u64);
-            let mut rand = move || common::xorshift(&mut x);
-            let now = clock.now();
-            let mut mine = Vec::new();
-            for _ in 0..PHASE_CHECKS {
-                let key = (rand() % u64::from(KEYS)) as u32;
-                let n = 1 + (rand() % 2) as u32;
-                // Half the readings are older than the sweep that just evicted every key.
-                let reading = if rand() % 2 == 0 {
-                    now.saturating_sub(Duration::from_nanos(1 + rand() % MAX_STALE))
-                } else {
-                    now
-                };
-                if k.check_n_at(&key, reading, n).is_ok() {
-                    // The clock stands still in a phase: the check returned at `now`.
-                    mine.push((key, reading.as_u64(), n, now.as_u64()));
-                }
+    // Every window opened in the last phase has ended 5 s later (and a newborn's spent
+    // window ends at its birth): all keys are idle.
+    let timed = Mutex::new(Vec::new());
+    let r = purge_race(
+        &clock,
+        KEYS,
+        5 * SEC,
+        2,
+        |key, reading, n| {
+            let ok = k.check_n_at(&key, reading, n).is_ok();
+            if ok {
+                // The clock stands still in a phase: the check returned at its reading.
+                let after = clock.now().as_u64();
+                timed
+                    .lock()
+                    .unwrap()
+                    .push((key, reading.as_u64(), n, after));
             }
-            mine
+            ok
         },
+        || k.evict_idle(),
+        || k.resizes(),
+        || k.capacity(),
     );
-    let setups = setups.into_inner().unwrap();
-    let mut purged = 0;
-    for (i, &(evicted, before, after, capacity)) in setups.iter().enumerate().skip(1) {
-        assert!(
-            evicted >= 60,
-            "phase {i}: every key used is idle, {evicted} evicted"
-        );
-        assert_eq!(after, before + 1, "phase {i}: the sweep purged the table");
-        assert_eq!(capacity, 16, "phase {i}: rebuilt empty");
-        purged += 1;
-    }
     assert!(k.len() <= KEYS as usize);
-    let timed: Vec<_> = results.into_iter().flatten().flatten().collect();
-    assert_windows(&timed);
-    let grants: Vec<_> = timed.iter().map(|&(key, r, n, _)| (key, r, n)).collect();
-    assert_bound(&grants);
+    assert_windows(&timed.into_inner().unwrap());
+    assert_bound(&r.grants);
     eprintln!(
-        "{} grants over {PHASES} phases, {purged} forced purges, {} table replacements",
-        grants.len(),
+        "{} grants over {PHASES} phases, {} forced purges, {} table replacements",
+        r.grants.len(),
+        r.purged,
         k.resizes()
     );
 }

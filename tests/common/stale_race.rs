@@ -123,3 +123,84 @@ pub fn token_bucket_excess(grants: &[(u64, u32)], limit_per_sec: f64, burst: f64
     }
     worst
 }
+
+/// Phases of [`purge_race`]; fewer under Miri, an interpreter: each phase still purges the
+/// table and grows it again.
+pub const PHASES: usize = if cfg!(miri) { 3 } else { 40 };
+/// Checks per worker per phase of [`purge_race`].
+pub const PHASE_CHECKS: u64 = if cfg!(miri) { 120 } else { 600 };
+
+/// Grants `(key, reading, n)` of a [`purge_race`], and how many of its sweeps purged the
+/// table.
+pub struct Purges {
+    pub grants: Vec<(u32, u64, u32)>,
+    pub purged: usize,
+}
+
+/// `PHASES` phases in lockstep ([`super::lockstep`]). Before phase `i` the clock is set to
+/// `10 s + i * gap` (`gap` long enough that every key the previous phase used is idle) and
+/// `evict` sweeps at it: every key is evicted, which leaves only dead slots, so the sweep
+/// must rebuild the table empty (asserted from phase 1 on: at least 60 keys evicted, one
+/// more table replacement by `resizes`, 16 slots by `capacity`). Then `WORKERS` threads
+/// make `PHASE_CHECKS` checks each (`check(key, reading, n)`, true if granted) on random
+/// keys below `keys` of 1 to `n_max` permits, half at readings up to `MAX_STALE` older than
+/// that sweep, inserting the keys again, which forces the table to grow under them while
+/// they check.
+#[allow(clippy::too_many_arguments)]
+pub fn purge_race(
+    clock: &ManualClock,
+    keys: u32,
+    gap: u64,
+    n_max: u64,
+    check: impl Fn(u32, Nanos, u32) -> bool + Sync,
+    evict: impl Fn() -> usize,
+    resizes: impl Fn() -> u64,
+    capacity: impl Fn() -> usize,
+) -> Purges {
+    // What each phase's setup saw: (keys evicted, table replacements before, after, slots).
+    let mut setups = Vec::new();
+    let results = super::lockstep(
+        WORKERS as usize,
+        PHASES,
+        |i| {
+            clock.set(Nanos::new(10 * SEC + gap * i as u64));
+            let before = resizes();
+            let evicted = evict();
+            setups.push((evicted, before, resizes(), capacity()));
+        },
+        |w, i| {
+            let mut x = super::rng_seed((w as u64 + 1) * 1000 + i as u64);
+            let mut rand = move || super::xorshift(&mut x);
+            let now = clock.now();
+            let mut mine = Vec::new();
+            for _ in 0..PHASE_CHECKS {
+                let key = (rand() % u64::from(keys)) as u32;
+                let n = 1 + (rand() % n_max) as u32;
+                // Half the readings are older than the sweep that just evicted every key.
+                let reading = if rand() % 2 == 0 {
+                    now.saturating_sub(Duration::from_nanos(1 + rand() % MAX_STALE))
+                } else {
+                    now
+                };
+                if check(key, reading, n) {
+                    mine.push((key, reading.as_u64(), n));
+                }
+            }
+            mine
+        },
+    );
+    let mut purged = 0;
+    for (i, &(evicted, before, after, slots)) in setups.iter().enumerate().skip(1) {
+        assert!(
+            evicted >= 60,
+            "phase {i}: every key used is idle, {evicted} evicted"
+        );
+        assert_eq!(after, before + 1, "phase {i}: the sweep purged the table");
+        assert_eq!(slots, 16, "phase {i}: rebuilt empty");
+        purged += 1;
+    }
+    Purges {
+        grants: results.into_iter().flatten().flatten().collect(),
+        purged,
+    }
+}
