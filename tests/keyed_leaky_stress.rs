@@ -19,11 +19,11 @@ mod common;
 use std::time::Duration;
 
 use common::stale_race::{
-    per_key, purge_race, stale_race, token_bucket_excess, CHECKS, FORCE_EVERY, PHASES, WORKERS,
+    drained_race, inline_stale_race, per_key, purge_race, token_bucket_excess, PHASES,
 };
 
 use turnstile::keyed_leaky::KeyedLeakyBucket;
-use turnstile::{Clock, ManualClock, Nanos};
+use turnstile::{ManualClock, Nanos};
 
 const SEC: u64 = 1_000_000_000;
 const KEYS: u32 = 64;
@@ -72,25 +72,14 @@ fn assert_bound(grants: &[(u32, u64, u32)]) {
 fn stale_readings_racing_a_tight_sweeper() {
     let clock = ManualClock::new(Nanos::new(10 * SEC));
     let k = map(&clock);
-    let r = stale_race(
+    let r = inline_stale_race(
         &clock,
         KEYS,
         |key, reading, n| k.check_n_at(&key, reading, n).is_ok(),
         || k.evict_idle(),
+        || k.resizes(),
     );
-    let grants = r.grants;
-    assert_eq!(r.forced, WORKERS * CHECKS.div_ceil(FORCE_EVERY));
-    assert!(
-        k.resizes() >= 3,
-        "64 keys grow a 16-slot table at least 3 times"
-    );
-    assert_bound(&grants);
-    eprintln!(
-        "{} grants, {} evictions by the sweeper, {} table replacements",
-        grants.len(),
-        r.swept,
-        k.resizes()
-    );
+    assert_bound(&r.grants);
 }
 
 #[test]
@@ -128,27 +117,14 @@ fn sweeps_half_a_pace_apart_racing_drained_keys() {
     const FEW: u32 = 4;
     let clock = ManualClock::new(Nanos::new(10 * SEC));
     let k = map(&clock);
-    let results = common::lockstep(
-        WORKERS as usize,
-        PHASES * 4,
-        |i| clock.set(Nanos::new(10 * SEC + T / 2 * i as u64)),
-        |w, _| {
-            let now = clock.now();
-            let mut mine = Vec::new();
-            for round in 0..50 {
-                if w == 0 && round % 5 == 0 {
-                    k.evict_idle_at(now);
-                }
-                for key in 0..FEW {
-                    if k.check_n_at(&key, now, 1).is_ok() {
-                        mine.push((key, now.as_u64(), 1));
-                    }
-                }
-            }
-            mine
-        },
+    let grants = drained_race(
+        &clock,
+        T / 2,
+        FEW,
+        |_, _| 1,
+        |key, now, n| k.check_n_at(&key, now, n).is_ok(),
+        |now| k.evict_idle_at(now),
     );
-    let grants: Vec<_> = results.into_iter().flatten().flatten().collect();
     // Every phase drains every key, so each gets its whole bound: not fewer, not more.
     assert!(grants.len() as u64 >= u64::from(FEW) * (PHASES as u64 * 2 - 1));
     assert_bound(&grants);

@@ -24,9 +24,7 @@ mod common;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use common::stale_race::{
-    per_key, purge_race, stale_race, CHECKS, FORCE_EVERY, MAX_STALE, PHASES, WORKERS,
-};
+use common::stale_race::{drained_race, inline_stale_race, per_key, purge_race, MAX_STALE, PHASES};
 
 use turnstile::keyed_window::KeyedWindow;
 use turnstile::{Clock, ManualClock, Nanos};
@@ -111,40 +109,41 @@ fn assert_windows(grants: &[(u32, u64, u32, u64)]) {
     }
 }
 
+/// A check of `n` for `key` at `reading` that records a grant in `timed` with the clock's
+/// reading when it returned.
+fn timed_check(
+    k: &Map,
+    clock: &ManualClock,
+    timed: &Mutex<Vec<(u32, u64, u32, u64)>>,
+    key: u32,
+    reading: Nanos,
+    n: u32,
+) -> bool {
+    let ok = k.check_n_at(&key, reading, n).is_ok();
+    if ok {
+        let after = clock.now().as_u64();
+        timed
+            .lock()
+            .unwrap()
+            .push((key, reading.as_u64(), n, after));
+    }
+    ok
+}
+
 #[test]
 fn stale_readings_racing_a_tight_sweeper() {
     let clock = ManualClock::new(Nanos::new(10 * SEC));
     let k = map(&clock);
     let timed = Mutex::new(Vec::new());
-    let r = stale_race(
+    let r = inline_stale_race(
         &clock,
         KEYS,
-        |key, reading, n| {
-            let ok = k.check_n_at(&key, reading, n).is_ok();
-            if ok {
-                let after = clock.now().as_u64();
-                timed
-                    .lock()
-                    .unwrap()
-                    .push((key, reading.as_u64(), n, after));
-            }
-            ok
-        },
+        |key, reading, n| timed_check(&k, &clock, &timed, key, reading, n),
         || k.evict_idle(),
+        || k.resizes(),
     );
     assert_windows(&timed.into_inner().unwrap());
-    assert_eq!(r.forced, WORKERS * CHECKS.div_ceil(FORCE_EVERY));
-    assert!(
-        k.resizes() >= 3,
-        "64 keys grow a 16-slot table at least 3 times"
-    );
     assert_bound(&r.grants);
-    eprintln!(
-        "{} grants, {} evictions by the sweeper, {} table replacements",
-        r.grants.len(),
-        r.swept,
-        k.resizes()
-    );
 }
 
 #[test]
@@ -159,18 +158,7 @@ fn purges_then_stale_readings_and_growth_in_lockstep() {
         KEYS,
         5 * SEC,
         2,
-        |key, reading, n| {
-            let ok = k.check_n_at(&key, reading, n).is_ok();
-            if ok {
-                // The clock stands still in a phase: the check returned at its reading.
-                let after = clock.now().as_u64();
-                timed
-                    .lock()
-                    .unwrap()
-                    .push((key, reading.as_u64(), n, after));
-            }
-            ok
-        },
+        |key, reading, n| timed_check(&k, &clock, &timed, key, reading, n),
         || k.evict_idle(),
         || k.resizes(),
         || k.capacity(),
@@ -195,27 +183,14 @@ fn sweeps_half_a_window_apart_racing_drained_keys() {
     const FEW: u32 = 4;
     let clock = ManualClock::new(Nanos::new(10 * SEC));
     let k = map(&clock);
-    let results = common::lockstep(
-        WORKERS as usize,
-        PHASES * 4,
-        |i| clock.set(Nanos::new(10 * SEC + P / 2 * i as u64)),
-        |w, _| {
-            let now = clock.now();
-            let mut mine = Vec::new();
-            for round in 0..50 {
-                if w == 0 && round % 5 == 0 {
-                    k.evict_idle_at(now);
-                }
-                for key in 0..FEW {
-                    if k.check_n_at(&key, now, 1).is_ok() {
-                        mine.push((key, now.as_u64(), 1));
-                    }
-                }
-            }
-            mine
-        },
+    let grants = drained_race(
+        &clock,
+        P / 2,
+        FEW,
+        |_, _| 1,
+        |key, now, n| k.check_n_at(&key, now, n).is_ok(),
+        |now| k.evict_idle_at(now),
     );
-    let grants: Vec<_> = results.into_iter().flatten().flatten().collect();
     // Every phase drains every key: each window of each key grants exactly its quota.
     for (key, g) in per_key(&grants, FEW).iter().enumerate() {
         let windows = (PHASES * 4).div_ceil(2);

@@ -204,3 +204,69 @@ pub fn purge_race(
         purged,
     }
 }
+
+/// [`stale_race`] on an inline map (`KeyedTokenBucket` and its siblings) over `keys` keys
+/// (64 or more), asserting what every such race must have done: each worker forced the stale interleaving
+/// every `FORCE_EVERY` checks, and the keys grew the 16-slot table at least 3 times
+/// (`resizes`). Prints the race's counts; the caller checks its grants against the map's
+/// budget.
+pub fn inline_stale_race(
+    clock: &ManualClock,
+    keys: u32,
+    check: impl Fn(u32, Nanos, u32) -> bool + Sync,
+    evict: impl Fn() -> usize + Sync,
+    resizes: impl Fn() -> u64,
+) -> Race {
+    let r = stale_race(clock, keys, check, evict);
+    assert_eq!(r.forced, WORKERS * CHECKS.div_ceil(FORCE_EVERY));
+    assert!(
+        resizes() >= 3,
+        "{keys} keys grow a 16-slot table at least 3 times"
+    );
+    eprintln!(
+        "{} grants, {} evictions by the sweeper, {} table replacements",
+        r.grants.len(),
+        r.swept,
+        resizes()
+    );
+    r
+}
+
+/// `4 * PHASES` phases in lockstep ([`super::lockstep`]), the clock `gap` further at each
+/// (from 10 s), in which every worker drains keys `0..few` at the phase's reading: 50
+/// rounds, each checking every key for `n(worker, phase)` permits (`check(key, reading, n)`,
+/// true if granted), while worker 0 sweeps at the reading (`evict_at`) every 5 rounds. A key
+/// drained at the last phase is not idle yet when `gap` is shorter than its debt or window,
+/// so no sweep may evict it; one that did would hand it a newborn's grants early, once a
+/// phase. Returns the grants `(key, reading, n)`.
+pub fn drained_race(
+    clock: &ManualClock,
+    gap: u64,
+    few: u32,
+    n: impl Fn(usize, usize) -> u32 + Sync,
+    check: impl Fn(u32, Nanos, u32) -> bool + Sync,
+    evict_at: impl Fn(Nanos) -> usize + Sync,
+) -> Vec<(u32, u64, u32)> {
+    let results = super::lockstep(
+        WORKERS as usize,
+        PHASES * 4,
+        |i| clock.set(Nanos::new(10 * SEC + gap * i as u64)),
+        |w, i| {
+            let now = clock.now();
+            let mut mine = Vec::new();
+            for round in 0..50 {
+                if w == 0 && round % 5 == 0 {
+                    evict_at(now);
+                }
+                for key in 0..few {
+                    let n = n(w, i);
+                    if check(key, now, n) {
+                        mine.push((key, now.as_u64(), n));
+                    }
+                }
+            }
+            mine
+        },
+    );
+    results.into_iter().flatten().flatten().collect()
+}
