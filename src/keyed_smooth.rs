@@ -45,10 +45,10 @@
 //! resync's `now - M`, or more), so `x >= 0`.
 //!
 //! **Precision.** Units are the token bucket's with `fine = 0`: for a rate up to 1e9/s a
-//! unit is at most 1 ns, and exactly 1 ns when `I` is a whole number of nanoseconds (below
-//! about 2.1 s): then every step above is exact to the nanosecond. Otherwise a reading is
-//! rounded down to a unit, a retry time up to the next whole nanosecond, and `M` to the
-//! nearest unit. [`SmoothBursty`](crate::SmoothBursty) instead rounds each cost to the
+//! unit is at most 1 ns, and exactly 1 ns when `I` is a whole number of nanoseconds below
+//! 2^31 (2.1 s) and the store, rounded up to whole permits, spans at most 2^55 ns: then every
+//! step above is exact to the nanosecond. Otherwise a reading is rounded down to a unit, a
+//! retry time up to the next whole nanosecond, and `M` to the nearest unit. [`SmoothBursty`](crate::SmoothBursty) instead rounds each cost to the
 //! nearest nanosecond and holds the store in `2^-39` fractions of `max_permits`, so the two
 //! agree exactly where both are exact, and within about a nanosecond per check elsewhere.
 //!
