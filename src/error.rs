@@ -73,6 +73,16 @@ pub enum ConfigError {
         "slack + 1 paces last {0:?}; a keyed leaky bucket's word holds at most ~9.76 years of them"
     )]
     PacesTooLong(std::time::Duration),
+    /// A `KeyedSmoothBursty` quota its state word cannot hold: more than `2^32 - 1` max
+    /// permits (`rate * max_burst_seconds`), or `max(1, max permits)` stable intervals
+    /// (`1 / rate` each) longer than 2^62 ns (146 years).
+    #[error("rate {rate} with max burst seconds {max_burst_seconds} does not fit a keyed smooth limiter's word: at most 2^32 - 1 max permits, and max(1, max permits) intervals of 1 / rate within 146 years")]
+    SmoothOutOfRange {
+        /// The quota's rate, permits per second.
+        rate: f64,
+        /// The quota's `max_burst_seconds`.
+        max_burst_seconds: f64,
+    },
     /// A `KeyedWindow` quota too large for its period: the state word counts the quota in
     /// as many bits as it needs and keeps the window's end in the rest, in ticks that must
     /// be at most 1/256 of the period (a window then lasts at most 0.4 % longer). The

@@ -25,6 +25,7 @@
 //! | [`Keyed`] | any of the above, per key (per IP, user, API key) | [`keyed`] |
 //! | [`KeyedTokenBucket`] | a token bucket per key, its state inline (one word per key) | [`keyed_bucket`] |
 //! | [`KeyedLeakyBucket`] | a leaky bucket (uber-go) per key, its state inline | [`keyed_leaky`] |
+//! | [`KeyedSmoothBursty`] | Guava's `SmoothBursty` per key, its state inline | [`keyed_smooth`] |
 //! | [`KeyedWindow`] | a fixed window (go-zero `PeriodLimit`) per key, its state inline | [`keyed_window`] |
 //!
 //! Every limiter has a mutex-based twin in [`reference`](mod@reference) that follows the upstream code
@@ -72,6 +73,9 @@ pub mod keyed_bucket;
 pub mod keyed_leaky;
 #[cfg(feature = "keyed")]
 #[cfg_attr(docsrs, doc(cfg(feature = "keyed")))]
+pub mod keyed_smooth;
+#[cfg(feature = "keyed")]
+#[cfg_attr(docsrs, doc(cfg(feature = "keyed")))]
 pub mod keyed_window;
 pub mod leaky_bucket;
 pub mod leaky_meter;
@@ -110,6 +114,9 @@ pub use keyed_bucket::KeyedTokenBucket;
 #[cfg(feature = "keyed")]
 #[cfg_attr(docsrs, doc(cfg(feature = "keyed")))]
 pub use keyed_leaky::KeyedLeakyBucket;
+#[cfg(feature = "keyed")]
+#[cfg_attr(docsrs, doc(cfg(feature = "keyed")))]
+pub use keyed_smooth::KeyedSmoothBursty;
 #[cfg(feature = "keyed")]
 #[cfg_attr(docsrs, doc(cfg(feature = "keyed")))]
 pub use keyed_window::KeyedWindow;

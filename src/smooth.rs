@@ -548,7 +548,7 @@ fn decide(word: u128, now: u64, n: u32, timeout: Option<u64>) -> Option<Take> {
     None
 }
 
-fn check_rate(rate: f64) -> Result<f64, ConfigError> {
+pub(crate) fn check_rate(rate: f64) -> Result<f64, ConfigError> {
     if rate.is_nan() || rate <= 0.0 {
         Err(ConfigError::RateNotPositive(rate)) // NaN, zeros and negatives
     } else if rate.is_finite() && !rate.is_normal() {

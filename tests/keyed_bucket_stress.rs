@@ -15,15 +15,12 @@
 
 mod common;
 
-use std::sync::Mutex;
 use std::time::Duration;
 
-use common::stale_race::{
-    per_key, stale_race, token_bucket_excess, CHECKS, FORCE_EVERY, MAX_STALE, WORKERS,
-};
+use common::stale_race::{inline_stale_race, per_key, purge_race, token_bucket_excess, PHASES};
 
 use turnstile::keyed_bucket::KeyedTokenBucket;
-use turnstile::{Clock, Limit, ManualClock, Nanos};
+use turnstile::{Limit, ManualClock, Nanos};
 
 const SEC: u64 = 1_000_000_000;
 const KEYS: u32 = 64;
@@ -55,90 +52,38 @@ fn assert_budget(grants: &[(u32, u64, u32)]) {
 fn stale_readings_racing_a_tight_sweeper() {
     let clock = ManualClock::new(Nanos::new(10 * SEC));
     let k = map(&clock);
-    let r = stale_race(
+    let r = inline_stale_race(
         &clock,
         KEYS,
         |key, reading, n| k.check_n_at(&key, reading, n).is_ok(),
         || k.evict_idle(),
+        || k.resizes(),
     );
-    let grants = r.grants;
-    assert_eq!(r.forced, WORKERS * CHECKS.div_ceil(FORCE_EVERY));
-    assert!(
-        k.resizes() >= 3,
-        "64 keys grow a 16-slot table at least 3 times"
-    );
-    assert_budget(&grants);
-    eprintln!(
-        "{} grants, {} evictions by the sweeper, {} table replacements",
-        grants.len(),
-        r.swept,
-        k.resizes()
-    );
+    assert_budget(&r.grants);
 }
-
-// Fewer under Miri, an interpreter: each phase still purges the table and grows it again.
-const PHASES: usize = if cfg!(miri) { 3 } else { 40 };
-const PHASE_CHECKS: u64 = if cfg!(miri) { 120 } else { 600 };
 
 #[test]
 fn purges_then_stale_readings_and_growth_in_lockstep() {
     let clock = ManualClock::new(Nanos::new(10 * SEC));
     let k = map(&clock);
-    // What each phase's setup saw: (keys evicted, table replacements before, after).
-    let setups = Mutex::new(Vec::new());
-    let results = common::lockstep(
-        WORKERS as usize,
-        PHASES,
-        |i| {
-            // Every key was last granted at a reading of the previous phase, at most at its
-            // clock: 5 s later all are full again. Evicting them all leaves only dead slots,
-            // so the sweep rebuilds the table empty.
-            clock.set(Nanos::new(10 * SEC + 5 * SEC * i as u64));
-            let before = k.resizes();
-            let evicted = k.evict_idle();
-            setups
-                .lock()
-                .unwrap()
-                .push((evicted, before, k.resizes(), k.capacity()));
-        },
-        |w, i| {
-            let mut x = common::rng_seed((w as u64 + 1) * 1000 + i as u64);
-            let mut rand = move || common::xorshift(&mut x);
-            let now = clock.now();
-            let mut mine = Vec::new();
-            for _ in 0..PHASE_CHECKS {
-                let key = (rand() % u64::from(KEYS)) as u32;
-                let n = 1 + (rand() % 2) as u32;
-                // Half the readings are older than the sweep that just evicted every key.
-                let reading = if rand() % 2 == 0 {
-                    now.saturating_sub(Duration::from_nanos(1 + rand() % MAX_STALE))
-                } else {
-                    now
-                };
-                if k.check_n_at(&key, reading, n).is_ok() {
-                    mine.push((key, reading.as_u64(), n));
-                }
-            }
-            mine
-        },
+    // Every key was last granted at a reading of the previous phase, at most at its clock:
+    // 5 s later all are full again.
+    let r = purge_race(
+        &clock,
+        KEYS,
+        5 * SEC,
+        2,
+        |key, reading, n| k.check_n_at(&key, reading, n).is_ok(),
+        || k.evict_idle(),
+        || k.resizes(),
+        || k.capacity(),
     );
-    let setups = setups.into_inner().unwrap();
-    let mut purged = 0;
-    for (i, &(evicted, before, after, capacity)) in setups.iter().enumerate().skip(1) {
-        assert!(
-            evicted >= 60,
-            "phase {i}: every key used is idle, {evicted} evicted"
-        );
-        assert_eq!(after, before + 1, "phase {i}: the sweep purged the table");
-        assert_eq!(capacity, 16, "phase {i}: rebuilt empty");
-        purged += 1;
-    }
     assert!(k.len() <= KEYS as usize);
-    let grants: Vec<_> = results.into_iter().flatten().flatten().collect();
-    assert_budget(&grants);
+    assert_budget(&r.grants);
     eprintln!(
-        "{} grants over {PHASES} phases, {purged} forced purges, {} table replacements",
-        grants.len(),
+        "{} grants over {PHASES} phases, {} forced purges, {} table replacements",
+        r.grants.len(),
+        r.purged,
         k.resizes()
     );
 }

@@ -24,7 +24,7 @@ mod common;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use common::stale_race::{per_key, stale_race, CHECKS, FORCE_EVERY, MAX_STALE, WORKERS};
+use common::stale_race::{drained_race, inline_stale_race, per_key, purge_race, MAX_STALE, PHASES};
 
 use turnstile::keyed_window::KeyedWindow;
 use turnstile::{Clock, ManualClock, Nanos};
@@ -109,108 +109,67 @@ fn assert_windows(grants: &[(u32, u64, u32, u64)]) {
     }
 }
 
+/// A check of `n` for `key` at `reading` that records a grant in `timed` with the clock's
+/// reading when it returned.
+fn timed_check(
+    k: &Map,
+    clock: &ManualClock,
+    timed: &Mutex<Vec<(u32, u64, u32, u64)>>,
+    key: u32,
+    reading: Nanos,
+    n: u32,
+) -> bool {
+    let ok = k.check_n_at(&key, reading, n).is_ok();
+    if ok {
+        let after = clock.now().as_u64();
+        timed
+            .lock()
+            .unwrap()
+            .push((key, reading.as_u64(), n, after));
+    }
+    ok
+}
+
 #[test]
 fn stale_readings_racing_a_tight_sweeper() {
     let clock = ManualClock::new(Nanos::new(10 * SEC));
     let k = map(&clock);
     let timed = Mutex::new(Vec::new());
-    let r = stale_race(
+    let r = inline_stale_race(
         &clock,
         KEYS,
-        |key, reading, n| {
-            let ok = k.check_n_at(&key, reading, n).is_ok();
-            if ok {
-                let after = clock.now().as_u64();
-                timed
-                    .lock()
-                    .unwrap()
-                    .push((key, reading.as_u64(), n, after));
-            }
-            ok
-        },
+        |key, reading, n| timed_check(&k, &clock, &timed, key, reading, n),
         || k.evict_idle(),
+        || k.resizes(),
     );
     assert_windows(&timed.into_inner().unwrap());
-    assert_eq!(r.forced, WORKERS * CHECKS.div_ceil(FORCE_EVERY));
-    assert!(
-        k.resizes() >= 3,
-        "64 keys grow a 16-slot table at least 3 times"
-    );
     assert_bound(&r.grants);
-    eprintln!(
-        "{} grants, {} evictions by the sweeper, {} table replacements",
-        r.grants.len(),
-        r.swept,
-        k.resizes()
-    );
 }
-
-// Fewer under Miri, an interpreter: each phase still purges the table and grows it again.
-const PHASES: usize = if cfg!(miri) { 3 } else { 40 };
-const PHASE_CHECKS: u64 = if cfg!(miri) { 120 } else { 600 };
 
 #[test]
 fn purges_then_stale_readings_and_growth_in_lockstep() {
     let clock = ManualClock::new(Nanos::new(10 * SEC));
     let k = map(&clock);
-    // What each phase's setup saw: (keys evicted, table replacements before, after, slots).
-    let setups = Mutex::new(Vec::new());
-    let results = common::lockstep(
-        WORKERS as usize,
-        PHASES,
-        |i| {
-            // Every window opened in the last phase has ended 5 s later (and a newborn's
-            // spent window ends at its birth): all keys are idle, and evicting them all
-            // leaves only dead slots, so the sweep rebuilds the table empty.
-            clock.set(Nanos::new(10 * SEC + 5 * SEC * i as u64));
-            let before = k.resizes();
-            let evicted = k.evict_idle();
-            setups
-                .lock()
-                .unwrap()
-                .push((evicted, before, k.resizes(), k.capacity()));
-        },
-        |w, i| {
-            let mut x = common::rng_seed((w as u64 + 1) * 1000 + i as u64);
-            let mut rand = move || common::xorshift(&mut x);
-            let now = clock.now();
-            let mut mine = Vec::new();
-            for _ in 0..PHASE_CHECKS {
-                let key = (rand() % u64::from(KEYS)) as u32;
-                let n = 1 + (rand() % 2) as u32;
-                // Half the readings are older than the sweep that just evicted every key.
-                let reading = if rand() % 2 == 0 {
-                    now.saturating_sub(Duration::from_nanos(1 + rand() % MAX_STALE))
-                } else {
-                    now
-                };
-                if k.check_n_at(&key, reading, n).is_ok() {
-                    // The clock stands still in a phase: the check returned at `now`.
-                    mine.push((key, reading.as_u64(), n, now.as_u64()));
-                }
-            }
-            mine
-        },
+    // Every window opened in the last phase has ended 5 s later (and a newborn's spent
+    // window ends at its birth): all keys are idle.
+    let timed = Mutex::new(Vec::new());
+    let r = purge_race(
+        &clock,
+        KEYS,
+        5 * SEC,
+        2,
+        |key, reading, n| timed_check(&k, &clock, &timed, key, reading, n),
+        || k.evict_idle(),
+        || k.resizes(),
+        || k.capacity(),
     );
-    let setups = setups.into_inner().unwrap();
-    let mut purged = 0;
-    for (i, &(evicted, before, after, capacity)) in setups.iter().enumerate().skip(1) {
-        assert!(
-            evicted >= 60,
-            "phase {i}: every key used is idle, {evicted} evicted"
-        );
-        assert_eq!(after, before + 1, "phase {i}: the sweep purged the table");
-        assert_eq!(capacity, 16, "phase {i}: rebuilt empty");
-        purged += 1;
-    }
     assert!(k.len() <= KEYS as usize);
-    let timed: Vec<_> = results.into_iter().flatten().flatten().collect();
-    assert_windows(&timed);
-    let grants: Vec<_> = timed.iter().map(|&(key, r, n, _)| (key, r, n)).collect();
-    assert_bound(&grants);
+    assert_windows(&timed.into_inner().unwrap());
+    assert_bound(&r.grants);
     eprintln!(
-        "{} grants over {PHASES} phases, {purged} forced purges, {} table replacements",
-        grants.len(),
+        "{} grants over {PHASES} phases, {} forced purges, {} table replacements",
+        r.grants.len(),
+        r.purged,
         k.resizes()
     );
 }
@@ -224,27 +183,14 @@ fn sweeps_half_a_window_apart_racing_drained_keys() {
     const FEW: u32 = 4;
     let clock = ManualClock::new(Nanos::new(10 * SEC));
     let k = map(&clock);
-    let results = common::lockstep(
-        WORKERS as usize,
-        PHASES * 4,
-        |i| clock.set(Nanos::new(10 * SEC + P / 2 * i as u64)),
-        |w, _| {
-            let now = clock.now();
-            let mut mine = Vec::new();
-            for round in 0..50 {
-                if w == 0 && round % 5 == 0 {
-                    k.evict_idle_at(now);
-                }
-                for key in 0..FEW {
-                    if k.check_n_at(&key, now, 1).is_ok() {
-                        mine.push((key, now.as_u64(), 1));
-                    }
-                }
-            }
-            mine
-        },
+    let grants = drained_race(
+        &clock,
+        P / 2,
+        FEW,
+        |_, _| 1,
+        |key, now, n| k.check_n_at(&key, now, n).is_ok(),
+        |now| k.evict_idle_at(now),
     );
-    let grants: Vec<_> = results.into_iter().flatten().flatten().collect();
     // Every phase drains every key: each window of each key grants exactly its quota.
     for (key, g) in per_key(&grants, FEW).iter().enumerate() {
         let windows = (PHASES * 4).div_ceil(2);
