@@ -131,7 +131,7 @@ use crate::clock::{Clock, Nanos, QuantaClock};
 use crate::error::ConfigError;
 use crate::limit::Limit;
 use crate::limiter::Denied;
-use crate::scale::{nanos_ceil_hot, Scale, D_MAX, TAU_MAX};
+use crate::scale::{nanos_ceil_pos, Scale, D_MAX, TAU_MAX};
 use crate::word_map::{Settings, WordMap};
 use crate::word_rule::{WordRule, X_MASK};
 
@@ -215,12 +215,12 @@ impl Quota {
     /// the range (or past the end of time).
     #[inline(always)]
     fn denied(&self, x: u64, base: u64, now: Nanos) -> Denied {
-        // x - M > u >= 0.
+        // x - M > u >= 0, and a finite rate refills (`per >= 2^63`): `nanos_ceil_pos` applies.
         let z = x - self.m;
         let at = if z > U_MAX {
             None
         } else {
-            nanos_ceil_hot(z, self.scale.per, self.scale.per_shift)
+            nanos_ceil_pos(z, self.scale.per, self.scale.per_shift)
                 .and_then(|ns| ns.checked_add(base))
                 .map(Nanos::new)
         };
