@@ -78,8 +78,9 @@
 //!    resize and inserted again is inserted under the `writer` lock after that resize, which
 //!    read `DEAD` with an `Acquire` CAS. Either way the new word is born at `B >= J`.
 //! 3. By the rule's contract, a word born at `B >= J` grants nothing, at any reading, that
-//!    the evicted word would have refused: over a key's whole history, across any number of
-//!    evictions, its grants are those of one limiter that served it all along, or fewer.
+//!    the evicted word would have refused, and the rule's budget for one key holds across
+//!    the eviction: over a key's whole history, across any number of evictions, it is
+//!    granted no more than one limiter that served it all along may grant.
 //!
 //! # Orderings
 //! Besides the word's (above): the table pointer's `Release` swap and `Acquire` load publish

@@ -14,11 +14,15 @@
 //!    sweep judged idle, so a grant that left `x` as it was could be lost to it. A grant
 //!    that consumes nothing (`n == 0`, an unlimited quota) returns `Ok(None)` and is not
 //!    written.
-//! 3. **`idle(x, J)` means evicting is invisible**: for every `B >= J` and every sequence of
-//!    checks at any readings (earlier than `B` too: stale ones), each check that `born(B)`
-//!    grants, `x` grants too. A revived key is born at `B = max(now, J)` of the sweep that
-//!    evicted it, so eviction never hands a key more than it had. The map runs no check on
-//!    a key between the sweep's judgement and its CAS, and the CAS fails if one landed.
+//! 3. **`idle(x, J)` means evicting hands a key nothing**: for every `B >= J`, a check at
+//!    any reading (earlier than `B` too: a stale one) that `born(B)` grants, `x` grants too,
+//!    and the budget the rule states for one key's history (its front's header) holds for
+//!    a history that runs on `x` up to the eviction and on `born(B)` after it. (Check by
+//!    check the two may part after a stale reading that `x` would have granted and
+//!    `born(B)` refuses: then `x` has spent what the newborn still holds; the budget is what
+//!    holds.) A revived key is born at `B = max(now, J)` of the sweep that evicted it. The
+//!    map runs no check on a key between the sweep's judgement and its CAS, and the CAS
+//!    fails if one landed.
 //! 4. **`born` never panics and saturates**; so does every time computation of a rule.
 use crate::clock::Nanos;
 use crate::limiter::Denied;
