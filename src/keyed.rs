@@ -1009,10 +1009,13 @@ where
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         let backoff = Backoff::new();
+        let hash = self.map.hash(key);
+        // The key's entry starts loading while the pin's barrier drains.
+        self.map.prefetch(hash);
         loop {
             {
                 let guard = map::pin();
-                if let Some(slot) = self.map.get(key, &guard) {
+                if let Some(slot) = self.map.get_hashed(hash, key, &guard) {
                     if let Some(r) = slot.run(&f, &wrote) {
                         return Ok(Some(r));
                     }

@@ -146,3 +146,56 @@ impl AtomicU128 {
         }
     }
 }
+
+/// Where a lock-free table's probe for a hash starts, kept beside the table pointer so that a
+/// lookup can prefetch that cache line before it pins an epoch: the pin's locked instruction
+/// (a full barrier) then overlaps the miss instead of delaying its start. A hint only, never
+/// dereferenced: it is read with no ordering (a torn or stale pair only prefetches a line in
+/// vain, and prefetching any address is harmless), so its atomics are std's even under loom,
+/// and under loom and Miri `prefetch` does nothing.
+#[allow(dead_code)] // only the keyed maps use it, behind feature `keyed`
+pub(crate) struct ProbeHint<T> {
+    entries: core::sync::atomic::AtomicPtr<T>,
+    mask: core::sync::atomic::AtomicUsize,
+}
+
+#[allow(dead_code)] // as the type
+impl<T> ProbeHint<T> {
+    /// A hint at `entries`, `mask + 1` of them.
+    pub(crate) fn new(entries: *const T, mask: usize) -> Self {
+        let hint = ProbeHint {
+            entries: core::sync::atomic::AtomicPtr::new(std::ptr::null_mut()),
+            mask: core::sync::atomic::AtomicUsize::new(0),
+        };
+        hint.set(entries, mask);
+        hint
+    }
+
+    /// Points the hint at a newly published table.
+    pub(crate) fn set(&self, entries: *const T, mask: usize) {
+        use core::sync::atomic::Ordering::Relaxed;
+        self.entries.store(entries.cast_mut(), Relaxed);
+        self.mask.store(mask, Relaxed);
+    }
+
+    /// Starts loading the line of the entry where `hash`'s probe starts.
+    #[inline(always)]
+    pub(crate) fn prefetch(&self, hash: u64) {
+        #[cfg(all(target_arch = "x86_64", not(loom), not(miri)))]
+        {
+            use core::sync::atomic::Ordering::Relaxed;
+            let i = hash as usize & self.mask.load(Relaxed);
+            let at = self.entries.load(Relaxed).wrapping_add(i);
+            // SAFETY: a prefetch is a hint that never faults and changes no memory, whatever
+            // the address.
+            #[allow(unused_unsafe)] // a safe intrinsic in later toolchains
+            unsafe {
+                core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(
+                    at.cast::<i8>(),
+                )
+            };
+        }
+        #[cfg(not(all(target_arch = "x86_64", not(loom), not(miri))))]
+        let _ = hash;
+    }
+}

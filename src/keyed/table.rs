@@ -67,7 +67,7 @@ use std::mem::MaybeUninit;
 use std::ops::DerefMut;
 
 use super::Slot;
-use crate::sync::{AtomicPtr, AtomicUsize, Mutex, Ordering, UnsafeCell}; // Mutex: inserts of new keys, removals and resizes only, never a check of a held key
+use crate::sync::{AtomicPtr, AtomicUsize, Mutex, Ordering, ProbeHint, UnsafeCell}; // Mutex: inserts of new keys, removals and resizes only, never a check of a held key
 
 use reclaim::Retired;
 pub(super) use reclaim::{pin, Guard};
@@ -303,6 +303,8 @@ mod reclaim {
 /// hasher ([`Hasher`]).
 pub(super) struct Map<K: 'static, L: 'static> {
     table: AtomicPtr<Table<K, L>>,
+    /// The current table's entries and mask, for a check's prefetch before it pins.
+    hint: ProbeHint<Entry<K, L>>,
     writer: Mutex<Retired>, // inserts, removals, resizes: never a check of a held key
     hasher: Hasher,
 }
@@ -323,8 +325,10 @@ unsafe fn slot<'g, L>(w: usize) -> &'g Slot<L> {
 
 impl<K: Eq + Hash + Clone + Send + Sync + 'static, L: Send + Sync + 'static> Map<K, L> {
     pub(super) fn new() -> Self {
+        let table = Box::new(Table::new(MIN_ENTRIES));
         Map {
-            table: AtomicPtr::new(Box::into_raw(Box::new(Table::new(MIN_ENTRIES)))),
+            hint: ProbeHint::new(table.entries.as_ptr(), table.mask),
+            table: AtomicPtr::new(Box::into_raw(table)),
             writer: Mutex::new(Retired::new()), // see the field
             hasher: Hasher::default(),
         }
@@ -339,8 +343,15 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, L: Send + Sync + 'static> Map
         unsafe { &*self.table.load(Ordering::Acquire) }
     }
 
+    /// Starts loading the line where `hash`'s probe starts, before a lookup pins: see
+    /// [`ProbeHint`].
     #[inline(always)]
-    fn hash<Q: Hash + ?Sized>(&self, key: &Q) -> u64 {
+    pub(super) fn prefetch(&self, hash: u64) {
+        self.hint.prefetch(hash);
+    }
+
+    #[inline(always)]
+    pub(super) fn hash<Q: Hash + ?Sized>(&self, key: &Q) -> u64 {
         // Not `hash_one`, which LLVM keeps out of line whole: split like this, SipHash's
         // finish inlines into the lookup (only the key's `write` stays a call, as in dashmap).
         let mut h = self.hasher.build_hasher();
@@ -361,7 +372,22 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, L: Send + Sync + 'static> Map
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        match self.table(guard).find(self.hash(key), key)?.1 {
+        self.get_hashed(self.hash(key), key, guard)
+    }
+
+    /// [`Map::get`] for a key whose hash is `hash` (from [`Map::hash`]).
+    #[inline]
+    pub(super) fn get_hashed<'g, Q>(
+        &self,
+        hash: u64,
+        key: &Q,
+        guard: &'g Guard,
+    ) -> Option<&'g Slot<L>>
+    where
+        K: Borrow<Q>,
+        Q: Eq + ?Sized,
+    {
+        match self.table(guard).find(hash, key)?.1 {
             TOMB => None,
             w => {
                 // SAFETY: a slot pointer, loaded under `guard`: freed only by the collector
@@ -529,6 +555,7 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, L: Send + Sync + 'static> Map
             let (hash, key) = unsafe { e.key.with(|k| (self.hash(k), k.clone())) };
             new.claim(hash, key, w);
         }
+        self.hint.set(new.entries.as_ptr(), new.mask);
         let new = Box::into_raw(new);
         let old = self.table.swap(new, Ordering::Release);
         // SAFETY: `old` came from `Box::into_raw` and is no longer reachable from the map; the
