@@ -26,6 +26,14 @@
 //! pays later), and then writes `z' = max(z, now - M) + n * I`; a refusal writes nothing and
 //! retries at `z` (when the debt clears).
 //!
+//! This does not carry over to Guava's `SmoothWarmingUp`: there every stored permit costs at
+//! least `I` of `next_free`, so a spend from the store leaves a debt with permits still
+//! stored, and `stored` and `next_free` are two independent numbers (two warming-up states
+//! with one `z` answer a reading differently: `a_warm_up_spend_leaves_a_debt_and_a_store` in
+//! `tests/smooth_semantics.rs`). Both to the nanosecond over the range below do not fit one
+//! word (`next_free` alone takes 58 bits), so the per-key warming-up limiter is
+//! [`Keyed`](crate::Keyed)`<K, SmoothWarmingUp>`.
+//!
 //! # The state word
 //! `z` is counted in the **units** of `src/scale.rs`, as
 //! [`KeyedTokenBucket`](crate::KeyedTokenBucket)'s arrival time: one permit is exactly

@@ -261,6 +261,40 @@ fn warm_up_schedule_is_guavas_to_the_nanosecond() {
     }
 }
 
+/// A spend from the warm-up's store is not free: it moves `next_free` past `now` and leaves
+/// permits stored, so the state is two numbers. The GCRA form `KeyedSmoothBursty` keeps in
+/// one word, `z = next_free - stored * cool_down` (bursty stored permits are free, so
+/// permits stored imply no debt), cannot stand for it: here two limiters with the same `z`
+/// answer the same reading differently. `a` spends one cold permit at 8.625 s (1.375 s, 7
+/// left: `z = 10 - 3.5`); `b` spends its whole store and one more at 0 (6.5 s, none left:
+/// `z = 6.5`). At 9 s `a` still owes its debt with 7 stored, `b` grants with 5 stored.
+#[test]
+fn a_warm_up_spend_leaves_a_debt_and_a_store() {
+    for (a, b) in warming(2.0, 4000, 3.0)
+        .into_iter()
+        .zip(warming(2.0, 4000, 3.0))
+    {
+        let cd = a.get_params().cool_down_interval_ns;
+        assert_eq!(cd, 500e6);
+        assert_eq!(a.reserve(Nanos::new(8_625 * MS), 1), Duration::ZERO);
+        assert_eq!(b.reserve(Nanos::ZERO, 9), Duration::ZERO);
+        let t = Nanos::new(9 * SEC);
+        let (sa, sb) = (a.stored(t), b.stored(t));
+        assert_eq!((sa, sb), (7.0, 5.0));
+        let next_free_a = a.check_n_at(t, 1).unwrap_err().retry_at().unwrap();
+        assert_eq!(
+            next_free_a,
+            Nanos::new(10 * SEC),
+            "a debt with permits stored"
+        );
+        assert!(b.check_n_at(t, 0).is_ok(), "b owes nothing at 9 s");
+        let z = |next_free: u64, stored: f64| next_free as f64 - stored * cd;
+        assert_eq!(z(next_free_a.as_u64(), sa), z(t.as_u64(), sb));
+        assert_eq!(z(t.as_u64(), sb), 6.5e9);
+        assert!(b.check_n_at(t, 1).is_ok());
+    }
+}
+
 #[test]
 fn warm_up_with_cold_factor_10_and_1() {
     let cold = [0, 175, 126, 76, 30, 20, 20, 20];
