@@ -260,7 +260,7 @@ impl WordRule for Quota {
 
 impl Quota {
     /// A refusal at `v`, with `SlidingWindow`'s retry time.
-    #[cold]
+    #[inline(always)]
     fn denied(&self, v: &View, base: u64, now: Nanos, n: u32) -> Denied {
         Denied::new(now, self.rule.retry_at(v, n).and_then(|t| self.at(base, t)))
     }
