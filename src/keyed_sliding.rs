@@ -485,10 +485,7 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        let (quota, x) = match self.map.read(key) {
-            Some((quota, x)) => (quota, x),
-            None => (self.map.classify(&key.to_owned()), None),
-        };
+        let (quota, x) = self.read(key);
         quota.status(x, self.map.base(), now)
     }
 
@@ -519,12 +516,21 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        let (quota, x) = match self.map.read(key) {
-            Some((quota, x)) => (quota, x),
-            None => (self.map.classify(&key.to_owned()), None),
-        };
+        let (quota, x) = self.read(key);
         let s = quota.status(x, self.map.base(), now);
         Some(quota_status(s, quota.period, now))
+    }
+
+    /// The quota of `key` and its state (`None`: evicted, or not held; then the quota
+    /// `classify` picks for it), from one load.
+    fn read<Q>(&self, key: &Q) -> (&Quota, Option<u64>)
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        self.map
+            .read(key)
+            .unwrap_or_else(|| (self.map.classify(&key.to_owned()), None))
     }
 
     /// Evicts every key whose weighted count is 0 at the map's clock reading; returns how

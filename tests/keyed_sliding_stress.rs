@@ -33,10 +33,12 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use common::stale_race::{drained_race, inline_stale_race, per_key, purge_race, PHASES, WORKERS};
+use common::stale_race::{
+    drained_race, inline_stale_race, per_key, purge_race, record_timed, PHASES, WORKERS,
+};
 
 use turnstile::keyed_sliding::KeyedSlidingWindow;
-use turnstile::{Clock, ManualClock, Nanos, SlidingWindow};
+use turnstile::{ManualClock, Nanos, SlidingWindow};
 
 const SEC: u64 = 1_000_000_000;
 const KEYS: u32 = 64;
@@ -88,27 +90,6 @@ fn assert_budget(grants: &[(u32, u64, u32, u64)]) {
     eprintln!("{} windows and {spans} spans checked", windows.len());
 }
 
-/// A check of `n` for `key` at `reading` that records a grant in `timed` with the clock's
-/// reading when it returned.
-fn timed_check(
-    k: &Map,
-    clock: &ManualClock,
-    timed: &Mutex<Vec<(u32, u64, u32, u64)>>,
-    key: u32,
-    reading: Nanos,
-    n: u32,
-) -> bool {
-    let ok = k.check_n_at(&key, reading, n).is_ok();
-    if ok {
-        let after = clock.now().as_u64();
-        timed
-            .lock()
-            .unwrap()
-            .push((key, reading.as_u64(), n, after));
-    }
-    ok
-}
-
 #[test]
 fn stale_readings_racing_a_tight_sweeper() {
     let clock = ManualClock::new(Nanos::new(10 * SEC));
@@ -117,7 +98,16 @@ fn stale_readings_racing_a_tight_sweeper() {
     inline_stale_race(
         &clock,
         KEYS,
-        |key, reading, n| timed_check(&k, &clock, &timed, key, reading, n),
+        |key, reading, n| {
+            record_timed(
+                &clock,
+                &timed,
+                k.check_n_at(&key, reading, n).is_ok(),
+                key,
+                reading,
+                n,
+            )
+        },
         || k.evict_idle(),
         || k.resizes(),
     );
@@ -135,7 +125,16 @@ fn purges_then_stale_readings_and_growth_in_lockstep() {
         KEYS,
         5 * SEC,
         2,
-        |key, reading, n| timed_check(&k, &clock, &timed, key, reading, n),
+        |key, reading, n| {
+            record_timed(
+                &clock,
+                &timed,
+                k.check_n_at(&key, reading, n).is_ok(),
+                key,
+                reading,
+                n,
+            )
+        },
         || k.evict_idle(),
         || k.resizes(),
         || k.capacity(),
