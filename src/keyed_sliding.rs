@@ -43,8 +43,8 @@
 //! Past the range **time stands still** for the map: every reading counts as the range's
 //! last nanosecond, the last of its last window, so no state rolls any more. There a key
 //! gets what the weighted count allows (at most `Q` more) and is then refused for good, retry
-//! time `None`; a key with grants is never idle again, so it is never evicted: the map fails
-//! closed.
+//! time `None`; a key granted in the range's last two windows is never idle again, so it is
+//! never evicted: the map fails closed.
 //!
 //! **Budget**, as [`SlidingWindow`](crate::SlidingWindow)'s rules 1–3, in **judged times**
 //! (a grant's reading, or the start of the state's window if that is later): each aligned
@@ -66,8 +66,9 @@
 //! **What eviction keeps.** A stored word with a grant has `curr >= 1`, so an idle key's
 //! last grants are in a window `k <= J / P - 2`, and every window of the newborn is at least
 //! `B / P >= J / P`: window `k + 1` holds no grant, the key's incarnations use disjoint
-//! windows, and the newborn's first window starts with `prev = 0`, which is that window's
-//! true predecessor. So rules 1–3 hold, in judged times, over the history that runs on the
+//! windows, and the newborn's first window starts with `prev = 0`, the true count of the
+//! window before it (`k + 1` or later). (A word that never granted is `(k, 0, 0)`, a birth:
+//! evicting it hands nothing.) So rules 1–3 hold, in judged times, over the history that runs on the
 //! evicted word and then on the newborn: the budget holds across evictions. **Per reading**
 //! the newborn is at least as strict as the evicted word at every reading from the start of
 //! `J`'s window on (both see empty windows). An older, stale reading is not covered: the
