@@ -53,7 +53,8 @@
 //!   `smooth_bursty`, `smooth_warming_up`, `leaky_meter` (compact)), `keyed_token_bucket` (`KeyedTokenBucket`),
 //!   `keyed_leaky_bucket` (`KeyedLeakyBucket`, no slack, as `leaky_bucket`),
 //!   `keyed_fixed_window` (`KeyedWindow`, as `fixed_window`),
-//!   `keyed_smooth_bursty` (`KeyedSmoothBursty`, as `smooth_bursty`) and
+//!   `keyed_smooth_bursty` (`KeyedSmoothBursty`, as `smooth_bursty`),
+//!   `keyed_sliding_window` (`KeyedSlidingWindow`, as `sliding_window`) and
 //!   `governor`, each over 100 000 keys at 1/s with a capacity of one (the many-keys
 //!   workload of `benches/harness/saturated.rs` at `MANY_RATE_CLOCK`), every key inserted
 //!   before measuring, then `check(&key)` with the refusal's retry time on random keys
@@ -86,8 +87,8 @@ use harness::saturated::{self as sat, Expect, Schedule};
 use harness::{cell, floor_cas, nz, sat_cell, stepped_cell, THREADS};
 use std::hint::black_box;
 use turnstile::{
-    Clock, Idle, Keyed, KeyedLeakyBucket, KeyedSmoothBursty, KeyedTokenBucket, KeyedWindow, Limit,
-    Limiter, ManualClock, Nanos, QuantaClock, TokenBucket,
+    Clock, Idle, Keyed, KeyedLeakyBucket, KeyedSlidingWindow, KeyedSmoothBursty, KeyedTokenBucket,
+    KeyedWindow, Limit, Limiter, ManualClock, Nanos, QuantaClock, TokenBucket,
 };
 
 const KEYS: u64 = 100_000;
@@ -561,6 +562,23 @@ fn keyed_limiters_random(c: &mut Criterion) {
             &mut g,
             &name,
             "keyed_fixed_window",
+            threads,
+            SAT_PROBE,
+            || sat::retry(black_box(&k).check(&key())),
+        );
+        drop(k);
+
+        // As `sliding_window`: one request a period of 1 / rate.
+        let k = KeyedSlidingWindow::builder(1, Duration::from_secs(1) / rate)
+            .clock(QuantaClock::new())
+            .sweep_every(Duration::MAX)
+            .build()
+            .expect("valid keyed limiter");
+        insert(&|key| k.check(&key).is_ok());
+        sat_cell(
+            &mut g,
+            &name,
+            "keyed_sliding_window",
             threads,
             SAT_PROBE,
             || sat::retry(black_box(&k).check(&key())),

@@ -32,11 +32,11 @@
 //!   runs than the clock-free ones.
 //!
 //! * `keyed-random-<limiter>` (`inline`, `inline-leaky`, `inline-window`, `inline-bursty`,
-//!   `tb`, `leaky`, `fixed`, `sliding`,
+//!   `inline-sliding`, `tb`, `leaky`, `fixed`, `sliding`,
 //!   `bursty`, `warming`, `meter`, `governor`): every limiter in `Keyed<u64, L>` (`inline`:
 //!   `KeyedTokenBucket`; `inline-leaky`: `KeyedLeakyBucket`, as `leaky` without slack;
 //!   `inline-window`: `KeyedWindow`, as `fixed`; `inline-bursty`: `KeyedSmoothBursty`, as
-//!   `bursty`;
+//!   `bursty`; `inline-sliding`: `KeyedSlidingWindow`, as `sliding`;
 //!   `governor`: its keyed limiter) over 100 000 keys, **saturated**: each
 //!   key at 10/s with a capacity of one (`benches/harness/saturated.rs`, "every limiter per
 //!   key"), inserted and emptied during setup, then `check_n_at(&key, t, 1)` with the retry
@@ -58,8 +58,8 @@ use std::time::Duration;
 use governor::clock::FakeRelativeClock;
 use governor::{Quota, RateLimiter};
 use turnstile::{
-    Keyed, KeyedLeakyBucket, KeyedSmoothBursty, KeyedTokenBucket, KeyedWindow, Limit, ManualClock,
-    Nanos, TokenBucket,
+    Keyed, KeyedLeakyBucket, KeyedSlidingWindow, KeyedSmoothBursty, KeyedTokenBucket, KeyedWindow,
+    Limit, ManualClock, Nanos, TokenBucket,
 };
 
 #[path = "../benches/harness/saturated.rs"]
@@ -217,8 +217,14 @@ const SAT_CELLS: &[(&str, &[&str])] = &[
 
 /// The many-keys cells of the maps with the state inline: `inline` (`KeyedTokenBucket`),
 /// `inline-leaky` (`KeyedLeakyBucket`), `inline-window` (`KeyedWindow`), `inline-bursty`
-/// (`KeyedSmoothBursty`).
-const INLINE: [&str; 4] = ["inline", "inline-leaky", "inline-window", "inline-bursty"];
+/// (`KeyedSmoothBursty`), `inline-sliding` (`KeyedSlidingWindow`).
+const INLINE: [&str; 5] = [
+    "inline",
+    "inline-leaky",
+    "inline-window",
+    "inline-bursty",
+    "inline-sliding",
+];
 
 /// Every implementation `cell` measures (see [`SAT_CELLS`]); `None` if it is not a saturated
 /// or burst cell.
@@ -380,6 +386,17 @@ fn many_keys_cell(lim: &str, imp: &str, ops: u64, cell: &str) {
         ("inline-window", _) => {
             // As `fixed`: one request a `MANY_PERIOD`.
             let l = KeyedWindow::builder(1, sat::MANY_PERIOD)
+                .clock(clock)
+                .sweep_every(Duration::MAX)
+                .build()
+                .expect("valid keyed limiter");
+            many_keys(ops, expect, cell, |k, t, _| {
+                sat::retry(black_box(&l).check_n_at(&black_box(k), black_box(t), 1))
+            });
+        }
+        ("inline-sliding", _) => {
+            // As `sliding`: one request a `MANY_PERIOD`.
+            let l = KeyedSlidingWindow::builder(1, sat::MANY_PERIOD)
                 .clock(clock)
                 .sweep_every(Duration::MAX)
                 .build()

@@ -94,6 +94,20 @@ pub enum ConfigError {
         /// The shortest period the quota can have.
         min: std::time::Duration,
     },
+    /// A `KeyedSlidingWindow` quota too large for its period: the state word holds the
+    /// window index and two counts of the quota's bits in 59 bits, and the index must count
+    /// 8.5 years of windows. `max` is the largest quota this period holds (0: none, a period
+    /// of a nanosecond); longer periods hold larger quotas (about 2^15 per second, 2^18 per
+    /// minute).
+    #[error("quota {quota} is too large for a keyed sliding window of period {period:?}: at most {max} with this period")]
+    SlidingQuotaTooLarge {
+        /// The quota asked for.
+        quota: u32,
+        /// Its period.
+        period: std::time::Duration,
+        /// The largest quota this period holds.
+        max: u32,
+    },
     /// A `redis::Blocking` limiter was given a current-thread tokio runtime: it runs spawned
     /// tasks (the connection's driver, the fallback's health check) only while a call is
     /// blocked on it, so a fallback would never learn that Redis is back.

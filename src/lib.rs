@@ -27,6 +27,7 @@
 //! | [`KeyedLeakyBucket`] | a leaky bucket (uber-go) per key, its state inline | [`keyed_leaky`] |
 //! | [`KeyedSmoothBursty`] | Guava's `SmoothBursty` per key, its state inline | [`keyed_smooth`] |
 //! | [`KeyedWindow`] | a fixed window (go-zero `PeriodLimit`) per key, its state inline | [`keyed_window`] |
+//! | [`KeyedSlidingWindow`] | the sliding-window counter per key, its state inline | [`keyed_sliding`] |
 //!
 //! Every limiter has a mutex-based twin in [`reference`](mod@reference) that follows the upstream code
 //! literally; the tests compare the two on random operation sequences, and the benchmarks
@@ -73,6 +74,9 @@ pub mod keyed_bucket;
 pub mod keyed_leaky;
 #[cfg(feature = "keyed")]
 #[cfg_attr(docsrs, doc(cfg(feature = "keyed")))]
+pub mod keyed_sliding;
+#[cfg(feature = "keyed")]
+#[cfg_attr(docsrs, doc(cfg(feature = "keyed")))]
 pub mod keyed_smooth;
 #[cfg(feature = "keyed")]
 #[cfg_attr(docsrs, doc(cfg(feature = "keyed")))]
@@ -114,6 +118,9 @@ pub use keyed_bucket::KeyedTokenBucket;
 #[cfg(feature = "keyed")]
 #[cfg_attr(docsrs, doc(cfg(feature = "keyed")))]
 pub use keyed_leaky::KeyedLeakyBucket;
+#[cfg(feature = "keyed")]
+#[cfg_attr(docsrs, doc(cfg(feature = "keyed")))]
+pub use keyed_sliding::KeyedSlidingWindow;
 #[cfg(feature = "keyed")]
 #[cfg_attr(docsrs, doc(cfg(feature = "keyed")))]
 pub use keyed_smooth::KeyedSmoothBursty;

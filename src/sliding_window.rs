@@ -134,15 +134,16 @@ pub use crate::limiter::{LockFree, Twin};
 /// window that long, so a longer period behaves the same.
 const MAX_PERIOD_NS: u128 = 1 << 64;
 
-/// The three fields of the state word.
+/// The three fields of the state word (also a keyed sliding window's, packed its own way:
+/// `src/keyed_sliding.rs`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Counts {
+pub(crate) struct Counts {
     /// The window index `k` the counts belong to.
-    k: u64,
+    pub(crate) k: u64,
     /// Grants counted in window `k - 1`.
-    prev: u32,
+    pub(crate) prev: u32,
     /// Grants counted in window `k`.
-    curr: u32,
+    pub(crate) curr: u32,
 }
 
 impl Counts {
@@ -164,27 +165,27 @@ impl Counts {
 /// The state as a check at some `now` sees it: rolled into `now`'s window (or clamped to the
 /// state's own window), with the offset `e` into it.
 #[derive(Clone, Copy, Debug)]
-struct View {
+pub(crate) struct View {
     /// The window the check is judged in.
-    j: u64,
+    pub(crate) j: u64,
     /// Offset into window `j`, `< P`; 0 when `now` was before the window (the clamp).
-    e: u128,
-    prev: u32,
-    curr: u32,
+    pub(crate) e: u128,
+    pub(crate) prev: u32,
+    pub(crate) curr: u32,
 }
 
 /// The immutable arithmetic of one limiter (all in nanoseconds, u128: every product below is
 /// at most `2^33 * 2^64`, far from overflow). `P` first: it needs the u128's alignment.
 #[derive(Clone, Copy, Debug)]
 #[repr(C)]
-struct Rule {
+pub(crate) struct Rule {
     /// `P`, in `1..=2^64`.
-    p: u128,
-    quota: u32,
+    pub(crate) p: u128,
+    pub(crate) quota: u32,
 }
 
 impl Rule {
-    fn new(quota: u32, period: Duration) -> Rule {
+    pub(crate) fn new(quota: u32, period: Duration) -> Rule {
         Rule {
             quota,
             p: period.as_nanos().clamp(1, MAX_PERIOD_NS),
@@ -203,7 +204,7 @@ impl Rule {
     /// check of a limiter in use) is placed by its offset from the window's start `k * P`.
     /// Only a reading two or more windows on (after an idle stretch) divides.
     #[inline]
-    fn view(&self, s: Counts, now: Nanos) -> View {
+    pub(crate) fn view(&self, s: Counts, now: Nanos) -> View {
         if let Ok(p) = u64::try_from(self.p) {
             // `k * P` fits a u64 for every stored `k` (it came from `now / P` for some `now`);
             // a `k` that does not fit goes the long way.
@@ -270,14 +271,14 @@ impl Rule {
 
     /// The weighted count times `P`: `prev * (P - e) + curr * P`.
     #[inline]
-    fn load(&self, v: &View) -> u128 {
+    pub(crate) fn load(&self, v: &View) -> u128 {
         u128::from(v.prev) * (self.p - v.e) + u128::from(v.curr) * self.p
     }
 
     /// Whether `n` more fit at `v`: `prev * (P - e) + (curr + n) * P <= quota * P`, i.e.
     /// `curr + n <= quota` and `prev * (P - e) <= (quota - curr - n) * P`.
     #[inline]
-    fn fits(&self, v: &View, n: u32) -> bool {
+    pub(crate) fn fits(&self, v: &View, n: u32) -> bool {
         match self.left(v.curr, n) {
             Some(left) => u128::from(v.prev) * (self.p - v.e) <= u128::from(left) * self.p,
             None => false,
@@ -321,7 +322,7 @@ impl Rule {
     /// The smallest time `>= now` at which a check of `n`, denied at `v`, would pass if
     /// nothing else is taken; `None` if `n > quota` or past the end of time.
     #[inline]
-    fn retry_at(&self, v: &View, n: u32) -> Option<Nanos> {
+    pub(crate) fn retry_at(&self, v: &View, n: u32) -> Option<Nanos> {
         if n > self.quota {
             return None;
         }
@@ -370,7 +371,7 @@ impl Rule {
         }
     }
 
-    fn status(&self, v: &View, now: Nanos) -> WindowStatus {
+    pub(crate) fn status(&self, v: &View, now: Nanos) -> WindowStatus {
         WindowStatus {
             quota: self.quota,
             remaining: self.remaining(v),
@@ -748,13 +749,7 @@ impl<C: Clock, P: Layout> Limiter for SlidingWindow<C, P> {
     /// });
     /// ```
     fn quota_at(&self, now: Nanos) -> Option<QuotaStatus> {
-        let s = self.status_at(now);
-        Some(QuotaStatus {
-            quota: u64::from(s.quota),
-            window: self.period,
-            remaining: u64::from(s.remaining),
-            reset: s.resets_after(now),
-        })
+        Some(quota_status(self.status_at(now), self.period, now))
     }
 
     /// Takes `n` back out of the count of the window the grant went into. **`now` must be
@@ -960,13 +955,30 @@ impl<C: Clock, K> Builder<C, K> {
 
     /// The settings' checks, shared with the twin's builder: quota 0, then period 0.
     pub(crate) fn validate(&self) -> Result<(), ConfigError> {
-        if self.quota == 0 {
-            return Err(ConfigError::ZeroQuota);
-        }
-        if self.period.is_zero() {
-            return Err(ConfigError::ZeroPeriod);
-        }
-        Ok(())
+        validate(self.quota, self.period)
+    }
+}
+
+/// The checks of a sliding window's quota and period, shared with the keyed sliding window:
+/// [`ConfigError::ZeroQuota`], then [`ConfigError::ZeroPeriod`].
+pub(crate) fn validate(quota: u32, period: Duration) -> Result<(), ConfigError> {
+    if quota == 0 {
+        return Err(ConfigError::ZeroQuota);
+    }
+    if period.is_zero() {
+        return Err(ConfigError::ZeroPeriod);
+    }
+    Ok(())
+}
+
+/// A status as the IETF `RateLimit` fields: `quota_at` of [`SlidingWindow`] and of the keyed
+/// sliding window.
+pub(crate) fn quota_status(s: WindowStatus, period: Duration, now: Nanos) -> QuotaStatus {
+    QuotaStatus {
+        quota: u64::from(s.quota),
+        window: period,
+        remaining: u64::from(s.remaining),
+        reset: s.resets_after(now),
     }
 }
 

@@ -77,10 +77,12 @@
 //!    and a reviver reads `judged` after an `Acquire` load that saw `DEAD`; a key purged by a
 //!    resize and inserted again is inserted under the `writer` lock after that resize, which
 //!    read `DEAD` with an `Acquire` CAS. Either way the new word is born at `B >= J`.
-//! 3. By the rule's contract, a word born at `B >= J` grants nothing, at any reading, that
-//!    the evicted word would have refused, and the rule's budget for one key holds across
-//!    the eviction: over a key's whole history, across any number of evictions, it is
-//!    granted no more than one limiter that served it all along may grant.
+//! 3. By the rule's contract, the rule's budget for one key holds across the eviction (and
+//!    a word born at `B >= J` grants nothing the evicted word would have refused, at any
+//!    reading, or for the sliding window's rule at any reading from the start of `J`'s
+//!    window on): over a key's whole history, across any number of evictions, it is
+//!    granted no more than one limiter that served it all along may grant (for the sliding
+//!    window, in judged times).
 //!
 //! # Orderings
 //! Besides the word's (above): the table pointer's `Release` swap and `Acquire` load publish

@@ -14,15 +14,20 @@
 //!    sweep judged idle, so a grant that left `x` as it was could be lost to it. A grant
 //!    that consumes nothing (`n == 0`, an unlimited quota) returns `Ok(None)` and is not
 //!    written.
-//! 3. **`idle(x, J)` means evicting hands a key nothing**: for every `B >= J`, a check at
-//!    any reading (earlier than `B` too: a stale one) that `born(B)` grants, `x` grants too,
-//!    and the budget the rule states for one key's history (its front's header) holds for
-//!    a history that runs on `x` up to the eviction and on `born(B)` after it. (Check by
-//!    check the two may part after a stale reading that `x` would have granted and
-//!    `born(B)` refuses: then `x` has spent what the newborn still holds; the budget is what
-//!    holds.) A revived key is born at `B = max(now, J)` of the sweep that evicted it. The
-//!    map runs no check on a key between the sweep's judgement and its CAS, and the CAS
-//!    fails if one landed.
+//! 3. **`idle(x, J)` means evicting hands a key nothing**: for every `B >= J`, the budget
+//!    the rule states for one key's history (its front's header) holds for a history that
+//!    runs on `x` up to the eviction and on `born(B)` after it, whatever its readings (stale
+//!    ones, earlier than `B` or `J`, included). Per reading, the newborn is at least as
+//!    strict: a check that `born(B)` grants, `x` grants too, at every reading for the
+//!    bucket, leaky, smooth and fixed-window rules, and for the sliding window's at every
+//!    reading from the start of `J`'s window on. (An older reading is judged by the sliding
+//!    window's `x` in its own, older windows, where its grants may refuse it, and by
+//!    `born(B)` at the start of `B`'s window: its budget is stated in judged times, and is
+//!    what holds. Check by check the two may also part after a stale reading that `x` would
+//!    have granted and `born(B)` refuses: then `x` has spent what the newborn still holds.)
+//!    A revived key is born at `B = max(now, J)` of the sweep that evicted it. The map runs
+//!    no check on a key between the sweep's judgement and its CAS, and the CAS fails if one
+//!    landed.
 //! 4. **`born` never panics and saturates**; so does every time computation of a rule.
 use crate::clock::Nanos;
 use crate::limiter::Denied;

@@ -24,10 +24,12 @@ mod common;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use common::stale_race::{drained_race, inline_stale_race, per_key, purge_race, MAX_STALE, PHASES};
+use common::stale_race::{
+    drained_race, inline_stale_race, per_key, purge_race, record_timed, MAX_STALE, PHASES,
+};
 
 use turnstile::keyed_window::KeyedWindow;
-use turnstile::{Clock, ManualClock, Nanos};
+use turnstile::{ManualClock, Nanos};
 
 const MS: u64 = 1_000_000;
 const SEC: u64 = 1_000_000_000;
@@ -109,27 +111,6 @@ fn assert_windows(grants: &[(u32, u64, u32, u64)]) {
     }
 }
 
-/// A check of `n` for `key` at `reading` that records a grant in `timed` with the clock's
-/// reading when it returned.
-fn timed_check(
-    k: &Map,
-    clock: &ManualClock,
-    timed: &Mutex<Vec<(u32, u64, u32, u64)>>,
-    key: u32,
-    reading: Nanos,
-    n: u32,
-) -> bool {
-    let ok = k.check_n_at(&key, reading, n).is_ok();
-    if ok {
-        let after = clock.now().as_u64();
-        timed
-            .lock()
-            .unwrap()
-            .push((key, reading.as_u64(), n, after));
-    }
-    ok
-}
-
 #[test]
 fn stale_readings_racing_a_tight_sweeper() {
     let clock = ManualClock::new(Nanos::new(10 * SEC));
@@ -138,7 +119,16 @@ fn stale_readings_racing_a_tight_sweeper() {
     let r = inline_stale_race(
         &clock,
         KEYS,
-        |key, reading, n| timed_check(&k, &clock, &timed, key, reading, n),
+        |key, reading, n| {
+            record_timed(
+                &clock,
+                &timed,
+                k.check_n_at(&key, reading, n).is_ok(),
+                key,
+                reading,
+                n,
+            )
+        },
         || k.evict_idle(),
         || k.resizes(),
     );
@@ -158,7 +148,16 @@ fn purges_then_stale_readings_and_growth_in_lockstep() {
         KEYS,
         5 * SEC,
         2,
-        |key, reading, n| timed_check(&k, &clock, &timed, key, reading, n),
+        |key, reading, n| {
+            record_timed(
+                &clock,
+                &timed,
+                k.check_n_at(&key, reading, n).is_ok(),
+                key,
+                reading,
+                n,
+            )
+        },
         || k.evict_idle(),
         || k.resizes(),
         || k.capacity(),

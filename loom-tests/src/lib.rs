@@ -130,3 +130,66 @@ where
         );
     }
 }
+
+/// Runs a loom model with at most `bound` preemptions (or the environment's
+/// `LOOM_MAX_PREEMPTIONS` if higher).
+pub fn model_at_least<F>(bound: usize, f: F)
+where
+    F: Fn() + Sync + Send + 'static,
+{
+    let mut builder = loom::model::Builder::new();
+    builder.preemption_bound = Some(builder.preemption_bound.unwrap_or(bound).max(bound));
+    check(builder, f);
+}
+
+/// The growth models of an inline map whose quota `q` per `p` ns is `map(q, p)` (the
+/// caller's, on a manual clock at 0, swept by hand), with `insert(k, key)` adding a key
+/// without counting a request and `T` a reading at which a first request is granted and a
+/// second of a quota of 1 refused:
+///
+/// * `check_vs_growth_keeps_the_grant`: keys 1-3 fill the 4-slot table; inserting key 4
+///   grows it while a check counts key 1's request. The grant lands in the old table before
+///   the freeze (and is copied), or in the new table; never lost.
+/// * `two_grants_vs_growth_count_once_each`: with a quota of 2, key 1 takes both while a
+///   fourth key grows the table. A grant between the copy and the freeze makes the freeze
+///   fail and the copy retried; a grant after the freeze lands in the new table. Both count
+///   once: a third is refused.
+#[macro_export]
+macro_rules! inline_growth_models {
+    () => {
+        #[test]
+        fn check_vs_growth_keeps_the_grant() {
+            $crate::model_at_least(2, || {
+                let k = map(1, 256);
+                for key in 1..=3 {
+                    insert(k, key);
+                }
+                assert_eq!(k.resizes(), 0);
+                let a = loom::thread::spawn(move || k.check_n_at(&1, T, 1).is_ok());
+                assert!(k.check_n_at(&4, T, 1).is_ok());
+                assert!(a.join().unwrap());
+                assert_eq!(k.resizes(), 1);
+                assert!(k.check_n_at(&1, T, 1).is_err(), "the grant was lost");
+                assert!(k.check_n_at(&4, T, 1).is_err(), "key 4's grant was lost");
+                assert_eq!(k.len(), 4);
+            });
+        }
+
+        #[test]
+        fn two_grants_vs_growth_count_once_each() {
+            $crate::model_at_least(2, || {
+                let k = map(2, 512);
+                for key in 1..=3 {
+                    insert(k, key);
+                }
+                let a = loom::thread::spawn(move || {
+                    k.check_n_at(&1, T, 1).is_ok() && k.check_n_at(&1, T, 1).is_ok()
+                });
+                assert!(k.check_n_at(&4, T, 1).is_ok());
+                assert!(a.join().unwrap());
+                assert_eq!(k.resizes(), 1);
+                assert!(k.check_n_at(&1, T, 1).is_err(), "a grant was lost");
+            });
+        }
+    };
+}

@@ -6,7 +6,8 @@
 //! spent window ending at its birth) and in when it is idle (its window is over); each model
 //! races a grant with one of the moves that depend on them and checks that no grant is lost
 //! or counted twice and that a stale reading never finds a revived key more generous than
-//! the evicted one.
+//! the evicted one. The growth models are the inline maps' shared ones
+//! (`loom_tests::inline_growth_models`).
 //!
 //! Under loom the map's smallest table has 4 slots (so the fourth key grows it); retired
 //! tables are leaked instead of epoch-reclaimed.
@@ -40,14 +41,6 @@ fn map(quota: u32, period: u64) -> &'static K {
 }
 
 const T: Nanos = Nanos::new(6);
-
-/// Runs `f` under loom with at most `bound` preemptions (or the caller's
-/// `LOOM_MAX_PREEMPTIONS` if higher).
-fn bounded(bound: usize, f: impl Fn() + Sync + Send + 'static) {
-    let mut model = loom::model::Builder::new();
-    model.preemption_bound = Some(model.preemption_bound.unwrap_or(bound).max(bound));
-    model.check(f);
-}
 
 /// Inserts `key` at 0 without counting a request: born as a spent window ending at 0, idle
 /// from 0 on.
@@ -105,43 +98,4 @@ fn a_stale_reading_across_an_eviction_gains_nothing() {
     });
 }
 
-/// check ‖ growth: keys 1-3 fill the 4-slot table; inserting key 4 grows it while a check
-/// counts key 1's request. The grant lands in the old table before the freeze (and is
-/// copied), or in the new table; never lost.
-#[test]
-fn check_vs_growth_keeps_the_grant() {
-    bounded(2, || {
-        let k = map(1, 256);
-        for key in 1..=3 {
-            insert(k, key);
-        }
-        assert_eq!(k.resizes(), 0);
-        let a = thread::spawn(move || k.check_n_at(&1, T, 1).is_ok());
-        assert!(k.check_n_at(&4, T, 1).is_ok());
-        assert!(a.join().unwrap());
-        assert_eq!(k.resizes(), 1);
-        assert!(k.check_n_at(&1, T, 1).is_err(), "the grant was lost");
-        assert!(k.check_n_at(&4, T, 1).is_err(), "key 4's grant was lost");
-        assert_eq!(k.len(), 4);
-    });
-}
-
-/// check, check ‖ growth: with a quota of 2, key 1 takes both while a fourth key grows the
-/// table: the first opens the window, the second counts in it. A grant between the copy
-/// and the freeze makes the freeze fail and the copy retried; a grant after the freeze
-/// lands in the new table. Both count once: a third is refused.
-#[test]
-fn two_grants_vs_growth_count_once_each() {
-    bounded(2, || {
-        let k = map(2, 512);
-        for key in 1..=3 {
-            insert(k, key);
-        }
-        let a =
-            thread::spawn(move || k.check_n_at(&1, T, 1).is_ok() && k.check_n_at(&1, T, 1).is_ok());
-        assert!(k.check_n_at(&4, T, 1).is_ok());
-        assert!(a.join().unwrap());
-        assert_eq!(k.resizes(), 1);
-        assert!(k.check_n_at(&1, T, 1).is_err(), "a grant was lost");
-    });
-}
+loom_tests::inline_growth_models!();

@@ -270,3 +270,25 @@ pub fn drained_race(
     );
     results.into_iter().flatten().flatten().collect()
 }
+
+/// A grant's record for the budget checks of the windows' stress tests: `(key, reading, n,
+/// after)`, with `after` the clock's reading once the check returned (a grant's window lies
+/// between its reading's and `after`'s). Pushes it to `timed` if `granted`; returns
+/// `granted`.
+pub fn record_timed(
+    clock: &ManualClock,
+    timed: &Mutex<Vec<(u32, u64, u32, u64)>>,
+    granted: bool,
+    key: u32,
+    reading: Nanos,
+    n: u32,
+) -> bool {
+    if granted {
+        let after = clock.now().as_u64();
+        timed
+            .lock()
+            .unwrap()
+            .push((key, reading.as_u64(), n, after));
+    }
+    granted
+}
