@@ -52,6 +52,7 @@
 //!   `leaky_bucket` (compact), `fixed_window` (compact), `sliding_window` (compact),
 //!   `smooth_bursty`, `smooth_warming_up`, `leaky_meter` (compact)), `keyed_token_bucket` (`KeyedTokenBucket`),
 //!   `keyed_leaky_bucket` (`KeyedLeakyBucket`, no slack, as `leaky_bucket`),
+//!   `keyed_leaky_meter` (`KeyedLeakyMeter`, as `leaky_meter`),
 //!   `keyed_fixed_window` (`KeyedWindow`, as `fixed_window`),
 //!   `keyed_smooth_bursty` (`KeyedSmoothBursty`, as `smooth_bursty`),
 //!   `keyed_sliding_window` (`KeyedSlidingWindow`, as `sliding_window`) and
@@ -87,8 +88,8 @@ use harness::saturated::{self as sat, Expect, Schedule};
 use harness::{cell, floor_cas, nz, sat_cell, stepped_cell, THREADS};
 use std::hint::black_box;
 use turnstile::{
-    Clock, Idle, Keyed, KeyedLeakyBucket, KeyedSlidingWindow, KeyedSmoothBursty, KeyedTokenBucket,
-    KeyedWindow, Limit, Limiter, ManualClock, Nanos, QuantaClock, TokenBucket,
+    Clock, Idle, Keyed, KeyedLeakyBucket, KeyedLeakyMeter, KeyedSlidingWindow, KeyedSmoothBursty,
+    KeyedTokenBucket, KeyedWindow, Limit, Limiter, ManualClock, Nanos, QuantaClock, TokenBucket,
 };
 
 const KEYS: u64 = 100_000;
@@ -545,6 +546,23 @@ fn keyed_limiters_random(c: &mut Criterion) {
             &mut g,
             &name,
             "keyed_leaky_bucket",
+            threads,
+            SAT_PROBE,
+            || sat::retry(black_box(&k).check(&key())),
+        );
+        drop(k);
+
+        // As `leaky_meter`: a capacity of one unit, leaking `rate` a second.
+        let k = KeyedLeakyMeter::builder(1, Limit::per_second(f64::from(rate)).expect("a rate"))
+            .clock(QuantaClock::new())
+            .sweep_every(Duration::MAX)
+            .build()
+            .expect("valid keyed limiter");
+        insert(&|key| k.check(&key).is_ok());
+        sat_cell(
+            &mut g,
+            &name,
+            "keyed_leaky_meter",
             threads,
             SAT_PROBE,
             || sat::retry(black_box(&k).check(&key())),

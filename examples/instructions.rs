@@ -31,10 +31,11 @@
 //!   whatever each clock does on valgrind's emulated CPU, so these rows say less about native
 //!   runs than the clock-free ones.
 //!
-//! * `keyed-random-<limiter>` (`inline`, `inline-leaky`, `inline-window`, `inline-bursty`,
-//!   `inline-sliding`, `tb`, `leaky`, `fixed`, `sliding`,
+//! * `keyed-random-<limiter>` (`inline`, `inline-leaky`, `inline-meter`, `inline-window`,
+//!   `inline-bursty`, `inline-sliding`, `tb`, `leaky`, `fixed`, `sliding`,
 //!   `bursty`, `warming`, `meter`, `governor`): every limiter in `Keyed<u64, L>` (`inline`:
 //!   `KeyedTokenBucket`; `inline-leaky`: `KeyedLeakyBucket`, as `leaky` without slack;
+//!   `inline-meter`: `KeyedLeakyMeter`, as `meter`;
 //!   `inline-window`: `KeyedWindow`, as `fixed`; `inline-bursty`: `KeyedSmoothBursty`, as
 //!   `bursty`; `inline-sliding`: `KeyedSlidingWindow`, as `sliding`;
 //!   `governor`: its keyed limiter) over 100 000 keys, **saturated**: each
@@ -58,8 +59,8 @@ use std::time::Duration;
 use governor::clock::FakeRelativeClock;
 use governor::{Quota, RateLimiter};
 use turnstile::{
-    Keyed, KeyedLeakyBucket, KeyedSlidingWindow, KeyedSmoothBursty, KeyedTokenBucket, KeyedWindow,
-    Limit, ManualClock, Nanos, TokenBucket,
+    Keyed, KeyedLeakyBucket, KeyedLeakyMeter, KeyedSlidingWindow, KeyedSmoothBursty,
+    KeyedTokenBucket, KeyedWindow, Limit, ManualClock, Nanos, TokenBucket,
 };
 
 #[path = "../benches/harness/saturated.rs"]
@@ -216,11 +217,13 @@ const SAT_CELLS: &[(&str, &[&str])] = &[
 ];
 
 /// The many-keys cells of the maps with the state inline: `inline` (`KeyedTokenBucket`),
-/// `inline-leaky` (`KeyedLeakyBucket`), `inline-window` (`KeyedWindow`), `inline-bursty`
-/// (`KeyedSmoothBursty`), `inline-sliding` (`KeyedSlidingWindow`).
-const INLINE: [&str; 5] = [
+/// `inline-leaky` (`KeyedLeakyBucket`), `inline-meter` (`KeyedLeakyMeter`), `inline-window`
+/// (`KeyedWindow`), `inline-bursty` (`KeyedSmoothBursty`), `inline-sliding`
+/// (`KeyedSlidingWindow`).
+const INLINE: [&str; 6] = [
     "inline",
     "inline-leaky",
+    "inline-meter",
     "inline-window",
     "inline-bursty",
     "inline-sliding",
@@ -375,6 +378,18 @@ fn many_keys_cell(lim: &str, imp: &str, ops: u64, cell: &str) {
             // As `leaky`: no slack, one request a `MANY_PERIOD`.
             let l = KeyedLeakyBucket::builder(rate)
                 .without_slack()
+                .clock(clock)
+                .sweep_every(Duration::MAX)
+                .build()
+                .expect("valid keyed limiter");
+            many_keys(ops, expect, cell, |k, t, _| {
+                sat::retry(black_box(&l).check_n_at(&black_box(k), black_box(t), 1))
+            });
+        }
+        ("inline-meter", _) => {
+            // As `meter`: a capacity of one unit, leaking `rate` a second.
+            let leak = Limit::per_second(f64::from(rate)).expect("a rate");
+            let l = KeyedLeakyMeter::builder(1, leak)
                 .clock(clock)
                 .sweep_every(Duration::MAX)
                 .build()

@@ -147,9 +147,9 @@ const _: () = assert!(U_MAX + TAU_MAX <= X_MASK);
 
 /// One configuration of the quota table, precomputed off the hot path.
 #[derive(Clone, Copy, Debug)]
-struct Quota {
-    limit: Limit,
-    burst: u32,
+pub(crate) struct Quota {
+    pub(crate) limit: Limit,
+    pub(crate) burst: u32,
     scale: Scale,
     /// `burst * one`: the whole burst in units.
     tau: u64,
@@ -158,10 +158,13 @@ struct Quota {
     /// No refill (`Limit::ZERO`, or a limit too low to refill its burst in 146 years): units
     /// never advance (`scale.mul == 0`), so the burst is all a key ever gets.
     zero: bool,
+    /// A meter's quota ([`KeyedLeakyMeter`](crate::KeyedLeakyMeter)): more than the burst
+    /// is refused under [`Limit::INF`] too, where a token bucket grants any `n`.
+    capped: bool,
 }
 
 impl Quota {
-    fn new(limit: Limit, burst: u32) -> Quota {
+    pub(crate) fn new(limit: Limit, burst: u32) -> Quota {
         let inf = limit.is_inf();
         let scale = if inf || limit.as_f64() <= 0.0 {
             None
@@ -182,6 +185,16 @@ impl Quota {
             tau: u64::from(burst) * scale.one,
             inf,
             zero,
+            capped: false,
+        }
+    }
+
+    /// A water-level meter of `capacity` units leaking at `leak`: the bucket of `leak` and
+    /// `burst = capacity`, refusing more than `capacity` under every leak.
+    pub(crate) fn meter(capacity: u32, leak: Limit) -> Quota {
+        Quota {
+            capped: true,
+            ..Quota::new(leak, capacity)
         }
     }
 
@@ -249,7 +262,7 @@ impl WordRule for Quota {
 
     #[inline(always)]
     fn check(&self, x: u64, base: u64, now: Nanos, n: u32) -> Result<Option<u64>, Denied> {
-        if self.inf {
+        if self.inf && !(self.capped && n > self.burst) {
             return Ok(None);
         }
         if n > self.burst {
@@ -569,14 +582,7 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        let (q, x) = match self.map.read(key) {
-            Some((q, Some(_))) if q.inf => return f64::from(q.burst),
-            Some((q, Some(x))) => (q, x),
-            _ => return f64::from(self.map.rules()[0].burst),
-        };
-        let u = q.units(self.map.base(), now);
-        let units = (u + q.tau) as f64 - x as f64;
-        (units / q.scale.one as f64).min(f64::from(q.burst))
+        held(&self.map, key, now).map_or(f64::from(self.map.rules()[0].burst), |(_, t)| t)
     }
 
     /// Evicts every key idle (full) at the map's clock reading; returns how many went.
@@ -613,6 +619,29 @@ where
     pub fn evict_idle_at(&self, now: Nanos) -> usize {
         self.map.evict_idle_at(now)
     }
+}
+
+/// The tokens a key the map holds live has at `now`, capped at its burst (negative in
+/// deficit), with its quota; `None` for a key absent or evicted.
+pub(crate) fn held<'m, K, S, C, Q>(
+    map: &'m WordMap<K, Quota, S, C>,
+    key: &Q,
+    now: Nanos,
+) -> Option<(&'m Quota, f64)>
+where
+    K: Eq + Hash + Clone + Send + Sync + 'static + Borrow<Q>,
+    Q: Hash + Eq + ?Sized,
+    S: BuildHasher,
+    C: Clock,
+{
+    let (q, x) = match map.read(key)? {
+        (q, Some(_)) if q.inf => return Some((q, f64::from(q.burst))),
+        (q, Some(x)) => (q, x),
+        (_, None) => return None,
+    };
+    let u = q.units(map.base(), now);
+    let units = (u + q.tau) as f64 - x as f64;
+    Some((q, (units / q.scale.one as f64).min(f64::from(q.burst))))
 }
 
 impl<K, S, C> fmt::Debug for KeyedTokenBucket<K, S, C>

@@ -25,6 +25,7 @@
 //! | [`Keyed`] | any of the above, per key (per IP, user, API key) | [`keyed`] |
 //! | [`KeyedTokenBucket`] | a token bucket per key, its state inline (one word per key) | [`keyed_bucket`] |
 //! | [`KeyedLeakyBucket`] | a leaky bucket (uber-go) per key, its state inline | [`keyed_leaky`] |
+//! | [`KeyedLeakyMeter`] | a water-level meter per key, its state inline | [`keyed_meter`] |
 //! | [`KeyedSmoothBursty`] | Guava's `SmoothBursty` per key, its state inline | [`keyed_smooth`] |
 //! | [`KeyedWindow`] | a fixed window (go-zero `PeriodLimit`) per key, its state inline | [`keyed_window`] |
 //! | [`KeyedSlidingWindow`] | the sliding-window counter per key, its state inline | [`keyed_sliding`] |
@@ -74,6 +75,9 @@ pub mod keyed_bucket;
 pub mod keyed_leaky;
 #[cfg(feature = "keyed")]
 #[cfg_attr(docsrs, doc(cfg(feature = "keyed")))]
+pub mod keyed_meter;
+#[cfg(feature = "keyed")]
+#[cfg_attr(docsrs, doc(cfg(feature = "keyed")))]
 pub mod keyed_sliding;
 #[cfg(feature = "keyed")]
 #[cfg_attr(docsrs, doc(cfg(feature = "keyed")))]
@@ -118,6 +122,9 @@ pub use keyed_bucket::KeyedTokenBucket;
 #[cfg(feature = "keyed")]
 #[cfg_attr(docsrs, doc(cfg(feature = "keyed")))]
 pub use keyed_leaky::KeyedLeakyBucket;
+#[cfg(feature = "keyed")]
+#[cfg_attr(docsrs, doc(cfg(feature = "keyed")))]
+pub use keyed_meter::KeyedLeakyMeter;
 #[cfg(feature = "keyed")]
 #[cfg_attr(docsrs, doc(cfg(feature = "keyed")))]
 pub use keyed_sliding::KeyedSlidingWindow;

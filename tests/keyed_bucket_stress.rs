@@ -11,6 +11,9 @@
 //!   idle and evicted, which forces a purge (the table is rebuilt empty); then the workers
 //!   race checks with readings older than that sweep, inserting the keys again, which forces
 //!   the table to grow under them while they check.
+//! * `a_meter_keeps_its_budget_racing_a_tight_sweeper`: the first race on a
+//!   `KeyedLeakyMeter`, the same word and table with the meter's quota (`capacity + leak *
+//!   span` units over every span).
 #![cfg(feature = "keyed")]
 
 mod common;
@@ -20,6 +23,7 @@ use std::time::Duration;
 use common::stale_race::{inline_stale_race, per_key, purge_race, token_bucket_excess, PHASES};
 
 use turnstile::keyed_bucket::KeyedTokenBucket;
+use turnstile::keyed_meter::KeyedLeakyMeter;
 use turnstile::{Limit, ManualClock, Nanos};
 
 const SEC: u64 = 1_000_000_000;
@@ -52,6 +56,24 @@ fn assert_budget(grants: &[(u32, u64, u32)]) {
 fn stale_readings_racing_a_tight_sweeper() {
     let clock = ManualClock::new(Nanos::new(10 * SEC));
     let k = map(&clock);
+    let r = inline_stale_race(
+        &clock,
+        KEYS,
+        |key, reading, n| k.check_n_at(&key, reading, n).is_ok(),
+        || k.evict_idle(),
+        || k.resizes(),
+    );
+    assert_budget(&r.grants);
+}
+
+#[test]
+fn a_meter_keeps_its_budget_racing_a_tight_sweeper() {
+    let clock = ManualClock::new(Nanos::new(10 * SEC));
+    let k = KeyedLeakyMeter::<u32, _, _>::builder(BURST, Limit::per_second(LIMIT).unwrap())
+        .sweep_every(Duration::MAX)
+        .clock(clock.clone())
+        .build()
+        .unwrap();
     let r = inline_stale_race(
         &clock,
         KEYS,

@@ -1,0 +1,361 @@
+//! Per-key water-level meters ([`LeakyMeter`](crate::LeakyMeter), go-zero's article's leaky
+//! bucket) with the state **inline**: each key is its key and one 64-bit word in the table
+//! [`KeyedTokenBucket`](crate::KeyedTokenBucket) uses, nothing else. The general
+//! [`Keyed`](crate::Keyed)`<K, LeakyMeter>` holds a whole meter per key behind a pointer
+//! (two cache misses per random-key check); this map shares the configuration between keys,
+//! so a `u64` key costs a 16-byte slot and a check one miss.
+//!
+//! # Why there is no new protocol here
+//! A meter of `capacity` units leaking at `leak` is a token bucket with `burst = capacity`
+//! and `limit = leak` seen from the other side (`water = capacity - tokens`; the
+//! [`leaky_meter`](crate::leaky_meter) module docs say why). So this map *is* the keyed token
+//! bucket's: the same word (a GCRA arrival time), the same rule and table, the same
+//! eviction (a key is idle once its water has all leaked away), the same budget
+//! (`capacity + leak * span` units over any span of a key's readings, stale ones and
+//! evictions included), model-checked under loom in `loom-tests/tests/keyed_bucket.rs`.
+//! The one difference is the meter's: a request of more than `capacity` units never fits,
+//! under [`Limit::INF`] too (where a token bucket grants any size), and is refused with no
+//! retry time. The quota carries that as a flag read only under an infinite leak, so a
+//! check costs what a [`KeyedTokenBucket`](crate::KeyedTokenBucket) check costs.
+//!
+//! Memory, the key bound, floods, the hasher (HashDoS), sweeps and quotas are the keyed token
+//! bucket's: see [`keyed_bucket`](crate::keyed_bucket).
+
+use std::borrow::Borrow;
+use std::collections::hash_map::RandomState;
+use std::fmt;
+use std::hash::{BuildHasher, Hash};
+use std::time::Duration;
+
+pub use crate::keyed::{WhenFull, DEFAULT_MAX_KEYS, DEFAULT_SWEEP_EVERY};
+pub use crate::word_map::MAX_QUOTAS;
+
+use crate::clock::{Clock, Nanos, QuantaClock};
+use crate::error::ConfigError;
+use crate::keyed_bucket::{held, Quota};
+use crate::limit::Limit;
+use crate::limiter::Denied;
+use crate::word_map::{Settings, WordMap};
+
+/// Per-key water-level meters, one 64-bit word per key in a table shared by all keys: each
+/// key's bucket holds `capacity` units of water leaking at `leak` per second, starts empty,
+/// and a check adds `n` units if they fit. See the [module docs](self).
+///
+/// ```
+/// use std::time::Duration;
+/// use turnstile::{keyed_meter::KeyedLeakyMeter, Limit, ManualClock, Nanos};
+///
+/// // 3 units of water per client, leaking one a second.
+/// let per_ip = KeyedLeakyMeter::<u32, _, _>::builder(3, Limit::per_second(1.0).unwrap())
+///     .clock(ManualClock::default())
+///     .build()
+///     .unwrap();
+/// assert!(per_ip.check_n_at(&7, Nanos::ZERO, 3).is_ok()); // to the brim
+/// let overflow = per_ip.check_n_at(&7, Nanos::ZERO, 1).unwrap_err();
+/// assert_eq!(overflow.retry_after(), Some(Duration::from_secs(1))); // once a unit leaked
+/// assert!(per_ip.check_n_at(&8, Nanos::ZERO, 1).is_ok()); // another client's own bucket
+/// assert_eq!(per_ip.level_at(&7, Nanos::new(1_500_000_000)), 1.5);
+/// ```
+pub struct KeyedLeakyMeter<K, S = RandomState, C: Clock = QuantaClock>
+where
+    K: Eq + Hash + Clone + Send + Sync + 'static,
+    S: BuildHasher,
+{
+    map: WordMap<K, Quota, S, C>,
+}
+
+impl<K> KeyedLeakyMeter<K, RandomState, QuantaClock>
+where
+    K: Eq + Hash + Clone + Send + Sync + 'static,
+{
+    /// `capacity` units of water per key leaking at `leak` units per second, on the shared
+    /// quanta clock, with at most [`DEFAULT_MAX_KEYS`] keys and sweeps every 10 s.
+    ///
+    /// # Errors
+    /// [`ConfigError::ZeroCapacity`] if `capacity` is 0 (no unit could ever fit).
+    ///
+    /// ```
+    /// use turnstile::{keyed_meter::KeyedLeakyMeter, ConfigError, Limit};
+    /// let k = KeyedLeakyMeter::new(1, Limit::per_second(5.0).unwrap()).unwrap();
+    /// assert!(k.check(&42u64).is_ok());
+    /// assert!(k.check(&42u64).is_err());
+    /// let zero = KeyedLeakyMeter::<u64>::new(0, Limit::INF);
+    /// assert_eq!(zero.unwrap_err(), ConfigError::ZeroCapacity);
+    /// ```
+    pub fn new(capacity: u32, leak: Limit) -> Result<Self, ConfigError> {
+        Self::builder(capacity, leak).build()
+    }
+
+    /// A builder whose quota 0 is `capacity` units leaking at `leak`: add quotas with
+    /// [`KeyedLeakyMeterBuilder::quota`] and pick one per key with
+    /// [`KeyedLeakyMeterBuilder::classify`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::keyed_meter::{KeyedLeakyMeter, WhenFull};
+    /// use turnstile::Limit;
+    /// let k = KeyedLeakyMeter::<u32>::builder(10, Limit::per_second(5.0).unwrap())
+    ///     .max_keys(100_000)
+    ///     .when_full(WhenFull::Deny)
+    ///     .sweep_every(Duration::from_secs(30))
+    ///     .build()
+    ///     .unwrap();
+    /// assert_eq!(k.max_keys(), 100_000);
+    /// ```
+    pub fn builder(capacity: u32, leak: Limit) -> KeyedLeakyMeterBuilder<K> {
+        KeyedLeakyMeterBuilder {
+            quotas: vec![(capacity, leak)],
+            settings: Settings::new(),
+        }
+    }
+}
+
+crate::word_map::front_methods!(
+    KeyedLeakyMeter,
+    "keyed_meter",
+    extra "Limit, ",
+    new "KeyedLeakyMeter::new(1, Limit::per_second(1.0).unwrap()).unwrap()",
+    builder "KeyedLeakyMeter::builder(1, Limit::per_second(1.0).unwrap())"
+);
+
+impl<K, S, C> KeyedLeakyMeter<K, S, C>
+where
+    K: Eq + Hash + Clone + Send + Sync + 'static,
+    S: BuildHasher,
+    C: Clock,
+{
+    /// Adds one unit of water to `key`'s bucket now, if it fits.
+    ///
+    /// ```
+    /// use turnstile::{keyed_meter::KeyedLeakyMeter, Limit};
+    /// let k = KeyedLeakyMeter::new(1, Limit::per_second(1.0).unwrap()).unwrap();
+    /// assert!(k.check("alice").is_ok());
+    /// assert!(k.check("alice").is_err());
+    /// assert!(k.check("bob").is_ok());
+    /// # let _: &KeyedLeakyMeter<String> = &k;
+    /// ```
+    #[inline]
+    pub fn check<Q>(&self, key: &Q) -> Result<(), Denied>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        self.check_n_at(key, self.map.clock().now(), 1)
+    }
+
+    /// Adds `n` units of water to `key`'s bucket now, if they fit.
+    ///
+    /// ```
+    /// use turnstile::{keyed_meter::KeyedLeakyMeter, Limit};
+    /// let k = KeyedLeakyMeter::new(3, Limit::INF).unwrap();
+    /// assert!(k.check_n(&1u8, 3).is_ok());
+    /// assert_eq!(k.check_n(&1u8, 4).unwrap_err().retry_at(), None); // never fits
+    /// ```
+    #[inline]
+    pub fn check_n<Q>(&self, key: &Q, n: u32) -> Result<(), Denied>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        self.check_n_at(key, self.map.clock().now(), n)
+    }
+
+    /// Adds `n` units of water to `key`'s bucket at `now` if they fit, inserting the key
+    /// (empty) if it is new; exactly [`LeakyMeter`](crate::LeakyMeter)'s check. A denial
+    /// writes nothing and says when enough water will have leaked for the same check to pass
+    /// (`None`: never, `n` is above the key's capacity or its leak is zero); so does a
+    /// refusal because the map is full ([`WhenFull::Deny`]).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::{keyed_meter::KeyedLeakyMeter, Limit, ManualClock, Nanos};
+    /// let k = KeyedLeakyMeter::<u8, _, _>::builder(2, Limit::per_second(4.0).unwrap())
+    ///     .clock(ManualClock::default())
+    ///     .build()
+    ///     .unwrap();
+    /// assert!(k.check_n_at(&1, Nanos::ZERO, 2).is_ok());
+    /// let d = k.check_n_at(&1, Nanos::new(100_000_000), 1).unwrap_err();
+    /// assert_eq!(d.retry_after(), Some(Duration::from_millis(150)));
+    /// ```
+    #[inline]
+    pub fn check_n_at<Q>(&self, key: &Q, now: Nanos, n: u32) -> Result<(), Denied>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        self.map.check_n_at(key, now, n)
+    }
+
+    /// The water in `key`'s bucket at `now`, in `[0, capacity]`, as
+    /// [`LeakyMeter::level_at`](crate::LeakyMeter::level_at) reads it (a reading older than
+    /// the key's last addition counts all its water, capped at the capacity). 0 for a key the
+    /// map does not hold (new, or evicted once empty). Nothing changes.
+    ///
+    /// ```
+    /// use turnstile::{keyed_meter::KeyedLeakyMeter, Limit, ManualClock, Nanos};
+    /// let k = KeyedLeakyMeter::<u8, _, _>::builder(10, Limit::per_second(4.0).unwrap())
+    ///     .clock(ManualClock::default())
+    ///     .build()
+    ///     .unwrap();
+    /// k.check_n_at(&1, Nanos::ZERO, 10).unwrap();
+    /// assert_eq!(k.level_at(&1, Nanos::new(1_125_000_000)), 5.5);
+    /// assert_eq!(k.level_at(&2, Nanos::ZERO), 0.0);
+    /// ```
+    pub fn level_at<Q>(&self, key: &Q, now: Nanos) -> f64
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        held(&self.map, key, now).map_or(0.0, |(q, tokens)| {
+            let capacity = f64::from(q.burst);
+            (capacity - tokens).clamp(0.0, capacity)
+        })
+    }
+
+    /// Evicts every key whose bucket is empty at the map's clock reading; returns how many
+    /// went.
+    ///
+    /// ```
+    /// use turnstile::{keyed_meter::KeyedLeakyMeter, Limit};
+    /// let k = KeyedLeakyMeter::new(1, Limit::per_second(1.0).unwrap()).unwrap();
+    /// let _ = k.check(&1u8);
+    /// assert_eq!(k.evict_idle(), 0); // its unit has not leaked away yet
+    /// ```
+    pub fn evict_idle(&self) -> usize {
+        self.evict_idle_at(self.map.clock().now())
+    }
+
+    /// Evicts every key whose bucket is empty of water at `now`; returns how many went, as
+    /// [`KeyedTokenBucket::evict_idle_at`](crate::KeyedTokenBucket::evict_idle_at) (no key
+    /// ever fits more for it, whatever `now`).
+    ///
+    /// ```
+    /// use turnstile::{keyed_meter::KeyedLeakyMeter, Limit, ManualClock, Nanos};
+    /// let k = KeyedLeakyMeter::<u8, _, _>::builder(1, Limit::per_second(2.0).unwrap())
+    ///     .clock(ManualClock::default())
+    ///     .build()
+    ///     .unwrap();
+    /// let _ = k.check_n_at(&1, Nanos::ZERO, 1);
+    /// let _ = k.check_n_at(&2, Nanos::new(400_000_000), 1);
+    /// assert_eq!(k.evict_idle_at(Nanos::new(500_000_000)), 1); // key 1 has drained
+    /// assert_eq!(k.len(), 1);
+    /// ```
+    pub fn evict_idle_at(&self, now: Nanos) -> usize {
+        self.map.evict_idle_at(now)
+    }
+}
+
+impl<K, S, C> fmt::Debug for KeyedLeakyMeter<K, S, C>
+where
+    K: Eq + Hash + Clone + Send + Sync + 'static,
+    S: BuildHasher,
+    C: Clock,
+{
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut d = f.debug_struct("KeyedLeakyMeter");
+        d.field("len", &self.len()).field(
+            "quotas",
+            &self
+                .map
+                .rules()
+                .iter()
+                .map(|q| (q.burst, q.limit))
+                .collect::<Vec<_>>(),
+        );
+        self.map.debug_fields(&mut d);
+        d.finish()
+    }
+}
+
+/// Options for a [`KeyedLeakyMeter`].
+#[must_use = "a builder does nothing until `build` is called"]
+pub struct KeyedLeakyMeterBuilder<K, S = RandomState, C: Clock = QuantaClock> {
+    /// `(capacity, leak)` per quota.
+    quotas: Vec<(u32, Limit)>,
+    settings: Settings<K, S, C>,
+}
+
+crate::word_map::builder_methods!(
+    KeyedLeakyMeterBuilder,
+    KeyedLeakyMeter,
+    "keyed_meter",
+    extra "Limit, ",
+    builder "KeyedLeakyMeter::builder(1, Limit::per_second(1.0).unwrap())"
+);
+
+impl<K, S, C> KeyedLeakyMeterBuilder<K, S, C>
+where
+    K: Eq + Hash + Clone + Send + Sync + 'static,
+    S: BuildHasher,
+    C: Clock,
+{
+    /// Adds a quota of `capacity` units leaking at `leak`: the first call adds quota 1
+    /// (quota 0 is the builder's), and so on, up to [`MAX_QUOTAS`] in all.
+    ///
+    /// ```
+    /// use turnstile::{keyed_meter::KeyedLeakyMeter, Limit};
+    /// let k = KeyedLeakyMeter::builder(1, Limit::per_second(1.0).unwrap())
+    ///     .quota(100, Limit::per_second(100.0).unwrap()) // quota 1
+    ///     .classify(|ip: &[u8; 4]| usize::from(ip[0] == 10))
+    ///     .build()
+    ///     .unwrap();
+    /// assert!(k.check_n(&[10, 0, 0, 1], 100).is_ok());
+    /// assert!(k.check_n(&[192, 0, 2, 1], 2).is_err());
+    /// ```
+    pub fn quota(mut self, capacity: u32, leak: Limit) -> Self {
+        self.quotas.push((capacity, leak));
+        self
+    }
+
+    /// Picks each new key's quota (an index into the quotas in the order they were added; one
+    /// past them means quota 0). Called once per key insertion, not per check: a key keeps
+    /// its quota until it is evicted.
+    ///
+    /// ```
+    /// use turnstile::{keyed_meter::KeyedLeakyMeter, Limit};
+    /// let k = KeyedLeakyMeter::builder(1, Limit::per_second(1.0).unwrap())
+    ///     .quota(3, Limit::per_second(1.0).unwrap())
+    ///     .classify(|user: &u32| if *user < 100 { 1 } else { 0 })
+    ///     .build()
+    ///     .unwrap();
+    /// assert!(k.check_n(&7, 3).is_ok());
+    /// assert!(k.check_n(&700, 3).is_err());
+    /// ```
+    pub fn classify(mut self, classify: impl Fn(&K) -> usize + Send + Sync + 'static) -> Self {
+        self.settings.classify = Box::new(classify);
+        self
+    }
+
+    /// The map; [`ConfigError::ZeroCapacity`] if a quota's capacity is 0,
+    /// [`ConfigError::ZeroMaxKeys`] or [`ConfigError::TooManyQuotas`] if those are out of
+    /// range.
+    ///
+    /// ```
+    /// use turnstile::{keyed_meter::KeyedLeakyMeter, ConfigError, Limit};
+    /// let leak = Limit::per_second(1.0).unwrap();
+    /// let b = KeyedLeakyMeter::<u8>::builder(1, leak).quota(0, leak);
+    /// assert_eq!(b.build().unwrap_err(), ConfigError::ZeroCapacity);
+    /// ```
+    pub fn build(self) -> Result<KeyedLeakyMeter<K, S, C>, ConfigError> {
+        if self.quotas.iter().any(|&(capacity, _)| capacity == 0) {
+            return Err(ConfigError::ZeroCapacity);
+        }
+        let quotas: Vec<Quota> = self
+            .quotas
+            .iter()
+            .map(|&(capacity, leak)| Quota::meter(capacity, leak))
+            .collect();
+        Ok(KeyedLeakyMeter {
+            map: self.settings.build(&quotas)?,
+        })
+    }
+}
+
+impl<K, S, C: Clock> fmt::Debug for KeyedLeakyMeterBuilder<K, S, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut d = f.debug_struct("KeyedLeakyMeterBuilder");
+        d.field("quotas", &self.quotas);
+        self.settings.debug_fields(&mut d);
+        d.finish()
+    }
+}
