@@ -51,7 +51,7 @@
 //! of two of them, at most seven eighths used. Chosen by instruction counts per check against
 //! `scc::HashIndex` and `DashMap` with the word inline and governor's keyed limiter
 //! (`scripts/instructions`); a granted check is a clock read, the hash, an epoch pin, a probe
-//! and one CAS, nothing else (the README has the measured figures).
+//! and one CAS, nothing else (BENCHMARKS.md has the measured figures).
 //!
 //! Lookups, checks and eviction take no lock and never wait for an insert, a resize or a
 //! sweep: a check of a held key is one CAS on its word, a refusal a load; new keys are

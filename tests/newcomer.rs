@@ -91,7 +91,7 @@ async fn an_async_wait_until_a_tokio_instant() -> Result {
 
 #[test]
 fn a_window_status_without_the_clock_trait() -> Result {
-    // Only the names the README's FixedWindow snippet imports: no `Clock` in scope.
+    // Only the names a FixedWindow user imports: no `Clock` in scope.
     let daily = FixedWindow::builder(1000, Duration::from_secs(86_400))
         .align(8 * 3600)
         .build()?;
