@@ -234,7 +234,7 @@ fn init_shared() -> &'static Shared {
     })
 }
 
-/// The default clock: quanta's TSC-based monotonic clock (~10–20 ns a read), calibrated once
+/// The default clock: quanta's TSC-based monotonic clock, calibrated once
 /// per process and shared by every limiter. Times count from the first use of any
 /// `QuantaClock` or `CoarseClock` in the process.
 ///
@@ -396,8 +396,7 @@ impl Clock for ManualClock {
 /// A thread sleep on Linux wakes up late by the thread's timer slack (50 µs by default) plus
 /// the scheduler's wake-up latency, typically 50–100 µs in all. Sleeping until this much
 /// before the deadline and spinning the rest makes the wake-up precise to a few microseconds,
-/// at the cost of up to this much busy CPU per wait (measured by `examples/pacing.rs`: at
-/// 10k waits a second, a quarter of a core; below 1k a second, a few percent).
+/// at the cost of up to this much busy CPU per wait (`examples/pacing.rs` measures both).
 ///
 /// ```
 /// use std::time::Duration;

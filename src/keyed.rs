@@ -1143,8 +1143,8 @@ where
     }
 
     /// How often idle keys are swept (default [`DEFAULT_SWEEP_EVERY`], 10 s). The sweep runs
-    /// inline in the first check after the interval, and visits every key (~50 ns a key
-    /// here). `Duration::MAX` leaves sweeping to [`Keyed::evict_idle`].
+    /// inline in the first check after the interval, and visits every key.
+    /// `Duration::MAX` leaves sweeping to [`Keyed::evict_idle`].
     ///
     /// ```
     /// use std::time::Duration;

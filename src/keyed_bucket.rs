@@ -110,8 +110,9 @@
 //! chosen with [`KeyedTokenBucketBuilder::hasher`]: `foldhash::fast::RandomState` (randomly
 //! seeded per map; no cryptographic claim, and its authors do not claim resistance to an
 //! attacker who can time the map, but a flood shows up as a slower map, never as a wrong
-//! answer) is ~20 ns faster per check here (std's SipHash of a `u64` is ~18 ns, foldhash's
-//! ~1); a fixed, unseeded hasher is only for keys no client chooses.
+//! answer) hashes a `u64` in a handful of instructions where SipHash takes over a hundred
+//! (BENCHMARKS.md's foldhash rows); a fixed, unseeded hasher is only for keys no client
+//! chooses.
 //!
 //! # Sweeps and the key bound
 //! As for [`Keyed`](crate::Keyed): a sweep runs inline in the first check after

@@ -55,8 +55,8 @@
 //! words).
 //!
 //! **Configurations** (rate, stable interval, max permits, cool-down interval, threshold,
-//! slope) live in the two seqlock-validated slots of `ConfigSlots`, one per epoch parity,
-//! exactly as in the token bucket (`src/config_slots.rs` states that protocol). Only
+//! slope) live in the two seqlock-validated slots of `ConfigSlots`, one per epoch parity
+//! (`src/config_slots.rs` states that protocol). Only
 //! `set_rate` writes slots, serialized by a mutex that the hot path never touches. It resyncs
 //! at the *old* rate, applies Guava's rescale, writes the other slot as epoch `e + 1`, and
 //! installs `(next_free, frac, e + 1)` with one CAS. `next_free` is left as resynced, so the

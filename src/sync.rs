@@ -29,9 +29,9 @@
 //! as written: an ordering a protocol needs, once weakened, makes some model fail, and one it
 //! does not need survives (the mutation table in `loom-tests/src/lib.rs` lists both; e.g. the
 //! token bucket's state-word `Acquire` is needed only if the configuration slot's own `seq`
-//! publication is weakened too). The previous stand-in, a loom `Mutex`, synchronized every
-//! access as if `SeqCst`, so loom proved nothing about these orderings: with it, weakening
-//! both publications of a configuration survived every model.
+//! publication is weakened too). A loom `Mutex` would be the obvious stand-in, but it
+//! synchronizes every access as if `SeqCst`, so loom would prove nothing about these
+//! orderings: under it, weakening both publications of a configuration survives every model.
 
 #[cfg(not(loom))]
 pub(crate) use core::sync::atomic::{

@@ -122,8 +122,8 @@
 //!   `r.limit * (lastEvent - timeToAct)` from times truncated to whole nanoseconds, so:
 //!   - the two agree, to the token, for the latest reservation (at any limit) and for one
 //!     whose later reservations were made under its own limit, before or after a
-//!     `set_limit`, with no time spent under another limit in between (the reproductions
-//!     of issue #8 in `tests/token_bucket_semantics.rs`);
+//!     `set_limit`, with no time spent under another limit in between (reproduced in
+//!     `tests/token_bucket_semantics.rs`);
 //!   - after an earlier cancel, rate.go's `lastEvent` still counts tokens that cancel gave
 //!     back, so it restores less than later reservations left free (golang/go#56924,
 //!     #69419); turnstile restores exactly that;
