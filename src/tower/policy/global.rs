@@ -1,0 +1,68 @@
+//! [`Global`]: one limiter for every request.
+
+use std::future::{ready, Ready};
+use std::sync::Arc;
+
+use http::Request;
+
+use super::*;
+use crate::{Limiter, Nanos};
+
+/// One limiter for every request: [`global`].
+pub struct Global<L> {
+    pub(super) name: Arc<str>,
+    pub(super) limiter: L,
+}
+
+/// A policy that takes one permit from `limiter` per request, whatever the request; `name`
+/// is its name in the `RateLimit` headers.
+///
+/// ```
+/// use turnstile::tower::{global, Policy};
+/// use turnstile::{Limit, TokenBucket};
+///
+/// let all = global("all", TokenBucket::new(Limit::per_second(1000.0).unwrap(), 100));
+/// # let _ = all;
+/// ```
+pub fn global<L: Limiter + 'static>(name: impl Into<Arc<str>>, limiter: L) -> Global<L> {
+    Global {
+        name: name.into(),
+        limiter,
+    }
+}
+
+impl<L> Global<L> {
+    /// The limiter.
+    pub fn limiter(&self) -> &L {
+        &self.limiter
+    }
+}
+
+impl<B, L: Limiter + 'static> Policy<B> for Global<L> {
+    type Key = ();
+    /// The clock reading the permit was taken at (a window's refund finds the grant's window
+    /// by it).
+    type Grant = Nanos;
+    type Future = Ready<Decision<Nanos>>;
+
+    #[inline]
+    fn key(&self, _: &Request<B>) -> Self::Key {}
+
+    #[inline]
+    fn decide(self: &Arc<Self>, _: (), ask: Ask) -> Self::Future {
+        let now = self.limiter.now();
+        let (result, wait) = take(&self.limiter, now, ask.max_wait);
+        let report = one_report(ask.reports(result.is_ok()), &self.name, || {
+            self.limiter.quota_at(now)
+        });
+        ready(Decision {
+            result: result.map(|()| now),
+            wait,
+            report,
+        })
+    }
+
+    fn refund(&self, at: Nanos) {
+        let _ = self.limiter.refund_n_at(at, 1);
+    }
+}

@@ -1,0 +1,160 @@
+//! Policies: what a [`RateLimitLayer`](super::RateLimitLayer) asks before a request passes.
+//!
+//! A policy decides in two steps. [`Policy::key`] reads what it needs from the request (a
+//! client's IP, a header), synchronously, while the request is at hand; [`Policy::decide`]
+//! then takes the permits, possibly asynchronously (a Redis round trip), from an owned key.
+//! Splitting the two lets [`And`] read every policy's key up front and still decide them
+//! one after another, so that a request refused by the second policy gives back what the
+//! first one granted ([`Policy::refund`]) and takes nothing from either.
+//!
+//! In-process policies ([`Global`], [`PerKey`] over a [`Keyed`] or a [`KeyedTokenBucket`])
+//! decide at once: their future is [`std::future::Ready`], and a check is the limiter's own
+//! lock-free check, with no allocation (the optional header report allocates only when
+//! headers are configured).
+
+mod and;
+#[cfg(feature = "redis")]
+mod fleet;
+mod global;
+mod per_key;
+#[cfg(test)]
+mod tests;
+
+pub use and::{And, AndFuture};
+#[cfg(feature = "redis")]
+pub use fleet::{
+    fleet, FailurePolicy, Fleet, DEFAULT_DEADLINE, DEFAULT_LOCAL_MAX_KEYS, FAILURE_RETRY_AFTER,
+};
+pub use global::{global, Global};
+pub use per_key::{per_key, KeyGrant, MissingKey, PerKey, PerKeyMap};
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::Request;
+
+use crate::{Denied, Limiter, QuotaStatus};
+
+/// One policy's answer.
+#[derive(Debug)]
+pub struct Decision<G> {
+    /// The grant (what [`Policy::refund`] needs to give it back), or the denial with its
+    /// retry time.
+    pub result: Result<G, Denied>,
+    /// How long the granted request must wait before it may go on (zero unless the policy
+    /// was asked to reserve ahead: [`RateLimitLayer::delay`](super::RateLimitLayer::delay)).
+    pub wait: Duration,
+    /// The IETF RateLimit fields of the policies that decided, in order, when they were asked
+    /// for (empty otherwise): after a grant, every policy's; after a denial, the denying
+    /// policy's.
+    pub report: Report,
+}
+
+/// What a [`Policy::decide`] is asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Ask {
+    /// Fill [`Decision::report`] when the policy refuses.
+    pub report: bool,
+    /// Fill it when the policy grants, too ([`Headers::Always`](super::Headers::Always)).
+    /// Apart, so that a layer that puts the headers on refusals only does not compute a
+    /// status on every allowed request.
+    pub report_grants: bool,
+    /// Reserve up to this far ahead ([`Limiter::schedule_n_at`]); zero: now or never.
+    pub max_wait: Duration,
+}
+
+impl Ask {
+    /// Whether a decision that `granted` (or not) should fill [`Decision::report`].
+    #[inline]
+    pub fn reports(&self, granted: bool) -> bool {
+        if granted {
+            self.report_grants
+        } else {
+            self.report
+        }
+    }
+}
+
+/// Named [`QuotaStatus`]es: what the `RateLimit` and `RateLimit-Policy` headers carry.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Report {
+    /// `(policy name, its status)`, in policy order.
+    pub items: Vec<(Arc<str>, QuotaStatus)>,
+}
+
+/// A question a [`RateLimitLayer`](super::RateLimitLayer) asks of every request. Implemented
+/// by [`Global`] (one limiter for everything), [`PerKey`] (a [`PerKeyMap`], [`Keyed`] or
+/// [`KeyedTokenBucket`], and a [`KeyExtractor`]) and [`And`] (both must pass); build them
+/// with [`global`], [`per_key`] and [`PolicyExt::and`].
+pub trait Policy<B>: Send + Sync + 'static {
+    /// What the policy reads from a request, owned.
+    type Key: Send + 'static;
+    /// What a grant must remember to be given back.
+    type Grant: Send + 'static;
+    /// The decision, in flight. `Unpin`, so that the layer can ask it once at once (an
+    /// in-process policy's is [`Ready`]) before deciding whether the response future must
+    /// keep it; box an `async` block (`Pin<Box<dyn Future<..> + Send>>` is `Unpin`).
+    type Future: Future<Output = Decision<Self::Grant>> + Send + Unpin + 'static;
+
+    /// Reads the policy's key from `req`.
+    fn key(&self, req: &Request<B>) -> Self::Key;
+
+    /// Takes the permits for `key`, reserving them up to `max_wait` ahead (zero: now or
+    /// never); with `report`, fills [`Decision::report`].
+    fn decide(self: &Arc<Self>, key: Self::Key, ask: Ask) -> Self::Future;
+
+    /// Gives back a grant of this policy (a later policy refused the request). Exact where
+    /// the limiter's [`Limiter::refund_n_at`] is; a limiter that cannot refund keeps it.
+    fn refund(&self, grant: Self::Grant);
+}
+
+/// [`PolicyExt::and`] for every policy. A trait of its own, not a method of [`Policy`], so
+/// that combining two policies needs no request body type to be inferred.
+pub trait PolicyExt: Sized {
+    /// This policy, then `other`: a request passes only if both pass, and a request `other`
+    /// refuses gives back what this one granted ([`Policy::refund`]), so it takes nothing
+    /// from either. Put limiters that cannot refund ([`Limiter::refund_n_at`] returns
+    /// `false`, a Redis limiter) last.
+    fn and<Q>(self, other: Q) -> And<Self, Q> {
+        And {
+            first: Arc::new(self),
+            second: Arc::new(other),
+        }
+    }
+}
+
+impl<P> PolicyExt for P {}
+
+// ---- helpers ----------------------------------------------------------------------------
+
+/// One permit from `l` at `now`: checked, or reserved up to `max_wait` ahead; with the wait.
+#[inline]
+pub(super) fn take<L: Limiter + ?Sized>(
+    l: &L,
+    now: crate::Nanos,
+    max_wait: Duration,
+) -> (Result<(), Denied>, Duration) {
+    if max_wait.is_zero() {
+        return (l.check_n_at(now, 1), Duration::ZERO);
+    }
+    match l.schedule_n_at(now, 1, max_wait) {
+        Ok(at) => (Ok(()), at.saturating_duration_since(now)),
+        Err(d) => (Err(d), Duration::ZERO),
+    }
+}
+
+/// A report of one policy's status, if asked for and known.
+#[inline]
+pub(super) fn one_report(
+    report: bool,
+    name: &Arc<str>,
+    status: impl FnOnce() -> Option<QuotaStatus>,
+) -> Report {
+    if !report {
+        return Report::default();
+    }
+    Report {
+        items: status().map(|s| (name.clone(), s)).into_iter().collect(),
+    }
+}

@@ -1,0 +1,316 @@
+//! [`PerKey`]: a limiter per key, from a per-key map ([`PerKeyMap`]) and a key extractor.
+
+use std::future::{ready, Ready};
+use std::hash::{BuildHasher, Hash};
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::Request;
+
+use super::*;
+use crate::tower::key::{KeyExtractor, KeyType};
+use crate::{Clock, Denied, Idle, Keyed, KeyedTokenBucket, Limiter, Nanos, QuotaStatus};
+
+/// What a [`PerKey`] policy does with a request its extractor finds no key in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MissingKey<K> {
+    /// Let it through, untouched by this policy.
+    Allow,
+    /// Refuse it (with no `Retry-After`: no wait makes a keyless request acceptable).
+    Deny,
+    /// Count it under this key: every keyless request shares one limit.
+    As(K),
+}
+
+/// A per-key limiter map a [`PerKey`] policy takes permits from: implemented by
+/// [`Keyed`] (any limiter per key, built by a factory) and by [`KeyedTokenBucket`] (a token
+/// bucket per key, its state inline: one word per key, the cheaper check).
+pub trait PerKeyMap<K>: Send + Sync + 'static {
+    /// The map's clock reading now: the time a request is decided at.
+    fn now(&self) -> Nanos;
+
+    /// One permit for `key` at `now`: checked, or reserved up to `ask.max_wait` ahead where
+    /// the map can reserve; with the wait, and `key`'s status after it when
+    /// [`Ask::reports`] wants one for that answer (`None` otherwise, or when the map cannot
+    /// say).
+    fn take(
+        &self,
+        key: &K,
+        now: Nanos,
+        ask: Ask,
+    ) -> ((Result<(), Denied>, Duration), Option<QuotaStatus>);
+
+    /// Gives back one permit `take` granted `key` at `at` (a later policy refused the
+    /// request). Exact where the key's limiter refunds exactly; a no-op where it cannot.
+    fn refund(&self, key: &K, at: Nanos);
+
+    /// Moves the map's sweeps off the request path: [`per_key`] calls it once, on the map it
+    /// now owns. The crate's maps start their sweeper thread ([`Keyed::spawn_sweeper`],
+    /// [`KeyedTokenBucket::spawn_sweeper`]), which ends when the policy (and so the map) is
+    /// dropped. The default does nothing: the map sweeps as it likes.
+    fn spawn_sweeper(self: &Arc<Self>)
+    where
+        Self: Sized,
+    {
+    }
+}
+
+impl<K, L, C> PerKeyMap<K> for Keyed<K, L, C>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    L: Limiter + Idle + 'static,
+    C: Clock + 'static,
+{
+    #[inline]
+    fn now(&self) -> Nanos {
+        Keyed::now(self)
+    }
+
+    #[inline]
+    fn take(
+        &self,
+        key: &K,
+        now: Nanos,
+        ask: Ask,
+    ) -> ((Result<(), Denied>, Duration), Option<QuotaStatus>) {
+        // One visit to the key's limiter for the permit and, when asked for, the status (each
+        // visit of a contended key's slot is a shared write), at `now`, which also dates a new
+        // key's limiter (one dated at a later reading reads as not full at `now`): the status
+        // only for the kind of answer the layer shows it on, so an allowed request under the
+        // default headers (refusals only) pays for the check alone.
+        self.visit_at(
+            key,
+            now,
+            |l| {
+                let taken = take(l, now, ask.max_wait);
+                let status = if ask.reports(taken.0.is_ok()) {
+                    l.quota_at(now)
+                } else {
+                    None
+                };
+                (taken, status)
+            },
+            // A grant wrote the limiter's state; a refusal did not.
+            |((r, _), _)| r.is_ok(),
+        )
+        // The key is new and the map full: the map's answer (its WhenFull), no status.
+        .unwrap_or_else(|full| ((full, Duration::ZERO), None))
+    }
+
+    #[inline]
+    fn refund(&self, key: &K, at: Nanos) {
+        let _ = self.refund_n_at(key, at, 1);
+    }
+
+    fn spawn_sweeper(self: &Arc<Self>) {
+        // Detached: it ends by itself when the map drops.
+        drop(Keyed::spawn_sweeper(self));
+    }
+}
+
+/// The inline map: one lookup and one CAS per allowed request, the cheapest per-key check
+/// turnstile has.
+///
+/// **No reserve-ahead.** [`KeyedTokenBucket`] has no schedule: under
+/// [`RateLimitLayer::delay`](super::RateLimitLayer::delay) a request it cannot grant now is
+/// refused at once, as with a zero `max_wait` (its `Retry-After` says when to come back).
+/// Use a [`Keyed`] of [`TokenBucket`](crate::TokenBucket)s where requests should wait.
+impl<K, S, C> PerKeyMap<K> for KeyedTokenBucket<K, S, C>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    S: BuildHasher + Send + Sync + 'static,
+    C: Clock + 'static,
+{
+    #[inline]
+    fn now(&self) -> Nanos {
+        KeyedTokenBucket::now(self)
+    }
+
+    #[inline]
+    fn take(
+        &self,
+        key: &K,
+        now: Nanos,
+        ask: Ask,
+    ) -> ((Result<(), Denied>, Duration), Option<QuotaStatus>) {
+        // Never a wait: `max_wait` is ignored (no schedule here; see the impl's docs).
+        let result = self.check_n_at(key, now, 1);
+        // The status, when this answer shows it (under the default headers, a refusal only),
+        // is a second lookup of the key, after the check: the check is one CAS on the key's
+        // word and has no status to hand back, and the lookup is a load, no write. A
+        // concurrent grant in between makes it a moment later than the check; the headers
+        // say what is left, which is what the client wants to know.
+        let status = if ask.reports(result.is_ok()) {
+            self.quota_at(key, now)
+        } else {
+            None
+        };
+        ((result, Duration::ZERO), status)
+    }
+
+    #[inline]
+    fn refund(&self, key: &K, at: Nanos) {
+        let _ = self.refund_n_at(key, at, 1);
+    }
+
+    fn spawn_sweeper(self: &Arc<Self>) {
+        // Detached: it ends by itself when the map drops.
+        drop(KeyedTokenBucket::spawn_sweeper(self));
+    }
+}
+
+/// A limiter per key, picked by a [`KeyExtractor`]: [`per_key`].
+pub struct PerKey<K, X, M> {
+    pub(super) name: Arc<str>,
+    pub(super) extractor: X,
+    /// Shared with the map's sweeper thread, which holds a `Weak` and ends when this drops.
+    pub(super) map: Arc<M>,
+    pub(super) missing: MissingKey<K>,
+}
+
+/// A policy that takes one permit per request from the limiter of the request's key, in
+/// `map`; `extractor` reads the key. The map is a [`PerKeyMap`]: a [`Keyed`] (one limiter per
+/// key, built by its factory on first sight and evicted when idle; any limiter, with
+/// [`RateLimitLayer::delay`](super::RateLimitLayer::delay) where it can reserve) or a
+/// [`KeyedTokenBucket`] (a token bucket per key, its state one word in the map: the cheaper
+/// check, without delay mode). Requests with no key are allowed through; see
+/// [`PerKey::on_missing_key`].
+///
+/// **Memory and sweeps.** Keys come from clients, so the map's bound is what a flood of
+/// distinct keys can cost: both maps hold at most their `max_keys` keys,
+/// [`DEFAULT_MAX_KEYS`](crate::keyed::DEFAULT_MAX_KEYS) (2^20) unless built with another,
+/// and refuse new keys beyond it ([`WhenFull::Deny`](crate::keyed::WhenFull)) until a sweep
+/// evicts idle ones; held keys are never evicted to make room, so the flood resets nobody's
+/// limit. For a [`KeyedTokenBucket`] of `IpAddr` that is a 64 MiB table at the default
+/// bound (32 bytes a slot; its module docs, "Memory and the key bound"); for a [`Keyed`],
+/// the entry and limiter per key. `per_key` takes the map over and starts its sweeper thread
+/// ([`PerKeyMap::spawn_sweeper`]), which ends when the policy is dropped: sweeps, periodic
+/// or asked for by a full map, never run on a request's worker. A held key's check waits
+/// for no other key's insert, for no resize of the table, and for no sweep.
+///
+/// ```
+/// use turnstile::tower::{key, per_key, Policy};
+/// use turnstile::{Keyed, Limit, TokenBucket};
+///
+/// let per_ip = per_key(
+///     "per-ip",
+///     key::PeerIp,
+///     Keyed::new(|_| TokenBucket::new(Limit::per_second(10.0).unwrap(), 20)),
+/// );
+/// # let _ = per_ip;
+/// ```
+///
+/// With the inline map, the key type still comes from the extractor (an `IpAddr` here):
+///
+/// ```
+/// use std::net::{IpAddr, SocketAddr};
+/// use std::sync::Arc;
+/// use turnstile::tower::{key, per_key, Ask, Policy};
+/// use turnstile::{KeyedTokenBucket, Limit};
+///
+/// let per_ip = Arc::new(per_key(
+///     "per-ip",
+///     key::PeerIp,
+///     KeyedTokenBucket::new(Limit::per_second(1.0).unwrap(), 2),
+/// ));
+/// let mut req = http::Request::new(());
+/// req.extensions_mut()
+///     .insert("192.0.2.7:5000".parse::<SocketAddr>().unwrap());
+/// let decide = || {
+///     let key = Policy::<()>::key(&*per_ip, &req);
+///     Policy::<()>::decide(&per_ip, key, Ask::default()).into_inner()
+/// };
+/// assert!(decide().result.is_ok());
+/// assert!(decide().result.is_ok());
+/// assert!(decide().result.is_err()); // the burst of 2 is spent
+/// assert_eq!(per_ip.map().len(), 1);
+/// assert!(per_ip.map().contains(&"192.0.2.7".parse::<IpAddr>().unwrap()));
+/// ```
+pub fn per_key<K, X, M>(name: impl Into<Arc<str>>, extractor: X, map: M) -> PerKey<K, X, M>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    X: KeyType<Key = K> + Send + Sync + 'static,
+    M: PerKeyMap<K>,
+{
+    let map = Arc::new(map);
+    map.spawn_sweeper();
+    PerKey {
+        name: name.into(),
+        extractor,
+        map,
+        missing: MissingKey::Allow,
+    }
+}
+
+impl<K, X, M> PerKey<K, X, M> {
+    /// What to do with requests the extractor finds no key in (default
+    /// [`MissingKey::Allow`]).
+    pub fn on_missing_key(mut self, missing: MissingKey<K>) -> Self {
+        self.missing = missing;
+        self
+    }
+
+    /// The per-key map.
+    pub fn map(&self) -> &M {
+        &self.map
+    }
+}
+
+/// A [`PerKey`] grant: the key charged and the clock reading it was charged at (none when a
+/// keyless request was let through).
+pub struct KeyGrant<K>(Option<(K, Nanos)>);
+
+impl<B, K, X, M> Policy<B> for PerKey<K, X, M>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    X: KeyExtractor<B, Key = K>,
+    M: PerKeyMap<K>,
+{
+    type Key = Option<K>;
+    type Grant = KeyGrant<K>;
+    type Future = Ready<Decision<KeyGrant<K>>>;
+
+    #[inline]
+    fn key(&self, req: &Request<B>) -> Self::Key {
+        self.extractor.extract(req)
+    }
+
+    #[inline]
+    fn decide(self: &Arc<Self>, key: Self::Key, ask: Ask) -> Self::Future {
+        let key = match key {
+            Some(k) => k,
+            None => match &self.missing {
+                MissingKey::Allow => {
+                    return ready(Decision {
+                        result: Ok(KeyGrant(None)),
+                        wait: Duration::ZERO,
+                        report: Report::default(),
+                    })
+                }
+                MissingKey::Deny => {
+                    let now = self.map.now();
+                    return ready(Decision {
+                        result: Err(Denied::new(now, None)),
+                        wait: Duration::ZERO,
+                        report: Report::default(),
+                    });
+                }
+                MissingKey::As(k) => k.clone(),
+            },
+        };
+        let now = self.map.now();
+        let ((result, wait), status) = self.map.take(&key, now, ask);
+        let report = one_report(status.is_some(), &self.name, || status);
+        ready(Decision {
+            result: result.map(|()| KeyGrant(Some((key, now)))),
+            wait,
+            report,
+        })
+    }
+
+    fn refund(&self, grant: KeyGrant<K>) {
+        if let KeyGrant(Some((key, at))) = grant {
+            self.map.refund(&key, at);
+        }
+    }
+}

@@ -1,0 +1,423 @@
+use super::*;
+use crate::tower::key;
+use crate::{Clock, Keyed, KeyedTokenBucket, Nanos};
+use crate::{Limit, ManualClock, TokenBucket};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::Waker;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+fn now_or_never<F: Future>(f: F) -> F::Output {
+    let mut f = std::pin::pin!(f);
+    match f.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+        Poll::Ready(v) => v,
+        Poll::Pending => panic!("an in-process policy decides at once"),
+    }
+}
+
+/// A `PerKey` over `map` (1/s, burst 2, on a clock at 1 s): the status only on the
+/// answers asked for, exact; reserve-ahead as the map can; a refund gives the permit back.
+/// Returns the waits of two requests past the burst under a 10 s `max_wait`.
+fn per_key_contract<M: PerKeyMap<u8>>(map: M) -> Vec<Duration> {
+    let p = Arc::new(per_key(
+        "k",
+        key::from_fn(|r: &Request<()>| r.uri().path().as_bytes().get(1).copied()),
+        map,
+    ));
+    let req = |path: &str| Request::get(path).body(()).unwrap();
+    let decide = |path: &str, ask: Ask| {
+        now_or_never(Policy::<()>::decide(
+            &p,
+            Policy::<()>::key(&*p, &req(path)),
+            ask,
+        ))
+    };
+    let refusals_only = Ask {
+        report: true,
+        ..Ask::default()
+    };
+    let always = Ask {
+        report_grants: true,
+        ..refusals_only
+    };
+    let status = |remaining, reset: u64| QuotaStatus {
+        quota: 2,
+        window: Duration::from_secs(2),
+        remaining,
+        reset: Duration::from_secs(reset),
+    };
+    // Grants under the default headers carry no status; under Always they do.
+    let d = decide("/a", refusals_only);
+    assert!(d.result.is_ok() && d.report.items.is_empty());
+    let d = decide("/a", always);
+    assert!(d.result.is_ok());
+    assert_eq!(d.report.items, vec![("k".into(), status(0, 2))]);
+    // A refusal: with the status when asked for, without when not.
+    let d = decide("/a", refusals_only);
+    assert!(d.result.is_err());
+    assert_eq!(d.report.items, vec![("k".into(), status(0, 2))]);
+    assert!(decide("/a", Ask::default()).report.items.is_empty());
+    // Another key is whole.
+    let d = decide("/b", always);
+    assert_eq!(d.report.items, vec![("k".into(), status(1, 1))]);
+    // A refund gives "/b"'s permit back; "/a" has none to spend.
+    match decide("/b", Ask::default()).result {
+        Ok(g) => Policy::<()>::refund(&*p, g),
+        Err(_) => panic!("\"/b\" had one left"),
+    }
+    let d = decide("/b", always);
+    assert!(d.result.is_ok(), "the refund gave nothing back");
+    assert_eq!(d.report.items, vec![("k".into(), status(0, 2))]);
+    // Past the burst with a maximum wait: reserved ahead, or refused at once.
+    let ahead = Ask {
+        max_wait: Duration::from_secs(10),
+        ..Ask::default()
+    };
+    (0..2)
+        .map(|_| {
+            let d = decide("/a", ahead);
+            if d.result.is_err() {
+                assert_eq!(d.wait, Duration::ZERO);
+            }
+            d.wait
+        })
+        .collect()
+}
+
+#[test]
+fn per_key_over_either_map_reports_only_what_is_asked_and_refunds() {
+    let limit = Limit::per_second(1.0).unwrap();
+    let clock = ManualClock::new(Nanos::new(1_000_000_000));
+    let c = clock.clone();
+    let keyed = Keyed::builder(move |_: &u8| TokenBucket::with_clock(limit, 2, c.clone()))
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    // A Keyed of token buckets reserves: 1 s, then 2 s ahead.
+    assert_eq!(
+        per_key_contract(keyed),
+        [Duration::from_secs(1), Duration::from_secs(2)]
+    );
+    let clock = ManualClock::new(Nanos::new(1_000_000_000));
+    let inline = KeyedTokenBucket::builder(limit, 2)
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    // The inline map cannot: refused at once, twice (the first reserved nothing).
+    assert_eq!(per_key_contract(inline), [Duration::ZERO; 2]);
+}
+
+#[test]
+fn both_reservations_hold_until_the_later_ones_time() {
+    let clock = ManualClock::new(Nanos::new(1_000_000_000));
+    let bucket =
+        |per_sec| TokenBucket::with_clock(Limit::per_second(per_sec).unwrap(), 1, clock.clone());
+    let both = Arc::new(global("slow", bucket(1.0)).and(global("fast", bucket(2.0))));
+    let req = Request::new(());
+    let ask = Ask {
+        max_wait: Duration::from_secs(10),
+        ..Ask::default()
+    };
+    let decide = || {
+        now_or_never(Policy::<()>::decide(
+            &both,
+            Policy::<()>::key(&*both, &req),
+            ask,
+        ))
+    };
+    assert_eq!(decide().wait, Duration::ZERO);
+    // The slow bucket's next token is 1 s away, the fast one's 0.5 s: wait for both.
+    let d = decide();
+    assert!(d.result.is_ok());
+    assert_eq!(d.wait, Duration::from_secs(1));
+}
+
+/// A policy whose decision never comes (a Redis that stalls, with no deadline).
+struct Stalled;
+
+impl Policy<()> for Stalled {
+    type Key = ();
+    type Grant = ();
+    type Future = std::future::Pending<Decision<()>>;
+    fn key(&self, _: &Request<()>) {}
+    fn decide(self: &Arc<Self>, _: (), _: Ask) -> Self::Future {
+        std::future::pending()
+    }
+    fn refund(&self, _: ()) {}
+}
+
+/// Polls `policy`'s decision once, for a request, and drops it while it is pending.
+fn abandon<P: Policy<()>>(policy: &Arc<P>) {
+    let req = Request::new(());
+    let mut fut = Policy::<()>::decide(policy, policy.key(&req), Ask::default());
+    let noop = &mut Context::from_waker(Waker::noop());
+    assert!(Pin::new(&mut fut).poll(noop).is_pending());
+}
+
+#[test]
+fn and_gives_the_first_grant_back_when_dropped_while_the_second_decides() {
+    let clock = ManualClock::new(Nanos::new(1_000_000_000));
+    // Burst 1, no refill on a clock that stands still: a permit is back only if refunded.
+    let bucket = || TokenBucket::with_clock(Limit::per_second(1.0).unwrap(), 1, clock.clone());
+    let tokens = |g: &Global<TokenBucket<ManualClock>>| g.limiter().tokens();
+
+    let both = Arc::new(global("a", bucket()).and(Stalled));
+    abandon(&both);
+    assert_eq!(
+        tokens(&both.first),
+        1.0,
+        "the first's grant was not given back"
+    );
+
+    // Nested, either way round: every grant taken before the stall comes back.
+    let left = Arc::new(
+        global("a", bucket())
+            .and(global("b", bucket()))
+            .and(Stalled),
+    );
+    abandon(&left);
+    assert_eq!(
+        (tokens(&left.first.first), tokens(&left.first.second)),
+        (1.0, 1.0)
+    );
+    let right = Arc::new(global("a", bucket()).and(global("b", bucket()).and(Stalled)));
+    abandon(&right);
+    assert_eq!(
+        (tokens(&right.first), tokens(&right.second.first)),
+        (1.0, 1.0)
+    );
+
+    // Delay mode: the first reserved ahead (its burst spent, the next token 1 s away);
+    // the reservation comes back too.
+    let ahead = Arc::new(global("a", bucket()).and(Stalled));
+    assert!(ahead.first.limiter().check_n_at(clock.now(), 1).is_ok());
+    let mut fut = Policy::<()>::decide(
+        &ahead,
+        ((), ()),
+        Ask {
+            max_wait: Duration::from_secs(10),
+            ..Ask::default()
+        },
+    );
+    let noop = &mut Context::from_waker(Waker::noop());
+    assert!(Pin::new(&mut fut).poll(noop).is_pending());
+    assert_eq!(tokens(&ahead.first), -1.0, "the first reserved ahead");
+    drop(fut);
+    assert_eq!(
+        tokens(&ahead.first),
+        0.0,
+        "the reservation was not given back"
+    );
+
+    // A decision that completed is the caller's: dropping it after changes nothing.
+    let done = Arc::new(global("a", bucket()).and(global("b", bucket())));
+    let d = now_or_never(Policy::<()>::decide(&done, ((), ()), Ask::default()));
+    assert!(d.result.is_ok());
+    drop(d);
+    assert_eq!((tokens(&done.first), tokens(&done.second)), (0.0, 0.0));
+}
+
+#[cfg(feature = "redis")]
+mod fleet {
+    use super::*;
+    use crate::redis::{RedisLimitError, RedisLimiter};
+    use crate::FixedWindow;
+    use std::sync::atomic::{AtomicU8, Ordering};
+
+    const GRANT: u8 = 0;
+    const FAIL: u8 = 1;
+    const STALL: u8 = 2;
+
+    /// A Redis limiter that grants, fails or stalls, as told; its local form is a window
+    /// of 4 a minute, scaled by the share.
+    #[derive(Default)]
+    struct Fake(AtomicU8);
+
+    impl RedisLimiter for Fake {
+        type Local = FixedWindow;
+        fn local(&self, share: f64) -> FixedWindow {
+            FixedWindow::new((4.0 * share).ceil() as u32, Duration::from_secs(60)).unwrap()
+        }
+        async fn ping(&self) -> Result<(), RedisLimitError> {
+            Ok(())
+        }
+        async fn try_check_n(
+            &self,
+            _: &str,
+            _: u32,
+        ) -> Result<Result<(), Denied>, RedisLimitError> {
+            match self.0.load(Ordering::Relaxed) {
+                GRANT => Ok(Ok(())),
+                FAIL => Err(RedisLimitError::UnexpectedReply("OOM".into())),
+                _ => std::future::pending().await,
+            }
+        }
+    }
+
+    type Fleet = super::Fleet<key::Header, Fake>;
+
+    fn policy(failure: FailurePolicy, mode: u8) -> Arc<Fleet> {
+        let f = fleet(
+            "f",
+            key::Header("x-key".parse().unwrap()),
+            Fake(AtomicU8::new(mode)),
+        );
+        Arc::new(f.on_failure(failure).unwrap())
+    }
+
+    async fn decide(p: &Arc<Fleet>, key: Option<&str>, ask: Ask) -> Decision<()> {
+        let mut req = Request::new(());
+        if let Some(k) = key {
+            req.headers_mut().insert("x-key", k.parse().unwrap());
+        }
+        Policy::<()>::decide(p, p.key(&req), ask).await
+    }
+
+    /// The answers to `n` checks of one key: `Some(Retry-After in seconds)` for a refusal,
+    /// `None` for a grant.
+    async fn answers(p: &Arc<Fleet>, n: usize) -> Vec<Option<Option<u64>>> {
+        let mut out = Vec::new();
+        for _ in 0..n {
+            let d = decide(p, Some("k"), Ask::default()).await;
+            out.push(d.result.err().map(|e| e.retry_after_secs()));
+        }
+        out
+    }
+
+    #[tokio::test]
+    async fn each_failure_policy_answers_a_failing_redis_as_it_says() {
+        assert_eq!(
+            answers(&policy(FailurePolicy::Open, FAIL), 6).await,
+            [None; 6]
+        );
+        // Closed: refused, and told when to come back.
+        assert_eq!(
+            answers(&policy(FailurePolicy::Closed, FAIL), 2).await,
+            [Some(Some(1)); 2]
+        );
+        // Local with half the limit: 2 of the window's 4, then refused until the window
+        // ends (60 s away, rounded up).
+        let local = policy(FailurePolicy::Local(0.5), FAIL);
+        let got = answers(&local, 4).await;
+        assert_eq!(got[..2], [None, None]);
+        assert!(matches!(got[2], Some(Some(59..=60))), "{got:?}");
+        assert_eq!(local.local().unwrap().len(), 1);
+        // The local answer reports the local window, when asked for.
+        let d = decide(
+            &local,
+            Some("k"),
+            Ask {
+                report: true,
+                ..Ask::default()
+            },
+        )
+        .await;
+        assert_eq!(d.report.items[0].1.quota, 2);
+        assert_eq!(local.failures(), 5);
+        // The default is the local answer with the whole limit.
+        let default = Arc::new(fleet(
+            "f",
+            key::Header("x-key".parse().unwrap()),
+            Fake(AtomicU8::new(FAIL)),
+        ));
+        assert_eq!(default.failure_policy(), FailurePolicy::Local(1.0));
+        assert_eq!(
+            answers(&default, 5)
+                .await
+                .iter()
+                .filter(|a| a.is_none())
+                .count(),
+            4
+        );
+        // A Redis that answers is what decides, whatever the failure policy.
+        assert_eq!(
+            answers(&policy(FailurePolicy::Closed, GRANT), 3).await,
+            [None; 3]
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stalled_redis_is_answered_at_the_deadline_by_the_failure_policy() {
+        let deadline = Duration::from_millis(30);
+        for (failure, granted) in [(FailurePolicy::Open, true), (FailurePolicy::Closed, false)] {
+            let p = policy(failure, STALL);
+            let p = Arc::new(Arc::into_inner(p).unwrap().deadline(deadline).unwrap());
+            let start = tokio::time::Instant::now();
+            // Far past the deadline, the test's own: without one, no answer ever comes.
+            let d = tokio::time::timeout(deadline * 100, decide(&p, Some("k"), Ask::default()))
+                .await
+                .expect("no answer at the deadline");
+            assert_eq!(start.elapsed(), deadline);
+            assert_eq!(d.result.is_ok(), granted);
+            assert_eq!(p.failures(), 1);
+        }
+    }
+
+    #[tokio::test]
+    async fn a_request_without_a_key_gets_the_missing_key_choice() {
+        let with = |m: MissingKey<String>| {
+            let f = fleet(
+                "f",
+                key::Header("x-key".parse().unwrap()),
+                Fake(AtomicU8::new(FAIL)),
+            );
+            Arc::new(
+                f.on_failure(FailurePolicy::Local(0.5))
+                    .unwrap()
+                    .on_missing_key(m),
+            )
+        };
+        // Allow: through, untouched (no failure: Redis is not asked).
+        let p = with(MissingKey::Allow);
+        for key in [None, Some("")] {
+            assert!(decide(&p, key, Ask::default()).await.result.is_ok());
+        }
+        assert_eq!(p.failures(), 0);
+        // Deny: refused, with no Retry-After (no wait makes it acceptable).
+        let p = with(MissingKey::Deny);
+        for key in [None, Some("")] {
+            let d = decide(&p, key, Ask::default()).await;
+            assert_eq!(d.result.unwrap_err().retry_after(), None);
+        }
+        // As: every keyless request shares one key's limit (2 here, locally).
+        let p = with(MissingKey::As("anonymous".into()));
+        let mut granted = 0;
+        for key in [None, Some(""), None, None] {
+            granted += decide(&p, key, Ask::default()).await.result.is_ok() as u32;
+        }
+        assert_eq!(granted, 2);
+        assert!(p.local().unwrap().contains("anonymous"));
+        assert!(decide(&p, Some("other"), Ask::default())
+            .await
+            .result
+            .is_ok());
+    }
+
+    #[test]
+    fn bad_settings_are_typed_errors() {
+        let f = || fleet("f", key::PeerIp, Fake::default());
+        assert!(matches!(
+            f().deadline(Duration::ZERO),
+            Err(crate::ConfigError::ZeroTimeout)
+        ));
+        for share in [0.0, 1.5, f64::NAN] {
+            assert!(matches!(
+                f().on_failure(FailurePolicy::Local(share)),
+                Err(crate::ConfigError::InvalidShare(_))
+            ));
+        }
+        assert!(matches!(
+            f().local_max_keys(0),
+            Err(crate::ConfigError::ZeroMaxKeys)
+        ));
+        let f = f().local_max_keys(3).unwrap();
+        assert_eq!(f.local().unwrap().max_keys(), 3);
+        assert!(f
+            .on_failure(FailurePolicy::Closed)
+            .unwrap()
+            .local()
+            .is_none());
+    }
+}
