@@ -39,28 +39,12 @@
 //!
 //! # Eviction without losing a permit
 //! A key whose limiter is idle ([`Idle`]: a fresh limiter would refuse at least as much) is
-//! removed by a sweep, so memory follows the set of *active* keys. The danger is a sweep that
-//! removes a limiter while another thread is using it: that thread's grant would land on a
-//! limiter nobody sees any more, and the next request would start from a fresh one, granting
-//! twice. Each entry therefore carries a small state word, `LIVE -> RETIRING -> DEAD`:
-//!
-//! * **Evicting** an entry: CAS `LIVE -> RETIRING`; `fence(SeqCst)`; if the limiter is still
-//!   idle, CAS `RETIRING -> DEAD` and remove it, else put it back to `LIVE`.
-//! * **Using** an entry: skip it if `DEAD`; run the check on its limiter; after a grant,
-//!   `fence(SeqCst)`; then load the state. `LIVE`: done. `RETIRING`: CAS it back to `LIVE`,
-//!   which vetoes the eviction (the limiter is no longer idle); if that CAS finds `DEAD`, or
-//!   the state was `DEAD`, the entry was evicted: run the check again on the key's new entry.
-//!
-//! **Why no grant is lost.** The two fences are ordered. If the user's fence comes first, the
-//! evictor's idleness check (after its own fence) sees the grant, finds the limiter busy and
-//! keeps it. If the evictor's fence comes first, the user's state load (after its fence) sees
-//! `RETIRING` or `DEAD`: either it vetoes the eviction in time, or it learns that its grant
-//! landed on a dead limiter and replays the check on the live one. The dead limiter was idle,
-//! i.e. equivalent to a fresh one, when it was retired, and every grant made on it after that
-//! is replayed, so no request is counted twice and none is lost. The fences cost one `mfence`
-//! per *granted* check (a denial writes nothing and needs none); loom checks the protocol in
-//! `loom-tests/tests/keyed.rs` (check ‖ evict, insert ‖ evict, check ‖ check ‖ evict, on a
-//! limiter whose own atomics are all `Relaxed`).
+//! removed by a sweep, so memory follows the set of *active* keys. A sweep racing a check of
+//! the same key never loses the check's grant nor counts it twice: each entry carries a small
+//! state word (`LIVE -> RETIRING -> DEAD`), and a grant that lands on an entry being evicted
+//! either vetoes the eviction or is replayed on the key's new entry (the protocol and why it
+//! holds: `src/keyed/slot.rs`). The fences it takes cost one `mfence` per *granted* check; a
+//! denial writes nothing and needs none.
 //!
 //! # Stale clock readings: newborn limiters are dated
 //! A check's time is read before the check runs, and a thread can stall for seconds in
@@ -88,26 +72,7 @@
 //! judged times; for the smooth limiters, their debt model with `next_free` never moving
 //! back. No margin is assumed: a reading may be arbitrarily stale.
 //!
-//! **Proof sketch.** Each of those bounds is proved, in its limiter's module, from one
-//! quantity `q` (a token bucket's `tat`, a leaky bucket's `next`, a window's end or index, a
-//! smooth limiter's `next_free` and the time its store would be empty): `q` never
-//! decreases, each grant moves it by the grant's cost, and a grant at `t` needs `q` within
-//! a fixed allowance of `t`; none of it depends on the order of the readings. Across an
-//! eviction of `L` judged at `J`, followed by a newborn `N` born at `B`:
-//!
-//! 1. `L`, with every grant that counted on it, was idle at `J` (the eviction protocol
-//!    above: a grant the evictor's second idleness check missed is replayed on `N`).
-//! 2. `J <= B`. The sweep publishes `J` (`fetch_max` into `judged`) before it retires
-//!    anything, and it retires each entry inside the map's `retain`, holding the map's
-//!    writer lock, and unlinks it there. `N`'s `B` is read holding the writer lock for `N`'s
-//!    insertion, so after `L`'s retirement: the sweep released the lock after writing
-//!    `DEAD`, and the insertion took it after (it found `L` unlinked, or `DEAD` and
-//!    unlinked it). Either way the publication happens-before the read of `judged`
-//!    (through the lock), which so returns `J` or later.
-//! 3. By [`Idle::born_at`]'s contract, `N`'s `q` is at least that of any limiter idle at
-//!    some `j <= B` advanced to `B`; `L` was idle at `J <= B`, so `q` does not decrease
-//!    across the swap. The key's whole history, across any number of evictions, is then a
-//!    history the bound covers.
+//! **Proof sketch**: `src/keyed/slot.rs`, beside the eviction protocol it rests on.
 //!
 //! The price: a reading older than `B` on a newborn is judged as the newborn's state says,
 //! stricter than a fresh limiter (a token bucket has fewer tokens, a window or a smooth
@@ -155,12 +120,11 @@ use std::time::Duration;
 use crossbeam_utils::Backoff;
 
 use crate::clock::{Clock, Nanos, QuantaClock};
-use crate::error::ConfigError;
 use crate::key_bound::KeyBound;
 use crate::limiter::{Denied, Idle, Limiter, QuotaStatus};
 #[cfg(not(loom))]
 use crate::sweeper::Sweeper;
-use crate::sync::{fence, AtomicU32, Ordering};
+use crate::sync::Ordering;
 
 /// A map's configuration function, fallible or (with `E = Infallible`) not.
 type Factory<K, L, E> = Box<dyn Fn(&K) -> Result<L, E> + Send + Sync>;
@@ -173,10 +137,6 @@ fn into_ok<T>(r: Result<T, Infallible>) -> T {
         Err(never) => match never {},
     }
 }
-
-const LIVE: u32 = 0;
-const RETIRING: u32 = 1;
-const DEAD: u32 = 2;
 
 /// What a check does with a new key when the map already holds `max_keys` keys and a sweep
 /// freed no room.
@@ -233,116 +193,6 @@ where
     /// The key bound and the sweep schedule.
     bound: KeyBound,
     clock: C,
-}
-
-/// One key's limiter and its eviction state (`LIVE`, `RETIRING`, `DEAD`), aligned to a cache
-/// line so that a compact limiter and the state are one line.
-#[repr(C, align(64))]
-pub(crate) struct Slot<L> {
-    state: AtomicU32,
-    limiter: L,
-    /// Under loom, read by every lookup that finds the slot and written by its drop, so that
-    /// loom reports a free that such a lookup does not happen-before (`src/keyed/table.rs`,
-    /// "Under loom").
-    #[cfg(loom)]
-    freed: crate::sync::UnsafeCell<()>,
-}
-
-impl<L> Slot<L> {
-    /// Whether the slot was evicted (`DEAD` is final). `Acquire`: a thread that sees it may
-    /// build the key a new limiter, born no earlier than the sweep that killed this one.
-    fn is_dead(&self) -> bool {
-        self.state.load(Ordering::Acquire) == DEAD
-    }
-
-    /// A lookup found this slot: under loom, a read of the cell the slot's drop writes. A
-    /// no-op otherwise.
-    #[inline(always)]
-    fn touch(&self) {
-        #[cfg(loom)]
-        self.freed.with(|_| ());
-    }
-}
-
-#[cfg(loom)]
-impl<L> Drop for Slot<L> {
-    fn drop(&mut self) {
-        self.freed.with_mut(|_| ());
-    }
-}
-
-impl<L: Limiter + Idle> Slot<L> {
-    fn new(limiter: L) -> Slot<L> {
-        Slot {
-            state: AtomicU32::new(LIVE),
-            limiter,
-            #[cfg(loom)]
-            freed: crate::sync::UnsafeCell::new(()),
-        }
-    }
-
-    /// Runs `f` on the limiter under the protocol of the module docs; `None` if the entry was
-    /// (or got) evicted and `f` must run again on the key's new entry. `wrote` says whether
-    /// `f`'s result may have changed the limiter.
-    #[inline]
-    fn run<R>(&self, f: impl FnOnce(&L) -> R, wrote: impl FnOnce(&R) -> bool) -> Option<R> {
-        if self.state.load(Ordering::Acquire) == DEAD {
-            return None;
-        }
-        let r = f(&self.limiter);
-        let wrote = wrote(&r);
-        if wrote {
-            // Pairs with the evictor's fence: either it sees our write, or we see its mark.
-            fence(Ordering::SeqCst);
-        }
-        match self.state.load(Ordering::Relaxed) {
-            LIVE => Some(r),
-            RETIRING if !wrote => Some(r),
-            RETIRING => match self.state.compare_exchange(
-                RETIRING,
-                LIVE,
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) | Err(LIVE) => Some(r),
-                Err(_) => None,
-            },
-            _ => None,
-        }
-    }
-
-    /// This slot's identity, to remove exactly this entry and not a newer one of its key.
-    fn id(&self) -> *const Slot<L> {
-        self
-    }
-
-    /// The evictor's half: true if this entry is now `DEAD` (by this call) and must go.
-    fn retire(&self, now: Nanos) -> bool {
-        if self.state.load(Ordering::Relaxed) != LIVE || !self.limiter.is_idle_at(now) {
-            return false;
-        }
-        if self
-            .state
-            .compare_exchange(LIVE, RETIRING, Ordering::Relaxed, Ordering::Relaxed)
-            .is_err()
-        {
-            return false;
-        }
-        // Pairs with the users' fence after a grant.
-        fence(Ordering::SeqCst);
-        if self.limiter.is_idle_at(now)
-            && self
-                .state
-                .compare_exchange(RETIRING, DEAD, Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok()
-        {
-            return true;
-        }
-        let _ = self
-            .state
-            .compare_exchange(RETIRING, LIVE, Ordering::Relaxed, Ordering::Relaxed);
-        false
-    }
 }
 
 impl<K, L> Keyed<K, L, QuantaClock>
@@ -1085,143 +935,15 @@ where
     }
 }
 
-/// Options for a [`Keyed`].
-#[must_use = "a builder does nothing until `build` is called"]
-pub struct KeyedBuilder<K, L, C: Clock = QuantaClock, E = Infallible> {
-    factory: Factory<K, L, E>,
-    max_keys: u64,
-    when_full: WhenFull,
-    sweep_every: u64,
-    clock: C,
-}
-
-impl<K, L, C, E> KeyedBuilder<K, L, C, E>
-where
-    K: Eq + Hash + Clone + Send + Sync + 'static,
-    L: Limiter + Idle + 'static,
-    C: Clock,
-    E: 'static,
-{
-    /// Holds at most `max_keys` keys (default [`DEFAULT_MAX_KEYS`]; `u64::MAX`: no bound);
-    /// what happens to a new key beyond that is [`KeyedBuilder::when_full`]'s policy. Zero
-    /// is [`ConfigError::ZeroMaxKeys`].
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use turnstile::{FixedWindow, Keyed};
-    /// let k = Keyed::builder(|_: &u8| FixedWindow::new(1, Duration::from_secs(60)).unwrap())
-    ///     .max_keys(1)
-    ///     .build()
-    ///     .unwrap();
-    /// assert!(k.check(&1).is_ok());
-    /// assert!(k.check(&2).is_err()); // full, and key 1 is busy: refused
-    /// ```
-    pub fn max_keys(mut self, max_keys: u64) -> Self {
-        self.max_keys = max_keys;
-        self
-    }
-
-    /// What a new key gets when the map is full: [`WhenFull::Deny`] (the default) or
-    /// [`WhenFull::Allow`].
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use turnstile::keyed::WhenFull;
-    /// use turnstile::{FixedWindow, Keyed};
-    /// let k = Keyed::builder(|_: &u8| FixedWindow::new(1, Duration::from_secs(60)).unwrap())
-    ///     .max_keys(1)
-    ///     .when_full(WhenFull::Allow)
-    ///     .build()
-    ///     .unwrap();
-    /// assert!(k.check(&1).is_ok());
-    /// assert!(k.check(&2).is_ok()); // untracked
-    /// assert_eq!(k.len(), 1);
-    /// ```
-    pub fn when_full(mut self, policy: WhenFull) -> Self {
-        self.when_full = policy;
-        self
-    }
-
-    /// How often idle keys are swept (default [`DEFAULT_SWEEP_EVERY`], 10 s). The sweep runs
-    /// inline in the first check after the interval, and visits every key.
-    /// `Duration::MAX` leaves sweeping to [`Keyed::evict_idle`].
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use turnstile::{FixedWindow, Keyed};
-    /// let k = Keyed::builder(|_: &u8| FixedWindow::new(1, Duration::from_secs(60)).unwrap())
-    ///     .sweep_every(Duration::from_secs(1))
-    ///     .build()
-    ///     .unwrap();
-    /// assert!(k.is_empty());
-    /// ```
-    pub fn sweep_every(mut self, every: Duration) -> Self {
-        self.sweep_every = Nanos::from_duration(every).as_u64();
-        self
-    }
-
-    /// Reads time from `clock`.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use turnstile::{Clock, FixedWindow, Keyed, ManualClock, Nanos};
-    /// let k = Keyed::builder(|_: &u8| FixedWindow::new(1, Duration::from_secs(1)).unwrap())
-    ///     .clock(ManualClock::new(Nanos::new(2)))
-    ///     .build()
-    ///     .unwrap();
-    /// assert_eq!(k.clock().now(), Nanos::new(2));
-    /// ```
-    pub fn clock<D: Clock>(self, clock: D) -> KeyedBuilder<K, L, D, E> {
-        KeyedBuilder {
-            factory: self.factory,
-            max_keys: self.max_keys,
-            when_full: self.when_full,
-            sweep_every: self.sweep_every,
-            clock,
-        }
-    }
-
-    /// The keyed limiter; a `max_keys` of 0 is [`ConfigError::ZeroMaxKeys`].
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use turnstile::{ConfigError, FixedWindow, Keyed};
-    /// let err = Keyed::builder(|_: &u8| FixedWindow::new(1, Duration::from_secs(1)).unwrap())
-    ///     .max_keys(0)
-    ///     .build()
-    ///     .unwrap_err();
-    /// assert_eq!(err, ConfigError::ZeroMaxKeys);
-    /// ```
-    pub fn build(self) -> Result<Keyed<K, L, C, E>, ConfigError> {
-        if self.max_keys == 0 {
-            return Err(ConfigError::ZeroMaxKeys);
-        }
-        let now = self.clock.now().as_u64();
-        Ok(Keyed {
-            map: map::Map::new(),
-            factory: self.factory,
-            bound: KeyBound::new(
-                self.max_keys,
-                self.when_full,
-                self.sweep_every,
-                Nanos::new(now),
-            ),
-            clock: self.clock,
-        })
-    }
-}
-
-impl<K, L, C: Clock, E> fmt::Debug for KeyedBuilder<K, L, C, E> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut d = f.debug_struct("KeyedBuilder");
-        KeyBound::debug_fields(&mut d, self.max_keys, self.when_full, self.sweep_every);
-        d.finish()
-    }
-}
-
 /// The concurrent map behind [`Keyed`] (`src/keyed/table.rs`), the same under loom but for
 /// its reclamation, hasher and smallest size (that file's "Under loom").
+mod builder;
+mod slot;
 mod table;
+
+pub use builder::KeyedBuilder;
+pub(crate) use slot::Slot;
+use slot::DEAD;
 use table as map;
 
 /// For the limiters' layout tests: where each of `words(limiter)` (a name, an address in the
