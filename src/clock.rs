@@ -377,11 +377,17 @@ impl ManualClock {
     /// Moves the time forward by `d`, saturating.
     pub fn advance(&self, d: Duration) {
         let d = Nanos::from_duration(d).0;
-        let _ = self
-            .now
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |t| {
-                Some(t.saturating_add(d))
-            });
+        // A CAS loop of its own: `fetch_update` is deprecated on nightly for `try_update`,
+        // which the MSRV does not have.
+        let mut t = self.now.load(Ordering::Acquire);
+        while let Err(current) = self.now.compare_exchange_weak(
+            t,
+            t.saturating_add(d),
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        ) {
+            t = current;
+        }
     }
 }
 
