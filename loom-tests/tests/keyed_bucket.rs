@@ -80,6 +80,24 @@ fn check_vs_evict_keeps_the_grant() {
     });
 }
 
+/// evict ‖ check on a busy key: key 1 took its token at 5 (full again only at 15), so a
+/// sweep at 5 racing a second check must leave it alone: the check is refused and the key
+/// keeps its word. A rule that judged it idle would revive it born at 5, full, and grant a
+/// second token at once; `check_vs_evict_keeps_the_grant` alone cannot tell, as its key is
+/// idle either way.
+#[test]
+fn a_busy_key_is_not_evicted_under_a_check() {
+    loom::model(|| {
+        let k = map();
+        insert(k, 1);
+        assert!(k.check_n_at(&1, T, 1).is_ok());
+        let sweep = thread::spawn(move || k.evict_idle_at(T));
+        assert!(k.check_n_at(&1, T, 1).is_err(), "a second token at 5");
+        assert_eq!(sweep.join().unwrap(), 0);
+        assert_eq!(k.len(), 1);
+    });
+}
+
 /// insert ‖ insert ‖ evict: key 1 is new; two checks race to insert it (under the writer
 /// lock, one finds it there) while a sweep may evict the idle newborn. One token in all.
 #[test]
