@@ -41,7 +41,7 @@
 //! (`T`, `M`, `M + T`, the slack for a refusal's retry time, the unlimited flag), all of them
 //! immutable; the core is the bucket's first field. It is cache-padded by default (a bucket
 //! shared by many threads: the word's line holds nothing else that changes) and unpadded in
-//! the [`Compact`] layout ([`Builder::build_compact`], for the many buckets of a keyed map),
+//! the [`Compact`] layout ([`LeakyBucketBuilder::build_compact`], for the many buckets of a keyed map),
 //! where a slot's state and the core share one cache line. The rate, the period and the clock
 //! follow; a check at a given time reads none of them.
 //!
@@ -257,7 +257,7 @@ impl LeakyBucket<QuantaClock> {
     /// assert_eq!(LeakyBucket::new(0).unwrap_err(), ConfigError::ZeroRate);
     /// ```
     pub fn new(rate: u32) -> Result<LeakyBucket, ConfigError> {
-        Builder::new(rate).build()
+        LeakyBucketBuilder::new(rate).build()
     }
 
     /// A builder for `rate` permits per `per` (default one second), with options `per`,
@@ -270,8 +270,8 @@ impl LeakyBucket<QuantaClock> {
     /// let lb = LeakyBucket::builder(7).per(Duration::from_secs(60)).build().unwrap();
     /// assert_eq!(lb.per_request(), Duration::from_nanos(8_571_428_571));
     /// ```
-    pub fn builder(rate: u32) -> Builder {
-        Builder::new(rate)
+    pub fn builder(rate: u32) -> LeakyBucketBuilder {
+        LeakyBucketBuilder::new(rate)
     }
 
     /// A limiter that never limits (upstream's `NewUnlimited`): every take returns `now` at
@@ -336,7 +336,7 @@ impl<C: Clock, P: Layout> LeakyBucket<C, P> {
         }
     }
 
-    fn from_builder(b: Builder<C>) -> Result<LeakyBucket<C, P>, ConfigError> {
+    fn from_builder(b: LeakyBucketBuilder<C>) -> Result<LeakyBucket<C, P>, ConfigError> {
         b.validate()?;
         let pace = Pace::new(b.rate, b.per, b.slack);
         Ok(LeakyBucket::from_parts(
@@ -380,7 +380,7 @@ impl<C: Clock, P: Layout> LeakyBucket<C, P> {
     }
 
     /// The period the rate is counted over (one second unless set with
-    /// [`Builder::per`]); zero for an unlimited bucket.
+    /// [`LeakyBucketBuilder::per`]); zero for an unlimited bucket.
     ///
     /// ```
     /// use std::time::Duration;
@@ -761,7 +761,7 @@ impl<C: Clock, P: Layout> fmt::Debug for LeakyBucket<C, P> {
 /// ```
 #[derive(Clone, Debug)]
 #[must_use = "a builder does nothing until `build` is called"]
-pub struct Builder<C: Clock = QuantaClock, K = LockFree> {
+pub struct LeakyBucketBuilder<C: Clock = QuantaClock, K = LockFree> {
     pub(crate) rate: u32,
     pub(crate) per: Duration,
     pub(crate) slack: u32,
@@ -771,23 +771,23 @@ pub struct Builder<C: Clock = QuantaClock, K = LockFree> {
 
 pub use crate::limiter::{LockFree, Twin};
 
-impl Builder<QuantaClock> {
+impl LeakyBucketBuilder<QuantaClock> {
     /// `rate` permits per second, slack 10, the quanta clock (upstream's defaults); the same
     /// as [`LeakyBucket::builder`].
     ///
     /// ```
-    /// use turnstile::leaky_bucket::Builder;
-    /// assert_eq!(Builder::new(5).build().unwrap().rate(), 5);
+    /// use turnstile::leaky_bucket::LeakyBucketBuilder;
+    /// assert_eq!(LeakyBucketBuilder::new(5).build().unwrap().rate(), 5);
     /// ```
-    pub fn new(rate: u32) -> Builder {
-        Builder::with_defaults(rate)
+    pub fn new(rate: u32) -> LeakyBucketBuilder {
+        LeakyBucketBuilder::with_defaults(rate)
     }
 }
 
-impl<K> Builder<QuantaClock, K> {
+impl<K> LeakyBucketBuilder<QuantaClock, K> {
     /// Go's `buildConfig` defaults for either kind.
     pub(crate) fn with_defaults(rate: u32) -> Self {
-        Builder {
+        LeakyBucketBuilder {
             rate,
             per: DEFAULT_PER,
             slack: DEFAULT_SLACK,
@@ -797,9 +797,9 @@ impl<K> Builder<QuantaClock, K> {
     }
 }
 
-impl<C: Clock, K> Builder<C, K> {
+impl<C: Clock, K> LeakyBucketBuilder<C, K> {
     /// Counts the rate per `per` instead of per second (upstream's `Per`). Zero is rejected
-    /// by [`Builder::build`] with [`ConfigError::ZeroPeriod`].
+    /// by [`LeakyBucketBuilder::build`] with [`ConfigError::ZeroPeriod`].
     ///
     /// ```
     /// use std::time::Duration;
@@ -843,8 +843,8 @@ impl<C: Clock, K> Builder<C, K> {
     /// let lb = LeakyBucket::builder(2).clock(ManualClock::new(Nanos::new(3))).build().unwrap();
     /// assert_eq!(lb.clock().now(), Nanos::new(3));
     /// ```
-    pub fn clock<D: Clock>(self, clock: D) -> Builder<D, K> {
-        Builder {
+    pub fn clock<D: Clock>(self, clock: D) -> LeakyBucketBuilder<D, K> {
+        LeakyBucketBuilder {
             rate: self.rate,
             per: self.per,
             slack: self.slack,
@@ -860,7 +860,7 @@ impl<C: Clock, K> Builder<C, K> {
     }
 }
 
-impl<C: Clock> Builder<C, LockFree> {
+impl<C: Clock> LeakyBucketBuilder<C, LockFree> {
     /// The bucket, or the first setting that cannot be used: a rate of 0
     /// ([`ConfigError::ZeroRate`]) or a `per` of 0 ([`ConfigError::ZeroPeriod`]), deviation
     /// D6.
@@ -877,7 +877,7 @@ impl<C: Clock> Builder<C, LockFree> {
     /// The bucket in the [`Compact`] layout: its state word unpadded, next to the words a
     /// check reads, for the many per-key buckets of a [`Keyed`](crate::Keyed) map (a fraction
     /// of the bytes per key, and one cache line per check). The same settings and errors as
-    /// [`Builder::build`].
+    /// [`LeakyBucketBuilder::build`].
     ///
     /// ```
     /// # #[cfg(feature = "keyed")] {

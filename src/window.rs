@@ -8,7 +8,7 @@
 //!   (go-zero#1581).
 //! * By default a window starts at the first request after the previous window ended and
 //!   lasts one period (go-zero sets the key's TTL on the first hit). With
-//!   [`Builder::align`] windows end on period boundaries of UTC shifted by an explicit
+//!   [`FixedWindowBuilder::align`] windows end on period boundaries of UTC shifted by an explicit
 //!   offset, as go-zero's `Align()` does with the process's time zone: a daily quota at
 //!   offset +8 h resets at local midnight in UTC+8.
 //! * [`FixedWindow::status_at`] gives the quota, what remains and when the window resets:
@@ -53,7 +53,7 @@
 //! * **D14** a quota of 0 ([`ConfigError::ZeroQuota`]) and a period of 0
 //!   ([`ConfigError::ZeroPeriod`]) are errors (go-zero refuses everything, or divides by zero
 //!   when aligned); the alignment offset is an explicit parameter, UTC by default
-//!   ([`Builder::align`]); an offset of a day or more is [`ConfigError::InvalidUtcOffset`].
+//!   ([`FixedWindowBuilder::align`]); an offset of a day or more is [`ConfigError::InvalidUtcOffset`].
 //! * go-zero counts over-quota requests too (`INCRBY` on every call). Here an over-quota take
 //!   writes nothing (to the state's value: see the crate docs on 128-bit loads). For single
 //!   takes, go-zero's only kind, the two cannot be told apart: once the count reaches the
@@ -233,11 +233,11 @@ impl FixedWindow<QuantaClock> {
     /// assert_eq!(FixedWindow::new(0, Duration::from_secs(1)).unwrap_err(), ConfigError::ZeroQuota);
     /// ```
     pub fn new(quota: u32, period: Duration) -> Result<FixedWindow, ConfigError> {
-        Builder::new(quota, period).build()
+        FixedWindowBuilder::new(quota, period).build()
     }
 
-    /// A builder, with options [`Builder::align`], [`Builder::align_utc`],
-    /// [`Builder::unix_origin`] and [`Builder::clock`].
+    /// A builder, with options [`FixedWindowBuilder::align`], [`FixedWindowBuilder::align_utc`],
+    /// [`FixedWindowBuilder::unix_origin`] and [`FixedWindowBuilder::clock`].
     ///
     /// ```
     /// use std::time::Duration;
@@ -250,8 +250,8 @@ impl FixedWindow<QuantaClock> {
     ///     .unwrap();
     /// assert_eq!(w.utc_offset_secs(), Some(8 * 3600));
     /// ```
-    pub fn builder(quota: u32, period: Duration) -> Builder {
-        Builder::new(quota, period)
+    pub fn builder(quota: u32, period: Duration) -> FixedWindowBuilder {
+        FixedWindowBuilder::new(quota, period)
     }
 }
 
@@ -529,7 +529,7 @@ impl<C: Clock, P: Layout> Limiter for FixedWindow<C, P> {
     /// `end - period <= now < end`: a window opened after the grant starts at or after the
     /// grant's window's end, past `now`. Then:
     ///
-    /// * **aligned** ([`Builder::align`]): the count drops by `n`; windows end on fixed
+    /// * **aligned** ([`FixedWindowBuilder::align`]): the count drops by `n`; windows end on fixed
     ///   boundaries whoever opens them, so the count is the only trace of the grant: exact;
     /// * **unaligned**, window opened before `now`: the grant did not open it, so again only
     ///   the count holds the grant: exact;
@@ -707,7 +707,7 @@ impl<C: Clock, P: Layout> fmt::Debug for FixedWindow<C, P> {
 /// ```
 #[derive(Clone, Debug)]
 #[must_use = "a builder does nothing until `build` is called"]
-pub struct Builder<C: Clock = QuantaClock, K = LockFree> {
+pub struct FixedWindowBuilder<C: Clock = QuantaClock, K = LockFree> {
     quota: u32,
     period: Duration,
     align: Option<i64>,
@@ -716,23 +716,23 @@ pub struct Builder<C: Clock = QuantaClock, K = LockFree> {
     kind: PhantomData<fn() -> K>,
 }
 
-impl Builder<QuantaClock> {
+impl FixedWindowBuilder<QuantaClock> {
     /// `quota` requests per `period`, windows from the first hit, the quanta clock; the same
     /// as [`FixedWindow::builder`].
     ///
     /// ```
     /// use std::time::Duration;
-    /// use turnstile::window::Builder;
-    /// assert_eq!(Builder::new(3, Duration::from_secs(1)).build().unwrap().quota(), 3);
+    /// use turnstile::window::FixedWindowBuilder;
+    /// assert_eq!(FixedWindowBuilder::new(3, Duration::from_secs(1)).build().unwrap().quota(), 3);
     /// ```
-    pub fn new(quota: u32, period: Duration) -> Builder {
-        Builder::with_defaults(quota, period)
+    pub fn new(quota: u32, period: Duration) -> FixedWindowBuilder {
+        FixedWindowBuilder::with_defaults(quota, period)
     }
 }
 
-impl<K> Builder<QuantaClock, K> {
+impl<K> FixedWindowBuilder<QuantaClock, K> {
     pub(crate) fn with_defaults(quota: u32, period: Duration) -> Self {
-        Builder {
+        FixedWindowBuilder {
             quota,
             period,
             align: None,
@@ -743,7 +743,7 @@ impl<K> Builder<QuantaClock, K> {
     }
 }
 
-impl<C: Clock, K> Builder<C, K> {
+impl<C: Clock, K> FixedWindowBuilder<C, K> {
     /// Ends windows on period boundaries of UTC shifted by `utc_offset_secs` (go-zero's
     /// `Align()`, with the offset explicit instead of the process's time zone; deviation D14).
     /// A window opened at time `t` ends at the next `b > t` with `(b + offset) % period == 0`
@@ -813,8 +813,8 @@ impl<C: Clock, K> Builder<C, K> {
     ///     .unwrap();
     /// assert_eq!(w.clock().now(), Nanos::new(3));
     /// ```
-    pub fn clock<D: Clock>(self, clock: D) -> Builder<D, K> {
-        Builder {
+    pub fn clock<D: Clock>(self, clock: D) -> FixedWindowBuilder<D, K> {
+        FixedWindowBuilder {
             quota: self.quota,
             period: self.period,
             align: self.align,
@@ -886,7 +886,7 @@ impl WindowSpec {
     }
 }
 
-impl<C: Clock> Builder<C, LockFree> {
+impl<C: Clock> FixedWindowBuilder<C, LockFree> {
     /// The limiter, or the first setting that cannot be used: [`ConfigError::ZeroQuota`],
     /// [`ConfigError::ZeroPeriod`] or [`ConfigError::InvalidUtcOffset`].
     ///
@@ -923,7 +923,7 @@ impl<C: Clock> Builder<C, LockFree> {
     }
 }
 
-impl<C: Clock> Builder<C, Twin> {
+impl<C: Clock> FixedWindowBuilder<C, Twin> {
     /// The mutex twin, with the same validation as the lock-free limiter.
     ///
     /// ```

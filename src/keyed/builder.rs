@@ -28,7 +28,7 @@ where
     C: Clock,
     E: 'static,
 {
-    /// Holds at most `max_keys` keys (default [`DEFAULT_MAX_KEYS`]; `u64::MAX`: no bound);
+    /// Holds at most `max_keys` keys (default [`DEFAULT_MAX_KEYS`](super::DEFAULT_MAX_KEYS); `u64::MAX`: no bound);
     /// what happens to a new key beyond that is [`KeyedBuilder::when_full`]'s policy. Zero
     /// is [`ConfigError::ZeroMaxKeys`].
     ///
@@ -68,7 +68,7 @@ where
         self
     }
 
-    /// How often idle keys are swept (default [`DEFAULT_SWEEP_EVERY`], 10 s). The sweep runs
+    /// How often idle keys are swept (default [`DEFAULT_SWEEP_EVERY`](super::DEFAULT_SWEEP_EVERY), 10 s). The sweep runs
     /// inline in the first check after the interval, and visits every key.
     /// `Duration::MAX` leaves sweeping to [`Keyed::evict_idle`].
     ///

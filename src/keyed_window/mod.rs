@@ -621,7 +621,7 @@ where
     C: Clock,
 {
     /// Ends every quota's windows on period boundaries of UTC shifted by `utc_offset_secs`
-    /// (go-zero's `Align()`), as [`window::Builder::align`](crate::window::Builder::align):
+    /// (go-zero's `Align()`), as [`window::FixedWindowBuilder::align`](crate::window::FixedWindowBuilder::align):
     /// a window opened at `t` ends at the next `b > t` with `(b + offset) % period == 0` in
     /// Unix time. The offset must be less than a day either way
     /// ([`ConfigError::InvalidUtcOffset`]).
@@ -659,7 +659,7 @@ where
 
     /// The Unix time at which the map's clock reads [`Nanos::ZERO`]; only aligned windows use
     /// it. By default it is taken from the system clock at `build`, as
-    /// [`window::Builder::unix_origin`](crate::window::Builder::unix_origin).
+    /// [`window::FixedWindowBuilder::unix_origin`](crate::window::FixedWindowBuilder::unix_origin).
     ///
     /// ```
     /// use std::time::Duration;

@@ -67,7 +67,7 @@ pub use fallback::{
 };
 pub use gcra::{Gcra, GcraBuilder, Throttle};
 pub use token_bucket::TokenBucket;
-pub use window::FixedWindow;
+pub use window::{FixedWindow, FixedWindowBuilder};
 
 pub(crate) use error_log::ErrorLog;
 
@@ -88,7 +88,7 @@ pub const DEFAULT_DEADLINE: Duration = Duration::from_millis(250);
 /// round trip. Keys often come from requests (a header, a path); 512 bytes holds any
 /// address, API key or user id while keeping a client from storing kilobytes per key in
 /// Redis and in a [`Fallback`]'s local map. [`GcraBuilder::max_key_len`] and
-/// [`window::Builder::max_key_len`] change it.
+/// [`window::FixedWindowBuilder::max_key_len`] change it.
 pub const DEFAULT_MAX_KEY_LEN: usize = 512;
 
 /// A connection to a Redis Cluster, from the URLs of some of its nodes (redis-rs's

@@ -11,7 +11,7 @@
 //!   it are [`Outcome::Allowed`], the ones after it [`Outcome::OverQuota`] (refused).
 //!   quota 1 → the first request is `HitQuota` (go-zero#1581).
 //! * **The window** is the key's TTL, set when the counter is created: by default `period`
-//!   seconds from the first hit; with [`Builder::align`], up to the next period boundary of
+//!   seconds from the first hit; with [`FixedWindowBuilder::align`], up to the next period boundary of
 //!   UTC shifted by an explicit offset: `expire = period - ((now_unix + offset) % period)`,
 //!   in `[1, period]` seconds (go-zero's `calcExpireSeconds`).
 //! * **Periods are whole seconds**, go-zero's unit (its `EXPIRE`): a period with a fraction
@@ -38,7 +38,7 @@
 //!   ([`ConfigError::ZeroPeriod`]) are errors: go-zero refuses everything with quota 0, and
 //!   with period 0 its `EXPIRE key 0` deletes the key (so nothing is ever limited) or, when
 //!   aligned, divides by zero.
-//! * Alignment takes an explicit UTC offset ([`Builder::align`], in seconds east of UTC, less
+//! * Alignment takes an explicit UTC offset ([`FixedWindowBuilder::align`], in seconds east of UTC, less
 //!   than a day either way, else [`ConfigError::InvalidUtcOffset`]), not the process's time
 //!   zone: every process of a fleet aligns alike, whatever its `TZ`.
 //! * The script ([`TAKE_SCRIPT`]) gives the key its TTL when it has none after the
@@ -195,13 +195,13 @@ pub struct FixedWindow<C = Connection> {
     max_key_len: usize,
 }
 
-/// The key prefix of a [`FixedWindow`] unless [`Builder::prefix`] sets another.
+/// The key prefix of a [`FixedWindow`] unless [`FixedWindowBuilder::prefix`] sets another.
 pub const DEFAULT_PREFIX: &str = "turnstile:window:";
 
-/// Options for a [`FixedWindow`] on Redis: [`Builder::prefix`], [`Builder::align`].
+/// Options for a [`FixedWindow`] on Redis: [`FixedWindowBuilder::prefix`], [`FixedWindowBuilder::align`].
 #[derive(Clone, Debug)]
 #[must_use = "a builder does nothing until `build` is called"]
-pub struct Builder<C = Connection> {
+pub struct FixedWindowBuilder<C = Connection> {
     con: C,
     quota: u32,
     period: Duration,
@@ -210,7 +210,7 @@ pub struct Builder<C = Connection> {
     max_key_len: usize,
 }
 
-impl<C> Builder<C> {
+impl<C> FixedWindowBuilder<C> {
     /// Prepends `prefix` to every key (go-zero's `keyPrefix`, plain concatenation; default
     /// [`DEFAULT_PREFIX`], so that a key taken from a request cannot name another program's
     /// key in a shared database). To share a limit with go-zero services, set go-zero's own
@@ -336,7 +336,7 @@ impl<C> FixedWindow<C> {
     }
 
     /// A builder for `quota` requests per `period` per key on `con`, with options
-    /// [`Builder::prefix`], [`Builder::align`] and [`Builder::align_utc`].
+    /// [`FixedWindowBuilder::prefix`], [`FixedWindowBuilder::align`] and [`FixedWindowBuilder::align_utc`].
     ///
     /// ```
     /// use std::time::Duration;
@@ -344,8 +344,8 @@ impl<C> FixedWindow<C> {
     /// let w = FixedWindow::builder((), 10, Duration::from_secs(60)).prefix("api:").build().unwrap();
     /// assert_eq!(w.prefix(), "api:");
     /// ```
-    pub fn builder(con: C, quota: u32, period: Duration) -> Builder<C> {
-        Builder {
+    pub fn builder(con: C, quota: u32, period: Duration) -> FixedWindowBuilder<C> {
+        FixedWindowBuilder {
             con,
             quota,
             period,

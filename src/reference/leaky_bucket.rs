@@ -116,7 +116,7 @@ impl LeakyBucket<QuantaClock> {
     /// assert_eq!(LeakyBucket::new(3).unwrap().per_request(), Duration::from_nanos(333_333_333));
     /// ```
     pub fn new(rate: u32) -> Result<LeakyBucket, ConfigError> {
-        Builder::with_defaults(rate).build()
+        LeakyBucketBuilder::with_defaults(rate).build()
     }
 
     /// A builder with Go's options (`per`, `slack`, `without_slack`, `clock`), applied in
@@ -128,8 +128,8 @@ impl LeakyBucket<QuantaClock> {
     /// let lb = LeakyBucket::builder(7).per(Duration::from_secs(60)).build().unwrap();
     /// assert_eq!(lb.per_request(), Duration::from_nanos(8_571_428_571));
     /// ```
-    pub fn builder(rate: u32) -> Builder {
-        Builder::with_defaults(rate)
+    pub fn builder(rate: u32) -> LeakyBucketBuilder {
+        LeakyBucketBuilder::with_defaults(rate)
     }
 
     /// Go's `NewUnlimited()`: every take returns `now` at once.
@@ -169,7 +169,7 @@ impl<C: Clock> LeakyBucket<C> {
     }
 
     /// Go's `newAtomicInt64Based(rate, opts...)` after `buildConfig`.
-    fn from_builder(b: Builder<C>) -> Result<LeakyBucket<C>, ConfigError> {
+    fn from_builder(b: LeakyBucketBuilder<C>) -> Result<LeakyBucket<C>, ConfigError> {
         b.validate()?;
         // perRequest := config.per / time.Duration(rate)
         let per_request = i128::try_from(b.per.as_nanos() / u128::from(b.rate))
@@ -445,7 +445,7 @@ impl<C: Clock> fmt::Debug for LeakyBucket<C> {
     }
 }
 
-/// Builds a [`LeakyBucket`] twin: [`crate::leaky_bucket::Builder`] of the [`Twin`] kind, so
+/// Builds a [`LeakyBucket`] twin: [`crate::leaky_bucket::LeakyBucketBuilder`] of the [`Twin`] kind, so
 /// the twin takes exactly the lock-free bucket's options (Go's `Per`, `WithSlack`,
 /// `WithoutSlack`, `WithClock`, applied in order).
 ///
@@ -455,9 +455,9 @@ impl<C: Clock> fmt::Debug for LeakyBucket<C> {
 /// let lb = LeakyBucket::builder(100).per(Duration::from_secs(60)).slack(1).build().unwrap();
 /// assert_eq!((lb.slack(), lb.per_request()), (1, Duration::from_millis(600)));
 /// ```
-pub type Builder<C = QuantaClock> = crate::leaky_bucket::Builder<C, Twin>;
+pub type LeakyBucketBuilder<C = QuantaClock> = crate::leaky_bucket::LeakyBucketBuilder<C, Twin>;
 
-impl<C: Clock> Builder<C> {
+impl<C: Clock> LeakyBucketBuilder<C> {
     /// The twin; rate 0 and `per` 0 are errors (deviation D6).
     ///
     /// ```

@@ -70,7 +70,7 @@ impl SlidingWindow<QuantaClock> {
     /// assert_eq!(SlidingWindow::new(3, Duration::from_secs(1)).unwrap().quota(), 3);
     /// ```
     pub fn new(quota: u32, period: Duration) -> Result<SlidingWindow, ConfigError> {
-        Builder::with_defaults(quota, period).build()
+        SlidingWindowBuilder::with_defaults(quota, period).build()
     }
 
     /// A builder with the lock-free limiter's options (`clock`).
@@ -81,13 +81,13 @@ impl SlidingWindow<QuantaClock> {
     /// let sw = SlidingWindow::builder(3, Duration::from_secs(1)).build().unwrap();
     /// assert_eq!(sw.period(), Duration::from_secs(1));
     /// ```
-    pub fn builder(quota: u32, period: Duration) -> Builder {
-        Builder::with_defaults(quota, period)
+    pub fn builder(quota: u32, period: Duration) -> SlidingWindowBuilder {
+        SlidingWindowBuilder::with_defaults(quota, period)
     }
 }
 
 impl<C: Clock> SlidingWindow<C> {
-    fn from_builder(b: Builder<C>) -> Result<SlidingWindow<C>, ConfigError> {
+    fn from_builder(b: SlidingWindowBuilder<C>) -> Result<SlidingWindow<C>, ConfigError> {
         b.validate()?;
         Ok(SlidingWindow {
             counters: Mutex::new(Counters {
@@ -467,7 +467,7 @@ impl<C: Clock> fmt::Debug for SlidingWindow<C> {
     }
 }
 
-/// Builds a [`SlidingWindow`] twin: [`crate::sliding_window::Builder`] of the [`Twin`] kind,
+/// Builds a [`SlidingWindow`] twin: [`crate::sliding_window::SlidingWindowBuilder`] of the [`Twin`] kind,
 /// so the twin takes exactly the lock-free limiter's options and validation.
 ///
 /// ```
@@ -480,9 +480,10 @@ impl<C: Clock> fmt::Debug for SlidingWindow<C> {
 ///     .unwrap();
 /// assert_eq!(sw.quota(), 7);
 /// ```
-pub type Builder<C = QuantaClock> = crate::sliding_window::Builder<C, Twin>;
+pub type SlidingWindowBuilder<C = QuantaClock> =
+    crate::sliding_window::SlidingWindowBuilder<C, Twin>;
 
-impl<C: Clock> Builder<C> {
+impl<C: Clock> SlidingWindowBuilder<C> {
     /// The twin; quota 0 is [`ConfigError::ZeroQuota`], period 0 [`ConfigError::ZeroPeriod`].
     ///
     /// ```

@@ -54,9 +54,9 @@ pub struct FixedWindow<C: Clock = QuantaClock> {
     clock: C,
 }
 
-/// Builds a [`FixedWindow`] twin: [`crate::window::Builder`] of the [`Twin`] kind, so the
+/// Builds a [`FixedWindow`] twin: [`crate::window::FixedWindowBuilder`] of the [`Twin`] kind, so the
 /// options and their validation are the lock-free limiter's.
-pub type Builder<C = QuantaClock> = crate::window::Builder<C, Twin>;
+pub type FixedWindowBuilder<C = QuantaClock> = crate::window::FixedWindowBuilder<C, Twin>;
 
 impl FixedWindow<QuantaClock> {
     /// The twin of [`crate::FixedWindow::new`].
@@ -67,7 +67,7 @@ impl FixedWindow<QuantaClock> {
     /// assert!(FixedWindow::new(1, Duration::from_secs(1)).is_ok());
     /// ```
     pub fn new(quota: u32, period: Duration) -> Result<FixedWindow, ConfigError> {
-        Builder::with_defaults(quota, period).build()
+        FixedWindowBuilder::with_defaults(quota, period).build()
     }
 
     /// The twin of [`crate::FixedWindow::builder`].
@@ -77,8 +77,8 @@ impl FixedWindow<QuantaClock> {
     /// use turnstile::reference::FixedWindow;
     /// assert!(FixedWindow::builder(1, Duration::from_secs(1)).align_utc().build().is_ok());
     /// ```
-    pub fn builder(quota: u32, period: Duration) -> Builder {
-        Builder::with_defaults(quota, period)
+    pub fn builder(quota: u32, period: Duration) -> FixedWindowBuilder {
+        FixedWindowBuilder::with_defaults(quota, period)
     }
 }
 

@@ -183,7 +183,7 @@ impl SlidingWindow<QuantaClock> {
     /// assert_eq!(SlidingWindow::new(1, Duration::ZERO).unwrap_err(), ConfigError::ZeroPeriod);
     /// ```
     pub fn new(quota: u32, period: Duration) -> Result<SlidingWindow, ConfigError> {
-        Builder::new(quota, period).build()
+        SlidingWindowBuilder::new(quota, period).build()
     }
 
     /// A builder for `quota` per `period`, with the option `clock`.
@@ -198,13 +198,13 @@ impl SlidingWindow<QuantaClock> {
     ///     .unwrap();
     /// assert_eq!(sw.clock().now(), Nanos::new(7));
     /// ```
-    pub fn builder(quota: u32, period: Duration) -> Builder {
-        Builder::new(quota, period)
+    pub fn builder(quota: u32, period: Duration) -> SlidingWindowBuilder {
+        SlidingWindowBuilder::new(quota, period)
     }
 }
 
 impl<C: Clock, P: Layout> SlidingWindow<C, P> {
-    fn from_builder(b: Builder<C>) -> Result<SlidingWindow<C, P>, ConfigError> {
+    fn from_builder(b: SlidingWindowBuilder<C>) -> Result<SlidingWindow<C, P>, ConfigError> {
         b.validate()?;
         Ok(SlidingWindow {
             state: P::cell(AtomicU128::new(
@@ -643,41 +643,41 @@ impl<C: Clock, P: Layout> fmt::Debug for SlidingWindow<C, P> {
 ///
 /// ```
 /// use std::time::Duration;
-/// use turnstile::{sliding_window::Builder, ConfigError, ManualClock};
+/// use turnstile::{sliding_window::SlidingWindowBuilder, ConfigError, ManualClock};
 ///
-/// let sw = Builder::new(10, Duration::from_secs(1)).clock(ManualClock::default()).build().unwrap();
+/// let sw = SlidingWindowBuilder::new(10, Duration::from_secs(1)).clock(ManualClock::default()).build().unwrap();
 /// assert_eq!(sw.quota(), 10);
 /// assert_eq!(
-///     Builder::new(0, Duration::ZERO).build().unwrap_err(),
+///     SlidingWindowBuilder::new(0, Duration::ZERO).build().unwrap_err(),
 ///     ConfigError::ZeroQuota // the quota is checked first
 /// );
 /// ```
 #[derive(Clone, Debug)]
 #[must_use = "a builder does nothing until `build` is called"]
-pub struct Builder<C: Clock = QuantaClock, K = LockFree> {
+pub struct SlidingWindowBuilder<C: Clock = QuantaClock, K = LockFree> {
     pub(crate) quota: u32,
     pub(crate) period: Duration,
     pub(crate) clock: C,
     kind: PhantomData<fn() -> K>,
 }
 
-impl Builder<QuantaClock> {
+impl SlidingWindowBuilder<QuantaClock> {
     /// `quota` per `period` on the quanta clock; the same as [`SlidingWindow::builder`].
     ///
     /// ```
     /// use std::time::Duration;
-    /// use turnstile::sliding_window::Builder;
-    /// assert_eq!(Builder::new(5, Duration::from_secs(1)).build().unwrap().quota(), 5);
+    /// use turnstile::sliding_window::SlidingWindowBuilder;
+    /// assert_eq!(SlidingWindowBuilder::new(5, Duration::from_secs(1)).build().unwrap().quota(), 5);
     /// ```
-    pub fn new(quota: u32, period: Duration) -> Builder {
-        Builder::with_defaults(quota, period)
+    pub fn new(quota: u32, period: Duration) -> SlidingWindowBuilder {
+        SlidingWindowBuilder::with_defaults(quota, period)
     }
 }
 
-impl<K> Builder<QuantaClock, K> {
+impl<K> SlidingWindowBuilder<QuantaClock, K> {
     /// The defaults for either kind.
     pub(crate) fn with_defaults(quota: u32, period: Duration) -> Self {
-        Builder {
+        SlidingWindowBuilder {
             quota,
             period,
             clock: QuantaClock::new(),
@@ -686,7 +686,7 @@ impl<K> Builder<QuantaClock, K> {
     }
 }
 
-impl<C: Clock, K> Builder<C, K> {
+impl<C: Clock, K> SlidingWindowBuilder<C, K> {
     /// Reads time from `clock`.
     ///
     /// ```
@@ -698,8 +698,8 @@ impl<C: Clock, K> Builder<C, K> {
     ///     .unwrap();
     /// assert_eq!(sw.clock().now(), Nanos::new(3));
     /// ```
-    pub fn clock<D: Clock>(self, clock: D) -> Builder<D, K> {
-        Builder {
+    pub fn clock<D: Clock>(self, clock: D) -> SlidingWindowBuilder<D, K> {
+        SlidingWindowBuilder {
             quota: self.quota,
             period: self.period,
             clock,
@@ -713,7 +713,7 @@ impl<C: Clock, K> Builder<C, K> {
     }
 }
 
-impl<C: Clock> Builder<C, LockFree> {
+impl<C: Clock> SlidingWindowBuilder<C, LockFree> {
     /// The limiter, or the first setting that cannot be used: a quota of 0
     /// ([`ConfigError::ZeroQuota`]) or a period of 0 ([`ConfigError::ZeroPeriod`]).
     ///

@@ -84,8 +84,9 @@ pub struct Report {
 }
 
 /// A question a [`RateLimitLayer`](super::RateLimitLayer) asks of every request. Implemented
-/// by [`Global`] (one limiter for everything), [`PerKey`] (a [`PerKeyMap`], [`Keyed`] or
-/// [`KeyedTokenBucket`], and a [`KeyExtractor`]) and [`And`] (both must pass); build them
+/// by [`Global`] (one limiter for everything), [`PerKey`] (a [`PerKeyMap`],
+/// [`Keyed`](crate::Keyed) or [`KeyedTokenBucket`](crate::KeyedTokenBucket), and a
+/// [`KeyExtractor`](crate::tower::key::KeyExtractor)) and [`And`] (both must pass); build them
 /// with [`global`], [`per_key`] and [`PolicyExt::and`].
 pub trait Policy<B>: Send + Sync + 'static {
     /// What the policy reads from a request, owned.
@@ -93,7 +94,7 @@ pub trait Policy<B>: Send + Sync + 'static {
     /// What a grant must remember to be given back.
     type Grant: Send + 'static;
     /// The decision, in flight. `Unpin`, so that the layer can ask it once at once (an
-    /// in-process policy's is [`Ready`]) before deciding whether the response future must
+    /// in-process policy's is [`Ready`](std::future::Ready)) before deciding whether the response future must
     /// keep it; box an `async` block (`Pin<Box<dyn Future<..> + Send>>` is `Unpin`).
     type Future: Future<Output = Decision<Self::Grant>> + Send + Unpin + 'static;
 

@@ -112,7 +112,7 @@ where
 /// turnstile has.
 ///
 /// **No reserve-ahead.** [`KeyedTokenBucket`] has no schedule: under
-/// [`RateLimitLayer::delay`](super::RateLimitLayer::delay) a request it cannot grant now is
+/// [`RateLimitLayer::delay`](crate::tower::RateLimitLayer::delay) a request it cannot grant now is
 /// refused at once, as with a zero `max_wait` (its `Retry-After` says when to come back).
 /// Use a [`Keyed`] of [`TokenBucket`](crate::TokenBucket)s where requests should wait.
 impl<K, S, C> PerKeyMap<K> for KeyedTokenBucket<K, S, C>
@@ -171,7 +171,7 @@ pub struct PerKey<K, X, M> {
 /// A policy that takes one permit per request from the limiter of the request's key, in
 /// `map`; `extractor` reads the key. The map is a [`PerKeyMap`]: a [`Keyed`] (one limiter per
 /// key, built by its factory on first sight and evicted when idle; any limiter, with
-/// [`RateLimitLayer::delay`](super::RateLimitLayer::delay) where it can reserve) or a
+/// [`RateLimitLayer::delay`](crate::tower::RateLimitLayer::delay) where it can reserve) or a
 /// [`KeyedTokenBucket`] (a token bucket per key, its state one word in the map: the cheaper
 /// check, without delay mode). Requests with no key are allowed through; see
 /// [`PerKey::on_missing_key`].
