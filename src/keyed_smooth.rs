@@ -239,6 +239,8 @@ impl Quota {
 /// The map's rule: `x` is the key's `z` in its quota's units, shifted by `M - base` (module
 /// docs, "The state word").
 impl WordRule for Quota {
+    type Word = u64;
+
     /// `z = B`: `x = u(B) + M`.
     #[inline(always)]
     fn born(&self, base: u64, now: Nanos) -> u64 {
