@@ -26,6 +26,7 @@
 //! | [`KeyedTokenBucket`] | a token bucket per key, its state inline (one word per key) | [`keyed_bucket`] |
 //! | [`KeyedLeakyBucket`] | a leaky bucket (uber-go) per key, its state inline | [`keyed_leaky`] |
 //! | [`KeyedSmoothBursty`] | Guava's `SmoothBursty` per key, its state inline | [`keyed_smooth`] |
+//! | [`KeyedSmoothWarmingUp`] | Guava's `SmoothWarmingUp` per key, its state inline (a 128-bit word) | [`keyed_warming`] |
 //! | [`KeyedWindow`] | a fixed window (go-zero `PeriodLimit`) per key, its state inline | [`keyed_window`] |
 //! | [`KeyedSlidingWindow`] | the sliding-window counter per key, its state inline | [`keyed_sliding`] |
 //!
@@ -80,6 +81,9 @@ pub mod keyed_sliding;
 pub mod keyed_smooth;
 #[cfg(feature = "keyed")]
 #[cfg_attr(docsrs, doc(cfg(feature = "keyed")))]
+pub mod keyed_warming;
+#[cfg(feature = "keyed")]
+#[cfg_attr(docsrs, doc(cfg(feature = "keyed")))]
 pub mod keyed_window;
 pub mod leaky_bucket;
 pub mod leaky_meter;
@@ -124,6 +128,9 @@ pub use keyed_sliding::KeyedSlidingWindow;
 #[cfg(feature = "keyed")]
 #[cfg_attr(docsrs, doc(cfg(feature = "keyed")))]
 pub use keyed_smooth::KeyedSmoothBursty;
+#[cfg(feature = "keyed")]
+#[cfg_attr(docsrs, doc(cfg(feature = "keyed")))]
+pub use keyed_warming::KeyedSmoothWarmingUp;
 #[cfg(feature = "keyed")]
 #[cfg_attr(docsrs, doc(cfg(feature = "keyed")))]
 pub use keyed_window::KeyedWindow;
