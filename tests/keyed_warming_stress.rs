@@ -31,15 +31,17 @@ use common::stale_race::{
 use turnstile::keyed_warming::KeyedSmoothWarmingUp;
 use turnstile::{ManualClock, Nanos};
 
-const SEC: u64 = 1_000_000_000;
+const MS: u64 = 1_000_000;
 const KEYS: u32 = 64;
-/// One per second: `I` is a whole number of nanoseconds, about a quarter of the time a key
-/// waits between checks in the stale race (the clock moves about 60 ms a check there, 64
-/// keys), so that keys are both drained and left to cool down and be evicted.
-const RATE: f64 = 1.0;
-const I: u64 = SEC;
-/// Cold after 2 s of idling (threshold 1, 2 permits stored at most, cold interval 3 s).
-const WARMUP: Duration = Duration::from_secs(2);
+/// Ten per second: `I` is a whole number of nanoseconds, shorter than the stale race's
+/// forced interleaving (it moves the clock 200 ms to 1.7 s between a reading and its use),
+/// so that a key granted just before a reading can be cold and evicted before the reading
+/// is used: the revival must not date the key from that reading.
+const RATE: f64 = 10.0;
+const I: u64 = 100 * MS;
+/// Cold after 200 ms of idling (threshold 1, 2 permits stored at most, cold interval 300 ms:
+/// a cold key's first permit costs 200 ms, its second 100 ms).
+const WARMUP: Duration = Duration::from_millis(200);
 /// The largest check the races make.
 const N_MAX: u64 = 2;
 
@@ -69,7 +71,7 @@ fn assert_budget(grants: &[(u32, u64, u32)]) {
 
 #[test]
 fn stale_readings_racing_a_tight_sweeper() {
-    let clock = ManualClock::new(Nanos::new(10 * SEC));
+    let clock = ManualClock::new(Nanos::new(10_000 * MS));
     let k = map(&clock);
     let r = inline_stale_race(
         &clock,
@@ -83,11 +85,11 @@ fn stale_readings_racing_a_tight_sweeper() {
 
 #[test]
 fn purges_then_stale_readings_and_growth_in_lockstep() {
-    let clock = ManualClock::new(Nanos::new(10 * SEC));
+    let clock = ManualClock::new(Nanos::new(10_000 * MS));
     let k = map(&clock);
     // A grant needs next_free <= its reading <= the phase's clock and costs at most N_MAX
-    // cold intervals (6 s); 2 s of idling after that the key is cold: 10 s later every key
-    // is idle.
+    // cold intervals (600 ms); 200 ms of idling after that the key is cold: 1 s later every
+    // key is idle.
     let r = purge_race(
         &clock,
         KEYS,
@@ -115,7 +117,7 @@ fn purges_then_stale_readings_and_growth_in_lockstep() {
 #[test]
 fn sweeps_half_an_interval_apart_racing_drained_keys() {
     const FEW: u32 = 4;
-    let clock = ManualClock::new(Nanos::new(10 * SEC));
+    let clock = ManualClock::new(Nanos::new(10_000 * MS));
     let k = map(&clock);
     let grants = drained_race(
         &clock,
