@@ -274,6 +274,8 @@ where
 
 /// One key: its state word and the key, written once before the word is published.
 struct Slot<K, W: Word> {
+    /// Aligns the slot to its size where that is a 32-byte one (`Word::Align`).
+    _align: [W::Align; 0],
     state: W::Atomic,
     key: KeyCell<K>,
 }
@@ -297,6 +299,7 @@ impl<K, W: Word> Table<K, W> {
         Table {
             slots: (0..slots)
                 .map(|_| Slot {
+                    _align: [],
                     state: W::Atomic::new(W::EMPTY),
                     key: KeyCell::empty(),
                 })
@@ -1056,6 +1059,24 @@ pub(crate) mod tests {
         // The flags and the tag are the top five bits, x the rest.
         assert_eq!(W::X_BITS, W::BITS - 5);
         assert_eq!(!W::X_MASK, W::FROZEN | (W::from_u64(15) << W::X_BITS));
+    }
+
+    /// A `u64` key's slot is 16 bytes with a 64-bit word and 32 with a 128-bit one, each
+    /// aligned to its size: four or two to a cache line, none across two.
+    #[test]
+    fn slots_never_straddle_a_line() {
+        use std::mem::{align_of, size_of};
+        assert_eq!(
+            (size_of::<Slot<u64, u64>>(), align_of::<Slot<u64, u64>>()),
+            (16, 8)
+        );
+        assert_eq!(
+            (size_of::<Slot<u64, u128>>(), align_of::<Slot<u64, u128>>()),
+            (32, 32)
+        );
+        assert_eq!(size_of::<Slot<[u8; 16], u128>>(), 32);
+        let t = Table::<u64, u128>::new(MIN_SLOTS);
+        assert_eq!(t.slots.as_ptr() as usize % 32, 0);
     }
 
     #[test]

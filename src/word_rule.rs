@@ -74,6 +74,9 @@ pub(crate) trait Word:
     const EMPTY: Self = Self::ZERO;
     /// The atomic holding a slot's word.
     type Atomic: AtomicWord<Self>;
+    /// A zero-sized type whose alignment a slot takes (through a `[Align; 0]` field): a
+    /// slot's size, so that no slot straddles two cache lines.
+    type Align: Send + Sync + 'static;
 
     fn from_u64(v: u64) -> Self;
     /// The low 64 bits.
@@ -89,14 +92,21 @@ pub(crate) trait AtomicWord<W>: Send + Sync {
     fn compare_exchange_weak(&self, current: W, new: W, s: Ordering, f: Ordering) -> Result<W, W>;
 }
 
+/// The alignment of a 32-byte slot (a 128-bit word and a key of up to 16 bytes): an
+/// allocation is only 16-aligned otherwise, which puts every other slot across two lines,
+/// two misses a check where one would do.
+#[repr(align(32))]
+pub(crate) struct Align32;
+
 macro_rules! word {
-    ($w:ty, $atomic:ty) => {
+    ($w:ty, $atomic:ty, $align:ty) => {
         impl Word for $w {
             const BITS: u32 = <$w>::BITS;
             const ZERO: $w = 0;
             const FROZEN: $w = 1 << (<$w>::BITS - 1);
             const X_MASK: $w = (1 << (<$w>::BITS - 5)) - 1;
             type Atomic = $atomic;
+            type Align = $align;
 
             #[inline(always)]
             fn from_u64(v: u64) -> $w {
@@ -151,8 +161,11 @@ macro_rules! word {
     };
 }
 
-word!(u64, AtomicU64);
-word!(u128, AtomicU128);
+// A 16-byte slot (a 64-bit word and a `u64` key) is aligned to its word, 8: allocations are
+// 16-aligned, so it never straddles a line; a wider key makes a slot of 24 bytes or more,
+// which no alignment keeps within a line.
+word!(u64, AtomicU64, ());
+word!(u128, AtomicU128, Align32);
 
 /// 8.5 years (of 365.25 days) in nanoseconds: the least range of readings past the base
 /// that every rule's word holds, whatever its configuration.
