@@ -37,8 +37,8 @@
 //! the request's cost; a refusal writes nothing and retries at `next_free`, when the debt
 //! clears.
 //!
-//! **Range.** Readings before the base count as the base. `next_free` saturates 2^64 - 1 ns
-//! (584 years) past the base: a refusal whose retry time lies there (or past the end of the
+//! **Range.** Readings before the base count as the base. `next_free` saturates at
+//! 2^64 - 1 ns (584 years) past the base: a refusal whose retry time lies there (or past the end of the
 //! clock) says "never" (`retry_at() == None`), as the single limiter's at the end of time,
 //! and a key in such a debt is never idle. No configuration is out of range: every rate,
 //! warm-up and cold factor [`SmoothWarmingUp`](crate::SmoothWarmingUp) accepts is accepted.
@@ -48,7 +48,7 @@
 //! nanosecond, `next_free` never decreases over a key's history (nor across an eviction,
 //! below), and a grant at `t` needs `next_free <= t`. So for any readings in `[a, b]`,
 //! whatever the order in which they arrive, a key's grants, **all but the last to take
-//! effect**, total at most `rate * (b - a)` permits (plus half a nanosecond of rounding per
+//! effect**, total at most `rate * (b - a)` permits (plus a nanosecond of rounding per
 //! grant), and the last may be of any size (pay later). With checks of one permit: at most
 //! `1 + rate * (b - a)` in any span `b - a` of readings. (A warming-up limiter never bursts:
 //! its stored permits only make grants dearer.)

@@ -5,12 +5,13 @@
 //! loop: no mutex, no allocation and no syscall on `allow`, `reserve` or `cancel`, and a denial
 //! is decided from a load alone, with no write to the limiter's state.
 //!
-//! One hardware caveat: [`SmoothBursty`]/[`SmoothWarmingUp`], [`FixedWindow`]
-//! and [`SlidingWindow`] keep a 128-bit word, and `portable_atomic` implements a 128-bit atomic
-//! *load* with a read-modify-write on CPUs without a native 128-bit load: a `cmpxchg16b` on
-//! x86-64 CPUs without AVX, and an exclusive-pair or `casp` sequence on aarch64 without
-//! FEAT_LSE2. There a denial still changes no value, but its load takes the cache line
-//! exclusive as a write does, so denials on one limiter contend with each other.
+//! One hardware caveat: [`SmoothBursty`]/[`SmoothWarmingUp`], [`FixedWindow`],
+//! [`SlidingWindow`] and [`KeyedSmoothWarmingUp`] (one per key) keep a 128-bit word, and
+//! `portable_atomic` implements a 128-bit atomic *load* with a read-modify-write on CPUs
+//! without a native 128-bit load: a `cmpxchg16b` on x86-64 CPUs without AVX, and an
+//! exclusive-pair or `casp` sequence on aarch64 without FEAT_LSE2. There a denial still
+//! changes no value, but its load takes the cache line exclusive as a write does, so denials
+//! on one limiter (or key) contend with each other.
 //! [`TokenBucket`], [`LeakyBucket`] and [`Sometimes`] use 64-bit words and are unaffected.
 //!
 //! | limiter | upstream | module |
