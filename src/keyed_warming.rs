@@ -88,9 +88,10 @@
 //! `RandomState` by default, and sweeps every `sweep_every` inline, by hand
 //! ([`KeyedSmoothWarmingUp::evict_idle`]) or on a thread of their own
 //! ([`KeyedSmoothWarmingUp::spawn_sweeper`]). A slot is the 16-byte word and the key,
-//! aligned to 16 bytes: 32 bytes for a `u64` key. A key is evicted by the first sweep at or
-//! after it has idled back to cold (no debt, and the warm-up period's worth of idle time
-//! after its last grant).
+//! aligned to 32 bytes so that none straddles a cache line: 32 bytes for a key of up to 16
+//! bytes (a `u64`, an IPv6 address), 64 for a larger one. A key is evicted by the first
+//! sweep at or after it is cold again: its debt cleared and its store refilled (at most a
+//! warm-up period of idling after the debt clears).
 
 use std::borrow::Borrow;
 use std::collections::hash_map::RandomState;

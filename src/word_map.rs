@@ -17,7 +17,7 @@
 //!   FROZEN:     set by a resize once the slot has been copied: no write lands here any more
 //! ```
 //! A slot is `(state, key)`: 16 bytes for a `u64` key and a 64-bit word, 32 for a 128-bit
-//! one (its alignment is 16).
+//! one, aligned to 32 so that no slot straddles a cache line (`Word::Align`).
 //!
 //! # The protocol
 //! Every atomic below is the slot's `state` unless named.
@@ -274,7 +274,7 @@ where
 
 /// One key: its state word and the key, written once before the word is published.
 struct Slot<K, W: Word> {
-    /// Aligns the slot to its size where that is a 32-byte one (`Word::Align`).
+    /// Aligns a 128-bit word's slot to 32 bytes (`Word::Align`): none straddles a line.
     _align: [W::Align; 0],
     state: W::Atomic,
     key: KeyCell<K>,

@@ -11,8 +11,9 @@
 //!
 //! # The contract
 //! A key's state is `x`, at most [`Word::X_MASK`] (the word's low `BITS - 5` bits: 59 of a
-//! `u64`, 123 of a `u128`); the map keeps the quota's tag and its own flags in the top five. `base` is the map's base reading (ns on its clock,
-//! taken at construction); a rule counts time from it, so that 59 bits last.
+//! `u64`, 123 of a `u128`); the map keeps the quota's tag and its own flags in the top five.
+//! `base` is the map's base reading (ns on its clock, taken at construction); a rule counts
+//! time from it, so that its bits last.
 //!
 //! 1. **`check` reads nothing but its arguments and `self`**, and writes nothing: the map
 //!    applies a grant with one CAS from the `x` it was computed from, and retries on the
@@ -92,9 +93,10 @@ pub(crate) trait AtomicWord<W>: Send + Sync {
     fn compare_exchange_weak(&self, current: W, new: W, s: Ordering, f: Ordering) -> Result<W, W>;
 }
 
-/// The alignment of a 32-byte slot (a 128-bit word and a key of up to 16 bytes): an
-/// allocation is only 16-aligned otherwise, which puts every other slot across two lines,
-/// two misses a check where one would do.
+/// The alignment of a slot with a 128-bit word: a 32-byte one (a key of up to 16 bytes) is
+/// only 16-aligned otherwise, and so is its allocation, which puts every other slot across
+/// two lines, two misses a check where one would do. A larger key's slot is rounded up to
+/// 64 bytes: a line each.
 #[repr(align(32))]
 pub(crate) struct Align32;
 
