@@ -109,7 +109,18 @@ use crate::smooth::{self, Config as SmoothConfig, EPOCH_BITS, FRAC_ONE};
 use crate::word_map::{Settings, WordMap};
 use crate::word_rule::WordRule;
 
-/// Guava's default cold factor for `RateLimiter.create(rate, warmup)`.
+/// Guava's default cold factor for `RateLimiter.create(rate, warmup)`: a cold key's first
+/// permits cost up to three stable intervals each.
+///
+/// ```
+/// use std::time::Duration;
+/// use turnstile::keyed_warming::{KeyedSmoothWarmingUp, DEFAULT_COLD_FACTOR};
+/// let k = KeyedSmoothWarmingUp::<u8>::builder(2.0, Duration::from_secs(4))
+///     .cold_factor(DEFAULT_COLD_FACTOR) // the same as leaving it out
+///     .build()
+///     .unwrap();
+/// assert!(k.check(&1).is_ok());
+/// ```
 pub const DEFAULT_COLD_FACTOR: f64 = 3.0;
 
 /// One configuration of the quota table, precomputed off the hot path.
@@ -442,6 +453,19 @@ where
 
 /// Options for a [`KeyedSmoothWarmingUp`]: quota 0's cold factor as
 /// [`SmoothWarmingUp`](crate::SmoothWarmingUp)'s builder, more quotas, and the map's settings.
+///
+/// ```
+/// use std::time::Duration;
+/// use turnstile::keyed_warming::KeyedSmoothWarmingUp;
+/// let k = KeyedSmoothWarmingUp::builder(10.0, Duration::from_secs(2))
+///     .cold_factor(4.0)
+///     .quota(100.0, Duration::from_secs(1), 3.0)
+///     .classify(|user: &u32| usize::from(*user < 10))
+///     .max_keys(10_000)
+///     .build()
+///     .unwrap();
+/// assert!(k.check(&3).is_ok());
+/// ```
 #[must_use = "a builder does nothing until `build` is called"]
 pub struct KeyedSmoothWarmingUpBuilder<K, S = RandomState, C: Clock = QuantaClock> {
     /// `(rate, warmup, cold_factor)` of each quota, quota 0 first.
