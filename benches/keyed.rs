@@ -55,6 +55,7 @@
 //!   `keyed_leaky_meter` (`KeyedLeakyMeter`, as `leaky_meter`),
 //!   `keyed_fixed_window` (`KeyedWindow`, as `fixed_window`),
 //!   `keyed_smooth_bursty` (`KeyedSmoothBursty`, as `smooth_bursty`),
+//!   `keyed_smooth_warming_up` (`KeyedSmoothWarmingUp`, as `smooth_warming_up`),
 //!   `keyed_sliding_window` (`KeyedSlidingWindow`, as `sliding_window`) and
 //!   `governor`, each over 100 000 keys at 1/s with a capacity of one (the many-keys
 //!   workload of `benches/harness/saturated.rs` at `MANY_RATE_CLOCK`), every key inserted
@@ -89,7 +90,8 @@ use harness::{cell, floor_cas, nz, sat_cell, stepped_cell, THREADS};
 use std::hint::black_box;
 use turnstile::{
     Clock, Idle, Keyed, KeyedLeakyBucket, KeyedLeakyMeter, KeyedSlidingWindow, KeyedSmoothBursty,
-    KeyedTokenBucket, KeyedWindow, Limit, Limiter, ManualClock, Nanos, QuantaClock, TokenBucket,
+    KeyedSmoothWarmingUp, KeyedTokenBucket, KeyedWindow, Limit, Limiter, ManualClock, Nanos,
+    QuantaClock, TokenBucket,
 };
 
 const KEYS: u64 = 100_000;
@@ -615,6 +617,23 @@ fn keyed_limiters_random(c: &mut Criterion) {
             &mut g,
             &name,
             "keyed_smooth_bursty",
+            threads,
+            SAT_PROBE,
+            || sat::retry(black_box(&k).check(&key())),
+        );
+        drop(k);
+
+        // As `smooth_warming_up`: one request's worth (1 / rate s) of warm-up, cold factor 3.
+        let k = KeyedSmoothWarmingUp::builder(f64::from(rate), Duration::from_secs(1) / rate)
+            .clock(QuantaClock::new())
+            .sweep_every(Duration::MAX)
+            .build()
+            .expect("valid keyed limiter");
+        insert(&|key| k.check(&key).is_ok());
+        sat_cell(
+            &mut g,
+            &name,
+            "keyed_smooth_warming_up",
             threads,
             SAT_PROBE,
             || sat::retry(black_box(&k).check(&key())),

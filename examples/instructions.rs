@@ -32,12 +32,13 @@
 //!   runs than the clock-free ones.
 //!
 //! * `keyed-random-<limiter>` (`inline`, `inline-leaky`, `inline-meter`, `inline-window`,
-//!   `inline-bursty`, `inline-sliding`, `tb`, `leaky`, `fixed`, `sliding`,
+//!   `inline-bursty`, `inline-warming`, `inline-sliding`, `tb`, `leaky`, `fixed`, `sliding`,
 //!   `bursty`, `warming`, `meter`, `governor`): every limiter in `Keyed<u64, L>` (`inline`:
 //!   `KeyedTokenBucket`; `inline-leaky`: `KeyedLeakyBucket`, as `leaky` without slack;
 //!   `inline-meter`: `KeyedLeakyMeter`, as `meter`;
 //!   `inline-window`: `KeyedWindow`, as `fixed`; `inline-bursty`: `KeyedSmoothBursty`, as
-//!   `bursty`; `inline-sliding`: `KeyedSlidingWindow`, as `sliding`;
+//!   `bursty`; `inline-warming`: `KeyedSmoothWarmingUp`, as `warming`; `inline-sliding`:
+//!   `KeyedSlidingWindow`, as `sliding`;
 //!   `governor`: its keyed limiter) over 100 000 keys, **saturated**: each
 //!   key at 10/s with a capacity of one (`benches/harness/saturated.rs`, "every limiter per
 //!   key"), inserted and emptied during setup, then `check_n_at(&key, t, 1)` with the retry
@@ -60,7 +61,7 @@ use governor::clock::FakeRelativeClock;
 use governor::{Quota, RateLimiter};
 use turnstile::{
     Keyed, KeyedLeakyBucket, KeyedLeakyMeter, KeyedSlidingWindow, KeyedSmoothBursty,
-    KeyedTokenBucket, KeyedWindow, Limit, ManualClock, Nanos, TokenBucket,
+    KeyedSmoothWarmingUp, KeyedTokenBucket, KeyedWindow, Limit, ManualClock, Nanos, TokenBucket,
 };
 
 #[path = "../benches/harness/saturated.rs"]
@@ -218,14 +219,16 @@ const SAT_CELLS: &[(&str, &[&str])] = &[
 
 /// The many-keys cells of the maps with the state inline: `inline` (`KeyedTokenBucket`),
 /// `inline-leaky` (`KeyedLeakyBucket`), `inline-meter` (`KeyedLeakyMeter`), `inline-window`
-/// (`KeyedWindow`), `inline-bursty` (`KeyedSmoothBursty`), `inline-sliding`
+/// (`KeyedWindow`), `inline-bursty` (`KeyedSmoothBursty`), `inline-warming`
+/// (`KeyedSmoothWarmingUp`), `inline-sliding`
 /// (`KeyedSlidingWindow`).
-const INLINE: [&str; 6] = [
+const INLINE: [&str; 7] = [
     "inline",
     "inline-leaky",
     "inline-meter",
     "inline-window",
     "inline-bursty",
+    "inline-warming",
     "inline-sliding",
 ];
 
@@ -424,6 +427,17 @@ fn many_keys_cell(lim: &str, imp: &str, ops: u64, cell: &str) {
             // As `bursty`: one request's worth (a `MANY_PERIOD`) of burst, one stored permit.
             let l = KeyedSmoothBursty::builder(f64::from(rate))
                 .max_burst_seconds(sat::MANY_PERIOD.as_secs_f64())
+                .clock(clock)
+                .sweep_every(Duration::MAX)
+                .build()
+                .expect("valid keyed limiter");
+            many_keys(ops, expect, cell, |k, t, _| {
+                sat::retry(black_box(&l).check_n_at(&black_box(k), black_box(t), 1))
+            });
+        }
+        ("inline-warming", _) => {
+            // As `warming`: one request's worth (a `MANY_PERIOD`) of warm-up, cold factor 3.
+            let l = KeyedSmoothWarmingUp::builder(f64::from(rate), sat::MANY_PERIOD)
                 .clock(clock)
                 .sweep_every(Duration::MAX)
                 .build()

@@ -255,6 +255,8 @@ impl Quota {
 /// The map's rule: `x` is the key's theoretical arrival time in its quota's units (module
 /// docs, "The state word").
 impl WordRule for Quota {
+    type Word = u64;
+
     /// Full at `now`: `x = units(now)`.
     #[inline(always)]
     fn born(&self, base: u64, now: Nanos) -> u64 {

@@ -182,6 +182,8 @@ impl Quota {
 /// The map's rule: `x` is the key's `next` shifted by `M + T - base` (module docs, "The state
 /// word").
 impl WordRule for Quota {
+    type Word = u64;
+
     /// `next = B - T`: `x = w(B) + M`.
     #[inline(always)]
     fn born(&self, base: u64, now: Nanos) -> u64 {

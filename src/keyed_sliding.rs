@@ -233,6 +233,8 @@ impl Quota {
 
 /// The map's rule: `x` is `(k, prev, curr)` (module docs, "The state word").
 impl WordRule for Quota {
+    type Word = u64;
+
     /// `(B / P, 0, 0)`: a fresh limiter rolled to `B`'s window, as `SlidingWindow::born_at`.
     #[inline(always)]
     fn born(&self, base: u64, now: Nanos) -> u64 {

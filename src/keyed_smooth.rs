@@ -31,8 +31,9 @@
 //! stored, and `stored` and `next_free` are two independent numbers (two warming-up states
 //! with one `z` answer a reading differently: `a_warm_up_spend_leaves_a_debt_and_a_store` in
 //! `tests/smooth_semantics.rs`). Both to the nanosecond over the range below do not fit one
-//! word (`next_free` alone takes 58 bits), so the per-key warming-up limiter is
-//! [`Keyed`](crate::Keyed)`<K, SmoothWarmingUp>`.
+//! 64-bit word (`next_free` alone takes 58 bits), so the per-key warming-up limiter,
+//! [`KeyedSmoothWarmingUp`](crate::KeyedSmoothWarmingUp), keeps the pair in a 128-bit word
+//! of the same table (a 32-byte slot for a `u64` key).
 //!
 //! # The state word
 //! `z` is counted in the **units** of `src/scale.rs`, as
@@ -239,6 +240,8 @@ impl Quota {
 /// The map's rule: `x` is the key's `z` in its quota's units, shifted by `M - base` (module
 /// docs, "The state word").
 impl WordRule for Quota {
+    type Word = u64;
+
     /// `z = B`: `x = u(B) + M`.
     #[inline(always)]
     fn born(&self, base: u64, now: Nanos) -> u64 {

@@ -5,12 +5,13 @@
 //! loop: no mutex, no allocation and no syscall on `allow`, `reserve` or `cancel`, and a denial
 //! is decided from a load alone, with no write to the limiter's state.
 //!
-//! One hardware caveat: [`SmoothBursty`]/[`SmoothWarmingUp`], [`FixedWindow`]
-//! and [`SlidingWindow`] keep a 128-bit word, and `portable_atomic` implements a 128-bit atomic
-//! *load* with a read-modify-write on CPUs without a native 128-bit load: a `cmpxchg16b` on
-//! x86-64 CPUs without AVX, and an exclusive-pair or `casp` sequence on aarch64 without
-//! FEAT_LSE2. There a denial still changes no value, but its load takes the cache line
-//! exclusive as a write does, so denials on one limiter contend with each other.
+//! One hardware caveat: [`SmoothBursty`]/[`SmoothWarmingUp`], [`FixedWindow`],
+//! [`SlidingWindow`] and [`KeyedSmoothWarmingUp`] (one per key) keep a 128-bit word, and
+//! `portable_atomic` implements a 128-bit atomic *load* with a read-modify-write on CPUs
+//! without a native 128-bit load: a `cmpxchg16b` on x86-64 CPUs without AVX, and an
+//! exclusive-pair or `casp` sequence on aarch64 without FEAT_LSE2. There a denial still
+//! changes no value, but its load takes the cache line exclusive as a write does, so denials
+//! on one limiter (or key) contend with each other.
 //! [`TokenBucket`], [`LeakyBucket`] and [`Sometimes`] use 64-bit words and are unaffected.
 //!
 //! | limiter | upstream | module |
@@ -27,6 +28,7 @@
 //! | [`KeyedLeakyBucket`] | a leaky bucket (uber-go) per key, its state inline | [`keyed_leaky`] |
 //! | [`KeyedLeakyMeter`] | a water-level meter per key, its state inline | [`keyed_meter`] |
 //! | [`KeyedSmoothBursty`] | Guava's `SmoothBursty` per key, its state inline | [`keyed_smooth`] |
+//! | [`KeyedSmoothWarmingUp`] | Guava's `SmoothWarmingUp` per key, its state inline (a 128-bit word) | [`keyed_warming`] |
 //! | [`KeyedWindow`] | a fixed window (go-zero `PeriodLimit`) per key, its state inline | [`keyed_window`] |
 //! | [`KeyedSlidingWindow`] | the sliding-window counter per key, its state inline | [`keyed_sliding`] |
 //!
@@ -84,6 +86,9 @@ pub mod keyed_sliding;
 pub mod keyed_smooth;
 #[cfg(feature = "keyed")]
 #[cfg_attr(docsrs, doc(cfg(feature = "keyed")))]
+pub mod keyed_warming;
+#[cfg(feature = "keyed")]
+#[cfg_attr(docsrs, doc(cfg(feature = "keyed")))]
 pub mod keyed_window;
 pub mod leaky_bucket;
 pub mod leaky_meter;
@@ -131,6 +136,9 @@ pub use keyed_sliding::KeyedSlidingWindow;
 #[cfg(feature = "keyed")]
 #[cfg_attr(docsrs, doc(cfg(feature = "keyed")))]
 pub use keyed_smooth::KeyedSmoothBursty;
+#[cfg(feature = "keyed")]
+#[cfg_attr(docsrs, doc(cfg(feature = "keyed")))]
+pub use keyed_warming::KeyedSmoothWarmingUp;
 #[cfg(feature = "keyed")]
 #[cfg_attr(docsrs, doc(cfg(feature = "keyed")))]
 pub use keyed_window::KeyedWindow;

@@ -165,12 +165,12 @@ use crate::limit::PerSec;
 use crate::limiter::{Compact, Denied, Idle, Layout, Limiter, LockFree, Padded};
 use crate::sync::{AtomicU128, Mutex, Ordering}; // Mutex: reconfiguration only, never the hot path
 
-const EPOCH_BITS: u32 = 24;
+pub(crate) const EPOCH_BITS: u32 = 24;
 const EPOCH_MASK: u32 = (1 << EPOCH_BITS) - 1;
 const FRAC_BITS: u32 = 40;
 const FRAC_MASK: u64 = (1 << FRAC_BITS) - 1;
 /// A full store: `stored == max_permits`.
-const FRAC_ONE: u64 = 1 << (FRAC_BITS - 1);
+pub(crate) const FRAC_ONE: u64 = 1 << (FRAC_BITS - 1);
 const FRAC_SCALE: f64 = FRAC_ONE as f64;
 const NANOS_PER_SEC: f64 = 1e9;
 
@@ -232,11 +232,11 @@ const CHARGE_WORDS_WARMING: usize = 7;
 /// `cool_down_ns` are 0 (and so are `threshold` and `slope` for [`SmoothBursty`], as in every
 /// bursty configuration).
 #[derive(Clone, Copy, Debug)]
-struct Config {
+pub(crate) struct Config {
     epoch: u32,
     rate: f64,
     stable_ns: f64,
-    max_permits: f64,
+    pub(crate) max_permits: f64,
     cool_down_ns: f64,
     threshold: f64,
     slope: f64,
@@ -251,7 +251,7 @@ struct Config {
     unit: u64,
     warming: bool,
     /// `+inf` rate: every cost is zero.
-    inf: bool,
+    pub(crate) inf: bool,
     /// `max_permits / 2^39`: the permits one fraction unit stands for.
     scale: f64,
 }
@@ -354,7 +354,7 @@ impl Config {
 
     /// The stored permits a fraction stands for.
     #[inline(always)]
-    fn stored(&self, frac: u64) -> f64 {
+    pub(crate) fn stored(&self, frac: u64) -> f64 {
         if frac == 0 {
             0.0 // not 0 * inf
         } else if frac >= FRAC_ONE {
@@ -378,7 +378,7 @@ impl Config {
 
     /// Guava's `resync(now)`, without mutation: `(next_free, frac)` at `now`.
     #[inline(always)]
-    fn resync(&self, word: u128, now: u64) -> (u64, u64) {
+    pub(crate) fn resync(&self, word: u128, now: u64) -> (u64, u64) {
         let (next, frac) = (next_free(word), frac(word));
         if now > next {
             let accrued = round_u64(u64_to_f64(now - next) * self.accrual);
@@ -417,7 +417,7 @@ impl Config {
     /// `min(n, stored)` is made in fraction units, so that a bursty request served from
     /// storage is integer arithmetic only.
     #[inline(always)]
-    fn reserve(&self, word: u128, now: u64, n: u32) -> (u64, u128) {
+    pub(crate) fn reserve(&self, word: u128, now: u64, n: u32) -> (u64, u128) {
         let need = if n == 1 {
             self.unit
         } else {
@@ -503,12 +503,12 @@ fn saturate_u64(x: f64) -> u64 {
 }
 
 #[inline(always)]
-fn pack(next_free: u64, frac: u64, epoch: u32) -> u128 {
+pub(crate) fn pack(next_free: u64, frac: u64, epoch: u32) -> u128 {
     (u128::from(next_free) << 64) | (u128::from(frac) << EPOCH_BITS) | u128::from(epoch)
 }
 
 #[inline(always)]
-fn next_free(word: u128) -> u64 {
+pub(crate) fn next_free(word: u128) -> u64 {
     (word >> 64) as u64
 }
 
@@ -546,6 +546,34 @@ fn decide(word: u128, now: u64, n: u32, timeout: Option<u64>) -> Option<Take> {
         return Some(Take::Granted(next.saturating_sub(now)));
     }
     None
+}
+
+/// The warming-up options' errors, the rate's first: the rate, as [`check_rate`].
+fn check_warming(rate: f64, warmup: Duration, cold_factor: f64) -> Result<f64, ConfigError> {
+    let rate = check_rate(rate)?;
+    if warmup.is_zero() {
+        return Err(ConfigError::ZeroWarmup(warmup));
+    }
+    if !(cold_factor >= 1.0 && cold_factor.is_finite()) {
+        return Err(ConfigError::InvalidColdFactor(cold_factor));
+    }
+    Ok(rate)
+}
+
+/// A [`SmoothWarmingUp`]'s derived constants at epoch 0 (with its rate), validated as its
+/// builder validates them: for the inline keyed map (`src/keyed_warming.rs`), which runs
+/// this arithmetic on words of its own.
+pub(crate) fn warming_config(
+    rate: f64,
+    warmup: Duration,
+    cold_factor: f64,
+) -> Result<(f64, Config), ConfigError> {
+    let rate = check_warming(rate, warmup, cold_factor)?;
+    let kind = Kind::WarmingUp {
+        warmup_ns: Nanos::from_duration(warmup).as_u64() as f64,
+        cold_factor,
+    };
+    Ok((rate, Config::new(kind, rate, 0)))
 }
 
 pub(crate) fn check_rate(rate: f64) -> Result<f64, ConfigError> {
@@ -1092,15 +1120,8 @@ impl<C: Clock, K> SmoothWarmingUpBuilder<C, K> {
 
     /// The validated options, for either kind: `(rate, warmup, cold_factor, clock)`.
     pub(crate) fn validated(self) -> Result<(f64, Duration, f64, C), ConfigError> {
-        let rate = check_rate(self.rate)?;
-        if self.warmup.is_zero() {
-            return Err(ConfigError::ZeroWarmup(self.warmup));
-        }
-        let cf = self.cold_factor;
-        if !(cf >= 1.0 && cf.is_finite()) {
-            return Err(ConfigError::InvalidColdFactor(cf));
-        }
-        Ok((rate, self.warmup, cf, self.clock))
+        let rate = check_warming(self.rate, self.warmup, self.cold_factor)?;
+        Ok((rate, self.warmup, self.cold_factor, self.clock))
     }
 }
 

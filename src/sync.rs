@@ -4,7 +4,8 @@
 //!
 //! # The loom stand-in for `AtomicU128`
 //! loom has no 128-bit atomic. Under loom, [`AtomicU128`] is a loom `AtomicPtr` to an
-//! immutable, leaked `Box<u128>`:
+//! immutable, leaked `Box<u128>` (for the smooth limiters' words and the 128-bit words of
+//! the inline keyed map, `src/word_map.rs`):
 //!
 //! * **Values are immutable.** A value is boxed and fully written *before* its pointer is
 //!   published by a CAS, and never written again (the boxes are leaked: a model is short). So
@@ -117,6 +118,22 @@ impl AtomicU128 {
 
     pub(crate) fn load(&self, order: Ordering) -> u128 {
         Self::value(self.0.load(order))
+    }
+
+    /// A fresh box, published with `order` (the word map's `EMPTY` slots are filled so).
+    pub(crate) fn store(&self, v: u128, order: Ordering) {
+        self.0.store(Self::boxed(v), order);
+    }
+
+    /// The same as [`Self::compare_exchange_weak`], which never fails spuriously.
+    pub(crate) fn compare_exchange(
+        &self,
+        current: u128,
+        new: u128,
+        success: Ordering,
+        failure: Ordering,
+    ) -> Result<u128, u128> {
+        self.compare_exchange_weak(current, new, success, failure)
     }
 
     pub(crate) fn compare_exchange_weak(

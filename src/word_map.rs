@@ -1,18 +1,23 @@
 //! The engine of the keyed maps whose state is **inline**: an open-addressing table of
-//! `(state: AtomicU64, key)` slots, each key's whole limiter one 64-bit word beside its key,
-//! read and written without a lock. What the word means is a [`WordRule`]'s
-//! (`src/word_rule.rs`); this file is the table, its key bound and its sweeps, shared by
-//! every front ([`KeyedTokenBucket`](crate::KeyedTokenBucket) and its siblings). User docs
-//! (memory, flood, hasher, sweeps) are on the fronts.
+//! `(state, key)` slots, each key's whole limiter one atomic word beside its key, read and
+//! written without a lock. What the word means is a [`WordRule`]'s (`src/word_rule.rs`);
+//! this file is the table, its key bound and its sweeps, shared by every front
+//! ([`KeyedTokenBucket`](crate::KeyedTokenBucket) and its siblings). User docs (memory,
+//! flood, hasher, sweeps) are on the fronts.
 //!
 //! # The state word
+//! The word is a `u64` or a `u128`, as the rule's [`WordRule::Word`] says
+//! ([`Word`](crate::word_rule::Word)): the same code, monomorphized, for both. Flags and tag
+//! are the top five bits at either width, `x` the rest (`BITS = 64` or `128`):
 //! ```text
-//!  63      62..59       58..0
-//! [FROZEN][ tag (4) ][   x (59 bits)   ]
+//!  BITS-1   BITS-2..BITS-5   BITS-6..0
+//! [FROZEN][   tag (4)     ][ x (59 or 123 bits) ]
 //!   tag 1..=15: a live key of quota `tag - 1`, x its rule's state
 //!   tag 0:      x = 0 EMPTY (never used), x = 1 + q DEAD (evicted; quota q kept for revival)
 //!   FROZEN:     set by a resize once the slot has been copied: no write lands here any more
 //! ```
+//! A slot is `(state, key)`: 16 bytes for a `u64` key and a 64-bit word, 32 for a 128-bit
+//! one, aligned to 32 so that no slot straddles a cache line (`Word::Align`).
 //!
 //! # The protocol
 //! Every atomic below is the slot's `state` unless named.
@@ -63,8 +68,9 @@
 //!   need no freeze: only the lock holder fills them.
 //!
 //! loom checks the protocol through the fronts (`loom-tests/tests/keyed_bucket.rs` and its
-//! siblings: check ‖ evict with revival, insert ‖ check ‖ evict, check ‖ growth, two grants ‖
-//! growth, update ‖ growth, check ‖ purge, a stale reading across an eviction); a unit test
+//! siblings, `keyed_warming.rs` at 128 bits: check ‖ evict with revival, insert ‖ check ‖
+//! evict, check ‖ growth, two grants ‖ growth, update ‖ growth, check ‖ purge, a stale
+//! reading across an eviction); a unit test
 //! parks a resize with every word frozen and shows a grant on a held key completes.
 //!
 //! # Eviction never loses a grant; stale readings never gain
@@ -85,6 +91,21 @@
 //!    window, in judged times).
 //!
 //! # Orderings
+//! **At either width.** Every step above is a load, a store or a CAS of the one state word,
+//! and the argument needs of each only that it is one atomic access with the ordering
+//! written: that the word is the whole state, that a CAS from a value fails if any write
+//! changed it, and the `Release`/`Acquire` pairs named. A 64-bit word is std's `AtomicU64`.
+//! A 128-bit word is `portable_atomic::AtomicU128` (`crate::sync`): on x86_64 its CAS is one
+//! `lock cmpxchg16b`, a single atomic read-modify-write of all 16 bytes (a full barrier, so
+//! at least the ordering asked); its load is one `vmovdqa` where the processor has AVX
+//! (atomic for aligned 16 bytes there) and otherwise a `cmpxchg16b` that writes back what it
+//! read, atomic too, and so is its store; elsewhere portable-atomic uses the platform's
+//! 128-bit atomics or a lock of its own, each access atomic with at least the ordering
+//! asked. So no load of a 128-bit word sees half of one write (a torn
+//! `EMPTY`-to-live publication, or a mix of a grant and an eviction), and each ordering
+//! above is enough at 128 bits for the reason it is at 64. Under loom the 128-bit word is
+//! `crate::sync`'s stand-in, which checks the orderings as written.
+//!
 //! Besides the word's (above): the table pointer's `Release` swap and `Acquire` load publish
 //! a new table's slots and `mask`; `used`, `len`, `last_sweep`, `judged` and `resizes` are
 //! counters and hints whose values no other memory depends on (`judged` is read after the
@@ -106,18 +127,13 @@ use crate::limiter::Denied;
 #[cfg(not(loom))]
 use crate::sweeper::Sweeper;
 use crate::sync::{AtomicPtr, AtomicU64, AtomicUsize, Mutex, Ordering}; // Mutex: inserts of new keys and resizes only, never a check of an existing key
-use crate::word_rule::{WordRule, X_MASK};
+use crate::word_rule::{AtomicWord, Word, WordRule};
 
 mod front;
 pub(crate) use front::{builder_methods, front_methods};
 
 /// The most quotas one map holds (the state word's 4-bit tag, with 0 for `EMPTY`/`DEAD`).
 pub const MAX_QUOTAS: usize = 15;
-
-const FROZEN: u64 = 1 << 63;
-const X_BITS: u32 = 59;
-const EMPTY: u64 = 0;
-const _: () = assert!(X_MASK == (1 << X_BITS) - 1);
 
 /// The smallest table (slots). Under loom, 4: a model then grows the table with its fourth
 /// key.
@@ -127,26 +143,32 @@ const MIN_SLOTS: usize = if cfg!(loom) { 4 } else { 16 };
 const PURGE_MIN: usize = if cfg!(loom) { 2 } else { 32 };
 
 #[inline(always)]
-fn live(q: usize, x: u64) -> u64 {
-    ((q as u64 + 1) << X_BITS) | x
+fn live<W: Word>(q: usize, x: W) -> W {
+    (W::from_u64(q as u64 + 1) << W::X_BITS) | x
 }
 
 #[inline(always)]
-fn dead(q: usize) -> u64 {
-    1 + q as u64
+fn dead<W: Word>(q: usize) -> W {
+    W::from_u64(1 + q as u64)
+}
+
+/// Whether a resize has frozen the word.
+#[inline(always)]
+fn frozen<W: Word>(s: W) -> bool {
+    s & W::FROZEN != W::ZERO
 }
 
 /// The tag: `0` for `EMPTY`/`DEAD`, else the quota plus one.
 #[inline(always)]
-fn tag(s: u64) -> usize {
-    ((s & !FROZEN) >> X_BITS) as usize
+fn tag<W: Word>(s: W) -> usize {
+    ((s & !W::FROZEN) >> W::X_BITS).low_u64() as usize
 }
 
 /// The quota a live or dead word belongs to.
 #[inline(always)]
-fn quota_of(s: u64) -> usize {
+fn quota_of<W: Word>(s: W) -> usize {
     match tag(s) {
-        0 => ((s & X_MASK) - 1) as usize,
+        0 => ((s & W::X_MASK).low_u64() - 1) as usize,
         t => t - 1,
     }
 }
@@ -224,9 +246,10 @@ pub(crate) struct WordMap<K, R, S, C>
 where
     K: Eq + Hash + Clone + Send + Sync + 'static,
     S: BuildHasher,
+    R: WordRule,
 {
     /// The current table; replaced only by a resize, under `writer`.
-    table: AtomicPtr<Table<K>>,
+    table: AtomicPtr<Table<K, R::Word>>,
     /// The rules indexed by **tag** (quota `q` at `q + 1`), so that a live word finds its
     /// configuration with one index that needs no bounds check (a tag is 4 bits). Tags past
     /// the configured quotas, and tag 0, hold quota 0 and are never a live word's.
@@ -250,14 +273,16 @@ where
 }
 
 /// One key: its state word and the key, written once before the word is published.
-struct Slot<K> {
-    state: AtomicU64,
+struct Slot<K, W: Word> {
+    /// Aligns a 128-bit word's slot to 32 bytes (`Word::Align`): none straddles a line.
+    _align: [W::Align; 0],
+    state: W::Atomic,
     key: KeyCell<K>,
 }
 
 /// A power-of-two array of slots.
-struct Table<K> {
-    slots: Box<[Slot<K>]>,
+struct Table<K, W: Word> {
+    slots: Box<[Slot<K, W>]>,
     mask: usize,
     /// Non-`EMPTY` slots; changed only under `writer` (or before the table is published).
     used: AtomicUsize,
@@ -265,16 +290,17 @@ struct Table<K> {
     /// word is frozen, so a check that finds its word frozen finds the word's continuation
     /// there (module docs, "Resize"). Not owned: the map owns its current table, the epoch
     /// collector the retired ones.
-    next: AtomicPtr<Table<K>>,
+    next: AtomicPtr<Table<K, W>>,
 }
 
-impl<K> Table<K> {
-    fn new(slots: usize) -> Table<K> {
+impl<K, W: Word> Table<K, W> {
+    fn new(slots: usize) -> Table<K, W> {
         debug_assert!(slots.is_power_of_two());
         Table {
             slots: (0..slots)
                 .map(|_| Slot {
-                    state: AtomicU64::new(EMPTY),
+                    _align: [],
+                    state: W::Atomic::new(W::EMPTY),
                     key: KeyCell::empty(),
                 })
                 .collect(),
@@ -288,7 +314,7 @@ impl<K> Table<K> {
     /// guard that reached `self` is pinned (it is retired only after a later resize, which
     /// starts after this one has published it).
     #[inline]
-    fn next(&self) -> Option<&Table<K>> {
+    fn next(&self) -> Option<&Table<K, W>> {
         // SAFETY: set once, by a resize, to a table that is the map's current one or retired
         // to the epoch collector after every guard pinned before its own replacement (ours
         // included) is dropped. `Acquire` pairs with the resize's `Release` store.
@@ -297,7 +323,7 @@ impl<K> Table<K> {
 
     /// The slot holding `key` (live, dead or frozen), if any.
     #[inline(always)]
-    fn find<Q>(&self, hash: u64, key: &Q) -> Option<&Slot<K>>
+    fn find<Q>(&self, hash: u64, key: &Q) -> Option<&Slot<K, W>>
     where
         K: Borrow<Q>,
         Q: Eq + ?Sized,
@@ -313,7 +339,7 @@ impl<K> Table<K> {
             // SAFETY: `i <= mask` and `slots.len() == mask + 1`.
             let slot = unsafe { slots.get_unchecked(i) };
             let s = slot.state.load(Ordering::Acquire);
-            if s == EMPTY {
+            if s == W::EMPTY {
                 return None;
             }
             // SAFETY: `s != EMPTY` was loaded with `Acquire`, and the slot's key was written
@@ -332,12 +358,12 @@ impl<K> Table<K> {
 
     /// Puts `key` with word `state` in the first `EMPTY` slot of its probe. Only under
     /// `writer` (or on a table not yet published), with room left ([`Table::has_room`]).
-    fn claim(&self, hash: u64, key: K, state: u64) -> &Slot<K> {
+    fn claim(&self, hash: u64, key: K, state: W) -> &Slot<K, W> {
         let mut i = hash as usize & self.mask;
         loop {
             let slot = &self.slots[i];
             // Relaxed: only the lock holder turns EMPTY into anything else.
-            if slot.state.load(Ordering::Relaxed) == EMPTY {
+            if slot.state.load(Ordering::Relaxed) == W::EMPTY {
                 // SAFETY: the slot is EMPTY, so no reader reads its key (`find` compares keys
                 // only after seeing a non-EMPTY state), and only we (holding `writer`) write
                 // it; the `Release` store below publishes the key with the state.
@@ -351,19 +377,20 @@ impl<K> Table<K> {
     }
 
     /// Whether one more key fits under the load bound, seven eighths (hashbrown's, which
-    /// governor's dashmap shards use): at most 16 bytes per slot for `u64` keys against
-    /// hashbrown's 17 per bucket, at the same load. Linear probing at 7/8 averages 4.5 probes
-    /// for a key present (16-byte slots: 4 to a cache line) and ~32 for one absent, which
-    /// only the first check of a new key pays.
+    /// governor's dashmap shards use): 16 bytes per slot for `u64` keys and 64-bit words
+    /// against hashbrown's 17 per bucket, at the same load. Linear probing at 7/8 averages
+    /// 4.5 probes for a key present (16-byte slots: 4 to a cache line; 32-byte ones, a
+    /// 128-bit word's: 2) and ~32 for one absent, which only the first check of a new key
+    /// pays.
     fn has_room(&self) -> bool {
         (self.used.load(Ordering::Relaxed) + 1) * 8 <= self.slots.len() * 7
     }
 }
 
-impl<K> Drop for Table<K> {
+impl<K, W: Word> Drop for Table<K, W> {
     fn drop(&mut self) {
         for slot in self.slots.iter_mut() {
-            if slot.state.load(Ordering::Relaxed) != EMPTY {
+            if slot.state.load(Ordering::Relaxed) != W::EMPTY {
                 // SAFETY: a non-EMPTY slot's key was written (`claim`); `&mut self` means no
                 // reader is left (the table was unpublished and its epoch has passed, or the
                 // map itself is being dropped).
@@ -474,7 +501,7 @@ enum Outcome {
 /// copies into, if the word is live (copied there before it was frozen); `None` for a dead
 /// word, which is not copied.
 #[inline]
-fn forward<'g, K>(table: &'g Table<K>, slot: &Slot<K>) -> Option<&'g Table<K>> {
+fn forward<'g, K, W: Word>(table: &'g Table<K, W>, slot: &Slot<K, W>) -> Option<&'g Table<K, W>> {
     // `Acquire` pairs with the freeze's `AcqRel`: the copy and `next` are visible.
     if tag(slot.state.load(Ordering::Acquire)) == 0 {
         return None;
@@ -621,13 +648,13 @@ where
 
     /// The check on the slot holding the key: the CAS loop of the module docs.
     #[inline(always)]
-    fn on_slot(&self, slot: &Slot<K>, now: Nanos, n: u32) -> Outcome {
+    fn on_slot(&self, slot: &Slot<K, R::Word>, now: Nanos, n: u32) -> Outcome {
         let mut s = slot.state.load(Ordering::Acquire);
         let backoff = Backoff::new();
         loop {
             let t = tag(s);
             if t == 0 {
-                if s & FROZEN != 0 {
+                if frozen(s) {
                     return Outcome::Frozen;
                 }
                 match self.revive(slot, s, now) {
@@ -636,12 +663,12 @@ where
                 }
                 continue;
             }
-            let new = match self.by_tag[t].check(s & X_MASK, self.base, now, n) {
-                Ok(Some(x)) => (s & !X_MASK) | x,
+            let new = match self.by_tag[t].check(s & R::Word::X_MASK, self.base, now, n) {
+                Ok(Some(x)) => (s & !R::Word::X_MASK) | x,
                 Ok(None) => return Outcome::Done(Ok(())),
                 Err(d) => return Outcome::Done(Err(d)),
             };
-            if s & FROZEN != 0 {
+            if frozen(s) {
                 return Outcome::Frozen;
             }
             match slot
@@ -660,7 +687,12 @@ where
     /// Brings back a key found `DEAD` (word `s`): a fresh word born at `max(now, judged)`.
     /// Returns the word now in the slot (ours or a racing reviver's), or the full-map answer.
     #[cold]
-    fn revive(&self, slot: &Slot<K>, s: u64, now: Nanos) -> Result<u64, Result<(), Denied>> {
+    fn revive(
+        &self,
+        slot: &Slot<K, R::Word>,
+        s: R::Word,
+        now: Nanos,
+    ) -> Result<R::Word, Result<(), Denied>> {
         let Some(room) = self.bound.room(now, &self.clock, |at| {
             self.evict_idle_at(at);
         }) else {
@@ -724,14 +756,14 @@ where
     /// that finds it frozen goes on in the new table at once (module docs, "Resize").
     fn resize<'g>(
         &self,
-        old: &'g Table<K>,
+        old: &'g Table<K, R::Word>,
         extra: usize,
         guard: &'g reclaim::Guard,
-    ) -> &'g Table<K> {
+    ) -> &'g Table<K, R::Word> {
         // User code first (Hash, Clone): if it panics, nothing has changed.
         let mut keys: Vec<(usize, u64, K)> = Vec::with_capacity(old.used.load(Ordering::Relaxed));
         for (i, slot) in old.slots.iter().enumerate() {
-            if slot.state.load(Ordering::Relaxed) != EMPTY {
+            if slot.state.load(Ordering::Relaxed) != R::Word::EMPTY {
                 // SAFETY: non-EMPTY, and we hold `writer`, under which it was written.
                 let k = unsafe { slot.key.with(K::clone) };
                 keys.push((i, self.hasher.hash_one(&k), k));
@@ -748,7 +780,7 @@ where
             while tag(s) == 0 {
                 match state.compare_exchange_weak(
                     s,
-                    s | FROZEN,
+                    s | R::Word::FROZEN,
                     Ordering::Acquire,
                     Ordering::Relaxed,
                 ) {
@@ -768,7 +800,7 @@ where
         )));
         // SAFETY: just allocated; published below, freed only by a later resize (after
         // `guard` unpins) or with the map.
-        let new_ref: &'g Table<K> = unsafe { &*new };
+        let new_ref: &'g Table<K, R::Word> = unsafe { &*new };
         // Before any live word is frozen: a check that sees the freeze (`Acquire`, from the
         // freeze's `AcqRel`) sees this too.
         old.next.store(new, Ordering::Release);
@@ -783,7 +815,7 @@ where
             loop {
                 match state.compare_exchange_weak(
                     s,
-                    s | FROZEN,
+                    s | R::Word::FROZEN,
                     Ordering::AcqRel,
                     Ordering::Acquire,
                 ) {
@@ -809,7 +841,7 @@ where
 
     /// The current table, valid while `guard` is pinned.
     #[inline(always)]
-    fn table<'g>(&self, _guard: &'g reclaim::Guard) -> &'g Table<K> {
+    fn table<'g>(&self, _guard: &'g reclaim::Guard) -> &'g Table<K, R::Word> {
         // SAFETY: the pointer is always a live table from `Box::into_raw`; a replaced one is
         // retired to the epoch collector, which frees it only after every guard pinned before
         // the replacement (ours included) is dropped. `Acquire` pairs with the resize's
@@ -819,7 +851,7 @@ where
 
     /// The word of `key` as one load reads it: `None` if absent, else its quota's rule and
     /// its state (`None` if evicted). Writes nothing, inserts nothing.
-    pub(crate) fn read<Q>(&self, key: &Q) -> Option<(&R, Option<u64>)>
+    pub(crate) fn read<Q>(&self, key: &Q) -> Option<(&R, Option<R::Word>)>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
@@ -832,13 +864,13 @@ where
             .state
             .load(Ordering::Acquire);
         let rule = &self.by_tag[quota_of(s) + 1];
-        Some((rule, (tag(s) != 0).then_some(s & X_MASK)))
+        Some((rule, (tag(s) != 0).then_some(s & R::Word::X_MASK)))
     }
 
     /// Moves a held, live key's state by `f` (`None`: leave it), with one CAS per attempt; an
     /// absent or evicted key is left alone. Not a grant: `f` must only ever give back
     /// (an eviction may then judge the key idle a little sooner, never later).
-    pub(crate) fn update<Q>(&self, key: &Q, f: impl Fn(&R, u64) -> Option<u64>)
+    pub(crate) fn update<Q>(&self, key: &Q, f: impl Fn(&R, R::Word) -> Option<R::Word>)
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
@@ -860,7 +892,11 @@ where
     }
 
     /// [`Self::update`] on the slot holding the key; false if it found the word frozen.
-    fn update_slot(&self, slot: &Slot<K>, f: &impl Fn(&R, u64) -> Option<u64>) -> bool {
+    fn update_slot(
+        &self,
+        slot: &Slot<K, R::Word>,
+        f: &impl Fn(&R, R::Word) -> Option<R::Word>,
+    ) -> bool {
         let mut s = slot.state.load(Ordering::Acquire);
         let backoff = Backoff::new();
         loop {
@@ -869,15 +905,15 @@ where
                 // Dead (evicted idle): nothing to move.
                 return true;
             }
-            let Some(x) = f(&self.by_tag[t], s & X_MASK) else {
+            let Some(x) = f(&self.by_tag[t], s & R::Word::X_MASK) else {
                 return true;
             };
-            if s & FROZEN != 0 {
+            if frozen(s) {
                 return false;
             }
             match slot.state.compare_exchange_weak(
                 s,
-                (s & !X_MASK) | x,
+                (s & !R::Word::X_MASK) | x,
                 Ordering::Relaxed,
                 Ordering::Acquire,
             ) {
@@ -928,7 +964,7 @@ where
         let (mut evicted, mut live_keys, mut dead_slots) = (0, 0, 0);
         for slot in table.slots.iter() {
             let s = slot.state.load(Ordering::Relaxed);
-            if s == EMPTY || s & FROZEN != 0 {
+            if s == R::Word::EMPTY || frozen(s) {
                 continue;
             }
             let q = quota_of(s);
@@ -936,7 +972,7 @@ where
                 dead_slots += 1;
                 continue;
             }
-            if self.by_tag[q + 1].idle(s & X_MASK, self.base, now)
+            if self.by_tag[q + 1].idle(s & R::Word::X_MASK, self.base, now)
                 && slot
                     .state
                     .compare_exchange(s, dead(q), Ordering::Release, Ordering::Relaxed)
@@ -977,6 +1013,7 @@ impl<K, R, S, C> Drop for WordMap<K, R, S, C>
 where
     K: Eq + Hash + Clone + Send + Sync + 'static,
     S: BuildHasher,
+    R: WordRule,
 {
     fn drop(&mut self) {
         let table = self.table.load(Ordering::Relaxed);
@@ -1005,19 +1042,46 @@ pub(crate) mod tests {
         });
     }
 
-    #[test]
-    fn word_layout_round_trips() {
+    fn layout_round_trips<W: Word>() {
         for q in 0..MAX_QUOTAS {
-            let s = live(q, X_MASK);
+            let s: W = live(q, W::X_MASK);
             assert_eq!(tag(s), q + 1);
             assert_eq!(quota_of(s), q);
-            assert_eq!(s & FROZEN, 0);
-            assert_eq!(quota_of(s | FROZEN), q);
-            let d = dead(q);
+            assert!(!frozen(s));
+            assert!(frozen(s | W::FROZEN));
+            assert_eq!(quota_of(s | W::FROZEN), q);
+            let d: W = dead(q);
             assert_eq!(tag(d), 0);
-            assert_ne!(d, EMPTY);
+            assert_ne!(d, W::EMPTY);
             assert_eq!(quota_of(d), q);
-            assert_eq!(quota_of(d | FROZEN), q);
+            assert_eq!(quota_of(d | W::FROZEN), q);
         }
+        // The flags and the tag are the top five bits, x the rest.
+        assert_eq!(W::X_BITS, W::BITS - 5);
+        assert_eq!(!W::X_MASK, W::FROZEN | (W::from_u64(15) << W::X_BITS));
+    }
+
+    /// A `u64` key's slot is 16 bytes with a 64-bit word and 32 with a 128-bit one, each
+    /// aligned to its size: four or two to a cache line, none across two.
+    #[test]
+    fn slots_never_straddle_a_line() {
+        use std::mem::{align_of, size_of};
+        assert_eq!(
+            (size_of::<Slot<u64, u64>>(), align_of::<Slot<u64, u64>>()),
+            (16, 8)
+        );
+        assert_eq!(
+            (size_of::<Slot<u64, u128>>(), align_of::<Slot<u64, u128>>()),
+            (32, 32)
+        );
+        assert_eq!(size_of::<Slot<[u8; 16], u128>>(), 32);
+        let t = Table::<u64, u128>::new(MIN_SLOTS);
+        assert_eq!(t.slots.as_ptr() as usize % 32, 0);
+    }
+
+    #[test]
+    fn word_layout_round_trips() {
+        layout_round_trips::<u64>();
+        layout_round_trips::<u128>();
     }
 }

@@ -2,10 +2,18 @@
 //! moves. The map half (the table, its lock-free lookup, inserts, eviction, revival and
 //! resizes) is the word map (`src/word_map.rs`), shared by every such map; a rule only computes.
 //!
+//! # The word's width
+//! A rule picks its state word's width, [`WordRule::Word`]: `u64` (every rule whose state
+//! fits 59 bits) or `u128` (Guava's warming-up limiter, whose state is two independent
+//! numbers). The map is the same code for both, monomorphized; only the atomic differs
+//! (std's `AtomicU64`, or `AtomicU128` through `crate::sync`: portable-atomic's, one
+//! `cmpxchg16b` per CAS on x86_64, or loom's stand-in).
+//!
 //! # The contract
-//! A key's state is `x`, at most [`X_MASK`] (59 bits); the map keeps the quota's tag and its
-//! own flags in the word's other bits. `base` is the map's base reading (ns on its clock,
-//! taken at construction); a rule counts time from it, so that 59 bits last.
+//! A key's state is `x`, at most [`Word::X_MASK`] (the word's low `BITS - 5` bits: 59 of a
+//! `u64`, 123 of a `u128`); the map keeps the quota's tag and its own flags in the top five.
+//! `base` is the map's base reading (ns on its clock, taken at construction); a rule counts
+//! time from it, so that its bits last.
 //!
 //! 1. **`check` reads nothing but its arguments and `self`**, and writes nothing: the map
 //!    applies a grant with one CAS from the `x` it was computed from, and retries on the
@@ -29,12 +37,137 @@
 //!    no check on a key between the sweep's judgement and its CAS, and the CAS fails if one
 //!    landed.
 //! 4. **`born` never panics and saturates**; so does every time computation of a rule.
+use std::fmt::Debug;
+use std::ops::{BitAnd, BitOr, Not, Shl, Shr};
+
 use crate::clock::Nanos;
 use crate::limiter::Denied;
+use crate::sync::{AtomicU128, AtomicU64, Ordering};
 
-/// The bits of a key's state `x`: the map keeps its quota's tag and its flags in the other
-/// five.
-pub(crate) const X_MASK: u64 = (1 << 59) - 1;
+/// The bits of a 64-bit key state `x`: the map keeps its quota's tag and its flags in the
+/// other five.
+pub(crate) const X_MASK: u64 = <u64 as Word>::X_MASK;
+
+/// A state word's width (module docs): its layout constants and its atomic.
+pub(crate) trait Word:
+    Copy
+    + Eq
+    + Ord
+    + Debug
+    + Send
+    + Sync
+    + 'static
+    + BitAnd<Output = Self>
+    + BitOr<Output = Self>
+    + Not<Output = Self>
+    + Shl<u32, Output = Self>
+    + Shr<u32, Output = Self>
+{
+    /// The word's bits.
+    const BITS: u32;
+    const ZERO: Self;
+    /// The top bit: set by a resize once the slot is copied.
+    const FROZEN: Self;
+    /// The bits of `x`, below the flag and the 4-bit tag.
+    const X_BITS: u32 = Self::BITS - 5;
+    const X_MASK: Self;
+    /// A slot never used.
+    const EMPTY: Self = Self::ZERO;
+    /// The atomic holding a slot's word.
+    type Atomic: AtomicWord<Self>;
+    /// A zero-sized type whose alignment a slot takes (through a `[Align; 0]` field): a
+    /// slot's size, so that no slot straddles two cache lines.
+    type Align: Send + Sync + 'static;
+
+    fn from_u64(v: u64) -> Self;
+    /// The low 64 bits.
+    fn low_u64(self) -> u64;
+}
+
+/// The operations the map performs on a slot's word, as the atomic's own methods.
+pub(crate) trait AtomicWord<W>: Send + Sync {
+    fn new(v: W) -> Self;
+    fn load(&self, order: Ordering) -> W;
+    fn store(&self, v: W, order: Ordering);
+    fn compare_exchange(&self, current: W, new: W, s: Ordering, f: Ordering) -> Result<W, W>;
+    fn compare_exchange_weak(&self, current: W, new: W, s: Ordering, f: Ordering) -> Result<W, W>;
+}
+
+/// The alignment of a slot with a 128-bit word: a 32-byte one (a key of up to 16 bytes) is
+/// only 16-aligned otherwise, and so is its allocation, which puts every other slot across
+/// two lines, two misses a check where one would do. A larger key's slot is rounded up to
+/// 64 bytes: a line each.
+#[repr(align(32))]
+pub(crate) struct Align32;
+
+macro_rules! word {
+    ($w:ty, $atomic:ty, $align:ty) => {
+        impl Word for $w {
+            const BITS: u32 = <$w>::BITS;
+            const ZERO: $w = 0;
+            const FROZEN: $w = 1 << (<$w>::BITS - 1);
+            const X_MASK: $w = (1 << (<$w>::BITS - 5)) - 1;
+            type Atomic = $atomic;
+            type Align = $align;
+
+            #[inline(always)]
+            fn from_u64(v: u64) -> $w {
+                v as $w
+            }
+
+            #[inline(always)]
+            fn low_u64(self) -> u64 {
+                self as u64
+            }
+        }
+
+        // Each method calls the atomic's inherent one (inherent methods take precedence).
+        impl AtomicWord<$w> for $atomic {
+            #[inline(always)]
+            fn new(v: $w) -> Self {
+                <$atomic>::new(v)
+            }
+
+            #[inline(always)]
+            fn load(&self, order: Ordering) -> $w {
+                <$atomic>::load(self, order)
+            }
+
+            #[inline(always)]
+            fn store(&self, v: $w, order: Ordering) {
+                <$atomic>::store(self, v, order)
+            }
+
+            #[inline(always)]
+            fn compare_exchange(
+                &self,
+                current: $w,
+                new: $w,
+                s: Ordering,
+                f: Ordering,
+            ) -> Result<$w, $w> {
+                <$atomic>::compare_exchange(self, current, new, s, f)
+            }
+
+            #[inline(always)]
+            fn compare_exchange_weak(
+                &self,
+                current: $w,
+                new: $w,
+                s: Ordering,
+                f: Ordering,
+            ) -> Result<$w, $w> {
+                <$atomic>::compare_exchange_weak(self, current, new, s, f)
+            }
+        }
+    };
+}
+
+// A 16-byte slot (a 64-bit word and a `u64` key) is aligned to its word, 8: allocations are
+// 16-aligned, so it never straddles a line; a wider key makes a slot of 24 bytes or more,
+// which no alignment keeps within a line.
+word!(u64, AtomicU64, ());
+word!(u128, AtomicU128, Align32);
 
 /// 8.5 years (of 365.25 days) in nanoseconds: the least range of readings past the base
 /// that every rule's word holds, whatever its configuration.
@@ -43,16 +176,25 @@ const _: () = assert!(RANGE_MIN == 268_239_600_000_000_000);
 
 /// One configuration of a keyed map with inline state: see the [module docs](self).
 pub(crate) trait WordRule: Copy + Send + Sync + 'static {
+    /// The state word's width (module docs).
+    type Word: Word;
+
     /// The state of a key born at `now`: inserted, or revived after an eviction judged at
-    /// or before `now`. At most [`X_MASK`].
-    fn born(&self, base: u64, now: Nanos) -> u64;
+    /// or before `now`. At most [`Word::X_MASK`].
+    fn born(&self, base: u64, now: Nanos) -> Self::Word;
 
     /// A check of `n` at `now` on state `x`: `Ok(Some(x2))` grants by writing `x2` (at most
-    /// [`X_MASK`], and `!= x`), `Ok(None)` grants without a write, `Err` refuses (nothing
-    /// written) with the denial's retry time.
-    fn check(&self, x: u64, base: u64, now: Nanos, n: u32) -> Result<Option<u64>, Denied>;
+    /// [`Word::X_MASK`], and `!= x`), `Ok(None)` grants without a write, `Err` refuses
+    /// (nothing written) with the denial's retry time.
+    fn check(
+        &self,
+        x: Self::Word,
+        base: u64,
+        now: Nanos,
+        n: u32,
+    ) -> Result<Option<Self::Word>, Denied>;
 
     /// Whether evicting a key in state `x` at `now` changes nothing it could be granted
     /// (contract 3).
-    fn idle(&self, x: u64, base: u64, now: Nanos) -> bool;
+    fn idle(&self, x: Self::Word, base: u64, now: Nanos) -> bool;
 }

@@ -265,12 +265,12 @@ pub const MANY_LIMITERS: [&str; 7] = [
 /// `inline` or `governor`) grants again: [`MANY_PERIOD`], twice that for the sliding window,
 /// in `Keyed` or inline (its estimate weighs the previous window's grant until that window
 /// has slid past) and
-/// three times for the warming-up limiter (cold, a permit costs its cold factor, 3, times
-/// the stable interval).
+/// three times for the warming-up limiter, in `Keyed` or inline (cold, a permit costs its
+/// cold factor, 3, times the stable interval).
 pub fn many_due(lim: &str) -> Duration {
     match lim {
         "sliding" | "inline-sliding" => 2 * MANY_PERIOD,
-        "warming" => 3 * MANY_PERIOD,
+        "warming" | "inline-warming" => 3 * MANY_PERIOD,
         _ => MANY_PERIOD,
     }
 }

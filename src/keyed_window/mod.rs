@@ -227,6 +227,8 @@ impl Quota {
 /// The map's rule: `x` is the window's end in ticks past the base and its count (module docs,
 /// "The state word").
 impl WordRule for Quota {
+    type Word = u64;
+
     /// A spent window that ends at `B`, rounded **down** to a tick: a check at `B` opens a
     /// window at once. Safe for contract 3: an idle key's end is a tick at or before `J`, so
     /// at or before `B` rounded down.

@@ -95,7 +95,8 @@ macro_rules! front_methods {
             }
 
             /// The table's slots (a power of two; each holds a key and its word): the memory
-            /// the map holds is about `capacity() * size_of::<(u64, K)>()`.
+            /// the map holds is about `capacity()` slots of `size_of::<(W, K)>()` bytes, `W`
+            /// the map's state word (`u64`; `u128` for the warming-up map).
             ///
             /// ```
             #[doc = concat!("use turnstile::", $module, "::{", stringify!($front), "};")]
@@ -196,8 +197,9 @@ macro_rules! builder_methods {
             /// Sizes the table for `keys` keys from the start, and never shrinks it below
             /// that: up to `keys` keys, no insert grows the table, so new keys never pay for
             /// copying it (checks of held keys never wait for a resize either way), at the
-            /// price of holding the memory (`~16 * 8/7 * keys` bytes for `u64` keys, rounded
-            /// up to a power of two) while empty. Default 0: the table starts at 16 slots and
+            /// price of holding the memory (`~16 * 8/7 * keys` bytes for `u64` keys and a
+            /// 64-bit word, twice that for a 128-bit one, rounded up to a power of two) while
+            /// empty. Default 0: the table starts at 16 slots and
             /// follows the keys, up to what `max_keys` needs.
             ///
             /// ```

@@ -1,0 +1,771 @@
+//! Per-key Guava `SmoothWarmingUp` limiters with the state **inline**: each key is its key and
+//! one 128-bit word in an open-addressing table shared by all keys, the same table and
+//! protocol as [`KeyedTokenBucket`](crate::KeyedTokenBucket)'s (lookup, insert, eviction,
+//! revival, resizes, sweeps, key bound; its module docs describe them), at the word map's
+//! 128-bit width. The general [`Keyed`](crate::Keyed)`<K, SmoothWarmingUp>` holds a whole
+//! limiter per key behind a pointer (two dependent cache misses per random-key check); this
+//! map shares the configuration between keys, so a check costs one miss.
+//!
+//! # Two numbers in one word
+//! Guava's warming-up state is `(stored, next_free)`, and unlike the bursty limiter's the two
+//! are independent: every stored permit costs at least the stable interval `I` of
+//! `next_free` (the trapezoid above `threshold_permits`, `I` below it), so a spend from the
+//! store leaves a debt with permits still stored, and no single number answers every reading
+//! as the pair does ([`KeyedSmoothBursty`](crate::KeyedSmoothBursty)'s module docs). So the
+//! word holds both, exactly as [`SmoothWarmingUp`](crate::SmoothWarmingUp)'s own 128-bit word
+//! does, without its configuration epoch (the configuration is the quota's, fixed):
+//!
+//! ```text
+//!  127     126..123     122..104   103..40                      39..0
+//! [FROZEN][ tag (4) ][ 0 ...... ][ next_free - base (64, ns) ][ stored (40) ]
+//!   tag 1..=15: a live key of quota `tag - 1`
+//!   tag 0, FROZEN: the engine's (EMPTY, DEAD, a resize's copy)
+//! ```
+//!
+//! * `next_free` is counted in **nanoseconds past the map's base** (the clock reading at
+//!   construction). The word has room for the nanosecond itself, so there is no unit to
+//!   convert to (the 64-bit maps count in `src/scale.rs`'s units to fit 59 bits): a reading
+//!   converts with one subtraction, and the whole clock is in range.
+//! * `stored` is [`SmoothWarmingUp`](crate::SmoothWarmingUp)'s fixed point: a fraction of
+//!   `max_permits` in `2^-39` steps (`2^39` is a full store, hence 40 bits).
+//!
+//! A check runs [`SmoothWarmingUp`](crate::SmoothWarmingUp)'s own arithmetic on that pair (the
+//! same functions: Guava's resync, the warm-up integral for stored permits, the stable
+//! interval for fresh ones, each cost rounded to the nearest nanosecond), so the two agree
+//! **bit for bit**: a check of `n` at `now` is granted iff `next_free <= now` (Guava's
+//! `tryAcquire(n, 0)`; pay later, whatever `n`), and then resyncs and pushes `next_free` by
+//! the request's cost; a refusal writes nothing and retries at `next_free`, when the debt
+//! clears.
+//!
+//! **Range.** Readings before the base count as the base. `next_free` saturates at
+//! 2^64 - 1 ns (584 years) past the base: a refusal whose retry time lies there (or past the end of the
+//! clock) says "never" (`retry_at() == None`), as the single limiter's at the end of time,
+//! and a key in such a debt is never idle. No configuration is out of range: every rate,
+//! warm-up and cold factor [`SmoothWarmingUp`](crate::SmoothWarmingUp) accepts is accepted.
+//!
+//! **Budget.** Every permit costs at least `I` of `next_free` (a stored one the integral,
+//! which is at least `I` a permit; a fresh one `I`), up to each cost's rounding to the
+//! nanosecond, `next_free` never decreases over a key's history (nor across an eviction,
+//! below), and a grant at `t` needs `next_free <= t`. So for any readings in `[a, b]`,
+//! whatever the order in which they arrive, a key's grants, **all but the last to take
+//! effect**, total at most `rate * (b - a)` permits (plus a nanosecond of rounding per
+//! grant), and the last may be of any size (pay later). With checks of one permit: at most
+//! `1 + rate * (b - a)` in any span `b - a` of readings. (A warming-up limiter never bursts:
+//! its stored permits only make grants dearer.)
+//!
+//! **Orderings.** The rule has no atomics of its own: it computes the next word from the one
+//! the map loaded, and the map's CASes (one `cmpxchg16b` each on x86_64) are the whole
+//! protocol (`src/word_map.rs`, which states why its orderings hold at either width). A
+//! refusal is decided from that one load and writes nothing.
+//!
+//! # A key's birth, and eviction
+//! A key is **born** at `B` when it is inserted, or revived after a sweep at `J <= B` evicted
+//! it (`B` is the later of the check's reading and the last sweep's time): cold, the store
+//! full, `next_free = B`, as Guava's warming-up limiter starts and as
+//! [`Keyed`](crate::Keyed) dates a new [`SmoothWarmingUp`](crate::SmoothWarmingUp)
+//! ([`Idle::born_at`](crate::Idle::born_at)). A key is **idle** at `J` when it is exactly a
+//! fresh one: no debt (`next_free <= J`) and the store full at `J` (cold again), as
+//! `SmoothWarmingUp`'s [`Idle`](crate::Idle). Advanced to `B` such a key is `born(B)`
+//! itself, and before `B` the newborn grants nothing (`next_free = B`): evicting it hands
+//! the key nothing (the word rule's contract 3), and `next_free` never decreases across it.
+//!
+//! # Deviations
+//! From Guava's `SmoothWarmingUp`, [`SmoothWarmingUp`](crate::SmoothWarmingUp)'s own
+//! (nanosecond costs, typed errors, "never" at the end of time), and:
+//! * a debt ending more than 584 years past the map's base is "never" (above);
+//! * only the non-blocking check ([`KeyedSmoothWarmingUp::check_n_at`] is
+//!   `tryAcquire(n, 0)`): no `acquire`, `reserve` or `set_rate`. A check of `n = 0` takes
+//!   nothing and is granted iff there is no debt, as `SmoothWarmingUp`'s.
+//!
+//! From [`Keyed`](crate::Keyed)`<K, SmoothWarmingUp>`: none for readings from the base on,
+//! stale ones included (the state is the single limiter's, to the bit), sweeps included (both
+//! judge idleness and date revived keys alike); readings before the base count as the base.
+//!
+//! # Quotas, memory, HashDoS, sweeps
+//! As [`KeyedTokenBucket`](crate::KeyedTokenBucket)'s: up to [`MAX_QUOTAS`] configurations
+//! picked per new key by `classify`, at most `max_keys` keys (a new key finding the map full
+//! is refused, [`WhenFull::Deny`], or let through untracked, [`WhenFull::Allow`]), std's
+//! `RandomState` by default, and sweeps every `sweep_every` inline, by hand
+//! ([`KeyedSmoothWarmingUp::evict_idle`]) or on a thread of their own
+//! ([`KeyedSmoothWarmingUp::spawn_sweeper`]). A slot is the 16-byte word and the key,
+//! aligned to 32 bytes so that none straddles a cache line: 32 bytes for a key of up to 16
+//! bytes (a `u64`, an IPv6 address), 64 for a larger one. A key is evicted by the first
+//! sweep at or after it is cold again: its debt cleared and its store refilled (at most a
+//! warm-up period of idling after the debt clears).
+
+use std::borrow::Borrow;
+use std::collections::hash_map::RandomState;
+use std::fmt;
+use std::hash::{BuildHasher, Hash};
+use std::time::Duration;
+
+pub use crate::keyed::{WhenFull, DEFAULT_MAX_KEYS, DEFAULT_SWEEP_EVERY};
+pub use crate::word_map::MAX_QUOTAS;
+
+use crate::clock::{Clock, Nanos, QuantaClock};
+use crate::error::ConfigError;
+use crate::limiter::Denied;
+use crate::smooth::{self, Config as SmoothConfig, EPOCH_BITS, FRAC_ONE};
+use crate::word_map::{Settings, WordMap};
+use crate::word_rule::WordRule;
+
+/// Guava's default cold factor for `RateLimiter.create(rate, warmup)`: a cold key's first
+/// permits cost up to three stable intervals each.
+///
+/// ```
+/// use std::time::Duration;
+/// use turnstile::keyed_warming::{KeyedSmoothWarmingUp, DEFAULT_COLD_FACTOR};
+/// let k = KeyedSmoothWarmingUp::<u8>::builder(2.0, Duration::from_secs(4))
+///     .cold_factor(DEFAULT_COLD_FACTOR) // the same as leaving it out
+///     .build()
+///     .unwrap();
+/// assert!(k.check(&1).is_ok());
+/// ```
+pub const DEFAULT_COLD_FACTOR: f64 = 3.0;
+
+/// One configuration of the quota table, precomputed off the hot path.
+#[derive(Clone, Copy, Debug)]
+struct Quota {
+    rate: f64,
+    warmup: Duration,
+    cold_factor: f64,
+    /// [`SmoothWarmingUp`](crate::SmoothWarmingUp)'s derived constants for this quota.
+    cfg: SmoothConfig,
+}
+
+impl Quota {
+    /// Guava's `SmoothWarmingUp` for `rate`, `warmup` and `cold_factor`, validated as
+    /// [`SmoothWarmingUp`](crate::SmoothWarmingUp)'s builder validates them.
+    fn new(rate: f64, warmup: Duration, cold_factor: f64) -> Result<Quota, ConfigError> {
+        let (rate, cfg) = smooth::warming_config(rate, warmup, cold_factor)?;
+        Ok(Quota {
+            rate,
+            warmup,
+            cold_factor,
+            cfg,
+        })
+    }
+}
+
+/// The single limiter's state word (epoch 0) for `x`, and back: `x` is that word without
+/// its (always zero) epoch bits.
+#[inline(always)]
+fn word(x: u128) -> u128 {
+    x << EPOCH_BITS
+}
+
+#[inline(always)]
+fn x_of(word: u128) -> u128 {
+    word >> EPOCH_BITS
+}
+
+/// A reading in nanoseconds past `base` (before it: the base).
+#[inline(always)]
+fn since(base: u64, now: Nanos) -> u64 {
+    now.as_u64().saturating_sub(base)
+}
+
+/// The map's rule: `x` is the key's `(next_free - base, stored)` (module docs, "Two numbers
+/// in one word").
+impl WordRule for Quota {
+    type Word = u128;
+
+    /// Cold: the store full, `next_free = B`.
+    #[inline(always)]
+    fn born(&self, base: u64, now: Nanos) -> u128 {
+        x_of(smooth::pack(since(base, now), FRAC_ONE, 0))
+    }
+
+    #[inline(always)]
+    fn check(&self, x: u128, base: u64, now: Nanos, n: u32) -> Result<Option<u128>, Denied> {
+        let w = word(x);
+        let t = since(base, now);
+        let next = smooth::next_free(w);
+        if next > t {
+            // A debt owed at `now`, whatever `n`; its end saturated at the word's: never.
+            let at = (next != u64::MAX)
+                .then(|| base.checked_add(next))
+                .flatten()
+                .map(Nanos::new);
+            return Err(Denied::new(now, at));
+        }
+        if n == 0 || self.cfg.inf {
+            // Nothing taken, or every cost zero: not written (the rule's contract 2).
+            return Ok(None);
+        }
+        let x2 = x_of(self.cfg.reserve(w, t, n).1);
+        // A grant whose cost rounds to nothing and spends no representable store (rates
+        // past 2e9/s with a store of more than 2^40 permits) consumed nothing the word can
+        // hold: not written (contract 2).
+        Ok((x2 != x).then_some(x2))
+    }
+
+    /// Exactly a fresh key's state: no debt and the store full at `now`.
+    #[inline(always)]
+    fn idle(&self, x: u128, base: u64, now: Nanos) -> bool {
+        let w = word(x);
+        let t = since(base, now);
+        if smooth::next_free(w) > t {
+            return false;
+        }
+        self.cfg.inf || self.cfg.stored(self.cfg.resync(w, t).1) >= self.cfg.max_permits
+    }
+}
+
+/// Per-key Guava `SmoothWarmingUp` limiters, one 128-bit word per key in a table shared by
+/// all keys. See the [module docs](self) for the word, a key's birth and the deviations.
+///
+/// ```
+/// use std::net::IpAddr;
+/// use std::time::Duration;
+/// use turnstile::keyed_warming::KeyedSmoothWarmingUp;
+///
+/// // 10 permits per second per client IP, reached over a 2 s warm-up from cold.
+/// let per_ip = KeyedSmoothWarmingUp::new(10.0, Duration::from_secs(2)).unwrap();
+/// let client: IpAddr = "192.0.2.7".parse().unwrap();
+/// assert!(per_ip.check(&client).is_ok());
+/// assert_eq!(per_ip.len(), 1);
+/// ```
+///
+/// Quotas per key: a small table of configurations, and a function that picks one for each
+/// new key.
+///
+/// ```
+/// use std::time::Duration;
+/// use turnstile::{keyed_warming::KeyedSmoothWarmingUp, ManualClock, Nanos};
+///
+/// let per_user = KeyedSmoothWarmingUp::builder(2.0, Duration::from_secs(4)) // quota 0
+///     .quota(100.0, Duration::from_secs(1), 3.0) // quota 1
+///     .classify(|user: &String| usize::from(user.starts_with("staff:")))
+///     .clock(ManualClock::default())
+///     .build()
+///     .unwrap();
+/// let t = Nanos::new(1_000_000_000);
+/// assert!(per_user.check_n_at("alice", t, 1).is_ok());
+/// let denied = per_user.check_n_at("alice", t, 1).unwrap_err();
+/// // Cold: the first permit costs 1.375 s (Guava's warm-up example).
+/// assert_eq!(denied.retry_after(), Some(Duration::from_millis(1375)));
+/// assert!(per_user.check_n_at("staff:bob", t, 1).is_ok());
+/// ```
+pub struct KeyedSmoothWarmingUp<K, S = RandomState, C: Clock = QuantaClock>
+where
+    K: Eq + Hash + Clone + Send + Sync + 'static,
+    S: BuildHasher,
+{
+    map: WordMap<K, Quota, S, C>,
+}
+
+impl<K> KeyedSmoothWarmingUp<K, RandomState, QuantaClock>
+where
+    K: Eq + Hash + Clone + Send + Sync + 'static,
+{
+    /// `rate` permits per second per key reached after `warmup` from cold, with cold factor
+    /// 3 (Guava's `RateLimiter.create(rate, warmup)`), on the shared quanta clock, with at
+    /// most [`DEFAULT_MAX_KEYS`] keys and sweeps every 10 s. The same errors as
+    /// [`KeyedSmoothWarmingUpBuilder::build`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::{keyed_warming::KeyedSmoothWarmingUp, ConfigError};
+    /// let k = KeyedSmoothWarmingUp::new(5.0, Duration::from_secs(1)).unwrap();
+    /// assert!(k.check(&42u64).is_ok());
+    /// let err = KeyedSmoothWarmingUp::<u64>::new(5.0, Duration::ZERO).unwrap_err();
+    /// assert_eq!(err, ConfigError::ZeroWarmup(Duration::ZERO));
+    /// ```
+    pub fn new(rate: f64, warmup: Duration) -> Result<Self, ConfigError> {
+        Self::builder(rate, warmup).build()
+    }
+
+    /// A builder whose quota 0 is `rate` permits per second reached after `warmup`, cold
+    /// factor 3: change that with [`KeyedSmoothWarmingUpBuilder::cold_factor`], add quotas
+    /// with [`KeyedSmoothWarmingUpBuilder::quota`] and pick one per key with
+    /// [`KeyedSmoothWarmingUpBuilder::classify`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::keyed_warming::{KeyedSmoothWarmingUp, WhenFull};
+    /// let k = KeyedSmoothWarmingUp::<u32>::builder(5.0, Duration::from_secs(2))
+    ///     .cold_factor(4.0)
+    ///     .max_keys(100_000)
+    ///     .when_full(WhenFull::Deny)
+    ///     .build()
+    ///     .unwrap();
+    /// assert_eq!(k.max_keys(), 100_000);
+    /// ```
+    pub fn builder(rate: f64, warmup: Duration) -> KeyedSmoothWarmingUpBuilder<K> {
+        KeyedSmoothWarmingUpBuilder {
+            quotas: vec![(rate, warmup, DEFAULT_COLD_FACTOR)],
+            settings: Settings::new(),
+        }
+    }
+}
+
+crate::word_map::front_methods!(
+    KeyedSmoothWarmingUp,
+    "keyed_warming",
+    extra "",
+    new "KeyedSmoothWarmingUp::new(1.0, std::time::Duration::from_secs(1)).unwrap()",
+    builder "KeyedSmoothWarmingUp::builder(1.0, std::time::Duration::from_secs(1))"
+);
+
+impl<K, S, C> KeyedSmoothWarmingUp<K, S, C>
+where
+    K: Eq + Hash + Clone + Send + Sync + 'static,
+    S: BuildHasher,
+    C: Clock,
+{
+    /// One permit for `key` now, if no debt is owed (Guava's `tryAcquire()`).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::keyed_warming::KeyedSmoothWarmingUp;
+    /// let k = KeyedSmoothWarmingUp::new(1.0, Duration::from_secs(1)).unwrap();
+    /// assert!(k.check("alice").is_ok());
+    /// assert!(k.check("alice").is_err()); // cold: more than a second of debt
+    /// assert!(k.check("bob").is_ok());
+    /// # let _: &KeyedSmoothWarmingUp<String> = &k;
+    /// ```
+    #[inline]
+    pub fn check<Q>(&self, key: &Q) -> Result<(), Denied>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        self.check_n_at(key, self.map.clock().now(), 1)
+    }
+
+    /// `n` permits for `key` now, if no debt is owed (Guava's `tryAcquire(n)`): pay later,
+    /// so any `n` passes when there is no debt, and the next check pays for it.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::keyed_warming::KeyedSmoothWarmingUp;
+    /// let k = KeyedSmoothWarmingUp::new(1.0, Duration::from_secs(1)).unwrap();
+    /// assert!(k.check_n(&1u8, 5).is_ok()); // five now...
+    /// assert!(k.check_n(&1u8, 1).is_err()); // ...so at least five seconds of debt
+    /// ```
+    #[inline]
+    pub fn check_n<Q>(&self, key: &Q, n: u32) -> Result<(), Denied>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        self.check_n_at(key, self.map.clock().now(), n)
+    }
+
+    /// Takes `n` permits for `key` at `now` if no debt is owed at `now`, as one atomic step,
+    /// inserting the key (cold) if it is new; otherwise changes nothing, as
+    /// [`SmoothWarmingUp`](crate::SmoothWarmingUp)'s [`Limiter`](crate::Limiter) check
+    /// (Guava's `tryAcquire(n, 0)`). Stored permits are spent first, at the warm-up's price
+    /// (up to `cold_factor / rate` each, down to `1 / rate` at the threshold); the rest cost
+    /// `1 / rate` each; the cost pushes the debt. A denial says when the debt clears (never,
+    /// `None`, past the map's range). A refusal because the map is full
+    /// ([`WhenFull::Deny`]) says when the next early sweep may make room. `n == 0` takes
+    /// nothing and passes iff no debt is owed.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::{keyed_warming::KeyedSmoothWarmingUp, ManualClock, Nanos};
+    /// // Guava's example: 2 per second after a 4 s warm-up, cold factor 3.
+    /// let k = KeyedSmoothWarmingUp::<u8, _, _>::builder(2.0, Duration::from_secs(4))
+    ///     .clock(ManualClock::default())
+    ///     .build()
+    ///     .unwrap();
+    /// let mut now = Nanos::new(1_000_000_000);
+    /// let mut waits = Vec::new();
+    /// for _ in 0..8 {
+    ///     assert!(k.check_n_at(&1, now, 1).is_ok());
+    ///     let d = k.check_n_at(&1, now, 1).unwrap_err();
+    ///     waits.push(d.retry_after().unwrap().as_millis());
+    ///     now = d.retry_at().unwrap();
+    /// }
+    /// assert_eq!(waits, [1375, 1125, 875, 625, 500, 500, 500, 500]);
+    /// ```
+    #[inline]
+    pub fn check_n_at<Q>(&self, key: &Q, now: Nanos, n: u32) -> Result<(), Denied>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        self.map.check_n_at(key, now, n)
+    }
+
+    /// Evicts every key idle at the map's clock reading (no debt, and cold again); returns
+    /// how many went.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::keyed_warming::KeyedSmoothWarmingUp;
+    /// let k = KeyedSmoothWarmingUp::new(1.0, Duration::from_secs(1)).unwrap();
+    /// let _ = k.check(&1u8);
+    /// assert_eq!(k.evict_idle(), 0); // in debt
+    /// ```
+    pub fn evict_idle(&self) -> usize {
+        self.evict_idle_at(self.map.clock().now())
+    }
+
+    /// Evicts every key idle at `now`: no debt, and its store full again (cold), exactly
+    /// the state of a key born at `now`. Returns how many went; afterwards, if the table
+    /// holds more evicted slots than live keys, rebuilds it without them.
+    ///
+    /// `now` may be any time and no key ever grants more for it (keys revived or inserted
+    /// after this call are born at `now` or later, module docs).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::{keyed_warming::KeyedSmoothWarmingUp, ManualClock, Nanos};
+    /// let k = KeyedSmoothWarmingUp::<u8, _, _>::builder(2.0, Duration::from_secs(4))
+    ///     .clock(ManualClock::default())
+    ///     .build()
+    ///     .unwrap();
+    /// let t = Nanos::new(1_000_000_000);
+    /// let _ = k.check_n_at(&1, t, 1); // 1.375 s of debt, one permit spent from the store
+    /// assert_eq!(k.evict_idle_at(t + Duration::from_millis(1500)), 0); // 7.25 stored of 8
+    /// assert_eq!(k.evict_idle_at(t + Duration::from_secs(60)), 1);
+    /// assert!(k.is_empty());
+    /// ```
+    pub fn evict_idle_at(&self, now: Nanos) -> usize {
+        self.map.evict_idle_at(now)
+    }
+}
+
+impl<K, S, C> fmt::Debug for KeyedSmoothWarmingUp<K, S, C>
+where
+    K: Eq + Hash + Clone + Send + Sync + 'static,
+    S: BuildHasher,
+    C: Clock,
+{
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut d = f.debug_struct("KeyedSmoothWarmingUp");
+        d.field("len", &self.len()).field(
+            "quotas",
+            &self
+                .map
+                .rules()
+                .iter()
+                .map(|q| (q.rate, q.warmup, q.cold_factor))
+                .collect::<Vec<_>>(),
+        );
+        self.map.debug_fields(&mut d);
+        d.finish()
+    }
+}
+
+/// Options for a [`KeyedSmoothWarmingUp`]: quota 0's cold factor as
+/// [`SmoothWarmingUp`](crate::SmoothWarmingUp)'s builder, more quotas, and the map's settings.
+///
+/// ```
+/// use std::time::Duration;
+/// use turnstile::keyed_warming::KeyedSmoothWarmingUp;
+/// let k = KeyedSmoothWarmingUp::builder(10.0, Duration::from_secs(2))
+///     .cold_factor(4.0)
+///     .quota(100.0, Duration::from_secs(1), 3.0)
+///     .classify(|user: &u32| usize::from(*user < 10))
+///     .max_keys(10_000)
+///     .build()
+///     .unwrap();
+/// assert!(k.check(&3).is_ok());
+/// ```
+#[must_use = "a builder does nothing until `build` is called"]
+pub struct KeyedSmoothWarmingUpBuilder<K, S = RandomState, C: Clock = QuantaClock> {
+    /// `(rate, warmup, cold_factor)` of each quota, quota 0 first.
+    quotas: Vec<(f64, Duration, f64)>,
+    settings: Settings<K, S, C>,
+}
+
+crate::word_map::builder_methods!(
+    KeyedSmoothWarmingUpBuilder,
+    KeyedSmoothWarmingUp,
+    "keyed_warming",
+    extra "",
+    builder "KeyedSmoothWarmingUp::builder(1.0, std::time::Duration::from_secs(1))"
+);
+
+impl<K, S, C> KeyedSmoothWarmingUpBuilder<K, S, C>
+where
+    K: Eq + Hash + Clone + Send + Sync + 'static,
+    S: BuildHasher,
+    C: Clock,
+{
+    /// Quota 0's cold interval as a multiple of its stable one (Guava's `coldFactor`,
+    /// default 3.0, at least 1): a cold key's first permits cost up to `cold_factor / rate`
+    /// each. Below 1, infinite or NaN is [`ConfigError::InvalidColdFactor`] at
+    /// [`KeyedSmoothWarmingUpBuilder::build`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::{keyed_warming::KeyedSmoothWarmingUp, ConfigError, ManualClock, Nanos};
+    /// let k = KeyedSmoothWarmingUp::builder(1.0, Duration::from_secs(2))
+    ///     .cold_factor(1.0) // no warm-up premium: every permit costs 1 s
+    ///     .clock(ManualClock::default())
+    ///     .build()
+    ///     .unwrap();
+    /// let t = Nanos::new(1_000_000_000);
+    /// assert!(k.check_n_at(&1u8, t, 1).is_ok());
+    /// let d = k.check_n_at(&1u8, t, 1).unwrap_err();
+    /// assert_eq!(d.retry_after(), Some(Duration::from_secs(1)));
+    /// let err = KeyedSmoothWarmingUp::<u8>::builder(1.0, Duration::from_secs(2))
+    ///     .cold_factor(0.5)
+    ///     .build();
+    /// assert_eq!(err.unwrap_err(), ConfigError::InvalidColdFactor(0.5));
+    /// ```
+    pub fn cold_factor(mut self, cold_factor: f64) -> Self {
+        self.quotas[0].2 = cold_factor;
+        self
+    }
+
+    /// Adds a quota of `rate` permits per second reached after `warmup` with `cold_factor`:
+    /// the first call adds quota 1 (quota 0 is the builder's), and so on, up to
+    /// [`MAX_QUOTAS`] in all (more is [`ConfigError::TooManyQuotas`]).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::keyed_warming::KeyedSmoothWarmingUp;
+    /// let k = KeyedSmoothWarmingUp::builder(1.0, Duration::from_secs(1))
+    ///     .quota(1000.0, Duration::from_millis(100), 3.0) // quota 1
+    ///     .classify(|ip: &[u8; 4]| usize::from(ip[0] == 10))
+    ///     .build()
+    ///     .unwrap();
+    /// assert!(k.check(&[10, 0, 0, 1]).is_ok());
+    /// ```
+    pub fn quota(mut self, rate: f64, warmup: Duration, cold_factor: f64) -> Self {
+        self.quotas.push((rate, warmup, cold_factor));
+        self
+    }
+
+    /// Picks each new key's quota (an index into the quotas in the order they were added; one
+    /// past them means quota 0). Called once per key insertion, not per check: a key keeps
+    /// its quota until it is evicted.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::keyed_warming::KeyedSmoothWarmingUp;
+    /// let k = KeyedSmoothWarmingUp::builder(1.0, Duration::from_secs(1))
+    ///     .quota(1e6, Duration::from_millis(1), 3.0)
+    ///     .classify(|user: &u32| if *user < 100 { 1 } else { 0 })
+    ///     .build()
+    ///     .unwrap();
+    /// assert!(k.check(&7).is_ok());
+    /// assert!(k.check(&700).is_ok());
+    /// assert!(k.check(&700).is_err()); // a cold permit's debt at 1 per second
+    /// ```
+    pub fn classify(mut self, classify: impl Fn(&K) -> usize + Send + Sync + 'static) -> Self {
+        self.settings.classify = Box::new(classify);
+        self
+    }
+
+    /// The map, or the first setting that cannot be used: a quota's rate zero, negative or
+    /// NaN ([`ConfigError::RateNotPositive`]; `+inf` is allowed: no limit) or subnormal
+    /// ([`ConfigError::SubnormalLimit`]), its warm-up zero ([`ConfigError::ZeroWarmup`]), its
+    /// cold factor below 1, infinite or NaN ([`ConfigError::InvalidColdFactor`]),
+    /// [`ConfigError::ZeroMaxKeys`] or [`ConfigError::TooManyQuotas`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::{keyed_warming::KeyedSmoothWarmingUp, ConfigError};
+    /// let sec = Duration::from_secs(1);
+    /// let err = KeyedSmoothWarmingUp::<u8>::builder(f64::NAN, sec).build().unwrap_err();
+    /// assert!(matches!(err, ConfigError::RateNotPositive(r) if r.is_nan()));
+    /// let err = KeyedSmoothWarmingUp::<u8>::builder(1.0, sec).quota(1.0, Duration::ZERO, 3.0);
+    /// assert_eq!(err.build().unwrap_err(), ConfigError::ZeroWarmup(Duration::ZERO));
+    /// ```
+    pub fn build(self) -> Result<KeyedSmoothWarmingUp<K, S, C>, ConfigError> {
+        let quotas = self
+            .quotas
+            .iter()
+            .map(|&(rate, warmup, cf)| Quota::new(rate, warmup, cf))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(KeyedSmoothWarmingUp {
+            map: self.settings.build(&quotas)?,
+        })
+    }
+}
+
+impl<K, S, C: Clock> fmt::Debug for KeyedSmoothWarmingUpBuilder<K, S, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut d = f.debug_struct("KeyedSmoothWarmingUpBuilder");
+        d.field("quotas", &self.quotas);
+        self.settings.debug_fields(&mut d);
+        d.finish()
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::word_rule::Word;
+    use crate::{Idle, Limiter, ManualClock, SmoothWarmingUp};
+
+    /// `(rate, warm-up ms, cold factor)`: Guava's test configurations, and others.
+    const CONFIGS: [(f64, u64, f64); 8] = [
+        (2.0, 4000, 3.0),
+        (5.0, 4000, 10.0),
+        (5.0, 4000, 1.0),
+        (0.5, 100, 3.0),
+        (1e6, 1, 3.0),
+        (1000.0, 2500, 7.5),
+        (3.0, 1, 2.0),
+        (f64::INFINITY, 10, 3.0),
+    ];
+
+    fn quota(rate: f64, ms: u64, cf: f64) -> Quota {
+        Quota::new(rate, Duration::from_millis(ms), cf).unwrap()
+    }
+
+    fn warming(rate: f64, ms: u64, cf: f64, born: Nanos) -> SmoothWarmingUp<ManualClock> {
+        let mut l = SmoothWarmingUp::builder(rate, Duration::from_millis(ms))
+            .cold_factor(cf)
+            .clock(ManualClock::default())
+            .build()
+            .unwrap();
+        l.born_at(born);
+        l
+    }
+
+    /// The rule answers as a `SmoothWarmingUp` born at the same time, bit for bit: grant or
+    /// refusal, the refusal's retry time and idleness, check by check, on readings that
+    /// mostly move on and sometimes go back (stale ones, from the base on).
+    #[test]
+    fn the_rule_agrees_with_a_born_smooth_warming_up() {
+        let mut below = crate::clock::random_below();
+        for &(rate, ms, cf) in &CONFIGS {
+            let q = quota(rate, ms, cf);
+            let i = if rate.is_finite() {
+                (1e9 / rate) as u64
+            } else {
+                1000
+            };
+            let warmup = ms * 1_000_000;
+            for _ in 0..100 {
+                let base = below(1 << 40);
+                let born = base + below(1 << 36);
+                let l = warming(rate, ms, cf, Nanos::new(born));
+                let mut x = q.born(base, Nanos::new(born));
+                let mut now = born;
+                for _ in 0..300 {
+                    now += match below(6) {
+                        0 => below(i * 3 + 1),
+                        1 => warmup + below(3),
+                        2 => i,
+                        3 => 0,
+                        _ => below(i / 2 + 2),
+                    };
+                    let t = if below(8) == 0 {
+                        now.saturating_sub(below(i * 2 + 2)).max(base)
+                    } else {
+                        now
+                    };
+                    let t = Nanos::new(t);
+                    let n = below(4) as u32;
+                    assert_eq!(q.idle(x, base, t), l.is_idle_at(t), "idle at {t:?}");
+                    let got = q.check(x, base, t, n);
+                    let want = l.check_n_at(t, n);
+                    assert_eq!(
+                        got.map(|_| ()),
+                        want,
+                        "{rate}/s {ms} ms {cf}: n {n} at {t:?}"
+                    );
+                    if let Ok(Some(x2)) = got {
+                        assert_ne!(x2, x, "contract 2: a grant that writes changes x");
+                        assert!(x2 <= <u128 as Word>::X_MASK);
+                        x = x2;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Contract 3: a key idle at `J`, evicted and born again at `B >= J`, grants nothing its
+    /// old state would have refused, stale readings included; and where the newborn grants,
+    /// the two states are the same afterwards (advanced to `B`, the idle key is the newborn).
+    #[test]
+    fn an_idle_key_born_again_never_grants_more() {
+        let mut below = crate::clock::random_below();
+        let mut evictions = 0u32;
+        for &(rate, ms, cf) in &CONFIGS {
+            let q = quota(rate, ms, cf);
+            let i = if rate.is_finite() {
+                (1e9 / rate) as u64
+            } else {
+                1000
+            };
+            let warmup = ms * 1_000_000;
+            for _ in 0..300 {
+                let base = below(1 << 40);
+                // A history of a few grants from birth, then a sweep at J.
+                let mut x = q.born(base, Nanos::new(base + below(warmup)));
+                let mut now = base + below(warmup + 1);
+                for _ in 0..below(6) {
+                    now += below(i * 2 + 1);
+                    if let Ok(w) = q.check(x, base, Nanos::new(now), 1 + below(3) as u32) {
+                        x = w.unwrap_or(x);
+                    }
+                }
+                let j =
+                    now + [0, warmup / 2, warmup + i * 4, below(warmup * 3 + 1)][below(4) as usize];
+                if !q.idle(x, base, Nanos::new(j)) {
+                    continue;
+                }
+                evictions += 1;
+                let bb = j + [0, 1, below(warmup + 3)][below(3) as usize];
+                let mut born = q.born(base, Nanos::new(bb));
+                let mut old = x;
+                for _ in 0..40 {
+                    let at = (bb + below(warmup + i * 2 + 2))
+                        .saturating_sub(below(warmup + i * 2 + 2))
+                        .max(base);
+                    let at = Nanos::new(at);
+                    let n = below(4) as u32;
+                    if let Ok(w) = q.check(born, base, at, n) {
+                        let o = q.check(old, base, at, n);
+                        assert!(
+                            o.is_ok(),
+                            "born {born} granted n {n} at {at:?}, old {old} refused"
+                        );
+                        if let Some(w) = w {
+                            // A write from the newborn: the old state, resynced at the same
+                            // reading, is the same word.
+                            assert_eq!(o.unwrap(), Some(w), "at {at:?}");
+                            (born, old) = (w, w);
+                        }
+                    }
+                }
+            }
+        }
+        assert!(evictions > 500, "only {evictions} idle states tried");
+    }
+
+    /// A debt that saturates the word is "never", and such a key is never idle; the widest
+    /// configurations build and check without a panic.
+    #[test]
+    fn a_debt_past_the_word_is_never() {
+        let q = Quota::new(1e-9, Duration::from_secs(1), 3.0).unwrap();
+        let base = 5;
+        let t = Nanos::new(base + 1_000);
+        let x = q
+            .check(q.born(base, t), base, t, u32::MAX)
+            .unwrap()
+            .unwrap();
+        let d = q.check(x, base, t, 1).unwrap_err();
+        assert_eq!(d.retry_at(), None);
+        assert!(!q.idle(x, base, Nanos::MAX));
+        for (rate, warmup, cf) in [
+            (f64::MAX, Duration::MAX, f64::MAX / 2.0),
+            (1e-300, Duration::from_nanos(1), 1.0),
+            (1e300, Duration::MAX, 1.0),
+        ] {
+            let q = Quota::new(rate, warmup, cf).unwrap();
+            for now in [0, 1, base, u64::MAX / 2, u64::MAX] {
+                let now = Nanos::new(now);
+                let mut x = q.born(base, now);
+                for n in [0, 1, u32::MAX] {
+                    if let Ok(w) = q.check(x, base, now, n) {
+                        x = w.unwrap_or(x);
+                    }
+                    let _ = q.idle(x, base, now);
+                    assert!(x <= <u128 as Word>::X_MASK);
+                }
+            }
+        }
+    }
+}
