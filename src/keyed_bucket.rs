@@ -380,42 +380,6 @@ where
     S: BuildHasher,
     C: Clock,
 {
-    /// One token for `key` now.
-    ///
-    /// ```
-    /// use turnstile::{keyed_bucket::KeyedTokenBucket, Limit};
-    /// let k = KeyedTokenBucket::new(Limit::per_second(1.0).unwrap(), 1);
-    /// assert!(k.check("alice").is_ok());
-    /// assert!(k.check("alice").is_err());
-    /// assert!(k.check("bob").is_ok());
-    /// # let _: &KeyedTokenBucket<String> = &k;
-    /// ```
-    #[inline]
-    pub fn check<Q>(&self, key: &Q) -> Result<(), Denied>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
-        self.check_n_at(key, self.map.clock().now(), 1)
-    }
-
-    /// `n` tokens for `key` now.
-    ///
-    /// ```
-    /// use turnstile::{keyed_bucket::KeyedTokenBucket, Limit};
-    /// let k = KeyedTokenBucket::new(Limit::per_second(1.0).unwrap(), 3);
-    /// assert!(k.check_n(&1u8, 3).is_ok());
-    /// assert_eq!(k.check_n(&1u8, 4).unwrap_err().retry_at(), None); // more than the burst
-    /// ```
-    #[inline]
-    pub fn check_n<Q>(&self, key: &Q, n: u32) -> Result<(), Denied>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
-        self.check_n_at(key, self.map.clock().now(), n)
-    }
-
     /// `n` tokens for `key` at `now`, inserting the key if it is new. A denial writes nothing
     /// and says when the same check would pass (`None`: never, `n` is above the key's burst or
     /// its limit is zero); so does a refusal because the map is full ([`WhenFull::Deny`]).
@@ -588,18 +552,6 @@ where
         held(&self.map, key, now).map_or(f64::from(self.map.rules()[0].burst), |(_, t)| t)
     }
 
-    /// Evicts every key idle (full) at the map's clock reading; returns how many went.
-    ///
-    /// ```
-    /// use turnstile::{keyed_bucket::KeyedTokenBucket, Limit};
-    /// let k = KeyedTokenBucket::new(Limit::per_second(1.0).unwrap(), 1);
-    /// let _ = k.check(&1u8);
-    /// assert_eq!(k.evict_idle(), 0); // its token is not back yet
-    /// ```
-    pub fn evict_idle(&self) -> usize {
-        self.evict_idle_at(self.map.clock().now())
-    }
-
     /// Evicts every key whose bucket is full at `now`; returns how many went. Afterwards, if
     /// the table holds more evicted slots than live keys, rebuilds it without them (the
     /// memory comes back once no thread still reads the old table).
@@ -683,6 +635,7 @@ crate::word_map::builder_methods!(
     extra "Limit, ",
     builder "KeyedTokenBucket::builder(Limit::per_second(1.0).unwrap(), 1)"
 );
+crate::word_map::builder_debug!(KeyedTokenBucketBuilder);
 
 impl<K, S, C> KeyedTokenBucketBuilder<K, S, C>
 where
@@ -709,25 +662,6 @@ where
         self
     }
 
-    /// Picks each new key's quota (an index into the quotas in the order they were added; one
-    /// past them means quota 0). Called once per key insertion, not per check: a key keeps
-    /// its quota until it is evicted.
-    ///
-    /// ```
-    /// use turnstile::{keyed_bucket::KeyedTokenBucket, Limit};
-    /// let k = KeyedTokenBucket::builder(Limit::per_second(1.0).unwrap(), 1)
-    ///     .quota(Limit::per_second(1.0).unwrap(), 3)
-    ///     .classify(|user: &u32| if *user < 100 { 1 } else { 0 })
-    ///     .build()
-    ///     .unwrap();
-    /// assert!(k.check_n(&7, 3).is_ok());
-    /// assert!(k.check_n(&700, 3).is_err());
-    /// ```
-    pub fn classify(mut self, classify: impl Fn(&K) -> usize + Send + Sync + 'static) -> Self {
-        self.settings.classify = Box::new(classify);
-        self
-    }
-
     /// The map; [`ConfigError::ZeroMaxKeys`] or [`ConfigError::TooManyQuotas`] if those are
     /// out of range.
     ///
@@ -749,15 +683,6 @@ where
         Ok(KeyedTokenBucket {
             map: self.settings.build(&quotas)?,
         })
-    }
-}
-
-impl<K, S, C: Clock> fmt::Debug for KeyedTokenBucketBuilder<K, S, C> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut d = f.debug_struct("KeyedTokenBucketBuilder");
-        d.field("quotas", &self.quotas);
-        self.settings.debug_fields(&mut d);
-        d.finish()
     }
 }
 

@@ -320,42 +320,6 @@ where
     S: BuildHasher,
     C: Clock,
 {
-    /// One permit for `key` now, if it needs no wait (upstream's `Take` that would not sleep).
-    ///
-    /// ```
-    /// use turnstile::keyed_leaky::KeyedLeakyBucket;
-    /// let k = KeyedLeakyBucket::builder(1).without_slack().build().unwrap();
-    /// assert!(k.check("alice").is_ok());
-    /// assert!(k.check("alice").is_err()); // the next one is a second away
-    /// assert!(k.check("bob").is_ok());
-    /// # let _: &KeyedLeakyBucket<String> = &k;
-    /// ```
-    #[inline]
-    pub fn check<Q>(&self, key: &Q) -> Result<(), Denied>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
-        self.check_n_at(key, self.map.clock().now(), 1)
-    }
-
-    /// `n` permits for `key` now, if `n` consecutive takes would all be immediate.
-    ///
-    /// ```
-    /// use turnstile::keyed_leaky::KeyedLeakyBucket;
-    /// let k = KeyedLeakyBucket::builder(1).slack(3).build().unwrap();
-    /// assert!(k.check(&1u8).is_ok());
-    /// assert_eq!(k.check_n(&1u8, 5).unwrap_err().retry_at(), None); // more than slack + 1
-    /// ```
-    #[inline]
-    pub fn check_n<Q>(&self, key: &Q, n: u32) -> Result<(), Denied>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
-        self.check_n_at(key, self.map.clock().now(), n)
-    }
-
     /// Takes `n` permits for `key` at `now` if `n` consecutive takes would all be immediate,
     /// as one atomic step, inserting the key if it is new; otherwise changes nothing, as
     /// [`LeakyBucket`](crate::LeakyBucket)'s [`Limiter`](crate::Limiter) check. A denial
@@ -385,19 +349,6 @@ where
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         self.map.check_n_at(key, now, n)
-    }
-
-    /// Evicts every key idle (its credit full) at the map's clock reading; returns how many
-    /// went.
-    ///
-    /// ```
-    /// use turnstile::keyed_leaky::KeyedLeakyBucket;
-    /// let k = KeyedLeakyBucket::new(1).unwrap();
-    /// let _ = k.check(&1u8);
-    /// assert_eq!(k.evict_idle(), 0); // its credit is not full yet
-    /// ```
-    pub fn evict_idle(&self) -> usize {
-        self.evict_idle_at(self.map.clock().now())
     }
 
     /// Evicts every key idle at `now`: more than `(slack + 1) * T` past its `next`, so that
@@ -466,6 +417,7 @@ crate::word_map::builder_methods!(
     extra "",
     builder "KeyedLeakyBucket::builder(1)"
 );
+crate::word_map::builder_debug!(KeyedLeakyBucketBuilder);
 
 impl<K, S, C> KeyedLeakyBucketBuilder<K, S, C>
 where
@@ -542,28 +494,6 @@ where
         self
     }
 
-    /// Picks each new key's quota (an index into the quotas in the order they were added; one
-    /// past them means quota 0). Called once per key insertion, not per check: a key keeps
-    /// its quota until it is evicted.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use turnstile::keyed_leaky::KeyedLeakyBucket;
-    /// let k = KeyedLeakyBucket::builder(1)
-    ///     .without_slack()
-    ///     .quota(1, Duration::from_secs(1), 2)
-    ///     .classify(|user: &u32| if *user < 100 { 1 } else { 0 })
-    ///     .build()
-    ///     .unwrap();
-    /// assert!(k.check(&7).is_ok());
-    /// assert!(k.check(&700).is_ok());
-    /// assert_eq!(k.check_n(&700, 2).unwrap_err().retry_at(), None); // slack 0
-    /// ```
-    pub fn classify(mut self, classify: impl Fn(&K) -> usize + Send + Sync + 'static) -> Self {
-        self.settings.classify = Box::new(classify);
-        self
-    }
-
     /// The map, or the first setting that cannot be used: a quota's rate or `per` of 0
     /// ([`ConfigError::ZeroRate`], [`ConfigError::ZeroPeriod`]), `slack + 1` paces too long
     /// for the word ([`ConfigError::PacesTooLong`]), [`ConfigError::ZeroMaxKeys`] or
@@ -586,15 +516,6 @@ where
         Ok(KeyedLeakyBucket {
             map: self.settings.build(&quotas)?,
         })
-    }
-}
-
-impl<K, S, C: Clock> fmt::Debug for KeyedLeakyBucketBuilder<K, S, C> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut d = f.debug_struct("KeyedLeakyBucketBuilder");
-        d.field("quotas", &self.quotas);
-        self.settings.debug_fields(&mut d);
-        d.finish()
     }
 }
 

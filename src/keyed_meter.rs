@@ -124,42 +124,6 @@ where
     S: BuildHasher,
     C: Clock,
 {
-    /// Adds one unit of water to `key`'s bucket now, if it fits.
-    ///
-    /// ```
-    /// use turnstile::{keyed_meter::KeyedLeakyMeter, Limit};
-    /// let k = KeyedLeakyMeter::new(1, Limit::per_second(1.0).unwrap()).unwrap();
-    /// assert!(k.check("alice").is_ok());
-    /// assert!(k.check("alice").is_err());
-    /// assert!(k.check("bob").is_ok());
-    /// # let _: &KeyedLeakyMeter<String> = &k;
-    /// ```
-    #[inline]
-    pub fn check<Q>(&self, key: &Q) -> Result<(), Denied>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
-        self.check_n_at(key, self.map.clock().now(), 1)
-    }
-
-    /// Adds `n` units of water to `key`'s bucket now, if they fit.
-    ///
-    /// ```
-    /// use turnstile::{keyed_meter::KeyedLeakyMeter, Limit};
-    /// let k = KeyedLeakyMeter::new(3, Limit::INF).unwrap();
-    /// assert!(k.check_n(&1u8, 3).is_ok());
-    /// assert_eq!(k.check_n(&1u8, 4).unwrap_err().retry_at(), None); // never fits
-    /// ```
-    #[inline]
-    pub fn check_n<Q>(&self, key: &Q, n: u32) -> Result<(), Denied>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
-        self.check_n_at(key, self.map.clock().now(), n)
-    }
-
     /// Adds `n` units of water to `key`'s bucket at `now` if they fit, inserting the key
     /// (empty) if it is new; exactly [`LeakyMeter`](crate::LeakyMeter)'s check. A denial
     /// writes nothing and says when enough water will have leaked for the same check to pass
@@ -210,19 +174,6 @@ where
             let capacity = f64::from(q.burst);
             (capacity - tokens).clamp(0.0, capacity)
         })
-    }
-
-    /// Evicts every key whose bucket is empty at the map's clock reading; returns how many
-    /// went.
-    ///
-    /// ```
-    /// use turnstile::{keyed_meter::KeyedLeakyMeter, Limit};
-    /// let k = KeyedLeakyMeter::new(1, Limit::per_second(1.0).unwrap()).unwrap();
-    /// let _ = k.check(&1u8);
-    /// assert_eq!(k.evict_idle(), 0); // its unit has not leaked away yet
-    /// ```
-    pub fn evict_idle(&self) -> usize {
-        self.evict_idle_at(self.map.clock().now())
     }
 
     /// Evicts every key whose bucket is empty of water at `now`; returns how many went, as
@@ -282,6 +233,7 @@ crate::word_map::builder_methods!(
     extra "Limit, ",
     builder "KeyedLeakyMeter::builder(1, Limit::per_second(1.0).unwrap())"
 );
+crate::word_map::builder_debug!(KeyedLeakyMeterBuilder);
 
 impl<K, S, C> KeyedLeakyMeterBuilder<K, S, C>
 where
@@ -307,25 +259,6 @@ where
         self
     }
 
-    /// Picks each new key's quota (an index into the quotas in the order they were added; one
-    /// past them means quota 0). Called once per key insertion, not per check: a key keeps
-    /// its quota until it is evicted.
-    ///
-    /// ```
-    /// use turnstile::{keyed_meter::KeyedLeakyMeter, Limit};
-    /// let k = KeyedLeakyMeter::builder(1, Limit::per_second(1.0).unwrap())
-    ///     .quota(3, Limit::per_second(1.0).unwrap())
-    ///     .classify(|user: &u32| if *user < 100 { 1 } else { 0 })
-    ///     .build()
-    ///     .unwrap();
-    /// assert!(k.check_n(&7, 3).is_ok());
-    /// assert!(k.check_n(&700, 3).is_err());
-    /// ```
-    pub fn classify(mut self, classify: impl Fn(&K) -> usize + Send + Sync + 'static) -> Self {
-        self.settings.classify = Box::new(classify);
-        self
-    }
-
     /// The map; [`ConfigError::ZeroCapacity`] if a quota's capacity is 0,
     /// [`ConfigError::ZeroMaxKeys`] or [`ConfigError::TooManyQuotas`] if those are out of
     /// range.
@@ -348,14 +281,5 @@ where
         Ok(KeyedLeakyMeter {
             map: self.settings.build(&quotas)?,
         })
-    }
-}
-
-impl<K, S, C: Clock> fmt::Debug for KeyedLeakyMeterBuilder<K, S, C> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut d = f.debug_struct("KeyedLeakyMeterBuilder");
-        d.field("quotas", &self.quotas);
-        self.settings.debug_fields(&mut d);
-        d.finish()
     }
 }

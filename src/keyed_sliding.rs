@@ -375,45 +375,6 @@ where
     S: BuildHasher,
     C: Clock,
 {
-    /// One request for `key` now, if its sliding window has room.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use turnstile::keyed_sliding::KeyedSlidingWindow;
-    /// let k = KeyedSlidingWindow::new(1, Duration::from_secs(60)).unwrap();
-    /// assert!(k.check("alice").is_ok());
-    /// assert!(k.check("alice").is_err());
-    /// assert!(k.check("bob").is_ok());
-    /// # let _: &KeyedSlidingWindow<String> = &k;
-    /// ```
-    #[inline]
-    pub fn check<Q>(&self, key: &Q) -> Result<(), Denied>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
-        self.check_n_at(key, self.map.clock().now(), 1)
-    }
-
-    /// `n` requests for `key` now, all or nothing.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use turnstile::keyed_sliding::KeyedSlidingWindow;
-    /// let k = KeyedSlidingWindow::new(5, Duration::from_secs(1)).unwrap();
-    /// assert!(k.check_n(&1u8, 3).is_ok());
-    /// assert!(k.check_n(&1u8, 3).is_err()); // 2 left
-    /// assert_eq!(k.check_n(&1u8, 6).unwrap_err().retry_at(), None); // more than the quota
-    /// ```
-    #[inline]
-    pub fn check_n<Q>(&self, key: &Q, n: u32) -> Result<(), Denied>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
-        self.check_n_at(key, self.map.clock().now(), n)
-    }
-
     /// Counts `n` requests for `key` at `now` if the weighted count stays within the quota
     /// (`prev * (P - e) / P + curr + n <= quota`), as one atomic step, inserting the key if
     /// it is new; otherwise changes nothing, as [`SlidingWindow`](crate::SlidingWindow)'s
@@ -536,20 +497,6 @@ where
             .unwrap_or_else(|| (self.map.classify(&key.to_owned()), None))
     }
 
-    /// Evicts every key whose weighted count is 0 at the map's clock reading; returns how
-    /// many went.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use turnstile::keyed_sliding::KeyedSlidingWindow;
-    /// let k = KeyedSlidingWindow::new(1, Duration::from_secs(60)).unwrap();
-    /// let _ = k.check(&1u8);
-    /// assert_eq!(k.evict_idle(), 0); // its grant weighs
-    /// ```
-    pub fn evict_idle(&self) -> usize {
-        self.evict_idle_at(self.map.clock().now())
-    }
-
     /// Evicts every key whose weighted count is 0 at `now`. Returns how many went;
     /// afterwards, if the table holds more evicted slots than live keys, rebuilds it without
     /// them.
@@ -613,6 +560,7 @@ crate::word_map::builder_methods!(
     extra "",
     builder "KeyedSlidingWindow::builder(5, std::time::Duration::from_secs(1))"
 );
+crate::word_map::builder_debug!(KeyedSlidingWindowBuilder);
 
 impl<K, S, C> KeyedSlidingWindowBuilder<K, S, C>
 where
@@ -636,26 +584,6 @@ where
     /// ```
     pub fn quota(mut self, quota: u32, period: Duration) -> Self {
         self.quotas.push((quota, period));
-        self
-    }
-
-    /// Picks each new key's quota (an index into the quotas in the order they were added; one
-    /// past them means quota 0). Called once per key insertion, not per check: a key keeps
-    /// its quota until it is evicted.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use turnstile::keyed_sliding::KeyedSlidingWindow;
-    /// let k = KeyedSlidingWindow::builder(1, Duration::from_secs(1))
-    ///     .quota(2, Duration::from_secs(1))
-    ///     .classify(|user: &u32| if *user < 100 { 1 } else { 0 })
-    ///     .build()
-    ///     .unwrap();
-    /// assert!(k.check_n(&7, 2).is_ok());
-    /// assert!(k.check_n(&700, 2).is_err());
-    /// ```
-    pub fn classify(mut self, classify: impl Fn(&K) -> usize + Send + Sync + 'static) -> Self {
-        self.settings.classify = Box::new(classify);
         self
     }
 
@@ -687,15 +615,6 @@ where
         Ok(KeyedSlidingWindow {
             map: self.settings.build(&quotas)?,
         })
-    }
-}
-
-impl<K, S, C: Clock> fmt::Debug for KeyedSlidingWindowBuilder<K, S, C> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut d = f.debug_struct("KeyedSlidingWindowBuilder");
-        d.field("quotas", &self.quotas);
-        self.settings.debug_fields(&mut d);
-        d.finish()
     }
 }
 

@@ -372,43 +372,6 @@ where
     S: BuildHasher,
     C: Clock,
 {
-    /// One permit for `key` now, if no debt is owed (Guava's `tryAcquire()`).
-    ///
-    /// ```
-    /// use turnstile::keyed_smooth::KeyedSmoothBursty;
-    /// let k = KeyedSmoothBursty::new(1.0).unwrap();
-    /// assert!(k.check("alice").is_ok());
-    /// assert!(k.check("alice").is_err()); // a second of debt
-    /// assert!(k.check("bob").is_ok());
-    /// # let _: &KeyedSmoothBursty<String> = &k;
-    /// ```
-    #[inline]
-    pub fn check<Q>(&self, key: &Q) -> Result<(), Denied>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
-        self.check_n_at(key, self.map.clock().now(), 1)
-    }
-
-    /// `n` permits for `key` now, if no debt is owed (Guava's `tryAcquire(n)`): pay later,
-    /// so any `n` passes when there is no debt, and the next check pays for it.
-    ///
-    /// ```
-    /// use turnstile::keyed_smooth::KeyedSmoothBursty;
-    /// let k = KeyedSmoothBursty::new(1.0).unwrap();
-    /// assert!(k.check_n(&1u8, 5).is_ok()); // five now...
-    /// assert!(k.check_n(&1u8, 1).is_err()); // ...so five seconds of debt
-    /// ```
-    #[inline]
-    pub fn check_n<Q>(&self, key: &Q, n: u32) -> Result<(), Denied>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
-        self.check_n_at(key, self.map.clock().now(), n)
-    }
-
     /// Takes `n` permits for `key` at `now` if no debt is owed at `now`, as one atomic step,
     /// inserting the key if it is new; otherwise changes nothing, as
     /// [`SmoothBursty`](crate::SmoothBursty)'s [`Limiter`](crate::Limiter) check (Guava's
@@ -440,18 +403,6 @@ where
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         self.map.check_n_at(key, now, n)
-    }
-
-    /// Evicts every key idle (no debt) at the map's clock reading; returns how many went.
-    ///
-    /// ```
-    /// use turnstile::keyed_smooth::KeyedSmoothBursty;
-    /// let k = KeyedSmoothBursty::new(1.0).unwrap();
-    /// let _ = k.check(&1u8);
-    /// assert_eq!(k.evict_idle(), 0); // a second of debt
-    /// ```
-    pub fn evict_idle(&self) -> usize {
-        self.evict_idle_at(self.map.clock().now())
     }
 
     /// Evicts every key idle at `now`: its debt cleared, as a key born at `now` (no stored
@@ -518,6 +469,7 @@ crate::word_map::builder_methods!(
     extra "",
     builder "KeyedSmoothBursty::builder(1.0)"
 );
+crate::word_map::builder_debug!(KeyedSmoothBurstyBuilder);
 
 impl<K, S, C> KeyedSmoothBurstyBuilder<K, S, C>
 where
@@ -568,26 +520,6 @@ where
         self
     }
 
-    /// Picks each new key's quota (an index into the quotas in the order they were added; one
-    /// past them means quota 0). Called once per key insertion, not per check: a key keeps
-    /// its quota until it is evicted.
-    ///
-    /// ```
-    /// use turnstile::keyed_smooth::KeyedSmoothBursty;
-    /// let k = KeyedSmoothBursty::builder(1.0)
-    ///     .quota(1e6, 1.0)
-    ///     .classify(|user: &u32| if *user < 100 { 1 } else { 0 })
-    ///     .build()
-    ///     .unwrap();
-    /// assert!(k.check(&7).is_ok());
-    /// assert!(k.check(&700).is_ok());
-    /// assert!(k.check(&700).is_err()); // a second of debt at 1 per second
-    /// ```
-    pub fn classify(mut self, classify: impl Fn(&K) -> usize + Send + Sync + 'static) -> Self {
-        self.settings.classify = Box::new(classify);
-        self
-    }
-
     /// The map, or the first setting that cannot be used: a quota's rate zero, negative or
     /// NaN ([`ConfigError::RateNotPositive`]; `+inf` is allowed: no limit) or subnormal
     /// ([`ConfigError::SubnormalLimit`]), its `max_burst_seconds` negative, infinite or NaN
@@ -613,15 +545,6 @@ where
         Ok(KeyedSmoothBursty {
             map: self.settings.build(&quotas)?,
         })
-    }
-}
-
-impl<K, S, C: Clock> fmt::Debug for KeyedSmoothBurstyBuilder<K, S, C> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut d = f.debug_struct("KeyedSmoothBurstyBuilder");
-        d.field("quotas", &self.quotas);
-        self.settings.debug_fields(&mut d);
-        d.finish()
     }
 }
 

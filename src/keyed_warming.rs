@@ -314,45 +314,6 @@ where
     S: BuildHasher,
     C: Clock,
 {
-    /// One permit for `key` now, if no debt is owed (Guava's `tryAcquire()`).
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use turnstile::keyed_warming::KeyedSmoothWarmingUp;
-    /// let k = KeyedSmoothWarmingUp::new(1.0, Duration::from_secs(1)).unwrap();
-    /// assert!(k.check("alice").is_ok());
-    /// assert!(k.check("alice").is_err()); // cold: more than a second of debt
-    /// assert!(k.check("bob").is_ok());
-    /// # let _: &KeyedSmoothWarmingUp<String> = &k;
-    /// ```
-    #[inline]
-    pub fn check<Q>(&self, key: &Q) -> Result<(), Denied>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
-        self.check_n_at(key, self.map.clock().now(), 1)
-    }
-
-    /// `n` permits for `key` now, if no debt is owed (Guava's `tryAcquire(n)`): pay later,
-    /// so any `n` passes when there is no debt, and the next check pays for it.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use turnstile::keyed_warming::KeyedSmoothWarmingUp;
-    /// let k = KeyedSmoothWarmingUp::new(1.0, Duration::from_secs(1)).unwrap();
-    /// assert!(k.check_n(&1u8, 5).is_ok()); // five now...
-    /// assert!(k.check_n(&1u8, 1).is_err()); // ...so at least five seconds of debt
-    /// ```
-    #[inline]
-    pub fn check_n<Q>(&self, key: &Q, n: u32) -> Result<(), Denied>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
-        self.check_n_at(key, self.map.clock().now(), n)
-    }
-
     /// Takes `n` permits for `key` at `now` if no debt is owed at `now`, as one atomic step,
     /// inserting the key (cold) if it is new; otherwise changes nothing, as
     /// [`SmoothWarmingUp`](crate::SmoothWarmingUp)'s [`Limiter`](crate::Limiter) check
@@ -388,20 +349,6 @@ where
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         self.map.check_n_at(key, now, n)
-    }
-
-    /// Evicts every key idle at the map's clock reading (no debt, and cold again); returns
-    /// how many went.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use turnstile::keyed_warming::KeyedSmoothWarmingUp;
-    /// let k = KeyedSmoothWarmingUp::new(1.0, Duration::from_secs(1)).unwrap();
-    /// let _ = k.check(&1u8);
-    /// assert_eq!(k.evict_idle(), 0); // in debt
-    /// ```
-    pub fn evict_idle(&self) -> usize {
-        self.evict_idle_at(self.map.clock().now())
     }
 
     /// Evicts every key idle at `now`: no debt, and its store full again (cold), exactly
@@ -480,6 +427,7 @@ crate::word_map::builder_methods!(
     extra "",
     builder "KeyedSmoothWarmingUp::builder(1.0, std::time::Duration::from_secs(1))"
 );
+crate::word_map::builder_debug!(KeyedSmoothWarmingUpBuilder);
 
 impl<K, S, C> KeyedSmoothWarmingUpBuilder<K, S, C>
 where
@@ -533,27 +481,6 @@ where
         self
     }
 
-    /// Picks each new key's quota (an index into the quotas in the order they were added; one
-    /// past them means quota 0). Called once per key insertion, not per check: a key keeps
-    /// its quota until it is evicted.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use turnstile::keyed_warming::KeyedSmoothWarmingUp;
-    /// let k = KeyedSmoothWarmingUp::builder(1.0, Duration::from_secs(1))
-    ///     .quota(1e6, Duration::from_millis(1), 3.0)
-    ///     .classify(|user: &u32| if *user < 100 { 1 } else { 0 })
-    ///     .build()
-    ///     .unwrap();
-    /// assert!(k.check(&7).is_ok());
-    /// assert!(k.check(&700).is_ok());
-    /// assert!(k.check(&700).is_err()); // a cold permit's debt at 1 per second
-    /// ```
-    pub fn classify(mut self, classify: impl Fn(&K) -> usize + Send + Sync + 'static) -> Self {
-        self.settings.classify = Box::new(classify);
-        self
-    }
-
     /// The map, or the first setting that cannot be used: a quota's rate zero, negative or
     /// NaN ([`ConfigError::RateNotPositive`]; `+inf` is allowed: no limit) or subnormal
     /// ([`ConfigError::SubnormalLimit`]), its warm-up zero ([`ConfigError::ZeroWarmup`]), its
@@ -578,15 +505,6 @@ where
         Ok(KeyedSmoothWarmingUp {
             map: self.settings.build(&quotas)?,
         })
-    }
-}
-
-impl<K, S, C: Clock> fmt::Debug for KeyedSmoothWarmingUpBuilder<K, S, C> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut d = f.debug_struct("KeyedSmoothWarmingUpBuilder");
-        d.field("quotas", &self.quotas);
-        self.settings.debug_fields(&mut d);
-        d.finish()
     }
 }
 

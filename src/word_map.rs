@@ -130,7 +130,7 @@ use crate::word_rule::{AtomicWord, Word, WordRule};
 
 mod front;
 mod table;
-pub(crate) use front::{builder_methods, front_methods};
+pub(crate) use front::{builder_debug, builder_methods, front_methods};
 use table::{Slot, Table};
 
 /// The most quotas one map holds (the state word's 4-bit tag, with 0 for `EMPTY`/`DEAD`).

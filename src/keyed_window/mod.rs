@@ -372,45 +372,6 @@ where
     S: BuildHasher,
     C: Clock,
 {
-    /// One request for `key` now, if its window has room.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use turnstile::keyed_window::KeyedWindow;
-    /// let k = KeyedWindow::new(1, Duration::from_secs(60)).unwrap();
-    /// assert!(k.check("alice").is_ok());
-    /// assert!(k.check("alice").is_err()); // until the minute is over
-    /// assert!(k.check("bob").is_ok());
-    /// # let _: &KeyedWindow<String> = &k;
-    /// ```
-    #[inline]
-    pub fn check<Q>(&self, key: &Q) -> Result<(), Denied>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
-        self.check_n_at(key, self.map.clock().now(), 1)
-    }
-
-    /// `n` requests for `key` now, all or nothing.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use turnstile::keyed_window::KeyedWindow;
-    /// let k = KeyedWindow::new(5, Duration::from_secs(1)).unwrap();
-    /// assert!(k.check_n(&1u8, 3).is_ok());
-    /// assert!(k.check_n(&1u8, 3).is_err()); // 2 left
-    /// assert_eq!(k.check_n(&1u8, 6).unwrap_err().retry_at(), None); // more than the quota
-    /// ```
-    #[inline]
-    pub fn check_n<Q>(&self, key: &Q, n: u32) -> Result<(), Denied>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
-        self.check_n_at(key, self.map.clock().now(), n)
-    }
-
     /// Counts `n` requests for `key` at `now` if they fit in its window, as one atomic step,
     /// inserting the key if it is new; otherwise changes nothing, as
     /// [`FixedWindow`](crate::FixedWindow)'s [`Limiter`](crate::Limiter) check. A denial says
@@ -521,20 +482,6 @@ where
         };
         let s = quota.status(x, self.map.base(), now);
         Some(quota_status(&quota.spec, s, now))
-    }
-
-    /// Evicts every key whose window is over at the map's clock reading; returns how many
-    /// went.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use turnstile::keyed_window::KeyedWindow;
-    /// let k = KeyedWindow::new(1, Duration::from_secs(60)).unwrap();
-    /// let _ = k.check(&1u8);
-    /// assert_eq!(k.evict_idle(), 0); // its window is open
-    /// ```
-    pub fn evict_idle(&self) -> usize {
-        self.evict_idle_at(self.map.clock().now())
     }
 
     /// Evicts every key whose window is over at `now`. Returns how many went; afterwards, if
@@ -695,26 +642,6 @@ where
     /// ```
     pub fn quota(mut self, quota: u32, period: Duration) -> Self {
         self.quotas.list.push((quota, period));
-        self
-    }
-
-    /// Picks each new key's quota (an index into the quotas in the order they were added; one
-    /// past them means quota 0). Called once per key insertion, not per check: a key keeps
-    /// its quota until it is evicted.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use turnstile::keyed_window::KeyedWindow;
-    /// let k = KeyedWindow::builder(1, Duration::from_secs(1))
-    ///     .quota(2, Duration::from_secs(1))
-    ///     .classify(|user: &u32| if *user < 100 { 1 } else { 0 })
-    ///     .build()
-    ///     .unwrap();
-    /// assert!(k.check_n(&7, 2).is_ok());
-    /// assert!(k.check_n(&700, 2).is_err());
-    /// ```
-    pub fn classify(mut self, classify: impl Fn(&K) -> usize + Send + Sync + 'static) -> Self {
-        self.settings.classify = Box::new(classify);
         self
     }
 

@@ -18,6 +18,59 @@ macro_rules! front_methods {
             S: BuildHasher,
             C: Clock,
         {
+            /// A check of one for `key` at the map's clock reading:
+            /// [`check_n_at`](Self::check_n_at) says what it decides.
+            ///
+            /// ```
+            #[doc = concat!("use turnstile::", $module, "::{", stringify!($front), "};")]
+            #[doc = concat!("use turnstile::{", $extra, "};")]
+            #[doc = concat!("let k = ", $new, ";")]
+            /// assert!(k.check("alice").is_ok());
+            /// assert!(k.contains("alice"));
+            #[doc = concat!("# let _: &", stringify!($front), "<String> = &k;")]
+            /// ```
+            #[inline]
+            pub fn check<Q>(&self, key: &Q) -> Result<(), crate::Denied>
+            where
+                K: std::borrow::Borrow<Q>,
+                Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+            {
+                self.check_n_at(key, self.map.clock().now(), 1)
+            }
+
+            /// A check of `n` for `key` at the map's clock reading:
+            /// [`check_n_at`](Self::check_n_at) says what it decides.
+            ///
+            /// ```
+            #[doc = concat!("use turnstile::", $module, "::{", stringify!($front), "};")]
+            #[doc = concat!("use turnstile::{", $extra, "};")]
+            #[doc = concat!("let k = ", $new, ";")]
+            /// assert!(k.check_n(&7u32, 1).is_ok());
+            /// assert_eq!(k.len(), 1);
+            /// ```
+            #[inline]
+            pub fn check_n<Q>(&self, key: &Q, n: u32) -> Result<(), crate::Denied>
+            where
+                K: std::borrow::Borrow<Q>,
+                Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+            {
+                self.check_n_at(key, self.map.clock().now(), n)
+            }
+
+            /// Evicts every key idle at the map's clock reading; returns how many went.
+            /// [`evict_idle_at`](Self::evict_idle_at) says which keys are idle.
+            ///
+            /// ```
+            #[doc = concat!("use turnstile::", $module, "::{", stringify!($front), "};")]
+            #[doc = concat!("use turnstile::{", $extra, "};")]
+            #[doc = concat!("let k = ", $new, ";")]
+            /// let _ = k.check(&1u8);
+            /// assert_eq!(k.evict_idle(), 0); // just checked: not idle yet
+            /// ```
+            pub fn evict_idle(&self) -> usize {
+                self.evict_idle_at(self.map.clock().now())
+            }
+
             /// The clock every check reads.
             ///
             /// ```
@@ -194,6 +247,28 @@ macro_rules! builder_methods {
             S: BuildHasher,
             C: Clock,
         {
+            /// Picks each new key's quota: an index into the quotas in the order they were
+            /// added (0 is the builder's own; one past them means quota 0). Called once per
+            /// key insertion, not per check: a key keeps its quota until it is evicted.
+            ///
+            /// ```
+            #[doc = concat!("use turnstile::", $module, "::{", stringify!($front), "};")]
+            #[doc = concat!("use turnstile::{", $extra, "};")]
+            #[doc = concat!("let k = ", $make)]
+            ///     .classify(|user: &u32| usize::from(*user >= 100)) // 1: past the quotas
+            ///     .build()
+            ///     .unwrap();
+            /// assert!(k.check(&7).is_ok());
+            /// assert!(k.check(&700).is_ok());
+            /// ```
+            pub fn classify(
+                mut self,
+                classify: impl Fn(&K) -> usize + Send + Sync + 'static,
+            ) -> Self {
+                self.settings.classify = Box::new(classify);
+                self
+            }
+
             /// Sizes the table for `keys` keys from the start, and never shrinks it below
             /// that: up to `keys` keys, no insert grows the table, so new keys never pay for
             /// copying it (checks of held keys never wait for a resize either way), at the
@@ -323,4 +398,19 @@ macro_rules! builder_methods {
     };
 }
 
-pub(crate) use {builder_methods, front_methods};
+/// The `Debug` of an inline map's builder `$builder` whose quotas are a `Vec` of their
+/// settings: the quotas, then the shared settings.
+macro_rules! builder_debug {
+    ($builder:ident) => {
+        impl<K, S, C: Clock> fmt::Debug for $builder<K, S, C> {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                let mut d = f.debug_struct(stringify!($builder));
+                d.field("quotas", &self.quotas);
+                self.settings.debug_fields(&mut d);
+                d.finish()
+            }
+        }
+    };
+}
+
+pub(crate) use {builder_debug, builder_methods, front_methods};
