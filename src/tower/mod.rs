@@ -85,7 +85,7 @@ pub use policy::{
 };
 pub use policy::{
     global, per_key, And, AndFuture, Ask, Decision, Global, KeyGrant, MissingKey, PerKey,
-    PerKeyMap, Policy, PolicyExt, Report,
+    PerKeyMap, Policy, PolicyExt, Report, Taken,
 };
 
 use std::future::Future;

@@ -297,7 +297,7 @@ impl<X, R: crate::redis::RedisLimiter + 'static> Fleet<X, R> {
                     max_wait: Duration::ZERO,
                     ..ask
                 };
-                let ((result, _), status) =
+                let Taken { result, status, .. } =
                     PerKeyMap::take(local, &key.to_owned(), local.now(), ask);
                 (result, status)
             }

@@ -26,7 +26,7 @@ pub use fleet::{
     fleet, FailurePolicy, Fleet, DEFAULT_DEADLINE, DEFAULT_LOCAL_MAX_KEYS, FAILURE_RETRY_AFTER,
 };
 pub use global::{global, Global};
-pub use per_key::{per_key, KeyGrant, MissingKey, PerKey, PerKeyMap};
+pub use per_key::{per_key, KeyGrant, MissingKey, PerKey, PerKeyMap, Taken};
 
 use std::future::Future;
 use std::sync::Arc;

@@ -22,6 +22,19 @@ pub enum MissingKey<K> {
     As(K),
 }
 
+/// What [`PerKeyMap::take`] answers for one request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Taken {
+    /// The permit, or the refusal with its retry time.
+    pub result: Result<(), Denied>,
+    /// How long to wait before acting on a granted permit: zero unless it was reserved
+    /// ahead ([`Ask::max_wait`]).
+    pub wait: Duration,
+    /// The key's status after the take, when [`Ask::reports`] wants it for this answer and
+    /// the map can say.
+    pub status: Option<QuotaStatus>,
+}
+
 /// A per-key limiter map a [`PerKey`] policy takes permits from: implemented by
 /// [`Keyed`] (any limiter per key, built by a factory) and by [`KeyedTokenBucket`] (a token
 /// bucket per key, its state inline: one word per key, the cheaper check).
@@ -33,12 +46,7 @@ pub trait PerKeyMap<K>: Send + Sync + 'static {
     /// the map can reserve; with the wait, and `key`'s status after it when
     /// [`Ask::reports`] wants one for that answer (`None` otherwise, or when the map cannot
     /// say).
-    fn take(
-        &self,
-        key: &K,
-        now: Nanos,
-        ask: Ask,
-    ) -> ((Result<(), Denied>, Duration), Option<QuotaStatus>);
+    fn take(&self, key: &K, now: Nanos, ask: Ask) -> Taken;
 
     /// Gives back one permit `take` granted `key` at `at` (a later policy refused the
     /// request). Exact where the key's limiter refunds exactly; a no-op where it cannot.
@@ -67,12 +75,7 @@ where
     }
 
     #[inline]
-    fn take(
-        &self,
-        key: &K,
-        now: Nanos,
-        ask: Ask,
-    ) -> ((Result<(), Denied>, Duration), Option<QuotaStatus>) {
+    fn take(&self, key: &K, now: Nanos, ask: Ask) -> Taken {
         // One visit to the key's limiter for the permit and, when asked for, the status (each
         // visit of a contended key's slot is a shared write), at `now`, which also dates a new
         // key's limiter (one dated at a later reading reads as not full at `now`): the status
@@ -82,19 +85,27 @@ where
             key,
             now,
             |l| {
-                let taken = take(l, now, ask.max_wait);
-                let status = if ask.reports(taken.0.is_ok()) {
+                let (result, wait) = take(l, now, ask.max_wait);
+                let status = if ask.reports(result.is_ok()) {
                     l.quota_at(now)
                 } else {
                     None
                 };
-                (taken, status)
+                Taken {
+                    result,
+                    wait,
+                    status,
+                }
             },
             // A grant wrote the limiter's state; a refusal did not.
-            |((r, _), _)| r.is_ok(),
+            |t| t.result.is_ok(),
         )
         // The key is new and the map full: the map's answer (its WhenFull), no status.
-        .unwrap_or_else(|full| ((full, Duration::ZERO), None))
+        .unwrap_or_else(|full| Taken {
+            result: full,
+            wait: Duration::ZERO,
+            status: None,
+        })
     }
 
     #[inline]
@@ -127,12 +138,7 @@ where
     }
 
     #[inline]
-    fn take(
-        &self,
-        key: &K,
-        now: Nanos,
-        ask: Ask,
-    ) -> ((Result<(), Denied>, Duration), Option<QuotaStatus>) {
+    fn take(&self, key: &K, now: Nanos, ask: Ask) -> Taken {
         // Never a wait: `max_wait` is ignored (no schedule here; see the impl's docs).
         let result = self.check_n_at(key, now, 1);
         // The status, when this answer shows it (under the default headers, a refusal only),
@@ -145,7 +151,11 @@ where
         } else {
             None
         };
-        ((result, Duration::ZERO), status)
+        Taken {
+            result,
+            wait: Duration::ZERO,
+            status,
+        }
     }
 
     #[inline]
@@ -299,7 +309,11 @@ where
             },
         };
         let now = self.map.now();
-        let ((result, wait), status) = self.map.take(&key, now, ask);
+        let Taken {
+            result,
+            wait,
+            status,
+        } = self.map.take(&key, now, ask);
         let report = one_report(status.is_some(), &self.name, || status);
         ready(Decision {
             result: result.map(|()| KeyGrant(Some((key, now)))),
