@@ -128,6 +128,78 @@ impl TokenBucket<QuantaClock> {
     pub fn new(limit: Limit, burst: u32) -> Self {
         Self::with_clock(limit, burst, QuantaClock::new())
     }
+
+    /// A builder for a full bucket of `burst` tokens refilling at `limit`, as every limiter
+    /// has one: [`TokenBucketBuilder::clock`], then [`build`](TokenBucketBuilder::build) or
+    /// [`build_compact`](TokenBucketBuilder::build_compact).
+    ///
+    /// ```
+    /// use turnstile::{Limit, ManualClock, Nanos, TokenBucket};
+    /// let tb = TokenBucket::builder(Limit::per_second(5.0).unwrap(), 3)
+    ///     .clock(ManualClock::default())
+    ///     .build();
+    /// assert!(tb.allow_n_at(Nanos::ZERO, 3));
+    /// assert!(!tb.allow_at(Nanos::ZERO));
+    /// ```
+    pub fn builder(limit: Limit, burst: u32) -> TokenBucketBuilder {
+        TokenBucketBuilder {
+            limit,
+            burst,
+            clock: QuantaClock::new(),
+        }
+    }
+}
+
+/// Options for a [`TokenBucket`]. Its configuration is already validated ([`Limit`]), so
+/// building cannot fail.
+#[must_use = "a builder does nothing until `build` is called"]
+#[derive(Debug, Clone)]
+pub struct TokenBucketBuilder<C: Clock = QuantaClock> {
+    limit: Limit,
+    burst: u32,
+    clock: C,
+}
+
+impl<C: Clock> TokenBucketBuilder<C> {
+    /// Reads time from `clock` (default: the shared quanta clock).
+    ///
+    /// ```
+    /// use turnstile::{Clock, Limit, ManualClock, Nanos, TokenBucket};
+    /// let tb = TokenBucket::builder(Limit::INF, 1)
+    ///     .clock(ManualClock::new(Nanos::new(9)))
+    ///     .build();
+    /// assert_eq!(tb.clock().now(), Nanos::new(9));
+    /// ```
+    pub fn clock<D: Clock>(self, clock: D) -> TokenBucketBuilder<D> {
+        TokenBucketBuilder {
+            limit: self.limit,
+            burst: self.burst,
+            clock,
+        }
+    }
+
+    /// The bucket, cache-padded: for one limiter every thread checks.
+    ///
+    /// ```
+    /// use turnstile::{Limit, TokenBucket};
+    /// let tb = TokenBucket::builder(Limit::per_second(10.0).unwrap(), 2).build();
+    /// assert_eq!(tb.burst(), 2);
+    /// ```
+    pub fn build(self) -> TokenBucket<C> {
+        TokenBucket::in_layout(self.limit, self.burst, self.clock)
+    }
+
+    /// The bucket in the [`Compact`] layout, for the many buckets of a
+    /// [`Keyed`](crate::Keyed) map (see [`TokenBucket::compact`]).
+    ///
+    /// ```
+    /// use turnstile::{Limit, TokenBucket};
+    /// let tb = TokenBucket::builder(Limit::per_second(10.0).unwrap(), 2).build_compact();
+    /// assert!(tb.allow_n(2));
+    /// ```
+    pub fn build_compact(self) -> TokenBucket<C, Compact> {
+        TokenBucket::in_layout(self.limit, self.burst, self.clock)
+    }
 }
 
 impl<C: Clock> TokenBucket<C> {
