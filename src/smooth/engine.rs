@@ -108,7 +108,7 @@ use crate::config_slots::ConfigSlots;
 use crate::error::{ConfigError, WaitError};
 use crate::limit::PerSec;
 use crate::limiter::{Denied, Layout};
-use crate::sync::{AtomicU128, Mutex, Ordering};
+use crate::sync::{AtomicU128, Mutex, Ordering}; // Mutex: set_rate only, never the hot path
 
 pub(crate) const EPOCH_BITS: u32 = 24;
 pub(super) const EPOCH_MASK: u32 = (1 << EPOCH_BITS) - 1;

@@ -100,7 +100,7 @@ use super::TokenBucket;
 use crate::clock::{Clock, Nanos};
 use crate::limit::Limit;
 use crate::limiter::Layout;
-use crate::sync::{fence, AtomicU64, Mutex, Ordering};
+use crate::sync::{fence, AtomicU64, Mutex, Ordering}; // Mutex: set_limit/set_burst only, never the hot path
 
 /// What a take decided.
 pub(super) enum Decision {

@@ -79,8 +79,8 @@ use crate::deadline::Deadline;
 use crate::error::WaitError;
 use crate::limit::Limit;
 use crate::limiter::{Compact, Denied, Idle, Layout, Limiter, Padded, QuotaStatus};
-use crate::sync::{Mutex, Ordering};
-use engine::*; // Mutex: reconfiguration only, never the hot path
+use crate::sync::{Mutex, Ordering}; // Mutex: reconfiguration only, never the hot path
+use engine::*;
 /// A lock-free token bucket: `limit` tokens per second, at most `burst` at once, with the API
 /// and semantics of Go's `rate.Limiter` (deviations in the [module docs](self)).
 ///
