@@ -2,7 +2,7 @@
 //! `src/token_bucket.rs`): grants never drift from `limit * elapsed`, at any limit, over long
 //! simulated spans, including across the rebases that keep readings in the word's range.
 
-use turnstile::{Limit, ManualClock, Nanos, TokenBucket};
+use turnstile::{Limit, Limiter, ManualClock, Nanos, TokenBucket};
 
 const SEC: u64 = 1_000_000_000;
 const HOUR: u64 = 3600 * SEC;
@@ -104,4 +104,52 @@ fn a_jump_to_the_end_of_time_rebases_and_earlier_readings_find_nothing() {
     assert!(tb.allow_at(Nanos::new(u64::MAX - SEC + 1_000_000)));
     assert!(tb.allow_n_at(Nanos::MAX, 10));
     assert!(!tb.allow_at(Nanos::MAX));
+}
+
+/// `check` refuses a reading two nanoseconds or more before its retry time from the retry
+/// time alone, and compares the last nanosecond exactly, as `allow` compares every reading.
+/// Far from the base, where a reading's units can round up to the next token's, the two agree
+/// at one and two nanoseconds before each retry time and at it, at limits whose units do not
+/// divide a nanosecond, at whole-nanosecond ones, and at limits whose units are coarser than
+/// a nanosecond, where every reading is compared exactly.
+#[test]
+fn a_check_near_its_retry_time_agrees_with_allow() {
+    let mut near = 0;
+    // Units under a nanosecond from 7.5/s up; at 0.3/s and 1e-3/s they are 1.6 ns and 466 ns,
+    // and a reading's units may round up by a quarter of one at 2^56 ns, by all of it at 2^58.
+    let starts = [
+        (1e-3, 1 << 57),
+        (0.3, 1 << 56),
+        (7.7, 1 << 50),
+        (3e5, 1 << 50),
+    ];
+    let more = [123_456.7, 1e6, 2.9e7, 3e8].map(|l| (l, 1u64 << 50));
+    for (limit, start) in starts.into_iter().chain(more) {
+        let (checked, allowed) = (bucket(limit, 3), bucket(limit, 3));
+        let mut t = start;
+        for _ in 0..20_000 {
+            let retry = loop {
+                let now = Nanos::new(t);
+                match checked.check_n_at(now, 1) {
+                    Ok(()) => assert!(allowed.allow_at(now), "limit {limit} at {t}"),
+                    Err(d) => {
+                        assert!(!allowed.allow_at(now), "limit {limit} at {t}");
+                        break d.retry_at().unwrap().as_u64();
+                    }
+                }
+            };
+            for at in [retry - 2, retry - 1, retry] {
+                let now = Nanos::new(at);
+                let granted = checked.check_n_at(now, 1).is_ok();
+                assert_eq!(granted, allowed.allow_at(now), "limit {limit} at {at}");
+                if granted {
+                    near += u32::from(at < retry);
+                    t = at;
+                    break;
+                }
+            }
+        }
+    }
+    // Some grants came a nanosecond before the retry time (a reading's units rounding up).
+    assert!(near > 0, "no grant before a retry time");
 }

@@ -429,18 +429,51 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
         // Also sends readings before the base, and every check under an infinite limit
         // (`lim = 0`), to the slow path.
         if d < hot.lim {
+            // The verdict, `max(x, v) + n * one <= v + tau`, split in two so that the
+            // reading's path to it is one add and one compare: `x2 = x + n * one` (the state
+            // a refusal is retried against) and `need` come from the word alone. x < 2^57,
+            // n * one < 2^63 and v + tau < 2^57: no sum overflows; `need <= tau` also proves
+            // n <= burst, so no branch tests the burst.
+            let need = u64::from(n) * hot.one;
+            let x2 = x_of(word) + need;
+            // A check's refusal and its retry time, from the word alone, so that the
+            // processor computes them while the clock is still being read: the retry time is
+            // when `u` reaches `x2` (`SlotRef::time_of`), and a reading before that instant
+            // is refused. (A refused `n <= burst` has `x >= v`, since from `x < v` the take
+            // ends at `v + n * one <= v + tau`, granted; so `x2` is the state the slow path
+            // would retry against.) `None` past the end of time, and for a request no burst
+            // holds: those go the slow way, which says "never".
+            let retry = if MODE == CHECK && x2 > hot.tau && x2 <= X_MAX && need <= hot.tau {
+                slot.time_of(&hot, x2)
+            } else {
+                None
+            };
+            if let Some(retry_at) = retry {
+                // `time_of` is the ceiling of the exact instant (`per` is exact or high by
+                // 2^-63 of itself), and `units` overshoots by under a quarter unit for
+                // `d < lim` (`d * 2^-58` units, `src/scale.rs`). Where a unit is under a
+                // nanosecond (`per_shift >= 64`), a reading two nanoseconds or more before the
+                // retry time therefore holds fewer units than `x2 - tau`: refused, with no
+                // units computed. The last nanosecond, and coarser units, take the exact
+                // comparison below.
+                if hot.per_shift >= 64
+                    && now.as_u64() < retry_at.as_u64() - 1
+                    && self.unchanged(word)
+                {
+                    return Decision::Denied {
+                        retry_at: Some(retry_at),
+                        limit: 0.0,
+                    };
+                }
+            }
             let v = hot.units(d);
-            // In the word's own coordinates (its generation bits on top), so that neither `x`
-            // is masked out nor the generation put back: `new = gw + max(x, v) + n * one`
-            // and `due_w = gw + due`. gw <= 2^63 - 2^57 (bit 63 clear), x < 2^57,
-            // v + tau < 2^57, n * one < 2^63: no sum overflows, so `new <= due_w` is exactly
-            // `x2 <= due`, which also implies n <= burst (n << k <= tau) and no carry out of x.
-            let gw = word & GEN_MASK;
-            let now_w = gw + v;
-            let due_w = now_w + hot.tau;
-            let new = word.max(now_w) + u64::from(n) * hot.one;
-            let (x2, due) = (new - gw, due_w - gw);
-            if new <= due_w && n != 0 {
+            let fits = x2 <= v + hot.tau && need <= hot.tau;
+            if fits && n != 0 {
+                // In the word's own coordinates (its generation bits on top), so that the
+                // generation is not put back: `new = gw + max(x, v) + n * one`, with
+                // gw <= 2^63 - 2^57 (bit 63 clear): no sum overflows.
+                let gw = word & GEN_MASK;
+                let new = word.max(gw + v) + need;
                 let cold = if MODE == RESERVE {
                     slot.cold()
                 } else {
@@ -453,32 +486,24 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
                     .is_ok()
                 {
                     return Decision::Granted {
-                        x: x2,
-                        due,
+                        x: new - gw,
+                        due: v + hot.tau,
                         took: true,
                         cfg: Config { hot, cold },
                     };
                 }
-            } else if MODE == ALLOW && new > due_w && self.unchanged(word) {
+            } else if MODE == ALLOW && !fits && self.unchanged(word) {
                 return Decision::Denied {
                     retry_at: None,
                     limit: 0.0,
                 };
-            } else if MODE == CHECK && new > due_w {
-                // A refusal that can be retried: at most the burst and within the word's
-                // range (a zero limit never gets here: `lim = 0`). Its retry time is when `u`
-                // reaches `x2`, `SlotRef::time_of`; `None` there (past the end of time) and
-                // every other refusal go the slow way, which says "never". (A refused
-                // `n <= burst` has `x >= v`, since from `x < v` the take ends at
-                // `v + n * one <= v + tau`, granted; so `x2 = x + n * one`.)
-                if x2 <= X_MAX && u64::from(n) * hot.one <= hot.tau {
-                    if let Some(retry_at) = slot.time_of(&hot, x2) {
-                        if self.unchanged(word) {
-                            return Decision::Denied {
-                                retry_at: Some(retry_at),
-                                limit: 0.0,
-                            };
-                        }
+            } else if MODE == CHECK && !fits {
+                if let Some(retry_at) = retry {
+                    if self.unchanged(word) {
+                        return Decision::Denied {
+                            retry_at: Some(retry_at),
+                            limit: 0.0,
+                        };
                     }
                 }
             }
