@@ -73,9 +73,7 @@ fn turnstile_ok() -> LeakyBucket {
 }
 
 fn twin_ok() -> reference::LeakyBucket {
-    reference::LeakyBucket::builder(OK_RATE)
-        .slack(OK_SLACK)
-        .build()
+    reference::LeakyBucket::try_from(turnstile::LeakyBucket::builder(OK_RATE).slack(OK_SLACK))
         .unwrap()
 }
 
@@ -97,11 +95,10 @@ fn turnstile_deny() -> LeakyBucket {
 }
 
 fn twin_deny() -> reference::LeakyBucket {
-    let l = reference::LeakyBucket::builder(1)
-        .per(HOUR)
-        .without_slack()
-        .build()
-        .unwrap();
+    let l = reference::LeakyBucket::try_from(
+        turnstile::LeakyBucket::builder(1).per(HOUR).without_slack(),
+    )
+    .unwrap();
     assert!(l.try_take());
     assert!(!l.try_take());
     l

@@ -101,7 +101,6 @@
 //!   touches no state.
 
 use std::fmt;
-use std::marker::PhantomData;
 use std::time::Duration;
 
 use crossbeam_utils::Backoff;
@@ -761,15 +760,12 @@ impl<C: Clock, P: Layout> fmt::Debug for LeakyBucket<C, P> {
 /// ```
 #[derive(Clone, Debug)]
 #[must_use = "a builder does nothing until `build` is called"]
-pub struct LeakyBucketBuilder<C: Clock = QuantaClock, K = LockFree> {
+pub struct LeakyBucketBuilder<C: Clock = QuantaClock> {
     pub(crate) rate: u32,
     pub(crate) per: Duration,
     pub(crate) slack: u32,
     pub(crate) clock: C,
-    kind: PhantomData<fn() -> K>,
 }
-
-pub use crate::limiter::{LockFree, Twin};
 
 impl LeakyBucketBuilder<QuantaClock> {
     /// `rate` permits per second, slack 10, the quanta clock (upstream's defaults); the same
@@ -784,7 +780,7 @@ impl LeakyBucketBuilder<QuantaClock> {
     }
 }
 
-impl<K> LeakyBucketBuilder<QuantaClock, K> {
+impl LeakyBucketBuilder<QuantaClock> {
     /// Go's `buildConfig` defaults for either kind.
     pub(crate) fn with_defaults(rate: u32) -> Self {
         LeakyBucketBuilder {
@@ -792,12 +788,11 @@ impl<K> LeakyBucketBuilder<QuantaClock, K> {
             per: DEFAULT_PER,
             slack: DEFAULT_SLACK,
             clock: QuantaClock::new(),
-            kind: PhantomData,
         }
     }
 }
 
-impl<C: Clock, K> LeakyBucketBuilder<C, K> {
+impl<C: Clock> LeakyBucketBuilder<C> {
     /// Counts the rate per `per` instead of per second (upstream's `Per`). Zero is rejected
     /// by [`LeakyBucketBuilder::build`] with [`ConfigError::ZeroPeriod`].
     ///
@@ -843,24 +838,33 @@ impl<C: Clock, K> LeakyBucketBuilder<C, K> {
     /// let lb = LeakyBucket::builder(2).clock(ManualClock::new(Nanos::new(3))).build().unwrap();
     /// assert_eq!(lb.clock().now(), Nanos::new(3));
     /// ```
-    pub fn clock<D: Clock>(self, clock: D) -> LeakyBucketBuilder<D, K> {
+    pub fn clock<D: Clock>(self, clock: D) -> LeakyBucketBuilder<D> {
         LeakyBucketBuilder {
             rate: self.rate,
             per: self.per,
             slack: self.slack,
             clock,
-            kind: PhantomData,
         }
     }
 
-    /// The settings' checks, shared with [`crate::reference::LeakyBucket`]'s builder.
+    /// The settings' checks, shared with the mutex twin's `TryFrom`.
     /// Rate 0 and `per` 0 are errors (deviation D6), for either kind.
     pub(crate) fn validate(&self) -> Result<(), ConfigError> {
         validate(self.rate, self.per)
     }
 }
 
-impl<C: Clock> LeakyBucketBuilder<C, LockFree> {
+/// [`LeakyBucketBuilder::build`] as a conversion: the form the mutex twin (`reference::LeakyBucket`, feature
+/// `reference`) is built by too, so code generic over the two builds either from the options.
+impl<C: Clock> TryFrom<LeakyBucketBuilder<C>> for LeakyBucket<C> {
+    type Error = ConfigError;
+
+    fn try_from(options: LeakyBucketBuilder<C>) -> Result<LeakyBucket<C>, ConfigError> {
+        options.build()
+    }
+}
+
+impl<C: Clock> LeakyBucketBuilder<C> {
     /// The bucket, or the first setting that cannot be used: a rate of 0
     /// ([`ConfigError::ZeroRate`]) or a `per` of 0 ([`ConfigError::ZeroPeriod`]), deviation
     /// D6.

@@ -32,9 +32,10 @@
 //! | [`KeyedWindow`] | a fixed window (go-zero `PeriodLimit`) per key, its state inline | [`keyed_window`] |
 //! | [`KeyedSlidingWindow`] | the sliding-window counter per key, its state inline | [`keyed_sliding`] |
 //!
-//! Every limiter has a mutex-based twin in [`reference`](mod@reference) that follows the upstream code
-//! literally; the tests compare the two on random operation sequences, and the benchmarks
-//! race them.
+//! Every limiter has a mutex-based twin in `reference` (feature `reference`) that follows the
+//! upstream code literally; the tests compare the two on random operation sequences, and the
+//! benchmarks race them. A twin is built from its limiter's builder:
+//! `reference::LeakyBucket::try_from(LeakyBucket::builder(100).slack(5))`.
 //!
 //! ## Time
 //! Every time-dependent method `foo` has a `foo_at(now, ..)` twin that takes the time as
@@ -97,6 +98,8 @@ mod limiter;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub mod redis;
+#[cfg(feature = "reference")]
+#[cfg_attr(docsrs, doc(cfg(feature = "reference")))]
 pub mod reference;
 mod scale;
 pub mod sliding_window;
@@ -145,9 +148,7 @@ pub use keyed_window::KeyedWindow;
 pub use leaky_bucket::LeakyBucket;
 pub use leaky_meter::LeakyMeter;
 pub use limit::Limit;
-pub use limiter::{
-    Compact, Denied, Idle, KeyedLimiter, Layout, Limiter, LockFree, Padded, QuotaStatus, Twin,
-};
+pub use limiter::{Compact, Denied, Idle, KeyedLimiter, Layout, Limiter, Padded, QuotaStatus};
 pub use sliding_window::SlidingWindow;
 pub use smooth::{SmoothBursty, SmoothWarmingUp};
 pub use sometimes::Sometimes;

@@ -434,15 +434,6 @@ pub trait KeyedLimiter: Limiter + Idle {}
 
 impl<L: Limiter + Idle + ?Sized> KeyedLimiter for L {}
 
-/// Builder kind: the builder makes the lock-free limiter. Each limiter's builder is generic
-/// over its kind, so a lock-free limiter and its mutex twin take exactly the same options.
-#[derive(Debug, Clone, Copy)]
-pub enum LockFree {}
-
-/// Builder kind: the builder makes the mutex twin (see [`crate::reference`]).
-#[derive(Debug, Clone, Copy)]
-pub enum Twin {}
-
 /// Where a limiter keeps its hot atomic word: alone on its own cache lines ([`Padded`], the
 /// default) or packed next to its configuration ([`Compact`]).
 ///

@@ -58,7 +58,7 @@
 //!   writes nothing (to the state's value: see the crate docs on 128-bit loads). For single
 //!   takes, go-zero's only kind, the two cannot be told apart: once the count reaches the
 //!   quota, every later take of the window is `OverQuota` either way, and the remaining quota
-//!   is 0 either way. [`reference::FixedWindow`](crate::reference::FixedWindow) keeps the
+//!   is 0 either way. `reference::FixedWindow` keeps the
 //!   literal `INCRBY` for single takes, and the differential test checks that they agree.
 //!   They differ after a refused [`FixedWindow::take_n`] with `n > 1`, which counts nothing
 //!   (all or nothing), where an `INCRBY n` would count all `n`: with quota 5, `take_n(3)` is
@@ -70,14 +70,13 @@
 //!   only takes one at a time.
 
 use std::fmt;
-use std::marker::PhantomData;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crossbeam_utils::Backoff;
 
 use crate::clock::{Clock, Nanos, QuantaClock};
 use crate::error::ConfigError;
-use crate::limiter::{Compact, Denied, Idle, Layout, Limiter, LockFree, Padded, QuotaStatus, Twin};
+use crate::limiter::{Compact, Denied, Idle, Layout, Limiter, Padded, QuotaStatus};
 use crate::sync::{AtomicU128, Ordering};
 
 /// What a window limiter said to a request (go-zero's `PeriodLimit` codes).
@@ -694,9 +693,8 @@ impl<C: Clock, P: Layout> fmt::Debug for FixedWindow<C, P> {
     }
 }
 
-/// Options for a [`FixedWindow`] (kind [`LockFree`]) or its mutex twin
-/// [`reference::FixedWindow`](crate::reference::FixedWindow) (kind [`Twin`]): both take the
-/// same options and validate them the same way.
+/// Options for a [`FixedWindow`]. With the `reference` feature, the mutex twin is built from
+/// the same options, validated the same way (`reference::FixedWindow::try_from(builder)`).
 ///
 /// ```
 /// use std::time::Duration;
@@ -707,13 +705,12 @@ impl<C: Clock, P: Layout> fmt::Debug for FixedWindow<C, P> {
 /// ```
 #[derive(Clone, Debug)]
 #[must_use = "a builder does nothing until `build` is called"]
-pub struct FixedWindowBuilder<C: Clock = QuantaClock, K = LockFree> {
+pub struct FixedWindowBuilder<C: Clock = QuantaClock> {
     quota: u32,
     period: Duration,
     align: Option<i64>,
     unix_origin: Option<Duration>,
     clock: C,
-    kind: PhantomData<fn() -> K>,
 }
 
 impl FixedWindowBuilder<QuantaClock> {
@@ -730,7 +727,7 @@ impl FixedWindowBuilder<QuantaClock> {
     }
 }
 
-impl<K> FixedWindowBuilder<QuantaClock, K> {
+impl FixedWindowBuilder<QuantaClock> {
     pub(crate) fn with_defaults(quota: u32, period: Duration) -> Self {
         FixedWindowBuilder {
             quota,
@@ -738,12 +735,11 @@ impl<K> FixedWindowBuilder<QuantaClock, K> {
             align: None,
             unix_origin: None,
             clock: QuantaClock::new(),
-            kind: PhantomData,
         }
     }
 }
 
-impl<C: Clock, K> FixedWindowBuilder<C, K> {
+impl<C: Clock> FixedWindowBuilder<C> {
     /// Ends windows on period boundaries of UTC shifted by `utc_offset_secs` (go-zero's
     /// `Align()`, with the offset explicit instead of the process's time zone; deviation D14).
     /// A window opened at time `t` ends at the next `b > t` with `(b + offset) % period == 0`
@@ -813,14 +809,13 @@ impl<C: Clock, K> FixedWindowBuilder<C, K> {
     ///     .unwrap();
     /// assert_eq!(w.clock().now(), Nanos::new(3));
     /// ```
-    pub fn clock<D: Clock>(self, clock: D) -> FixedWindowBuilder<D, K> {
+    pub fn clock<D: Clock>(self, clock: D) -> FixedWindowBuilder<D> {
         FixedWindowBuilder {
             quota: self.quota,
             period: self.period,
             align: self.align,
             unix_origin: self.unix_origin,
             clock,
-            kind: PhantomData,
         }
     }
 
@@ -886,7 +881,17 @@ impl WindowSpec {
     }
 }
 
-impl<C: Clock> FixedWindowBuilder<C, LockFree> {
+/// [`FixedWindowBuilder::build`] as a conversion: the form the mutex twin (`reference::FixedWindow`, feature
+/// `reference`) is built by too, so code generic over the two builds either from the options.
+impl<C: Clock> TryFrom<FixedWindowBuilder<C>> for FixedWindow<C> {
+    type Error = ConfigError;
+
+    fn try_from(options: FixedWindowBuilder<C>) -> Result<FixedWindow<C>, ConfigError> {
+        options.build()
+    }
+}
+
+impl<C: Clock> FixedWindowBuilder<C> {
     /// The limiter, or the first setting that cannot be used: [`ConfigError::ZeroQuota`],
     /// [`ConfigError::ZeroPeriod`] or [`ConfigError::InvalidUtcOffset`].
     ///
@@ -920,21 +925,6 @@ impl<C: Clock> FixedWindowBuilder<C, LockFree> {
     pub fn build_compact(self) -> Result<FixedWindow<C, Compact>, ConfigError> {
         let (spec, clock) = self.into_spec()?;
         Ok(FixedWindow::from_spec(spec, clock))
-    }
-}
-
-impl<C: Clock> FixedWindowBuilder<C, Twin> {
-    /// The mutex twin, with the same validation as the lock-free limiter.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use turnstile::reference::FixedWindow;
-    /// let w = FixedWindow::builder(3, Duration::from_secs(1)).build().unwrap();
-    /// assert_eq!(w.quota(), 3);
-    /// ```
-    pub fn build(self) -> Result<crate::reference::FixedWindow<C>, ConfigError> {
-        let (spec, clock) = self.into_spec()?;
-        Ok(crate::reference::FixedWindow::from_spec(spec, clock))
     }
 }
 

@@ -63,30 +63,28 @@ mod now_without_the_clock_trait {
             reference::TokenBucket::with_clock(one, 1, clock()).now(),
             want
         );
-        let lb = reference::LeakyBucket::builder(1)
-            .clock(clock())
-            .build()
-            .unwrap();
+        let lb =
+            reference::LeakyBucket::try_from(turnstile::LeakyBucket::builder(1).clock(clock()))
+                .unwrap();
         assert_eq!(lb.now(), want);
-        let sb = reference::SmoothBursty::builder(1.0)
-            .clock(clock())
-            .build()
-            .unwrap();
+        let sb =
+            reference::SmoothBursty::try_from(turnstile::SmoothBursty::builder(1.0).clock(clock()))
+                .unwrap();
         assert_eq!(sb.now(), want);
-        let sw = reference::SmoothWarmingUp::builder(1.0, sec)
-            .clock(clock())
-            .build()
-            .unwrap();
+        let sw = reference::SmoothWarmingUp::try_from(
+            turnstile::SmoothWarmingUp::builder(1.0, sec).clock(clock()),
+        )
+        .unwrap();
         assert_eq!(sw.now(), want);
-        let fw = reference::FixedWindow::builder(1, sec)
-            .clock(clock())
-            .build()
-            .unwrap();
+        let fw = reference::FixedWindow::try_from(
+            turnstile::FixedWindow::builder(1, sec).clock(clock()),
+        )
+        .unwrap();
         assert_eq!(fw.now(), want);
-        let sl = reference::SlidingWindow::builder(1, sec)
-            .clock(clock())
-            .build()
-            .unwrap();
+        let sl = reference::SlidingWindow::try_from(
+            turnstile::SlidingWindow::builder(1, sec).clock(clock()),
+        )
+        .unwrap();
         assert_eq!(sl.now(), want);
     }
 
@@ -421,10 +419,10 @@ fn window_debug() {
         .clock(clock.clone())
         .build()
         .unwrap();
-    let fw_twin = reference::FixedWindow::builder(5, sec)
-        .clock(clock.clone())
-        .build()
-        .unwrap();
+    let fw_twin = reference::FixedWindow::try_from(
+        turnstile::FixedWindow::builder(5, sec).clock(clock.clone()),
+    )
+    .unwrap();
     assert!(fw.take_n_at(Nanos::ZERO, 2).is_permitted());
     assert!(fw_twin.take_n_at(Nanos::ZERO, 2).is_permitted());
     let want = "FixedWindow { quota: 5, period: 1s, utc_offset_secs: None, remaining: 3, \
@@ -436,10 +434,10 @@ fn window_debug() {
         .clock(clock.clone())
         .build()
         .unwrap();
-    let sw_twin = reference::SlidingWindow::builder(5, sec)
-        .clock(clock.clone())
-        .build()
-        .unwrap();
+    let sw_twin = reference::SlidingWindow::try_from(
+        turnstile::SlidingWindow::builder(5, sec).clock(clock.clone()),
+    )
+    .unwrap();
     assert!(sw.allow_n_at(Nanos::ZERO, 3) && sw_twin.allow_n_at(Nanos::ZERO, 3));
     clock.set(at(SEC + SEC / 2));
     // At 1.5 s the 3 of window 0 weigh 1.5: 3 more fit, and the weight is gone at 2 s.
@@ -457,10 +455,10 @@ fn smooth_debug() {
         .clock(clock.clone())
         .build()
         .unwrap();
-    let twin = reference::SmoothBursty::builder(2.0)
-        .clock(clock.clone())
-        .build()
-        .unwrap();
+    let twin = reference::SmoothBursty::try_from(
+        turnstile::SmoothBursty::builder(2.0).clock(clock.clone()),
+    )
+    .unwrap();
     // 1 permit, paid later: the next is free at 0.5 s. At 2 s, 1.5 s of idleness stored 2
     // permits (the 1-second burst's maximum).
     assert_eq!(sb.reserve_n_at(Nanos::ZERO, 1).unwrap(), Duration::ZERO);
@@ -485,11 +483,12 @@ fn leaky_debug() {
         .clock(clock.clone())
         .build()
         .unwrap();
-    let twin = reference::LeakyBucket::builder(10)
-        .slack(2)
-        .clock(clock.clone())
-        .build()
-        .unwrap();
+    let twin = reference::LeakyBucket::try_from(
+        turnstile::LeakyBucket::builder(10)
+            .slack(2)
+            .clock(clock.clone()),
+    )
+    .unwrap();
     let want = "LeakyBucket { rate: 10, per: 1s, slack: 2, per_request: 100ms, next: None }";
     assert_eq!(format!("{lb:?}"), want);
     assert_eq!(format!("{twin:?}"), format!("reference::{want}"));

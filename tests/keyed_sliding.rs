@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use turnstile::keyed_sliding::{KeyedSlidingWindow, KeyedSlidingWindowBuilder, MAX_QUOTAS};
+use turnstile::sliding_window::SlidingWindowBuilder;
 use turnstile::{
     Clock, ConfigError, Denied, Keyed, Limiter, ManualClock, Nanos, QuantaClock, SlidingWindow,
     WindowStatus,
@@ -31,26 +32,24 @@ fn at(ns: u64) -> Nanos {
 #[derive(Debug)]
 pub struct OneKey<C: Clock = QuantaClock>(KeyedSlidingWindow<u64, RandomState, C>);
 
-/// [`OneKey`]'s builder: the map's, swept only by hand.
-pub struct OneKeyBuilder<C: Clock>(KeyedSlidingWindowBuilder<u64, RandomState, C>);
-
 impl OneKey {
-    pub fn builder(quota: u32, period: Duration) -> OneKeyBuilder<QuantaClock> {
-        OneKeyBuilder(KeyedSlidingWindow::builder(quota, period).sweep_every(Duration::MAX))
-    }
-
     pub fn new(quota: u32, period: Duration) -> Result<OneKey, ConfigError> {
-        OneKey::builder(quota, period).build()
+        OneKey::try_from(SlidingWindow::builder(quota, period))
     }
 }
 
-impl<C: Clock> OneKeyBuilder<C> {
-    pub fn clock<D: Clock>(self, clock: D) -> OneKeyBuilder<D> {
-        OneKeyBuilder(self.0.clock(clock))
-    }
+/// From a sliding window's options, as the shared rules build every window: the window
+/// validates them, and the map (swept only by hand) takes its quota, period and clock.
+impl<C: Clock + Clone> TryFrom<SlidingWindowBuilder<C>> for OneKey<C> {
+    type Error = ConfigError;
 
-    pub fn build(self) -> Result<OneKey<C>, ConfigError> {
-        self.0.build().map(OneKey)
+    fn try_from(options: SlidingWindowBuilder<C>) -> Result<OneKey<C>, ConfigError> {
+        let w = options.build()?;
+        KeyedSlidingWindow::builder(w.quota(), w.period())
+            .sweep_every(Duration::MAX)
+            .clock(w.clock().clone())
+            .build()
+            .map(OneKey)
     }
 }
 

@@ -23,9 +23,7 @@ fn zero_rate_and_zero_period_are_typed_errors_that_say_what_was_wrong() {
         ConfigError::ZeroPeriod
     );
     assert_eq!(
-        reference::LeakyBucket::builder(5)
-            .per(Duration::ZERO)
-            .build()
+        reference::LeakyBucket::try_from(turnstile::LeakyBucket::builder(5).per(Duration::ZERO))
             .unwrap_err(),
         ConfigError::ZeroPeriod
     );
@@ -59,12 +57,13 @@ fn every_operation_at_every_extreme_is_safe() {
                     .clock(ManualClock::new(Nanos::MAX))
                     .build()
                     .unwrap();
-                let twin = reference::LeakyBucket::builder(rate)
-                    .per(per)
-                    .slack(slack)
-                    .clock(ManualClock::new(Nanos::MAX))
-                    .build()
-                    .unwrap();
+                let twin = reference::LeakyBucket::try_from(
+                    turnstile::LeakyBucket::builder(rate)
+                        .per(per)
+                        .slack(slack)
+                        .clock(ManualClock::new(Nanos::MAX)),
+                )
+                .unwrap();
                 let mut ts = common::extreme_times();
                 ts.extend(common::extreme_times().into_iter().rev());
                 for now in ts {
@@ -97,10 +96,9 @@ fn every_operation_at_every_extreme_is_safe() {
 fn per_request_saturates_beyond_u64_nanoseconds() {
     let l = LeakyBucket::builder(1).per(Duration::MAX).build().unwrap();
     assert_eq!(l.per_request(), Duration::from_nanos(u64::MAX));
-    let twin = reference::LeakyBucket::builder(1)
-        .per(Duration::MAX)
-        .build()
-        .unwrap();
+    let twin =
+        reference::LeakyBucket::try_from(turnstile::LeakyBucket::builder(1).per(Duration::MAX))
+            .unwrap();
     assert_eq!(twin.per_request(), Duration::from_nanos(u64::MAX));
     // perRequest truncates to 0 when the rate exceeds per in nanoseconds, as upstream.
     let l = LeakyBucket::builder(u32::MAX)
@@ -193,9 +191,10 @@ fn huge_n_and_huge_slack_are_counted_not_looped() {
         .clock(ManualClock::default())
         .build()
         .unwrap());
-    run(&reference::LeakyBucket::builder(1_000_000_000)
-        .slack(u32::MAX)
-        .clock(ManualClock::default())
-        .build()
-        .unwrap());
+    run(&reference::LeakyBucket::try_from(
+        turnstile::LeakyBucket::builder(1_000_000_000)
+            .slack(u32::MAX)
+            .clock(ManualClock::default()),
+    )
+    .unwrap());
 }

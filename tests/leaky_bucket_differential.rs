@@ -104,12 +104,13 @@ fn run(s: &Setup, ops: &[(Step, Op)]) -> Result<Stop, TestCaseError> {
         .clock(ManualClock::default())
         .build()
         .unwrap();
-    let twin = reference::LeakyBucket::builder(s.rate)
-        .per(s.per)
-        .slack(s.slack)
-        .clock(ManualClock::default())
-        .build()
-        .unwrap();
+    let twin = reference::LeakyBucket::try_from(
+        turnstile::LeakyBucket::builder(s.rate)
+            .per(s.per)
+            .slack(s.slack)
+            .clock(ManualClock::default()),
+    )
+    .unwrap();
     prop_assert_eq!(ours.per_request(), twin.per_request());
     let t = ours.per_request().as_nanos() as f64;
     let mut now = s.start;

@@ -28,11 +28,10 @@ macro_rules! shared_rules {
             type Lb = Bucket<ManualClock>;
 
             fn lb(rate: u32, per: Duration, slack: u32) -> Lb {
-                Bucket::builder(rate)
+                Bucket::try_from(turnstile::LeakyBucket::builder(rate)
                     .per(per)
                     .slack(slack)
-                    .clock(ManualClock::new(at(T0)))
-                    .build()
+                    .clock(ManualClock::new(at(T0))))
                     .unwrap()
             }
 
@@ -67,7 +66,7 @@ macro_rules! shared_rules {
 
             #[test]
             fn defaults_are_one_second_and_slack_ten() {
-                let l = Bucket::builder(5).clock(ManualClock::default()).build().unwrap();
+                let l = Bucket::try_from(turnstile::LeakyBucket::builder(5).clock(ManualClock::default())).unwrap();
                 assert_eq!(l.per(), Duration::from_secs(1));
                 assert_eq!(l.slack(), 10);
                 assert_eq!(l.rate(), 5);
@@ -77,17 +76,17 @@ macro_rules! shared_rules {
 
             #[test]
             fn options_apply_in_order_last_wins() {
-                let b = || Bucket::builder(10).clock(ManualClock::default());
-                assert_eq!(b().slack(5).without_slack().build().unwrap().slack(), 0);
-                assert_eq!(b().without_slack().slack(3).build().unwrap().slack(), 3);
-                let l = b()
-                    .per(Duration::from_secs(60))
-                    .per(Duration::from_millis(10))
-                    .build()
-                    .unwrap();
+                let b = || turnstile::LeakyBucket::builder(10).clock(ManualClock::default());
+                let build = |options| Bucket::try_from(options).unwrap();
+                assert_eq!(build(b().slack(5).without_slack()).slack(), 0);
+                assert_eq!(build(b().without_slack().slack(3)).slack(), 3);
+                let l = build(
+                    b().per(Duration::from_secs(60))
+                        .per(Duration::from_millis(10)),
+                );
                 assert_eq!(l.per_request(), Duration::from_millis(1));
                 // A zero per set first and then corrected is fine; the last one counts.
-                assert!(b().per(Duration::ZERO).per(Duration::from_secs(1)).build().is_ok());
+                assert!(Bucket::try_from(b().per(Duration::ZERO).per(Duration::from_secs(1))).is_ok());
             }
 
             #[test]
@@ -300,7 +299,7 @@ macro_rules! shared_rules {
 
             #[test]
             fn take_sleeps_until_the_permit() {
-                let l = Bucket::builder(200).without_slack().build().unwrap(); // 5 ms apart
+                let l = Bucket::try_from(turnstile::LeakyBucket::builder(200).without_slack()).unwrap(); // 5 ms apart
                 let start = Instant::now();
                 let first = l.take();
                 let mut last = first;
@@ -319,7 +318,7 @@ macro_rules! shared_rules {
                 // One permit an hour: released by the clock's move, not by an hour's sleep
                 // (a bound of a minute holds on any loaded machine and still tells them apart).
                 let hour = Duration::from_secs(3_600);
-                let l = Bucket::builder(1).per(hour).without_slack().clock(clock.clone()).build().unwrap();
+                let l = Bucket::try_from(turnstile::LeakyBucket::builder(1).per(hour).without_slack().clock(clock.clone())).unwrap();
                 assert_eq!(l.take(), at(T0));
                 let start = Instant::now();
                 std::thread::scope(|s| {
@@ -362,11 +361,11 @@ macro_rules! shared_rules {
             fn rate_zero_and_per_zero_are_typed_errors_d6() {
                 assert_eq!(Bucket::new(0).unwrap_err(), ConfigError::ZeroRate);
                 assert_eq!(
-                    Bucket::builder(1).per(Duration::ZERO).build().unwrap_err(),
+                    Bucket::try_from(turnstile::LeakyBucket::builder(1).per(Duration::ZERO)).unwrap_err(),
                     ConfigError::ZeroPeriod
                 );
                 assert_eq!(
-                    Bucket::builder(0).per(Duration::ZERO).build().unwrap_err(),
+                    Bucket::try_from(turnstile::LeakyBucket::builder(0).per(Duration::ZERO)).unwrap_err(),
                     ConfigError::ZeroRate
                 );
             }
@@ -402,10 +401,10 @@ fn a_first_take_at_time_zero_is_a_first_take_like_any_other() {
 fn the_twin_keeps_upstreams_zero_sentinel() {
     // Upstream: "a clock reading exactly the Unix epoch makes every call look like a first
     // call". The twin is literal; turnstile is not (above).
-    let twin = turnstile::reference::LeakyBucket::builder(10)
-        .clock(ManualClock::default())
-        .build()
-        .unwrap();
+    let twin = turnstile::reference::LeakyBucket::try_from(
+        turnstile::LeakyBucket::builder(10).clock(ManualClock::default()),
+    )
+    .unwrap();
     for _ in 0..5 {
         assert_eq!(twin.take_at(Nanos::ZERO), Nanos::ZERO);
     }

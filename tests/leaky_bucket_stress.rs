@@ -263,11 +263,12 @@ fn lockstep_drains_grant_what_the_twin_grants() {
         })
         .collect();
     for (threads, slack) in [(2, 0), (8, 0), (2, 10), (8, 10), (8, 1_000)] {
-        let twin = reference::LeakyBucket::builder(1_000_000)
-            .slack(slack)
-            .clock(ManualClock::default())
-            .build()
-            .unwrap();
+        let twin = reference::LeakyBucket::try_from(
+            turnstile::LeakyBucket::builder(1_000_000)
+                .slack(slack)
+                .clock(ManualClock::default()),
+        )
+        .unwrap();
         let expected: Vec<u64> = times
             .iter()
             .map(|&t| (0..).take_while(|_| twin.try_take_at(t)).count() as u64)

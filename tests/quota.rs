@@ -258,14 +258,17 @@ fn windows(
     reference::FixedWindow<ManualClock>,
 ) {
     let a = FixedWindow::builder(quota, period).clock(ManualClock::default());
-    let b = reference::FixedWindow::builder(quota, period).clock(ManualClock::default());
+    let b = FixedWindow::builder(quota, period).clock(ManualClock::default());
     if aligned {
         (
             a.align_utc().unix_origin(Duration::ZERO).build().unwrap(),
-            b.align_utc().unix_origin(Duration::ZERO).build().unwrap(),
+            reference::FixedWindow::try_from(b.align_utc().unix_origin(Duration::ZERO)).unwrap(),
         )
     } else {
-        (a.build().unwrap(), b.build().unwrap())
+        (
+            a.build().unwrap(),
+            reference::FixedWindow::try_from(b).unwrap(),
+        )
     }
 }
 
@@ -380,10 +383,10 @@ fn sliding(
             .clock(ManualClock::default())
             .build()
             .unwrap(),
-        reference::SlidingWindow::builder(quota, period)
-            .clock(ManualClock::default())
-            .build()
-            .unwrap(),
+        reference::SlidingWindow::try_from(
+            turnstile::SlidingWindow::builder(quota, period).clock(ManualClock::default()),
+        )
+        .unwrap(),
     )
 }
 

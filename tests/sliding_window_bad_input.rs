@@ -60,10 +60,11 @@ fn every_operation_at_every_extreme_is_safe_and_both_agree() {
                 .clock(ManualClock::new(Nanos::MAX))
                 .build()
                 .unwrap();
-            let twin = reference::SlidingWindow::builder(quota, period)
-                .clock(ManualClock::new(Nanos::MAX))
-                .build()
-                .unwrap();
+            let twin = reference::SlidingWindow::try_from(
+                turnstile::SlidingWindow::builder(quota, period)
+                    .clock(ManualClock::new(Nanos::MAX)),
+            )
+            .unwrap();
             let what = format!("{quota}/{period:?}");
             let mut ts = common::extreme_times();
             ts.extend(common::extreme_times().into_iter().rev());
@@ -131,10 +132,11 @@ fn u32_max_quota_and_n_are_counted_exactly() {
         let s = ours.status_at(t);
         (s.remaining, s.resets_at)
     });
-    let twin = reference::SlidingWindow::builder(quota, Duration::from_secs(1))
-        .clock(ManualClock::default())
-        .build()
-        .unwrap();
+    let twin = reference::SlidingWindow::try_from(
+        turnstile::SlidingWindow::builder(quota, Duration::from_secs(1))
+            .clock(ManualClock::default()),
+    )
+    .unwrap();
     run(&twin, |t| {
         let s = twin.status_at(t);
         (s.remaining, s.resets_at)

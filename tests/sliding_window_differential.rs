@@ -132,10 +132,10 @@ fn run(s: &Setup, ops: &[(Step, Op)]) -> Result<Seen, TestCaseError> {
         .clock(ManualClock::default())
         .build()
         .unwrap();
-    let twin = reference::SlidingWindow::builder(s.quota, s.period)
-        .clock(ManualClock::default())
-        .build()
-        .unwrap();
+    let twin = reference::SlidingWindow::try_from(
+        turnstile::SlidingWindow::builder(s.quota, s.period).clock(ManualClock::default()),
+    )
+    .unwrap();
     let p = s.period.as_nanos().min(1 << 62) as f64;
     let mut now = s.start;
     let mut seen = Seen {

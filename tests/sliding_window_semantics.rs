@@ -34,10 +34,10 @@ fn debug_shows_the_counts() {
         .clock(ManualClock::new(at(T0)))
         .build()
         .unwrap();
-    let b = turnstile::reference::SlidingWindow::builder(5, five)
-        .clock(ManualClock::new(at(T0)))
-        .build()
-        .unwrap();
+    let b = turnstile::reference::SlidingWindow::try_from(
+        turnstile::SlidingWindow::builder(5, five).clock(ManualClock::new(at(T0))),
+    )
+    .unwrap();
     assert!(a.allow_n_at(at(T0 + 10), 3) && b.allow_n_at(at(T0 + 10), 3));
     for s in [format!("{a:?}"), format!("{b:?}")] {
         assert!(

@@ -318,10 +318,11 @@ fn manual_clock_stepped_onto_every_boundary_keeps_the_guarantee() {
     const STEPS: usize = 160;
     let t0 = 1_000 * PERIOD_NS;
     let at = |i: usize| Nanos::new(t0 + i as u64 * PERIOD_NS / 4);
-    let twin = reference::SlidingWindow::builder(QUOTA, Duration::from_nanos(PERIOD_NS))
-        .clock(ManualClock::default())
-        .build()
-        .unwrap();
+    let twin = reference::SlidingWindow::try_from(
+        turnstile::SlidingWindow::builder(QUOTA, Duration::from_nanos(PERIOD_NS))
+            .clock(ManualClock::default()),
+    )
+    .unwrap();
     // What the twin grants at each step, asked one permit at a time until refused.
     let expected: Vec<u64> = (0..STEPS)
         .map(|i| (0..).take_while(|_| twin.allow_at(at(i))).count() as u64)

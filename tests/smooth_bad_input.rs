@@ -40,10 +40,10 @@ fn invalid_rates_are_typed_errors_that_name_the_value() {
         ));
         assert!(is_rate_error(&l.set_rate(rate).unwrap_err(), rate));
         assert_eq!(l.rate(), 2.0, "unchanged");
-        let t = reference::SmoothWarmingUp::builder(2.0, w)
-            .clock(ManualClock::default())
-            .build()
-            .unwrap();
+        let t = reference::SmoothWarmingUp::try_from(
+            turnstile::SmoothWarmingUp::builder(2.0, w).clock(ManualClock::default()),
+        )
+        .unwrap();
         assert!(is_rate_error(
             &t.set_rate_at(Nanos::ZERO, rate).unwrap_err(),
             rate
@@ -67,10 +67,10 @@ fn subnormal_rates_are_rejected_like_limits() {
             .clock(ManualClock::default())
             .build()
             .unwrap();
-        let t = reference::SmoothWarmingUp::builder(2.0, w)
-            .clock(ManualClock::default())
-            .build()
-            .unwrap();
+        let t = reference::SmoothWarmingUp::try_from(
+            turnstile::SmoothWarmingUp::builder(2.0, w).clock(ManualClock::default()),
+        )
+        .unwrap();
         let errors = [
             SmoothBursty::new(rate).unwrap_err(),
             SmoothWarmingUp::new(rate, w).unwrap_err(),
@@ -149,12 +149,10 @@ fn invalid_warm_up_and_cold_factor_are_typed_errors() {
             "{cf}: {e:?}"
         );
         assert!(e.to_string().contains(&cf.to_string()), "{e}");
-        assert!(
-            reference::SmoothWarmingUp::builder(1.0, Duration::from_secs(1))
-                .cold_factor(cf)
-                .build()
-                .is_err()
-        );
+        assert!(reference::SmoothWarmingUp::try_from(
+            turnstile::SmoothWarmingUp::builder(1.0, Duration::from_secs(1)).cold_factor(cf)
+        )
+        .is_err());
     }
     // The rate is checked first, as Guava's setRate runs before anything uses the warm-up.
     assert!(is_rate_error(
@@ -187,10 +185,11 @@ fn a_sub_microsecond_warm_up_still_limits() {
         assert!(!f.is_nan());
     }
     // The twin keeps upstream's behaviour: NaN stored, no limiting.
-    let twin = reference::SmoothWarmingUp::builder(1000.0, Duration::from_nanos(500))
-        .clock(ManualClock::default())
-        .build()
-        .unwrap();
+    let twin = reference::SmoothWarmingUp::try_from(
+        turnstile::SmoothWarmingUp::builder(1000.0, Duration::from_nanos(500))
+            .clock(ManualClock::default()),
+    )
+    .unwrap();
     assert!(twin.stored_permits_at(t).is_nan());
     assert_eq!(twin.reserve_n_at(t, 1), Ok(Duration::ZERO));
     assert_eq!(twin.reserve_n_at(t, 1), Ok(Duration::ZERO));
@@ -208,10 +207,10 @@ fn invalid_burst_seconds_and_stored_permits_are_typed_errors() {
             "{b}: {e:?}"
         );
         assert!(e.to_string().contains(&b.to_string()), "{e}");
-        assert!(reference::SmoothBursty::builder(1.0)
-            .max_burst_seconds(b)
-            .build()
-            .is_err());
+        assert!(reference::SmoothBursty::try_from(
+            turnstile::SmoothBursty::builder(1.0).max_burst_seconds(b)
+        )
+        .is_err());
     }
     for p in [-1.0, f64::NAN, f64::NEG_INFINITY] {
         let e = SmoothBursty::builder(1.0)
@@ -241,10 +240,10 @@ fn zero_permits_is_a_typed_error_and_reserves_nothing() {
         .clock(ManualClock::default())
         .build()
         .unwrap();
-    let t = reference::SmoothBursty::builder(1.0)
-        .clock(ManualClock::default())
-        .build()
-        .unwrap();
+    let t = reference::SmoothBursty::try_from(
+        turnstile::SmoothBursty::builder(1.0).clock(ManualClock::default()),
+    )
+    .unwrap();
     let z = Err(WaitError::ZeroPermits);
     assert_eq!(l.reserve_n_at(Nanos::ZERO, 0), z);
     assert_eq!(l.reserve_n(0), z);
@@ -371,11 +370,12 @@ fn lock_free_limiters_survive_every_extreme() {
 fn mutex_twins_survive_every_extreme() {
     for rate in rates() {
         for burst in [0.0, 1.0, 1e300] {
-            let l = reference::SmoothBursty::builder(rate)
-                .max_burst_seconds(burst)
-                .clock(ManualClock::new(Nanos::MAX))
-                .build()
-                .unwrap();
+            let l = reference::SmoothBursty::try_from(
+                turnstile::SmoothBursty::builder(rate)
+                    .max_burst_seconds(burst)
+                    .clock(ManualClock::new(Nanos::MAX)),
+            )
+            .unwrap();
             sweep!(&l, false);
         }
         for warmup in [
@@ -384,11 +384,12 @@ fn mutex_twins_survive_every_extreme() {
             Duration::MAX,
         ] {
             for cf in [1.0, 3.0, 1e300] {
-                let l = reference::SmoothWarmingUp::builder(rate, warmup)
-                    .cold_factor(cf)
-                    .clock(ManualClock::new(Nanos::MAX))
-                    .build()
-                    .unwrap();
+                let l = reference::SmoothWarmingUp::try_from(
+                    turnstile::SmoothWarmingUp::builder(rate, warmup)
+                        .cold_factor(cf)
+                        .clock(ManualClock::new(Nanos::MAX)),
+                )
+                .unwrap();
                 sweep!(&l, false);
             }
         }

@@ -214,12 +214,13 @@ fn make(kind: Kind, rate: f64, start: Nanos) -> Box<dyn Pair> {
                 .clock(ManualClock::new(start))
                 .build()
                 .unwrap(),
-            reference::SmoothBursty::builder(rate)
-                .max_burst_seconds(burst_s)
-                .initial_stored_permits(initial)
-                .clock(ManualClock::new(start))
-                .build()
-                .unwrap(),
+            reference::SmoothBursty::try_from(
+                turnstile::SmoothBursty::builder(rate)
+                    .max_burst_seconds(burst_s)
+                    .initial_stored_permits(initial)
+                    .clock(ManualClock::new(start)),
+            )
+            .unwrap(),
         )),
         Kind::Warming {
             warmup_ms,
@@ -232,11 +233,12 @@ fn make(kind: Kind, rate: f64, start: Nanos) -> Box<dyn Pair> {
                     .clock(ManualClock::new(start))
                     .build()
                     .unwrap(),
-                reference::SmoothWarmingUp::builder(rate, w)
-                    .cold_factor(cold_factor)
-                    .clock(ManualClock::new(start))
-                    .build()
-                    .unwrap(),
+                reference::SmoothWarmingUp::try_from(
+                    turnstile::SmoothWarmingUp::builder(rate, w)
+                        .cold_factor(cold_factor)
+                        .clock(ManualClock::new(start)),
+                )
+                .unwrap(),
             ))
         }
     }

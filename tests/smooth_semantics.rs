@@ -65,10 +65,10 @@ fn bursty(rate: f64) -> [Box<dyn Smooth>; 2] {
                 .unwrap(),
         ),
         Box::new(
-            reference::SmoothBursty::builder(rate)
-                .clock(ManualClock::default())
-                .build()
-                .unwrap(),
+            reference::SmoothBursty::try_from(
+                turnstile::SmoothBursty::builder(rate).clock(ManualClock::default()),
+            )
+            .unwrap(),
         ),
     ]
 }
@@ -85,11 +85,12 @@ fn warming(rate: f64, warmup_ms: u64, cold_factor: f64) -> [Box<dyn Smooth>; 2] 
                 .unwrap(),
         ),
         Box::new(
-            reference::SmoothWarmingUp::builder(rate, w)
-                .cold_factor(cold_factor)
-                .clock(ManualClock::default())
-                .build()
-                .unwrap(),
+            reference::SmoothWarmingUp::try_from(
+                turnstile::SmoothWarmingUp::builder(rate, w)
+                    .cold_factor(cold_factor)
+                    .clock(ManualClock::default()),
+            )
+            .unwrap(),
         ),
     ]
 }
@@ -816,9 +817,7 @@ async fn async_acquire_waits_on_tokios_timer() {
     assert_eq!(l.acquire_async(1).await, Ok(Duration::from_millis(500)));
     assert_eq!(start.elapsed(), Duration::from_millis(500));
     assert_eq!(l.acquire_async(0).await, Err(WaitError::ZeroPermits));
-    let t = reference::SmoothBursty::builder(2.0)
-        .clock(clock)
-        .build()
+    let t = reference::SmoothBursty::try_from(turnstile::SmoothBursty::builder(2.0).clock(clock))
         .unwrap();
     assert_eq!(t.acquire_async(3).await, Ok(Duration::ZERO));
     assert_eq!(t.acquire_async(1).await, Ok(Duration::from_millis(1500)));

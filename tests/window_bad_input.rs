@@ -41,9 +41,7 @@ fn bad_configurations_are_typed_errors() {
             ConfigError::InvalidUtcOffset(offset)
         );
         assert_eq!(
-            reference::FixedWindow::builder(1, day)
-                .align(offset)
-                .build()
+            reference::FixedWindow::try_from(turnstile::FixedWindow::builder(1, day).align(offset))
                 .unwrap_err(),
             ConfigError::InvalidUtcOffset(offset)
         );
@@ -90,8 +88,7 @@ fn extremes_saturate_instead_of_overflowing() {
     for period in periods {
         for align in aligns {
             let lf = FixedWindow::builder(u32::MAX, period).clock(ManualClock::default());
-            let tw =
-                reference::FixedWindow::builder(u32::MAX, period).clock(ManualClock::default());
+            let tw = FixedWindow::builder(u32::MAX, period).clock(ManualClock::default());
             let (lf, tw) = match align {
                 None => (lf, tw),
                 Some((o, origin)) => (
@@ -101,7 +98,7 @@ fn extremes_saturate_instead_of_overflowing() {
             };
             exercise!(lf.clone().build().unwrap());
             exercise!(lf.build_compact().unwrap());
-            exercise!(tw.build().unwrap());
+            exercise!(reference::FixedWindow::try_from(tw).unwrap());
         }
     }
     // A window that would end past the end of time never ends: OverQuota stays.

@@ -78,12 +78,15 @@ fn op() -> impl Strategy<Value = Op> {
 
 fn run(s: &Setup, ops: &[(Step, Op)]) -> Result<&'static str, TestCaseError> {
     let ours = FixedWindow::builder(s.quota, s.period).clock(ManualClock::default());
-    let twin = reference::FixedWindow::builder(s.quota, s.period).clock(ManualClock::default());
+    let twin = FixedWindow::builder(s.quota, s.period).clock(ManualClock::default());
     let (ours, twin) = match s.align {
-        None => (ours.build().unwrap(), twin.build().unwrap()),
+        None => (
+            ours.build().unwrap(),
+            reference::FixedWindow::try_from(twin).unwrap(),
+        ),
         Some((offset, origin)) => (
             ours.align(offset).unix_origin(origin).build().unwrap(),
-            twin.align(offset).unix_origin(origin).build().unwrap(),
+            reference::FixedWindow::try_from(twin.align(offset).unix_origin(origin)).unwrap(),
         ),
     };
     let period = s.period.as_nanos() as f64;

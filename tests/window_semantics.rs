@@ -21,7 +21,7 @@ enum W {
 impl W {
     fn both(quota: u32, period: Duration, align: Option<(i64, Duration)>) -> [W; 2] {
         let lf = FixedWindow::builder(quota, period).clock(ManualClock::default());
-        let tw = reference::FixedWindow::builder(quota, period).clock(ManualClock::default());
+        let tw = FixedWindow::builder(quota, period).clock(ManualClock::default());
         let (lf, tw) = match align {
             None => (lf, tw),
             Some((offset, origin)) => (
@@ -31,7 +31,7 @@ impl W {
         };
         [
             W::LockFree(lf.build().unwrap()),
-            W::Twin(tw.build().unwrap()),
+            W::Twin(reference::FixedWindow::try_from(tw).unwrap()),
         ]
     }
     fn take_n_at(&self, now: Nanos, n: u32) -> Outcome {

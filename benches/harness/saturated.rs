@@ -129,11 +129,12 @@ pub fn leaky_bucket<C: Clock>(clock: C) -> LeakyBucket<C> {
 }
 
 pub fn twin_leaky_bucket<C: Clock>(clock: C) -> reference::LeakyBucket<C> {
-    reference::LeakyBucket::builder(RATE)
-        .slack(BURST)
-        .clock(clock)
-        .build()
-        .expect("valid leaky bucket")
+    reference::LeakyBucket::try_from(
+        turnstile::LeakyBucket::builder(RATE)
+            .slack(BURST)
+            .clock(clock),
+    )
+    .expect("valid leaky bucket")
 }
 
 /// `SmoothBursty` at 1e6/s with `burst_seconds` of burst (the shootout's: 1 s).
@@ -146,11 +147,12 @@ pub fn smooth_bursty<C: Clock>(clock: C, burst_seconds: f64) -> SmoothBursty<C> 
 }
 
 pub fn twin_smooth_bursty<C: Clock>(clock: C, burst_seconds: f64) -> reference::SmoothBursty<C> {
-    reference::SmoothBursty::builder(f64::from(RATE))
-        .max_burst_seconds(burst_seconds)
-        .clock(clock)
-        .build()
-        .expect("valid smooth limiter")
+    reference::SmoothBursty::try_from(
+        turnstile::SmoothBursty::builder(f64::from(RATE))
+            .max_burst_seconds(burst_seconds)
+            .clock(clock),
+    )
+    .expect("valid smooth limiter")
 }
 
 pub fn smooth_warming_up<C: Clock>(clock: C) -> SmoothWarmingUp<C> {
@@ -161,10 +163,10 @@ pub fn smooth_warming_up<C: Clock>(clock: C) -> SmoothWarmingUp<C> {
 }
 
 pub fn twin_smooth_warming_up<C: Clock>(clock: C) -> reference::SmoothWarmingUp<C> {
-    reference::SmoothWarmingUp::builder(f64::from(RATE), WARMUP)
-        .clock(clock)
-        .build()
-        .expect("valid smooth limiter")
+    reference::SmoothWarmingUp::try_from(
+        turnstile::SmoothWarmingUp::builder(f64::from(RATE), WARMUP).clock(clock),
+    )
+    .expect("valid smooth limiter")
 }
 
 pub fn fixed_window<C: Clock>(clock: C) -> FixedWindow<C> {
@@ -175,9 +177,7 @@ pub fn fixed_window<C: Clock>(clock: C) -> FixedWindow<C> {
 }
 
 pub fn twin_fixed_window<C: Clock>(clock: C) -> reference::FixedWindow<C> {
-    reference::FixedWindow::builder(QUOTA, WINDOW)
-        .clock(clock)
-        .build()
+    reference::FixedWindow::try_from(turnstile::FixedWindow::builder(QUOTA, WINDOW).clock(clock))
         .expect("valid window")
 }
 
@@ -189,10 +189,10 @@ pub fn sliding_window<C: Clock>(clock: C) -> SlidingWindow<C> {
 }
 
 pub fn twin_sliding_window<C: Clock>(clock: C) -> reference::SlidingWindow<C> {
-    reference::SlidingWindow::builder(QUOTA, WINDOW)
-        .clock(clock)
-        .build()
-        .expect("valid window")
+    reference::SlidingWindow::try_from(
+        turnstile::SlidingWindow::builder(QUOTA, WINDOW).clock(clock),
+    )
+    .expect("valid window")
 }
 
 pub fn leaky_meter<C: Clock>(clock: C) -> LeakyMeter<C> {

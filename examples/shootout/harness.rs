@@ -993,9 +993,9 @@ fn phase3(
             run(&l.expect("valid"), t, dur)
         },
         Some(&|t| {
-            let l = reference::LeakyBucket::builder(whole_rate)
-                .slack(slack)
-                .build();
+            let l = reference::LeakyBucket::try_from(
+                turnstile::LeakyBucket::builder(whole_rate).slack(slack),
+            );
             run(&l.expect("valid"), t, dur)
         }),
     );

@@ -30,7 +30,7 @@ use std::time::Duration;
 
 use crate::clock::{Clock, Nanos, QuantaClock};
 use crate::error::ConfigError;
-use crate::leaky_bucket::Twin;
+use crate::leaky_bucket::LeakyBucketBuilder;
 use crate::limiter::{Denied, Limiter};
 
 /// Go's limiter fields (everything but the padding and the clock).
@@ -88,7 +88,7 @@ fn nanos(t: i128) -> Nanos {
 /// use turnstile::reference::LeakyBucket;
 /// use turnstile::{ManualClock, Nanos};
 ///
-/// let lb = LeakyBucket::builder(10).slack(1).clock(ManualClock::default()).build().unwrap();
+/// let lb = LeakyBucket::try_from(turnstile::LeakyBucket::builder(10).slack(1).clock(ManualClock::default())).unwrap();
 /// let t0 = Nanos::new(1_000_000_000);
 /// assert_eq!(lb.take_at(t0), t0);
 /// assert_eq!(lb.take_at(t0), t0 + Duration::from_millis(100));
@@ -116,20 +116,7 @@ impl LeakyBucket<QuantaClock> {
     /// assert_eq!(LeakyBucket::new(3).unwrap().per_request(), Duration::from_nanos(333_333_333));
     /// ```
     pub fn new(rate: u32) -> Result<LeakyBucket, ConfigError> {
-        LeakyBucketBuilder::with_defaults(rate).build()
-    }
-
-    /// A builder with Go's options (`per`, `slack`, `without_slack`, `clock`), applied in
-    /// order.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use turnstile::reference::LeakyBucket;
-    /// let lb = LeakyBucket::builder(7).per(Duration::from_secs(60)).build().unwrap();
-    /// assert_eq!(lb.per_request(), Duration::from_nanos(8_571_428_571));
-    /// ```
-    pub fn builder(rate: u32) -> LeakyBucketBuilder {
-        LeakyBucketBuilder::with_defaults(rate)
+        LeakyBucket::try_from(crate::LeakyBucket::builder(rate))
     }
 
     /// Go's `NewUnlimited()`: every take returns `now` at once.
@@ -199,7 +186,7 @@ impl<C: Clock> LeakyBucket<C> {
     /// ```
     /// use turnstile::reference::LeakyBucket;
     /// use turnstile::{Clock, ManualClock, Nanos};
-    /// let lb = LeakyBucket::builder(1).clock(ManualClock::new(Nanos::new(9))).build().unwrap();
+    /// let lb = LeakyBucket::try_from(turnstile::LeakyBucket::builder(1).clock(ManualClock::new(Nanos::new(9)))).unwrap();
     /// assert_eq!(lb.clock().now(), Nanos::new(9));
     /// ```
     pub fn clock(&self) -> &C {
@@ -213,7 +200,7 @@ impl<C: Clock> LeakyBucket<C> {
     /// use turnstile::reference::LeakyBucket;
     /// use turnstile::{ManualClock, Nanos};
     ///
-    /// let l = LeakyBucket::builder(1).clock(ManualClock::new(Nanos::new(7))).build().unwrap();
+    /// let l = LeakyBucket::try_from(turnstile::LeakyBucket::builder(1).clock(ManualClock::new(Nanos::new(7)))).unwrap();
     /// assert_eq!(l.now(), Nanos::new(7));
     /// ```
     pub fn now(&self) -> Nanos {
@@ -277,7 +264,7 @@ impl<C: Clock> LeakyBucket<C> {
     ///
     /// ```
     /// use turnstile::reference::LeakyBucket;
-    /// let lb = LeakyBucket::builder(1000).without_slack().build().unwrap();
+    /// let lb = LeakyBucket::try_from(turnstile::LeakyBucket::builder(1000).without_slack()).unwrap();
     /// let (a, b) = (lb.take(), lb.take());
     /// assert!(b.as_u64() - a.as_u64() >= 1_000_000);
     /// ```
@@ -296,7 +283,7 @@ impl<C: Clock> LeakyBucket<C> {
     /// use std::time::Duration;
     /// use turnstile::reference::LeakyBucket;
     /// use turnstile::{ManualClock, Nanos};
-    /// let lb = LeakyBucket::builder(4).clock(ManualClock::default()).build().unwrap();
+    /// let lb = LeakyBucket::try_from(turnstile::LeakyBucket::builder(4).clock(ManualClock::default())).unwrap();
     /// let t = Nanos::new(1);
     /// assert_eq!(lb.take_at(t), t);
     /// assert_eq!(lb.take_at(t), t + Duration::from_millis(250));
@@ -319,7 +306,7 @@ impl<C: Clock> LeakyBucket<C> {
     ///
     /// ```
     /// use turnstile::reference::LeakyBucket;
-    /// let lb = LeakyBucket::builder(1).without_slack().build().unwrap();
+    /// let lb = LeakyBucket::try_from(turnstile::LeakyBucket::builder(1).without_slack()).unwrap();
     /// assert!(lb.try_take());
     /// assert!(!lb.try_take());
     /// ```
@@ -334,7 +321,7 @@ impl<C: Clock> LeakyBucket<C> {
     /// use std::time::Duration;
     /// use turnstile::reference::LeakyBucket;
     /// use turnstile::{ManualClock, Nanos};
-    /// let lb = LeakyBucket::builder(10).clock(ManualClock::default()).build().unwrap();
+    /// let lb = LeakyBucket::try_from(turnstile::LeakyBucket::builder(10).clock(ManualClock::default())).unwrap();
     /// let t = Nanos::new(1);
     /// assert!(lb.try_take_at(t));
     /// assert!(!lb.try_take_at(t));
@@ -352,7 +339,7 @@ impl<C: Clock> LeakyBucket<C> {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
     /// use turnstile::reference::LeakyBucket;
-    /// let lb = LeakyBucket::builder(1000).without_slack().build().unwrap();
+    /// let lb = LeakyBucket::try_from(turnstile::LeakyBucket::builder(1000).without_slack()).unwrap();
     /// let (a, b) = (lb.take_async().await, lb.take_async().await);
     /// assert!(b.as_u64() - a.as_u64() >= 1_000_000);
     /// # }
@@ -412,7 +399,7 @@ impl<C: Clock> Limiter for LeakyBucket<C> {
     /// ```
     /// use turnstile::reference::LeakyBucket;
     /// use turnstile::{Limiter, ManualClock, Nanos};
-    /// let lb = LeakyBucket::builder(10).clock(ManualClock::default()).build().unwrap();
+    /// let lb = LeakyBucket::try_from(turnstile::LeakyBucket::builder(10).clock(ManualClock::default())).unwrap();
     /// assert!(lb.check_n_at(Nanos::new(1), 1).is_ok());
     /// assert!(lb.check_n_at(Nanos::new(1), 1).is_err());
     /// ```
@@ -445,27 +432,22 @@ impl<C: Clock> fmt::Debug for LeakyBucket<C> {
     }
 }
 
-/// Builds a [`LeakyBucket`] twin: [`crate::leaky_bucket::LeakyBucketBuilder`] of the [`Twin`] kind, so
-/// the twin takes exactly the lock-free bucket's options (Go's `Per`, `WithSlack`,
-/// `WithoutSlack`, `WithClock`, applied in order).
+/// The twin from the lock-free bucket's options (Go's `Per`, `WithSlack`, `WithoutSlack`,
+/// `WithClock`, applied in order); rate 0 and `per` 0 are errors (deviation D6).
 ///
 /// ```
 /// use std::time::Duration;
-/// use turnstile::reference::LeakyBucket;
-/// let lb = LeakyBucket::builder(100).per(Duration::from_secs(60)).slack(1).build().unwrap();
+/// use turnstile::{reference, ConfigError, LeakyBucket};
+/// let options = LeakyBucket::builder(100).per(Duration::from_secs(60)).slack(1);
+/// let lb = reference::LeakyBucket::try_from(options).unwrap();
 /// assert_eq!((lb.slack(), lb.per_request()), (1, Duration::from_millis(600)));
+/// let zero = reference::LeakyBucket::try_from(LeakyBucket::builder(0));
+/// assert_eq!(zero.unwrap_err(), ConfigError::ZeroRate);
 /// ```
-pub type LeakyBucketBuilder<C = QuantaClock> = crate::leaky_bucket::LeakyBucketBuilder<C, Twin>;
+impl<C: Clock> TryFrom<LeakyBucketBuilder<C>> for LeakyBucket<C> {
+    type Error = ConfigError;
 
-impl<C: Clock> LeakyBucketBuilder<C> {
-    /// The twin; rate 0 and `per` 0 are errors (deviation D6).
-    ///
-    /// ```
-    /// use turnstile::reference::LeakyBucket;
-    /// use turnstile::ConfigError;
-    /// assert_eq!(LeakyBucket::builder(0).build().unwrap_err(), ConfigError::ZeroRate);
-    /// ```
-    pub fn build(self) -> Result<LeakyBucket<C>, ConfigError> {
-        LeakyBucket::from_builder(self)
+    fn try_from(options: LeakyBucketBuilder<C>) -> Result<LeakyBucket<C>, ConfigError> {
+        LeakyBucket::from_builder(options)
     }
 }

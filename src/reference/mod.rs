@@ -1,6 +1,19 @@
 //! The mutex-based twins: literal ports of the upstream code, one file per algorithm, with the
 //! same API as the lock-free limiters. They are the tests' oracle and the benchmarks' baseline;
-//! they are correct and slow on purpose.
+//! they are correct and slow on purpose. Behind the `reference` feature.
+//!
+//! A twin takes its lock-free limiter's options, with the same validation: build them with the
+//! limiter's builder and convert (`TryFrom`), or call the twin's `new`.
+//!
+//! ```
+//! use turnstile::{reference, LeakyBucket, ManualClock, TokenBucket, Limit};
+//!
+//! let options = LeakyBucket::builder(100).slack(5).clock(ManualClock::default());
+//! let twin = reference::LeakyBucket::try_from(options).unwrap();
+//! assert_eq!(twin.slack(), 5);
+//! let bucket = reference::TokenBucket::new(Limit::per_second(10.0).unwrap(), 3);
+//! assert_eq!(bucket.burst(), 3);
+//! ```
 
 pub mod leaky_bucket;
 pub mod sliding_window;

@@ -22,7 +22,7 @@ use std::time::Duration;
 use crate::clock::{Clock, Nanos, QuantaClock};
 use crate::error::ConfigError;
 use crate::limiter::{Denied, Idle, Limiter, QuotaStatus};
-use crate::sliding_window::Twin;
+use crate::sliding_window::SlidingWindowBuilder;
 use crate::window::WindowStatus;
 
 /// The two counters and the window they belong to.
@@ -45,10 +45,7 @@ struct Counters {
 /// use turnstile::reference::SlidingWindow;
 /// use turnstile::{ManualClock, Nanos};
 ///
-/// let sw = SlidingWindow::builder(5, Duration::from_secs(1))
-///     .clock(ManualClock::default())
-///     .build()
-///     .unwrap();
+/// let sw = SlidingWindow::try_from(turnstile::SlidingWindow::builder(5, Duration::from_secs(1)).clock(ManualClock::default())).unwrap();
 /// assert!(sw.allow_n_at(Nanos::new(0), 5));
 /// assert!(!sw.allow_at(Nanos::new(0)));
 /// assert!(sw.allow_n_at(Nanos::new(1_500_000_000), 2)); // 5 * 0.5 + 2 = 4.5
@@ -70,19 +67,7 @@ impl SlidingWindow<QuantaClock> {
     /// assert_eq!(SlidingWindow::new(3, Duration::from_secs(1)).unwrap().quota(), 3);
     /// ```
     pub fn new(quota: u32, period: Duration) -> Result<SlidingWindow, ConfigError> {
-        SlidingWindowBuilder::with_defaults(quota, period).build()
-    }
-
-    /// A builder with the lock-free limiter's options (`clock`).
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use turnstile::reference::SlidingWindow;
-    /// let sw = SlidingWindow::builder(3, Duration::from_secs(1)).build().unwrap();
-    /// assert_eq!(sw.period(), Duration::from_secs(1));
-    /// ```
-    pub fn builder(quota: u32, period: Duration) -> SlidingWindowBuilder {
-        SlidingWindowBuilder::with_defaults(quota, period)
+        SlidingWindow::try_from(crate::SlidingWindow::builder(quota, period))
     }
 }
 
@@ -119,10 +104,7 @@ impl<C: Clock> SlidingWindow<C> {
     /// use std::time::Duration;
     /// use turnstile::reference::SlidingWindow;
     /// use turnstile::{Clock, ManualClock, Nanos};
-    /// let sw = SlidingWindow::builder(1, Duration::from_secs(1))
-    ///     .clock(ManualClock::new(Nanos::new(4)))
-    ///     .build()
-    ///     .unwrap();
+    /// let sw = SlidingWindow::try_from(turnstile::SlidingWindow::builder(1, Duration::from_secs(1)).clock(ManualClock::new(Nanos::new(4)))).unwrap();
     /// assert_eq!(sw.clock().now(), Nanos::new(4));
     /// ```
     pub fn clock(&self) -> &C {
@@ -137,10 +119,7 @@ impl<C: Clock> SlidingWindow<C> {
     /// use turnstile::reference::SlidingWindow;
     /// use turnstile::{ManualClock, Nanos};
     ///
-    /// let l = SlidingWindow::builder(1, Duration::from_secs(1))
-    ///     .clock(ManualClock::new(Nanos::new(7)))
-    ///     .build()
-    ///     .unwrap();
+    /// let l = SlidingWindow::try_from(turnstile::SlidingWindow::builder(1, Duration::from_secs(1)).clock(ManualClock::new(Nanos::new(7)))).unwrap();
     /// assert_eq!(l.now(), Nanos::new(7));
     /// ```
     pub fn now(&self) -> Nanos {
@@ -467,35 +446,21 @@ impl<C: Clock> fmt::Debug for SlidingWindow<C> {
     }
 }
 
-/// Builds a [`SlidingWindow`] twin: [`crate::sliding_window::SlidingWindowBuilder`] of the [`Twin`] kind,
-/// so the twin takes exactly the lock-free limiter's options and validation.
+/// The twin from the lock-free limiter's options, with its validation: quota 0 is
+/// [`ConfigError::ZeroQuota`], period 0 [`ConfigError::ZeroPeriod`].
 ///
 /// ```
 /// use std::time::Duration;
-/// use turnstile::reference::SlidingWindow;
-/// use turnstile::ManualClock;
-/// let sw = SlidingWindow::builder(7, Duration::from_secs(1))
-///     .clock(ManualClock::default())
-///     .build()
-///     .unwrap();
-/// assert_eq!(sw.quota(), 7);
+/// use turnstile::{reference, ConfigError, ManualClock, SlidingWindow};
+/// let options = SlidingWindow::builder(7, Duration::from_secs(1)).clock(ManualClock::default());
+/// assert_eq!(reference::SlidingWindow::try_from(options).unwrap().quota(), 7);
+/// let zero = reference::SlidingWindow::try_from(SlidingWindow::builder(0, Duration::from_secs(1)));
+/// assert_eq!(zero.unwrap_err(), ConfigError::ZeroQuota);
 /// ```
-pub type SlidingWindowBuilder<C = QuantaClock> =
-    crate::sliding_window::SlidingWindowBuilder<C, Twin>;
+impl<C: Clock> TryFrom<SlidingWindowBuilder<C>> for SlidingWindow<C> {
+    type Error = ConfigError;
 
-impl<C: Clock> SlidingWindowBuilder<C> {
-    /// The twin; quota 0 is [`ConfigError::ZeroQuota`], period 0 [`ConfigError::ZeroPeriod`].
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use turnstile::reference::SlidingWindow;
-    /// use turnstile::ConfigError;
-    /// assert_eq!(
-    ///     SlidingWindow::builder(0, Duration::from_secs(1)).build().unwrap_err(),
-    ///     ConfigError::ZeroQuota
-    /// );
-    /// ```
-    pub fn build(self) -> Result<SlidingWindow<C>, ConfigError> {
-        SlidingWindow::from_builder(self)
+    fn try_from(options: SlidingWindowBuilder<C>) -> Result<SlidingWindow<C>, ConfigError> {
+        SlidingWindow::from_builder(options)
     }
 }

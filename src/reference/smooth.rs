@@ -33,8 +33,9 @@ use std::time::Duration;
 
 use crate::clock::{Clock, Nanos, QuantaClock};
 use crate::limit::PerSec;
-use crate::limiter::{Denied, Limiter, Twin as TwinKind};
+use crate::limiter::{Denied, Limiter};
 use crate::smooth::SmoothParams;
+use crate::smooth::{SmoothBurstyBuilder, SmoothWarmingUpBuilder};
 use crate::{ConfigError, WaitError};
 
 /// Java's `Math.min(double, double)`: NaN if either argument is NaN.
@@ -374,7 +375,7 @@ impl<C: Clock> Twin<C> {
 /// use turnstile::reference::SmoothBursty;
 /// use turnstile::{ManualClock, Nanos};
 ///
-/// let l = SmoothBursty::builder(1.0).clock(ManualClock::default()).build().unwrap();
+/// let l = SmoothBursty::try_from(turnstile::SmoothBursty::builder(1.0).clock(ManualClock::default())).unwrap();
 /// assert_eq!(l.reserve_n_at(Nanos::ZERO, 8).unwrap(), Duration::ZERO);
 /// assert_eq!(l.reserve_n_at(Nanos::ZERO, 1).unwrap(), Duration::from_secs(8));
 /// ```
@@ -394,12 +395,7 @@ impl SmoothBursty<QuantaClock> {
     /// # Errors
     /// [`ConfigError::RateNotPositive`] unless `rate > 0`.
     pub fn new(rate: f64) -> Result<Self, ConfigError> {
-        Self::builder(rate).build()
-    }
-
-    /// A builder, as [`crate::SmoothBursty::builder`].
-    pub fn builder(rate: f64) -> SmoothBurstyBuilder<QuantaClock> {
-        SmoothBurstyBuilder::with_defaults(rate)
+        Self::try_from(crate::SmoothBursty::builder(rate))
     }
 }
 
@@ -409,27 +405,24 @@ impl SmoothWarmingUp<QuantaClock> {
     /// # Errors
     /// [`ConfigError::RateNotPositive`], [`ConfigError::ZeroWarmup`].
     pub fn new(rate: f64, warmup: Duration) -> Result<Self, ConfigError> {
-        Self::builder(rate, warmup).build()
-    }
-
-    /// A builder, as [`crate::SmoothWarmingUp::builder`].
-    pub fn builder(rate: f64, warmup: Duration) -> SmoothWarmingUpBuilder<QuantaClock> {
-        SmoothWarmingUpBuilder::with_defaults(rate, warmup)
+        Self::try_from(crate::SmoothWarmingUp::builder(rate, warmup))
     }
 }
 
-/// Builds a twin [`SmoothBursty`]: [`crate::smooth::SmoothBurstyBuilder`] of the twin kind,
-/// so the twin takes exactly the lock-free limiter's options and validation.
-pub type SmoothBurstyBuilder<C = QuantaClock> = crate::smooth::SmoothBurstyBuilder<C, TwinKind>;
+/// The twin from the lock-free limiter's options, validated as the lock-free limiter is:
+/// [`ConfigError::RateNotPositive`], [`ConfigError::InvalidBurstSeconds`],
+/// [`ConfigError::InvalidStoredPermits`].
+///
+/// ```
+/// use turnstile::{reference, SmoothBursty};
+/// let options = SmoothBursty::builder(5.0).max_burst_seconds(2.0);
+/// assert!(reference::SmoothBursty::try_from(options).is_ok());
+/// ```
+impl<C: Clock> TryFrom<SmoothBurstyBuilder<C>> for SmoothBursty<C> {
+    type Error = ConfigError;
 
-impl<C: Clock> SmoothBurstyBuilder<C> {
-    /// The twin, validated as the lock-free limiter is.
-    ///
-    /// # Errors
-    /// [`ConfigError::RateNotPositive`], [`ConfigError::InvalidBurstSeconds`],
-    /// [`ConfigError::InvalidStoredPermits`].
-    pub fn build(self) -> Result<SmoothBursty<C>, ConfigError> {
-        let (rate, b, p, clock) = self.validated()?;
+    fn try_from(options: SmoothBurstyBuilder<C>) -> Result<SmoothBursty<C>, ConfigError> {
+        let (rate, b, p, clock) = options.validated()?;
         let twin = Twin::new(
             Flavor::Bursty {
                 max_burst_seconds: b,
@@ -445,20 +438,22 @@ impl<C: Clock> SmoothBurstyBuilder<C> {
     }
 }
 
-/// Builds a twin [`SmoothWarmingUp`]: [`crate::smooth::SmoothWarmingUpBuilder`] of the twin
-/// kind, so the twin takes exactly the lock-free limiter's options and validation.
-pub type SmoothWarmingUpBuilder<C = QuantaClock> =
-    crate::smooth::SmoothWarmingUpBuilder<C, TwinKind>;
+/// The twin from the lock-free limiter's options, validated as the lock-free limiter is:
+/// [`ConfigError::RateNotPositive`], [`ConfigError::ZeroWarmup`],
+/// [`ConfigError::InvalidColdFactor`]. The warm-up is truncated to whole microseconds, as
+/// upstream (so one under 1 µs gives upstream's NaN arithmetic).
+///
+/// ```
+/// use std::time::Duration;
+/// use turnstile::{reference, SmoothWarmingUp};
+/// let options = SmoothWarmingUp::builder(5.0, Duration::from_secs(1)).cold_factor(2.0);
+/// assert!(reference::SmoothWarmingUp::try_from(options).is_ok());
+/// ```
+impl<C: Clock> TryFrom<SmoothWarmingUpBuilder<C>> for SmoothWarmingUp<C> {
+    type Error = ConfigError;
 
-impl<C: Clock> SmoothWarmingUpBuilder<C> {
-    /// The twin, validated as the lock-free limiter is. The warm-up is truncated to whole
-    /// microseconds, as upstream (so one under 1 µs gives upstream's NaN arithmetic).
-    ///
-    /// # Errors
-    /// [`ConfigError::RateNotPositive`], [`ConfigError::ZeroWarmup`],
-    /// [`ConfigError::InvalidColdFactor`].
-    pub fn build(self) -> Result<SmoothWarmingUp<C>, ConfigError> {
-        let (rate, warmup, cf, clock) = self.validated()?;
+    fn try_from(options: SmoothWarmingUpBuilder<C>) -> Result<SmoothWarmingUp<C>, ConfigError> {
+        let (rate, warmup, cf, clock) = options.validated()?;
         let flavor = Flavor::WarmingUp {
             warmup_period_micros: to_micros(warmup),
             slope: 0.0,
@@ -634,7 +629,7 @@ impl<C: Clock> SmoothBursty<C> {
     /// use turnstile::reference::SmoothBursty;
     /// use turnstile::{ManualClock, Nanos};
     ///
-    /// let l = SmoothBursty::builder(1.0).clock(ManualClock::new(Nanos::new(7))).build().unwrap();
+    /// let l = SmoothBursty::try_from(turnstile::SmoothBursty::builder(1.0).clock(ManualClock::new(Nanos::new(7)))).unwrap();
     /// assert_eq!(l.now(), Nanos::new(7));
     /// ```
     pub fn now(&self) -> Nanos {
@@ -651,10 +646,7 @@ impl<C: Clock> SmoothWarmingUp<C> {
     /// use turnstile::reference::SmoothWarmingUp;
     /// use turnstile::{ManualClock, Nanos};
     ///
-    /// let l = SmoothWarmingUp::builder(1.0, Duration::from_secs(1))
-    ///     .clock(ManualClock::new(Nanos::new(7)))
-    ///     .build()
-    ///     .unwrap();
+    /// let l = SmoothWarmingUp::try_from(turnstile::SmoothWarmingUp::builder(1.0, Duration::from_secs(1)).clock(ManualClock::new(Nanos::new(7)))).unwrap();
     /// assert_eq!(l.now(), Nanos::new(7));
     /// ```
     pub fn now(&self) -> Nanos {

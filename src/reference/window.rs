@@ -23,9 +23,10 @@ use std::time::Duration;
 
 use crate::clock::{Clock, Nanos, QuantaClock};
 use crate::error::ConfigError;
-use crate::limiter::{Denied, Limiter, QuotaStatus, Twin};
+use crate::limiter::{Denied, Limiter, QuotaStatus};
 use crate::window::{
-    is_over, quota_status, refund_step, Outcome, Refund, WindowSpec, WindowStatus,
+    is_over, quota_status, refund_step, FixedWindowBuilder, Outcome, Refund, WindowSpec,
+    WindowStatus,
 };
 
 /// The in-memory key: go-zero's counter and its expiry time.
@@ -42,7 +43,7 @@ struct Key {
 /// use turnstile::{Nanos, Outcome};
 /// use turnstile::reference::FixedWindow;
 ///
-/// let w = FixedWindow::builder(5, Duration::from_secs(100)).build().unwrap();
+/// let w = FixedWindow::new(5, Duration::from_secs(100)).unwrap();
 /// let replies: Vec<_> = (0..7).map(|_| w.take_at(Nanos::ZERO)).collect();
 /// assert_eq!(replies[3], Outcome::Allowed);
 /// assert_eq!(replies[4], Outcome::HitQuota);
@@ -54,10 +55,6 @@ pub struct FixedWindow<C: Clock = QuantaClock> {
     clock: C,
 }
 
-/// Builds a [`FixedWindow`] twin: [`crate::window::FixedWindowBuilder`] of the [`Twin`] kind, so the
-/// options and their validation are the lock-free limiter's.
-pub type FixedWindowBuilder<C = QuantaClock> = crate::window::FixedWindowBuilder<C, Twin>;
-
 impl FixedWindow<QuantaClock> {
     /// The twin of [`crate::FixedWindow::new`].
     ///
@@ -67,18 +64,24 @@ impl FixedWindow<QuantaClock> {
     /// assert!(FixedWindow::new(1, Duration::from_secs(1)).is_ok());
     /// ```
     pub fn new(quota: u32, period: Duration) -> Result<FixedWindow, ConfigError> {
-        FixedWindowBuilder::with_defaults(quota, period).build()
+        FixedWindow::try_from(crate::FixedWindow::builder(quota, period))
     }
+}
 
-    /// The twin of [`crate::FixedWindow::builder`].
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use turnstile::reference::FixedWindow;
-    /// assert!(FixedWindow::builder(1, Duration::from_secs(1)).align_utc().build().is_ok());
-    /// ```
-    pub fn builder(quota: u32, period: Duration) -> FixedWindowBuilder {
-        FixedWindowBuilder::with_defaults(quota, period)
+/// The twin from the lock-free limiter's options, with the same validation.
+///
+/// ```
+/// use std::time::Duration;
+/// use turnstile::{reference, FixedWindow};
+/// let options = FixedWindow::builder(3, Duration::from_secs(1)).align_utc();
+/// assert_eq!(reference::FixedWindow::try_from(options).unwrap().quota(), 3);
+/// ```
+impl<C: Clock> TryFrom<FixedWindowBuilder<C>> for FixedWindow<C> {
+    type Error = ConfigError;
+
+    fn try_from(options: FixedWindowBuilder<C>) -> Result<FixedWindow<C>, ConfigError> {
+        let (spec, clock) = options.into_spec()?;
+        Ok(FixedWindow::from_spec(spec, clock))
     }
 }
 
@@ -104,10 +107,7 @@ impl<C: Clock> FixedWindow<C> {
     /// use turnstile::reference::FixedWindow;
     /// use turnstile::{ManualClock, Nanos};
     ///
-    /// let l = FixedWindow::builder(1, Duration::from_secs(1))
-    ///     .clock(ManualClock::new(Nanos::new(7)))
-    ///     .build()
-    ///     .unwrap();
+    /// let l = FixedWindow::try_from(turnstile::FixedWindow::builder(1, Duration::from_secs(1)).clock(ManualClock::new(Nanos::new(7)))).unwrap();
     /// assert_eq!(l.now(), Nanos::new(7));
     /// ```
     pub fn now(&self) -> Nanos {

@@ -23,7 +23,7 @@
 //! ```
 //!
 //! then adds `n` to `curr`. There is no floating point anywhere, so the lock-free limiter and
-//! its mutex twin ([`crate::reference::SlidingWindow`]) agree to the request. A check of `n = 0`
+//! its mutex twin (`reference::SlidingWindow`) agree to the request. A check of `n = 0`
 //! is always granted and writes nothing; `n > quota` is never granted.
 //!
 //! **An earlier time never frees capacity.** A `now` before the start of the state's window
@@ -117,7 +117,6 @@
 //! happens-before it, so a caller that synchronized with a grant sees that grant.
 
 use std::fmt;
-use std::marker::PhantomData;
 use std::time::Duration;
 
 use crossbeam_utils::Backoff;
@@ -127,8 +126,6 @@ use crate::error::ConfigError;
 use crate::limiter::{Compact, Denied, Idle, Layout, Limiter, Padded, QuotaStatus};
 use crate::sync::{AtomicU128, Ordering};
 use crate::window::WindowStatus;
-
-pub use crate::limiter::{LockFree, Twin};
 
 mod rule;
 
@@ -637,9 +634,8 @@ impl<C: Clock, P: Layout> fmt::Debug for SlidingWindow<C, P> {
     }
 }
 
-/// Builds a [`SlidingWindow`] (kind [`LockFree`]) or its mutex twin
-/// [`crate::reference::SlidingWindow`] (kind [`Twin`]): the same options and the same
-/// validation for both.
+/// Builds a [`SlidingWindow`]. With the `reference` feature, the mutex twin is built from the
+/// same options, with the same validation (`reference::SlidingWindow::try_from(builder)`).
 ///
 /// ```
 /// use std::time::Duration;
@@ -654,11 +650,10 @@ impl<C: Clock, P: Layout> fmt::Debug for SlidingWindow<C, P> {
 /// ```
 #[derive(Clone, Debug)]
 #[must_use = "a builder does nothing until `build` is called"]
-pub struct SlidingWindowBuilder<C: Clock = QuantaClock, K = LockFree> {
+pub struct SlidingWindowBuilder<C: Clock = QuantaClock> {
     pub(crate) quota: u32,
     pub(crate) period: Duration,
     pub(crate) clock: C,
-    kind: PhantomData<fn() -> K>,
 }
 
 impl SlidingWindowBuilder<QuantaClock> {
@@ -674,19 +669,18 @@ impl SlidingWindowBuilder<QuantaClock> {
     }
 }
 
-impl<K> SlidingWindowBuilder<QuantaClock, K> {
+impl SlidingWindowBuilder<QuantaClock> {
     /// The defaults for either kind.
     pub(crate) fn with_defaults(quota: u32, period: Duration) -> Self {
         SlidingWindowBuilder {
             quota,
             period,
             clock: QuantaClock::new(),
-            kind: PhantomData,
         }
     }
 }
 
-impl<C: Clock, K> SlidingWindowBuilder<C, K> {
+impl<C: Clock> SlidingWindowBuilder<C> {
     /// Reads time from `clock`.
     ///
     /// ```
@@ -698,12 +692,11 @@ impl<C: Clock, K> SlidingWindowBuilder<C, K> {
     ///     .unwrap();
     /// assert_eq!(sw.clock().now(), Nanos::new(3));
     /// ```
-    pub fn clock<D: Clock>(self, clock: D) -> SlidingWindowBuilder<D, K> {
+    pub fn clock<D: Clock>(self, clock: D) -> SlidingWindowBuilder<D> {
         SlidingWindowBuilder {
             quota: self.quota,
             period: self.period,
             clock,
-            kind: PhantomData,
         }
     }
 
@@ -713,7 +706,17 @@ impl<C: Clock, K> SlidingWindowBuilder<C, K> {
     }
 }
 
-impl<C: Clock> SlidingWindowBuilder<C, LockFree> {
+/// [`SlidingWindowBuilder::build`] as a conversion: the form the mutex twin (`reference::SlidingWindow`, feature
+/// `reference`) is built by too, so code generic over the two builds either from the options.
+impl<C: Clock> TryFrom<SlidingWindowBuilder<C>> for SlidingWindow<C> {
+    type Error = ConfigError;
+
+    fn try_from(options: SlidingWindowBuilder<C>) -> Result<SlidingWindow<C>, ConfigError> {
+        options.build()
+    }
+}
+
+impl<C: Clock> SlidingWindowBuilder<C> {
     /// The limiter, or the first setting that cannot be used: a quota of 0
     /// ([`ConfigError::ZeroQuota`]) or a period of 0 ([`ConfigError::ZeroPeriod`]).
     ///

@@ -64,12 +64,11 @@ mod engine;
 mod tests;
 
 use std::fmt;
-use std::marker::PhantomData;
 use std::time::Duration;
 
 use crate::clock::{Clock, Nanos, QuantaClock};
 use crate::error::{ConfigError, WaitError};
-use crate::limiter::{Compact, Denied, Idle, Layout, Limiter, LockFree, Padded};
+use crate::limiter::{Compact, Denied, Idle, Layout, Limiter, Padded};
 
 use engine::*;
 
@@ -198,15 +197,14 @@ impl SmoothWarmingUp<QuantaClock> {
 /// Builds a [`SmoothBursty`]; see [`SmoothBursty::builder`].
 #[derive(Debug, Clone)]
 #[must_use = "a builder does nothing until build() is called"]
-pub struct SmoothBurstyBuilder<C: Clock = QuantaClock, K = LockFree> {
+pub struct SmoothBurstyBuilder<C: Clock = QuantaClock> {
     rate: f64,
     max_burst_seconds: f64,
     initial_stored_permits: f64,
     clock: C,
-    kind: PhantomData<fn() -> K>,
 }
 
-impl<K> SmoothBurstyBuilder<QuantaClock, K> {
+impl SmoothBurstyBuilder<QuantaClock> {
     /// Guava's defaults (a 1-second burst, starting empty), for either kind.
     pub(crate) fn with_defaults(rate: f64) -> Self {
         SmoothBurstyBuilder {
@@ -214,12 +212,11 @@ impl<K> SmoothBurstyBuilder<QuantaClock, K> {
             max_burst_seconds: 1.0,
             initial_stored_permits: 0.0,
             clock: QuantaClock::new(),
-            kind: PhantomData,
         }
     }
 }
 
-impl<C: Clock, K> SmoothBurstyBuilder<C, K> {
+impl<C: Clock> SmoothBurstyBuilder<C> {
     /// How many seconds of permits can be stored while idle (Guava's `maxBurstSeconds`,
     /// default 1.0): `max_permits = max_burst_seconds * rate`.
     pub fn max_burst_seconds(mut self, seconds: f64) -> Self {
@@ -234,13 +231,12 @@ impl<C: Clock, K> SmoothBurstyBuilder<C, K> {
     }
 
     /// The clock to read time from.
-    pub fn clock<C2: Clock>(self, clock: C2) -> SmoothBurstyBuilder<C2, K> {
+    pub fn clock<C2: Clock>(self, clock: C2) -> SmoothBurstyBuilder<C2> {
         SmoothBurstyBuilder {
             rate: self.rate,
             max_burst_seconds: self.max_burst_seconds,
             initial_stored_permits: self.initial_stored_permits,
             clock,
-            kind: PhantomData,
         }
     }
 
@@ -260,7 +256,17 @@ impl<C: Clock, K> SmoothBurstyBuilder<C, K> {
     }
 }
 
-impl<C: Clock> SmoothBurstyBuilder<C, LockFree> {
+/// [`SmoothBurstyBuilder::build`] as a conversion: the form the mutex twin (`reference::SmoothBursty`, feature
+/// `reference`) is built by too, so code generic over the two builds either from the options.
+impl<C: Clock> TryFrom<SmoothBurstyBuilder<C>> for SmoothBursty<C> {
+    type Error = ConfigError;
+
+    fn try_from(options: SmoothBurstyBuilder<C>) -> Result<SmoothBursty<C>, ConfigError> {
+        options.build()
+    }
+}
+
+impl<C: Clock> SmoothBurstyBuilder<C> {
     /// The limiter; its rate takes effect at the clock's current time.
     ///
     /// # Errors
@@ -308,15 +314,14 @@ impl<C: Clock> SmoothBurstyBuilder<C, LockFree> {
 /// Builds a [`SmoothWarmingUp`]; see [`SmoothWarmingUp::builder`].
 #[derive(Debug, Clone)]
 #[must_use = "a builder does nothing until build() is called"]
-pub struct SmoothWarmingUpBuilder<C: Clock = QuantaClock, K = LockFree> {
+pub struct SmoothWarmingUpBuilder<C: Clock = QuantaClock> {
     rate: f64,
     warmup: Duration,
     cold_factor: f64,
     clock: C,
-    kind: PhantomData<fn() -> K>,
 }
 
-impl<K> SmoothWarmingUpBuilder<QuantaClock, K> {
+impl SmoothWarmingUpBuilder<QuantaClock> {
     /// Guava's defaults (cold factor 3), for either kind.
     pub(crate) fn with_defaults(rate: f64, warmup: Duration) -> Self {
         SmoothWarmingUpBuilder {
@@ -324,12 +329,11 @@ impl<K> SmoothWarmingUpBuilder<QuantaClock, K> {
             warmup,
             cold_factor: 3.0,
             clock: QuantaClock::new(),
-            kind: PhantomData,
         }
     }
 }
 
-impl<C: Clock, K> SmoothWarmingUpBuilder<C, K> {
+impl<C: Clock> SmoothWarmingUpBuilder<C> {
     /// The cold interval as a multiple of the stable one (default 3.0, at least 1).
     pub fn cold_factor(mut self, cold_factor: f64) -> Self {
         self.cold_factor = cold_factor;
@@ -337,13 +341,12 @@ impl<C: Clock, K> SmoothWarmingUpBuilder<C, K> {
     }
 
     /// The clock to read time from.
-    pub fn clock<C2: Clock>(self, clock: C2) -> SmoothWarmingUpBuilder<C2, K> {
+    pub fn clock<C2: Clock>(self, clock: C2) -> SmoothWarmingUpBuilder<C2> {
         SmoothWarmingUpBuilder {
             rate: self.rate,
             warmup: self.warmup,
             cold_factor: self.cold_factor,
             clock,
-            kind: PhantomData,
         }
     }
 
@@ -354,7 +357,17 @@ impl<C: Clock, K> SmoothWarmingUpBuilder<C, K> {
     }
 }
 
-impl<C: Clock> SmoothWarmingUpBuilder<C, LockFree> {
+/// [`SmoothWarmingUpBuilder::build`] as a conversion: the form the mutex twin (`reference::SmoothWarmingUp`, feature
+/// `reference`) is built by too, so code generic over the two builds either from the options.
+impl<C: Clock> TryFrom<SmoothWarmingUpBuilder<C>> for SmoothWarmingUp<C> {
+    type Error = ConfigError;
+
+    fn try_from(options: SmoothWarmingUpBuilder<C>) -> Result<SmoothWarmingUp<C>, ConfigError> {
+        options.build()
+    }
+}
+
+impl<C: Clock> SmoothWarmingUpBuilder<C> {
     /// The limiter, cold; its rate takes effect at the clock's current time.
     ///
     /// # Errors

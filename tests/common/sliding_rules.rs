@@ -19,9 +19,8 @@ macro_rules! shared_rules {
             type Sw = Window<ManualClock>;
 
             fn sw(quota: u32, period: Duration) -> Sw {
-                Window::builder(quota, period)
-                    .clock(ManualClock::new(at(T0)))
-                    .build()
+                Window::try_from(turnstile::SlidingWindow::builder(quota, period)
+                    .clock(ManualClock::new(at(T0))))
                     .unwrap()
             }
 
@@ -36,12 +35,12 @@ macro_rules! shared_rules {
 
             #[test]
             fn quota_zero_and_period_zero_are_typed_errors() {
-                let e = Window::builder(0, Duration::from_secs(1)).build().unwrap_err();
+                let e = Window::try_from(turnstile::SlidingWindow::builder(0, Duration::from_secs(1))).unwrap_err();
                 assert_eq!(e, ConfigError::ZeroQuota);
-                let e = Window::builder(1, Duration::ZERO).build().unwrap_err();
+                let e = Window::try_from(turnstile::SlidingWindow::builder(1, Duration::ZERO)).unwrap_err();
                 assert_eq!(e, ConfigError::ZeroPeriod);
                 // The quota is checked first.
-                let e = Window::builder(0, Duration::ZERO).build().unwrap_err();
+                let e = Window::try_from(turnstile::SlidingWindow::builder(0, Duration::ZERO)).unwrap_err();
                 assert_eq!(e, ConfigError::ZeroQuota);
                 let e = Window::new(0, Duration::from_secs(1)).unwrap_err();
                 assert_eq!(e, ConfigError::ZeroQuota);
