@@ -289,10 +289,12 @@ mod reclaim {
     /// # Safety
     /// `table` came from `Box::into_raw` and is no longer reachable from the map.
     pub(super) unsafe fn retire<T: Send + 'static>(guard: &Guard, table: *mut T) {
-        // SAFETY (of the deferred drop): crossbeam runs it after every thread pinned at this
-        // point has unpinned; any thread pinning later loads the new table pointer.
-        guard.defer_unchecked(move || drop(Box::from_raw(table)));
-        guard.flush();
+        unsafe {
+            // SAFETY (of the deferred drop): crossbeam runs it after every thread pinned at this
+            // point has unpinned; any thread pinning later loads the new table pointer.
+            guard.defer_unchecked(move || drop(Box::from_raw(table)));
+            guard.flush();
+        }
     }
 }
 

@@ -21,7 +21,9 @@ struct Events(Arc<std::sync::Mutex<Vec<String>>>);
 
 impl Events {
     /// The subscriber that records into this.
-    fn subscriber(&self) -> common::events::Events<impl Fn(&tracing::Event<'_>) + Send + Sync> {
+    fn subscriber(
+        &self,
+    ) -> common::events::Events<impl Fn(&tracing::Event<'_>) + Send + Sync + use<>> {
         let lines = self.0.clone();
         common::events::Events(move |event: &tracing::Event<'_>| {
             struct Line(String);

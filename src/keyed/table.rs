@@ -211,22 +211,26 @@ impl<K> KeyCell<K> {
     /// The cell is uninitialized and nobody reads or writes it until a `Release` publication
     /// that readers `Acquire` before reading.
     unsafe fn write(&self, key: K) {
-        self.0.with_mut(|p| {
-            (*p).write(key);
-        });
+        unsafe {
+            self.0.with_mut(|p| {
+                (*p).write(key);
+            });
+        }
     }
 
     /// # Safety
     /// The key was written, and that write happens-before this call.
     #[inline(always)]
     unsafe fn with<R>(&self, f: impl FnOnce(&K) -> R) -> R {
-        self.0.with(|p| f((*p).assume_init_ref()))
+        unsafe { self.0.with(|p| f((*p).assume_init_ref())) }
     }
 
     /// # Safety
     /// The key was written, and nobody else can read it any more.
     unsafe fn drop_in_place(&mut self) {
-        self.0.with_mut(|p| (*p).assume_init_drop());
+        unsafe {
+            self.0.with_mut(|p| (*p).assume_init_drop());
+        }
     }
 }
 
@@ -258,8 +262,10 @@ mod reclaim {
         /// What `free` frees is no longer reachable from the map: only a thread pinned now
         /// can still hold it.
         pub(super) unsafe fn defer(&mut self, guard: &Guard, free: impl FnOnce() + 'static) {
-            guard.defer_unchecked(free);
-            guard.flush();
+            unsafe {
+                guard.defer_unchecked(free);
+                guard.flush();
+            }
         }
     }
 }
@@ -320,7 +326,7 @@ unsafe impl<K: Send + Sync, L: Send + Sync> Send for Map<K, L> {}
 /// `w` is neither `EMPTY` nor `TOMB`, loaded under a guard still alive for `'g`.
 #[inline(always)]
 unsafe fn slot<'g, L>(w: usize) -> &'g Slot<L> {
-    &*(w as *const Slot<L>)
+    unsafe { &*(w as *const Slot<L>) }
 }
 
 impl<K: Eq + Hash + Clone + Send + Sync + 'static, L: Send + Sync + 'static> Map<K, L> {
@@ -444,7 +450,9 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, L: Send + Sync + 'static> Map
         e: &Entry<K, L>,
         guard: &Guard,
     ) {
-        retire_slots::<L>(retired, vec![self.detach(t, e)], guard);
+        unsafe {
+            retire_slots::<L>(retired, vec![self.detach(t, e)], guard);
+        }
     }
 
     /// Stores `TOMB` in `e` and returns its slot pointer, for the caller to retire.
@@ -576,13 +584,15 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, L: Send + Sync + 'static> Map
 /// # Safety
 /// Each of `ws` is a slot pointer no longer reachable from the current table.
 unsafe fn retire_slots<L: 'static>(retired: &mut Retired, ws: Vec<usize>, guard: &Guard) {
-    // SAFETY (of the deferred drop): run after every guard pinned now is gone; later ones
-    // cannot reach the slots.
-    retired.defer(guard, move || {
-        for w in ws {
-            drop(Box::from_raw(w as *mut Slot<L>));
-        }
-    });
+    unsafe {
+        // SAFETY (of the deferred drop): run after every guard pinned now is gone; later ones
+        // cannot reach the slots.
+        retired.defer(guard, move || {
+            for w in ws {
+                drop(Box::from_raw(w as *mut Slot<L>));
+            }
+        });
+    }
 }
 
 impl<K: 'static, L: 'static> Drop for Map<K, L> {

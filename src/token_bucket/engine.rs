@@ -149,11 +149,11 @@ pub(super) const PARITY_SHIFT: u32 = 62;
 /// The generation after `gen` (6 bits, as `gen_of` returns them). The slot parity is the top
 /// bit (bit 62 of the word), so the count runs with that bit as its lowest digit: the
 /// parity alternates on every step and the whole field repeats after 64.
-pub(super) fn gen_after(gen: u64) -> u64 {
-    let parity = gen >> 5;
-    let high = gen & 31;
+pub(super) fn gen_after(generation: u64) -> u64 {
+    let parity = generation >> 5;
+    let high = generation & 31;
     if parity == 0 {
-        gen | 32
+        generation | 32
     } else {
         (high + 1) & 31
     }
@@ -743,15 +743,15 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
             next.cold.origin = cur
                 .coord(x)
                 .and_then(|c| c.checked_sub(next.coord_offset(new_x)));
-            let gen = gen_after(gen_of(word));
+            let generation = gen_after(gen_of(word));
             // The slot of `gen` was last that of `gen - 2`; a reader still holding such a word
             // must see `gen - 1` on its validating reload if it reads any word written here.
             fence(Ordering::Release);
             // The slot of the word this CAS installs.
-            self.slot(gen << GEN_SHIFT).write(&next);
+            self.slot(generation << GEN_SHIFT).write(&next);
             match self.core.state.compare_exchange_weak(
                 word,
-                (gen << GEN_SHIFT) | new_x,
+                (generation << GEN_SHIFT) | new_x,
                 Ordering::AcqRel,
                 Ordering::Acquire,
             ) {
@@ -794,21 +794,25 @@ mod tests {
     #[test]
     pub(super) fn generations_cycle_through_64_with_alternating_parity() {
         let mut seen = [false; 64];
-        let mut gen = 0;
+        let mut generation = 0;
         for step in 0..64 {
             assert!(
-                !seen[gen as usize],
-                "generation {gen} repeats at step {step}"
+                !seen[generation as usize],
+                "generation {generation} repeats at step {step}"
             );
-            seen[gen as usize] = true;
-            let word = (gen << GEN_SHIFT) | X_MAX;
-            assert_eq!(word >> 63, 0, "generation {gen} sets bit 63");
-            assert_eq!(word & GEN_MASK, gen << GEN_SHIFT);
-            let next = gen_after(gen);
-            assert_ne!(next >> 5, gen >> 5, "parity stays at {gen} -> {next}");
-            assert_eq!((word >> PARITY_SHIFT) & 1, gen >> 5);
-            gen = next;
+            seen[generation as usize] = true;
+            let word = (generation << GEN_SHIFT) | X_MAX;
+            assert_eq!(word >> 63, 0, "generation {generation} sets bit 63");
+            assert_eq!(word & GEN_MASK, generation << GEN_SHIFT);
+            let next = gen_after(generation);
+            assert_ne!(
+                next >> 5,
+                generation >> 5,
+                "parity stays at {generation} -> {next}"
+            );
+            assert_eq!((word >> PARITY_SHIFT) & 1, generation >> 5);
+            generation = next;
         }
-        assert_eq!(gen, 0);
+        assert_eq!(generation, 0);
     }
 }

@@ -834,11 +834,11 @@ impl<C: Clock, P: Layout> Idle for TokenBucket<C, P> {
         let word = self.core.state.load(Ordering::Relaxed);
         if (word >> PARITY_SHIFT) & 1 == 1 {
             let cfg = self.slot(word).config();
-            let gen = gen_after(gen_of(word));
-            self.slot(gen << GEN_SHIFT).write(&cfg);
+            let generation = gen_after(gen_of(word));
+            self.slot(generation << GEN_SHIFT).write(&cfg);
             self.core
                 .state
-                .store((gen << GEN_SHIFT) | x_of(word), Ordering::Relaxed);
+                .store((generation << GEN_SHIFT) | x_of(word), Ordering::Relaxed);
         }
     }
 }

@@ -440,7 +440,7 @@ fn parse_node(node: &[u8]) -> Option<IpAddr> {
         (&rest[..end], port, true)
     } else {
         // One colon: IPv4 and a port. More: a bare IPv6 address, no port.
-        let mut colons = node.iter().enumerate().filter(|(_, &b)| b == b':');
+        let mut colons = node.iter().enumerate().filter(|&(_, &b)| b == b':');
         match (colons.next(), colons.next()) {
             (Some((at, _)), None) => (&node[..at], Some(&node[at + 1..]), false),
             _ => (node, None, false),

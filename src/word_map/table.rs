@@ -160,30 +160,36 @@ impl<K> KeyCell<K> {
     /// The cell is uninitialized and nobody else reads or writes it until a `Release`
     /// publication that readers `Acquire` before reading.
     pub(super) unsafe fn write(&self, key: K) {
-        #[cfg(not(loom))]
-        (*self.0.get()).write(key);
-        #[cfg(loom)]
-        self.0.with_mut(|p| {
-            (*p).write(key);
-        });
+        unsafe {
+            #[cfg(not(loom))]
+            (*self.0.get()).write(key);
+            #[cfg(loom)]
+            self.0.with_mut(|p| {
+                (*p).write(key);
+            });
+        }
     }
 
     /// # Safety
     /// The key was written, and that write happens-before this call.
     #[inline(always)]
     pub(super) unsafe fn with<R>(&self, f: impl FnOnce(&K) -> R) -> R {
-        #[cfg(not(loom))]
-        return f((*self.0.get()).assume_init_ref());
-        #[cfg(loom)]
-        return self.0.with(|p| f((*p).assume_init_ref()));
+        unsafe {
+            #[cfg(not(loom))]
+            return f((*self.0.get()).assume_init_ref());
+            #[cfg(loom)]
+            return self.0.with(|p| f((*p).assume_init_ref()));
+        }
     }
 
     /// # Safety
     /// The key was written, and nobody else can read it any more.
     pub(super) unsafe fn drop_in_place(&mut self) {
-        #[cfg(not(loom))]
-        self.0.get_mut().assume_init_drop();
-        #[cfg(loom)]
-        self.0.with_mut(|p| (*p).assume_init_drop());
+        unsafe {
+            #[cfg(not(loom))]
+            self.0.get_mut().assume_init_drop();
+            #[cfg(loom)]
+            self.0.with_mut(|p| (*p).assume_init_drop());
+        }
     }
 }
