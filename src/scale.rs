@@ -230,6 +230,16 @@ fn ratio_ceil(a: u128, e: i32, b: u128, f: i32) -> Option<u128> {
 mod tests {
     use super::*;
 
+    /// A xorshift64 stream from `seed`.
+    fn xorshift(mut x: u64) -> impl FnMut() -> u64 {
+        move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        }
+    }
+
     fn scale(l: f64, burst: u32) -> Scale {
         Scale::new(Limit::per_second(l).unwrap(), burst, 4).unwrap()
     }
@@ -282,13 +292,7 @@ mod tests {
     /// retry time's, wherever a unit is under a nanosecond (`per_shift >= 64`).
     #[test]
     fn two_nanoseconds_before_a_ceiling_hold_fewer_units() {
-        let mut x = 0x2545_F491_4F6C_DD1Du64;
-        let mut next = || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
+        let mut next = xorshift(0x2545_F491_4F6C_DD1D);
         let mut checked = 0;
         for i in 0..200_000u32 {
             let l = if i % 4 == 0 {
@@ -328,13 +332,7 @@ mod tests {
 
     #[test]
     fn the_hot_ceiling_is_the_ceiling_where_it_answers() {
-        let mut x = 0x9E37_79B9_7F4A_7C15u64;
-        let mut next = || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
+        let mut next = xorshift(0x9E37_79B9_7F4A_7C15);
         let mut answered = 0;
         for i in 0..200_000u32 {
             let u = (next() >> (i % 64)).max(1);

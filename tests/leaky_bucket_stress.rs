@@ -16,11 +16,11 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Barrier, Mutex};
 use std::time::Duration;
 
 use turnstile::{reference, Clock, LeakyBucket, Limiter, ManualClock, Nanos, QuantaClock};
+
+use common::hammer::{Hammer, Side};
 
 /// How a worker reads the time.
 #[derive(Clone, Copy)]
@@ -51,75 +51,61 @@ fn hammer<C: Clock>(
     time: Time,
     mover: Option<&(dyn Fn() + Sync)>,
 ) -> Outcome {
-    let stop = AtomicBool::new(false);
-    let all = Mutex::new((Vec::new(), 0u64));
-    let start = Barrier::new(threads + 1);
     let max_n = l.slack() + 2;
-    std::thread::scope(|s| {
-        for id in 0..threads {
-            let (stop, all, start) = (&stop, &all, &start);
-            s.spawn(move || {
-                let mut x = common::rng_seed(id as u64 + 1);
-                let (mut mine, mut ops) = (Vec::new(), 0u64);
-                start.wait();
-                // At least 100 operations each, however late the worker is scheduled: the
-                // first on the fresh bucket is granted.
-                while ops < 100 || !stop.load(Ordering::Relaxed) {
-                    let r = common::xorshift(&mut x);
-                    let now = match time {
-                        Time::Random { base, spread } => Nanos::new(base + r % spread),
-                        _ => l.clock().now(),
-                    };
-                    let mut op = (r >> 32) % 10;
-                    if matches!(time, Time::ClockChecksOnly) {
-                        op %= 7;
-                    }
-                    match op {
-                        0..=3 => {
-                            if l.try_take_at(now) {
-                                mine.push(now.as_u64());
-                            }
-                        }
-                        4..=6 => {
-                            let n = 1 + ((r >> 40) as u32 % max_n);
-                            if l.check_n_at(now, n).is_ok() {
-                                mine.extend(std::iter::repeat_n(now.as_u64(), n as usize));
-                            }
-                        }
-                        _ => {
-                            let p = match time {
-                                Time::ClockBlocking => l.take(),
-                                _ => l.take_at(now),
-                            };
-                            assert_ne!(p, Nanos::MAX);
-                            mine.push(p.as_u64());
-                        }
-                    }
-                    ops += 1;
-                }
-                let mut all = all.lock().unwrap();
-                all.0.extend(mine);
-                all.1 += ops;
-            });
+    // At least 100 operations each, however late the worker is scheduled: the first on the
+    // fresh bucket is granted.
+    let h = Hammer {
+        threads,
+        run_for,
+        min_ops: 100,
+    };
+    let side = mover.map(|f| {
+        move |_: Side<'_>| {
+            f();
+            std::thread::yield_now();
         }
-        if let Some(f) = mover {
-            let (stop, start) = (&stop, &start);
-            s.spawn(move || {
-                start.wait();
-                while !stop.load(Ordering::Relaxed) {
-                    f();
-                    std::thread::yield_now();
-                }
-            });
-        } else {
-            start.wait();
-        }
-        std::thread::sleep(run_for);
-        stop.store(true, Ordering::Relaxed);
     });
-    let (mut permits, ops) = all.into_inner().unwrap();
+    let run = h.run(
+        |o, mine: &mut Vec<u64>| {
+            let r = common::xorshift(o.rng);
+            let now = match time {
+                Time::Random { base, spread } => Nanos::new(base + r % spread),
+                _ => l.clock().now(),
+            };
+            let mut op = (r >> 32) % 10;
+            if matches!(time, Time::ClockChecksOnly) {
+                op %= 7;
+            }
+            match op {
+                0..=3 => {
+                    if l.try_take_at(now) {
+                        mine.push(now.as_u64());
+                    }
+                }
+                4..=6 => {
+                    let n = 1 + ((r >> 40) as u32 % max_n);
+                    if l.check_n_at(now, n).is_ok() {
+                        mine.extend(std::iter::repeat_n(now.as_u64(), n as usize));
+                    }
+                }
+                _ => {
+                    let p = match time {
+                        Time::ClockBlocking => l.take(),
+                        _ => l.take_at(now),
+                    };
+                    assert_ne!(p, Nanos::MAX);
+                    mine.push(p.as_u64());
+                }
+            }
+        },
+        side.as_ref().map(|f| f as &(dyn Fn(Side<'_>) + Sync)),
+    );
+    let mut permits: Vec<u64> = run.kept.into_iter().flatten().collect();
     permits.sort_unstable();
-    Outcome { permits, ops }
+    Outcome {
+        permits,
+        ops: run.ops,
+    }
 }
 
 /// Checks the bound in every span of the sorted permit times in O(n): with

@@ -42,11 +42,12 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Barrier, Mutex};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use turnstile::{reference, Clock, Limiter, ManualClock, Nanos, QuantaClock, SlidingWindow};
+
+use common::hammer::{Hammer, Side};
 
 const QUOTA: u32 = 50;
 const PERIOD_NS: u64 = 1_000_000;
@@ -63,9 +64,6 @@ struct Grant {
     n: u32,
 }
 
-/// What moves the manual clock: given the checks made so far and the stop flag.
-type Mover = dyn Fn(&AtomicU64, &AtomicBool) + Sync;
-
 /// `threads` workers checking 1 to 3 permits at the limiter's clock for `run_for` of real
 /// time; `mover`, if any, runs in a loop on another thread meanwhile, given the number of
 /// checks made so far and the stop flag. Returns every grant and the number of checks.
@@ -73,63 +71,39 @@ fn hammer<C: Clock>(
     l: &SlidingWindow<C>,
     threads: usize,
     run_for: Duration,
-    mover: Option<&Mover>,
+    mover: Option<&(dyn Fn(Side<'_>) + Sync)>,
 ) -> (Vec<Grant>, u64) {
-    let stop = AtomicBool::new(false);
-    let progress = AtomicU64::new(0);
-    let all = Mutex::new((Vec::new(), 0u64));
-    let start = Barrier::new(threads + 1);
-    std::thread::scope(|s| {
-        for id in 0..threads {
-            let (stop, all, start, progress) = (&stop, &all, &start, &progress);
-            s.spawn(move || {
-                let mut x = common::rng_seed(id as u64 + 1);
-                let (mut mine, mut ops) = (Vec::new(), 0u64);
-                start.wait();
-                while ops < MIN_OPS || !stop.load(Ordering::Relaxed) {
-                    let r = common::xorshift(&mut x);
-                    let n = match r % 8 {
-                        0 => 2,
-                        1 => 3,
-                        _ => 1,
-                    };
-                    let t = l.clock().now();
-                    let ok = if n == 1 {
-                        l.allow_at(t)
-                    } else {
-                        l.check_n_at(t, n).is_ok()
-                    };
-                    let after = l.clock().now();
-                    if ok {
-                        mine.push(Grant {
-                            t: t.as_u64(),
-                            after: after.as_u64(),
-                            n,
-                        });
-                    }
-                    ops += 1;
-                    progress.fetch_add(1, Ordering::Relaxed);
-                }
-                let mut all = all.lock().unwrap();
-                all.0.extend(mine);
-                all.1 += ops;
-            });
-        }
-        if let Some(f) = mover {
-            let (stop, start, progress) = (&stop, &start, &progress);
-            s.spawn(move || {
-                start.wait();
-                while !stop.load(Ordering::Relaxed) {
-                    f(progress, stop);
-                }
-            });
-        } else {
-            start.wait();
-        }
-        std::thread::sleep(run_for);
-        stop.store(true, Ordering::Relaxed);
-    });
-    all.into_inner().unwrap()
+    let h = Hammer {
+        threads,
+        run_for,
+        min_ops: MIN_OPS,
+    };
+    let run = h.run(
+        |o, mine: &mut Vec<Grant>| {
+            let n = match common::xorshift(o.rng) % 8 {
+                0 => 2,
+                1 => 3,
+                _ => 1,
+            };
+            let t = l.clock().now();
+            let ok = if n == 1 {
+                l.allow_at(t)
+            } else {
+                l.check_n_at(t, n).is_ok()
+            };
+            let after = l.clock().now();
+            if ok {
+                mine.push(Grant {
+                    t: t.as_u64(),
+                    after: after.as_u64(),
+                    n,
+                });
+            }
+            o.progress.fetch_add(1, Ordering::Relaxed);
+        },
+        mover,
+    );
+    (run.kept.into_iter().flatten().collect(), run.ops)
 }
 
 #[derive(Debug)]
@@ -275,10 +249,10 @@ fn manual_clock_stepped_by_a_racing_thread_keeps_the_guarantee() {
         // may race on; each step waits for 100 more checks, so that some do (on a loaded
         // machine a timed pause may pass while every worker is off the CPU). It spins rather
         // than yields: a yielding mover gets too few time slices beside 8 busy workers.
-        let mover = move |progress: &AtomicU64, stop: &AtomicBool| {
-            let target = progress.load(Ordering::Relaxed) + 100;
-            while progress.load(Ordering::Relaxed) < target {
-                if stop.load(Ordering::Relaxed) {
+        let mover = move |s: Side<'_>| {
+            let target = s.progress.load(Ordering::Relaxed) + 100;
+            while s.progress.load(Ordering::Relaxed) < target {
+                if s.stop.load(Ordering::Relaxed) {
                     return;
                 }
                 std::hint::spin_loop();

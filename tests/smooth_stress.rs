@@ -27,13 +27,13 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Barrier;
 use std::time::Duration;
 
 use turnstile::{
     Clock, Limiter, ManualClock, Nanos, QuantaClock, SmoothBursty, SmoothWarmingUp, WaitError,
 };
+
+use common::hammer::{Hammer, Side};
 
 const MAX_N: u32 = 4;
 /// Each worker makes at least this many operations, however late it is scheduled.
@@ -88,6 +88,14 @@ struct Totals {
     ops: u64,
 }
 
+/// One worker's part of a run: what it was granted, and the latest time it used or may act at.
+#[derive(Default)]
+struct Mine {
+    granted: u64,
+    log: Vec<(u64, u32)>,
+    latest: u64,
+}
+
 /// Runs `threads` workers for `run_for` of real time on `l`, while `side` (if any) runs in a
 /// loop on another thread (moving a manual clock, or changing the rate).
 fn hammer(
@@ -97,79 +105,50 @@ fn hammer(
     mix: Mix,
     side: Option<&(dyn Fn(u64) + Sync)>,
 ) -> Totals {
-    let stop = AtomicBool::new(false);
-    let (granted, grants, latest, ops) = (
-        AtomicU64::new(0),
-        AtomicU64::new(0),
-        AtomicU64::new(0),
-        AtomicU64::new(0),
+    let h = Hammer {
+        threads,
+        run_for,
+        min_ops: MIN_OPS,
+    };
+    let side = side.map(|f| move |s: Side<'_>| f(s.turn));
+    let run = h.run(
+        |o, mine: &mut Mine| {
+            let x = common::xorshift(o.rng);
+            let n = 1 + (x % u64::from(MAX_N)) as u32;
+            let now = l.now();
+            let choice = match mix {
+                Mix::NonBlocking => (x >> 8) % 2,
+                Mix::Reserve => 2,
+                Mix::All => (x >> 8) % 3,
+            };
+            let act = match choice {
+                0 => l.check_n_at(now, n).ok().map(|()| now),
+                1 => l
+                    .try_acq(now, n, Duration::from_micros(200))
+                    .unwrap()
+                    .map(|w| now + w),
+                _ => Some(now + l.reserve(now, n).unwrap()),
+            };
+            if let Some(act) = act {
+                mine.granted += u64::from(n);
+                mine.latest = mine.latest.max(act.as_u64());
+                mine.log.push((act.as_u64(), n));
+            }
+            mine.latest = mine.latest.max(now.as_u64());
+        },
+        side.as_ref().map(|f| f as &(dyn Fn(Side<'_>) + Sync)),
     );
-    let log = std::sync::Mutex::new(Vec::new());
-    let start = Barrier::new(threads + 1);
-    std::thread::scope(|s| {
-        for id in 0..threads {
-            let (stop, granted, grants, latest, ops, start, log) =
-                (&stop, &granted, &grants, &latest, &ops, &start, &log);
-            s.spawn(move || {
-                let mut x = common::rng_seed(id as u64 + 1);
-                let (mut mine, mut my_grants, mut n_ops, mut my_latest) = (0u64, 0u64, 0u64, 0u64);
-                let mut my_log = Vec::with_capacity(1 << 20);
-                start.wait();
-                while n_ops < MIN_OPS || !stop.load(Ordering::Relaxed) {
-                    common::xorshift(&mut x);
-                    let n = 1 + (x % u64::from(MAX_N)) as u32;
-                    let now = l.now();
-                    let choice = match mix {
-                        Mix::NonBlocking => (x >> 8) % 2,
-                        Mix::Reserve => 2,
-                        Mix::All => (x >> 8) % 3,
-                    };
-                    let act = match choice {
-                        0 => l.check_n_at(now, n).ok().map(|()| now),
-                        1 => l
-                            .try_acq(now, n, Duration::from_micros(200))
-                            .unwrap()
-                            .map(|w| now + w),
-                        _ => Some(now + l.reserve(now, n).unwrap()),
-                    };
-                    if let Some(act) = act {
-                        mine += u64::from(n);
-                        my_grants += 1;
-                        my_latest = my_latest.max(act.as_u64());
-                        my_log.push((act.as_u64(), n));
-                    }
-                    my_latest = my_latest.max(now.as_u64());
-                    n_ops += 1;
-                }
-                granted.fetch_add(mine, Ordering::Relaxed);
-                grants.fetch_add(my_grants, Ordering::Relaxed);
-                ops.fetch_add(n_ops, Ordering::Relaxed);
-                latest.fetch_max(my_latest, Ordering::Relaxed);
-                log.lock().unwrap().extend(my_log);
-            });
-        }
-        if let Some(f) = side {
-            let (stop, start) = (&stop, &start);
-            s.spawn(move || {
-                start.wait();
-                let mut i = 0;
-                while !stop.load(Ordering::Relaxed) {
-                    f(i);
-                    i += 1;
-                }
-            });
-        } else {
-            start.wait();
-        }
-        std::thread::sleep(run_for);
-        stop.store(true, Ordering::Relaxed);
-    });
+    let log: Vec<(u64, u32)> = run
+        .kept
+        .iter()
+        .flat_map(|m| m.log.iter().copied())
+        .collect();
     Totals {
-        granted: granted.into_inner(),
-        log: log.into_inner().unwrap(),
-        grants: grants.into_inner(),
-        latest: Nanos::new(latest.into_inner()),
-        ops: ops.into_inner(),
+        granted: run.kept.iter().map(|m| m.granted).sum(),
+        grants: log.len() as u64,
+        latest: Nanos::new(run.kept.iter().map(|m| m.latest).max().unwrap_or(0)),
+        log,
+        ops: run.ops,
     }
 }
 

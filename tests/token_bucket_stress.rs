@@ -12,11 +12,11 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Barrier;
 use std::time::Duration;
 
 use turnstile::{Clock, Limit, ManualClock, Nanos, QuantaClock, TokenBucket};
+
+use common::hammer::{Hammer, Side};
 
 const MAX_N: u32 = 4;
 /// Each worker makes at least this many operations, however late it is scheduled.
@@ -30,8 +30,8 @@ struct Totals {
 }
 
 /// Runs `threads` workers for `run_for` of real time; each mixes allow_n, reserve+keep and
-/// (if `cancels`) reserve+cancel on `l`, while `reconfigure` (if any) runs in a loop on another thread.
-/// Returns what was granted.
+/// (if `cancels`) reserve+cancel on `l`, while `reconfigure` (if any) runs in a loop on another
+/// thread. Returns what was granted.
 fn hammer<C: Clock>(
     l: &TokenBucket<C>,
     threads: usize,
@@ -39,74 +39,47 @@ fn hammer<C: Clock>(
     cancels: bool,
     reconfigure: Option<&(dyn Fn(u64) + Sync)>,
 ) -> Totals {
-    let stop = AtomicBool::new(false);
-    let granted = AtomicU64::new(0);
-    let latest_act = AtomicU64::new(0);
-    let ops = AtomicU64::new(0);
-    let start = Barrier::new(threads + 1);
-    std::thread::scope(|s| {
-        for id in 0..threads {
-            let (stop, granted, latest_act, ops, start) =
-                (&stop, &granted, &latest_act, &ops, &start);
-            s.spawn(move || {
-                let mut x = common::rng_seed(id as u64 + 1);
-                let (mut mine, mut n_ops) = (0u64, 0u64);
-                start.wait();
-                while n_ops < MIN_OPS || !stop.load(Ordering::Relaxed) {
-                    common::xorshift(&mut x);
-                    let n = 1 + (x % u64::from(MAX_N)) as u32;
-                    // One clock reading per operation, so a reserve and its cancel share it.
-                    let now = l.clock().now();
-                    match (x >> 8) % 4 {
-                        0 | 1 => {
-                            if l.allow_n_at(now, n) {
-                                mine += u64::from(n);
-                            }
-                        }
-                        2 => {
-                            let r = l.reserve_n_within_at(now, n, Duration::from_micros(200));
-                            if let Some(act) = r.time_to_act() {
-                                mine += u64::from(n);
-                                latest_act.fetch_max(act.as_u64(), Ordering::Relaxed);
-                            }
-                        }
-                        _ if cancels => l
-                            .reserve_n_within_at(now, n, Duration::from_micros(200))
-                            .cancel_at(now),
-                        _ => {
-                            if l.allow_n_at(now, n) {
-                                mine += u64::from(n);
-                            }
-                        }
-                    }
-                    latest_act.fetch_max(now.as_u64(), Ordering::Relaxed);
-                    n_ops += 1;
-                }
-                granted.fetch_add(mine, Ordering::Relaxed);
-                ops.fetch_add(n_ops, Ordering::Relaxed);
-            });
+    let h = Hammer {
+        threads,
+        run_for,
+        min_ops: MIN_OPS,
+    };
+    let side = reconfigure.map(|f| {
+        move |s: Side<'_>| {
+            f(s.turn);
+            std::thread::yield_now();
         }
-        if let Some(f) = reconfigure {
-            let (stop, start) = (&stop, &start);
-            s.spawn(move || {
-                start.wait();
-                let mut i = 0;
-                while !stop.load(Ordering::Relaxed) {
-                    f(i);
-                    i += 1;
-                    std::thread::yield_now();
-                }
-            });
-        } else {
-            start.wait();
-        }
-        std::thread::sleep(run_for);
-        stop.store(true, Ordering::Relaxed);
     });
+    // (tokens granted, latest time used or acted at)
+    let run = h.run(
+        |o, kept: &mut (u64, u64)| {
+            let x = common::xorshift(o.rng);
+            let n = 1 + (x % u64::from(MAX_N)) as u32;
+            // One clock reading per operation, so a reserve and its cancel share it.
+            let now = l.clock().now();
+            let max_wait = Duration::from_micros(200);
+            match (x >> 8) % 4 {
+                2 => {
+                    if let Some(act) = l.reserve_n_within_at(now, n, max_wait).time_to_act() {
+                        kept.0 += u64::from(n);
+                        kept.1 = kept.1.max(act.as_u64());
+                    }
+                }
+                3 if cancels => l.reserve_n_within_at(now, n, max_wait).cancel_at(now),
+                _ => {
+                    if l.allow_n_at(now, n) {
+                        kept.0 += u64::from(n);
+                    }
+                }
+            }
+            kept.1 = kept.1.max(now.as_u64());
+        },
+        side.as_ref().map(|f| f as &(dyn Fn(Side<'_>) + Sync)),
+    );
     Totals {
-        granted: granted.into_inner(),
-        latest_act: Nanos::new(latest_act.into_inner()),
-        ops: ops.into_inner(),
+        granted: run.kept.iter().map(|k| k.0).sum(),
+        latest_act: Nanos::new(run.kept.iter().map(|k| k.1).max().unwrap_or(0)),
+        ops: run.ops,
     }
 }
 

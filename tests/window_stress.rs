@@ -23,11 +23,11 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Barrier, Mutex};
 use std::time::Duration;
 
 use turnstile::{Clock, FixedWindow, Limiter, ManualClock, Nanos};
+
+use common::hammer::{Hammer, Side};
 
 struct Grant {
     t: u64,
@@ -35,56 +35,43 @@ struct Grant {
     n: u64,
 }
 
+/// `threads` workers taking and checking 1 to 3 permits at the window's clock for `run_for`
+/// of real time, `mover` (if any) in a loop on another thread meanwhile; every grant.
 fn hammer<C: Clock>(
     w: &FixedWindow<C>,
     threads: usize,
     run_for: Duration,
     mover: Option<&(dyn Fn() + Sync)>,
 ) -> Vec<Grant> {
-    let stop = AtomicBool::new(false);
-    let all = Mutex::new(Vec::new());
-    let start = Barrier::new(threads + 1);
-    std::thread::scope(|s| {
-        for id in 0..threads {
-            let (stop, all, start) = (&stop, &all, &start);
-            s.spawn(move || {
-                let mut rng = common::rng_seed(id as u64 + 1);
-                let (mut mine, mut ops) = (Vec::new(), 0u64);
-                start.wait();
-                // At least 100 operations each, however late the worker is scheduled: the
-                // first on the fresh limiter is granted.
-                while ops < 100 || !stop.load(Ordering::Relaxed) {
-                    ops += 1;
-                    let n = 1 + (common::xorshift(&mut rng) % 3) as u32;
-                    let t = w.clock().now();
-                    let granted = if n == 1 && common::xorshift(&mut rng).is_multiple_of(2) {
-                        w.take_at(t).is_permitted()
-                    } else {
-                        w.check_n_at(t, n).is_ok()
-                    };
-                    if granted {
-                        let t_after = w.clock().now().as_u64();
-                        mine.push(Grant {
-                            t: t.as_u64(),
-                            t_after,
-                            n: u64::from(n),
-                        });
-                    }
-                }
-                all.lock().unwrap().extend(mine);
-            });
-        }
-        start.wait();
-        let until = std::time::Instant::now() + run_for;
-        while std::time::Instant::now() < until {
-            match mover {
-                Some(m) => m(),
-                None => std::thread::sleep(Duration::from_millis(5)),
+    // At least 100 operations each, however late the worker is scheduled: the first on the
+    // fresh limiter is granted.
+    let h = Hammer {
+        threads,
+        run_for,
+        min_ops: 100,
+    };
+    let side = mover.map(|m| move |_: Side<'_>| m());
+    let run = h.run(
+        |o, kept: &mut Vec<Grant>| {
+            let n = 1 + (common::xorshift(o.rng) % 3) as u32;
+            let t = w.clock().now();
+            let granted = if n == 1 && common::xorshift(o.rng).is_multiple_of(2) {
+                w.take_at(t).is_permitted()
+            } else {
+                w.check_n_at(t, n).is_ok()
+            };
+            if granted {
+                let t_after = w.clock().now().as_u64();
+                kept.push(Grant {
+                    t: t.as_u64(),
+                    t_after,
+                    n: u64::from(n),
+                });
             }
-        }
-        stop.store(true, Ordering::Relaxed);
-    });
-    all.into_inner().unwrap()
+        },
+        side.as_ref().map(|f| f as &(dyn Fn(Side<'_>) + Sync)),
+    );
+    run.kept.into_iter().flatten().collect()
 }
 
 /// Checks 1 and 2 of the module docs; returns (windows seen, total granted).

@@ -5,6 +5,7 @@
 
 #[cfg(feature = "redis")]
 pub mod events;
+pub mod hammer;
 #[cfg(feature = "redis")]
 pub mod redis_counter;
 pub mod redis_server;
