@@ -197,13 +197,20 @@ struct Capped {
 
 impl Limiter for Capped {
     fn check_n_at(&self, now: Nanos, n: u32) -> Result<(), turnstile::Denied> {
+        // A CAS loop rather than `fetch_update`, which nightly deprecates (for `try_update`,
+        // not in the MSRV).
         let n = u64::from(n);
-        self.granted
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |g| {
-                (g + n <= self.cap).then_some(g + n)
-            })
-            .map(|_| ())
-            .map_err(|_| turnstile::Denied::new(now, None))
+        let mut g = self.granted.load(Ordering::Relaxed);
+        while g + n <= self.cap {
+            match self
+                .granted
+                .compare_exchange_weak(g, g + n, Ordering::Relaxed, Ordering::Relaxed)
+            {
+                Ok(_) => return Ok(()),
+                Err(actual) => g = actual,
+            }
+        }
+        Err(turnstile::Denied::new(now, None))
     }
     fn now(&self) -> Nanos {
         Nanos::ZERO
