@@ -1,4 +1,4 @@
-//! Issue #20, item 6: `per_key`'s map is bounded by default and sweeps off the request path.
+//! `per_key`'s map is bounded by default and sweeps off the request path.
 //!
 //! * A check never runs a sweep inline once `per_key` owns the map: the periodic sweep is the
 //!   sweeper thread's, and a full map wakes that thread instead of sweeping in the check.

@@ -1,4 +1,4 @@
-//! The five-minute API (issue #10): `now()` without the `Clock` trait, `Keyed` maps of mixed
+//! The five-minute API: `now()` without the `Clock` trait, `Keyed` maps of mixed
 //! limiter types through `Box`/`Arc<dyn KeyedLimiter>`, a fallible per-key factory
 //! (`Keyed::try_new`), `Denied::retry_after_secs` for `Retry-After`, and the exact Debug and
 //! Display strings of limits and limiters.

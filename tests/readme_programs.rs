@@ -1,4 +1,4 @@
-//! The programs a new user writes from the README alone (issue #10): each test is one of them,
+//! The programs a new user writes from the README alone: each test is one of them,
 //! written against the crate root's names as the README shows them, with the asserts a user
 //! would check by eye. Each of these once failed to compile or did the wrong thing:
 //!

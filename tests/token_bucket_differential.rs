@@ -535,7 +535,7 @@ fn lock_free_bucket_agrees_with_its_mutex_twin() {
     assert!(borderline * 50 <= total, "{stats:?}");
 }
 
-/// Issue #8 item 1: what a cancel restores after `set_limit`/`set_burst` and at limits of
+/// What a cancel restores after `set_limit`/`set_burst` and at limits of
 /// 1e6/s and more, to 1e-9 relative (this is the run that catches a cancel measuring later
 /// reservations in the wrong configuration, or from a time floored to whole nanoseconds).
 #[test]

@@ -262,7 +262,7 @@ fn cancel_of_an_infinite_era_reservation_restores_nothing() {
     );
 }
 
-/// Issue #8, 1a: a cancel after `set_limit` counts what later reservations took in tokens,
+/// A cancel after `set_limit` counts what later reservations took in tokens,
 /// not as a stretch of `tat` (which the new limit rescaled). rate.go's numbers.
 #[test]
 fn cancel_after_set_limit_restores_what_rate_go_restores() {
@@ -296,7 +296,7 @@ fn cancel_after_set_limit_restores_what_rate_go_restores() {
     assert!(close(l.tokens_at(t), 0.0), "{}", l.tokens_at(t));
 }
 
-/// Issue #8, 1b: cancelling the latest reservation gives back all of it at any limit; the
+/// Cancelling the latest reservation gives back all of it at any limit; the
 /// reservation keeps its exact tick time, not a time floored to whole nanoseconds.
 #[test]
 fn cancel_of_the_latest_reservation_is_exact_at_high_limits() {

@@ -58,10 +58,10 @@ fn a_timeout_counts_from_the_start_of_the_wait() {
     assert_eq!(l.wait_n_blocking(1, Duration::MAX), Ok(()));
 }
 
-/// Issue #10's call, which failed at once with `DeadlinePassed` when `Some(d.into())` made a
-/// `Nanos` counted from the clock's origin: it now means a timeout of one second.
+/// `Some(d.into())` for a `Duration` is a timeout, not an instant counted from the clock's
+/// origin (as an instant, one second would have passed long ago: `DeadlinePassed` at once).
 #[test]
-fn the_issue_call_is_a_one_second_timeout() {
+fn some_duration_into_is_a_one_second_timeout() {
     let (l, clock) = drained(1.0, 1);
     assert_eq!(
         l.wait_n_blocking(1, Some(Duration::from_millis(999).into())),

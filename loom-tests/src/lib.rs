@@ -23,7 +23,7 @@
 //! * a blind `store` of the refunded word instead of the CAS:
 //!   `token_bucket::refund_vs_refund_both_land_within_the_burst` and
 //!   `token_bucket::refund_vs_set_burst_is_linearizable` (and, outside loom, 5 of 5 runs of
-//!   `tests/quota.rs::token_bucket_refund_stress`).
+//!   `tests/quota_and_refund.rs::token_bucket_refund_stress`).
 //!
 //! **Configuration slots** (`src/config_slots.rs`, under the smooth limiters)
 //! * drop the reader's re-check (second `seq` load), its `Acquire` fence, or the writer's
