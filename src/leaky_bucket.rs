@@ -776,13 +776,6 @@ impl LeakyBucketBuilder<QuantaClock> {
     /// assert_eq!(LeakyBucketBuilder::new(5).build().unwrap().rate(), 5);
     /// ```
     pub fn new(rate: u32) -> LeakyBucketBuilder {
-        LeakyBucketBuilder::with_defaults(rate)
-    }
-}
-
-impl LeakyBucketBuilder<QuantaClock> {
-    /// Go's `buildConfig` defaults for either kind.
-    pub(crate) fn with_defaults(rate: u32) -> Self {
         LeakyBucketBuilder {
             rate,
             per: DEFAULT_PER,
@@ -848,23 +841,11 @@ impl<C: Clock> LeakyBucketBuilder<C> {
     }
 
     /// The settings' checks, shared with the mutex twin's `TryFrom`.
-    /// Rate 0 and `per` 0 are errors (deviation D6), for either kind.
+    /// Rate 0 and `per` 0 are errors (deviation D6).
     pub(crate) fn validate(&self) -> Result<(), ConfigError> {
         validate(self.rate, self.per)
     }
-}
 
-/// [`LeakyBucketBuilder::build`] as a conversion: the form the mutex twin (`reference::LeakyBucket`, feature
-/// `reference`) is built by too, so code generic over the two builds either from the options.
-impl<C: Clock> TryFrom<LeakyBucketBuilder<C>> for LeakyBucket<C> {
-    type Error = ConfigError;
-
-    fn try_from(options: LeakyBucketBuilder<C>) -> Result<LeakyBucket<C>, ConfigError> {
-        options.build()
-    }
-}
-
-impl<C: Clock> LeakyBucketBuilder<C> {
     /// The bucket, or the first setting that cannot be used: a rate of 0
     /// ([`ConfigError::ZeroRate`]) or a `per` of 0 ([`ConfigError::ZeroPeriod`]), deviation
     /// D6.
@@ -892,6 +873,16 @@ impl<C: Clock> LeakyBucketBuilder<C> {
     /// ```
     pub fn build_compact(self) -> Result<LeakyBucket<C, Compact>, ConfigError> {
         LeakyBucket::from_builder(self)
+    }
+}
+
+/// [`LeakyBucketBuilder::build`] as a conversion, the form the mutex twin is built by too
+/// (`reference::LeakyBucket`, feature `reference`): code generic over the two builds either.
+impl<C: Clock> TryFrom<LeakyBucketBuilder<C>> for LeakyBucket<C> {
+    type Error = ConfigError;
+
+    fn try_from(options: LeakyBucketBuilder<C>) -> Result<LeakyBucket<C>, ConfigError> {
+        options.build()
     }
 }
 

@@ -723,12 +723,6 @@ impl FixedWindowBuilder<QuantaClock> {
     /// assert_eq!(FixedWindowBuilder::new(3, Duration::from_secs(1)).build().unwrap().quota(), 3);
     /// ```
     pub fn new(quota: u32, period: Duration) -> FixedWindowBuilder {
-        FixedWindowBuilder::with_defaults(quota, period)
-    }
-}
-
-impl FixedWindowBuilder<QuantaClock> {
-    pub(crate) fn with_defaults(quota: u32, period: Duration) -> Self {
         FixedWindowBuilder {
             quota,
             period,
@@ -819,7 +813,7 @@ impl<C: Clock> FixedWindowBuilder<C> {
         }
     }
 
-    /// The validated configuration and the clock, for either kind (deviation D14).
+    /// The validated configuration and the clock, for the limiter and its twin (deviation D14).
     pub(crate) fn into_spec(self) -> Result<(WindowSpec, C), ConfigError> {
         let spec = WindowSpec::new(
             self.quota,
@@ -881,16 +875,6 @@ impl WindowSpec {
     }
 }
 
-/// [`FixedWindowBuilder::build`] as a conversion: the form the mutex twin (`reference::FixedWindow`, feature
-/// `reference`) is built by too, so code generic over the two builds either from the options.
-impl<C: Clock> TryFrom<FixedWindowBuilder<C>> for FixedWindow<C> {
-    type Error = ConfigError;
-
-    fn try_from(options: FixedWindowBuilder<C>) -> Result<FixedWindow<C>, ConfigError> {
-        options.build()
-    }
-}
-
 impl<C: Clock> FixedWindowBuilder<C> {
     /// The limiter, or the first setting that cannot be used: [`ConfigError::ZeroQuota`],
     /// [`ConfigError::ZeroPeriod`] or [`ConfigError::InvalidUtcOffset`].
@@ -925,6 +909,16 @@ impl<C: Clock> FixedWindowBuilder<C> {
     pub fn build_compact(self) -> Result<FixedWindow<C, Compact>, ConfigError> {
         let (spec, clock) = self.into_spec()?;
         Ok(FixedWindow::from_spec(spec, clock))
+    }
+}
+
+/// [`FixedWindowBuilder::build`] as a conversion, the form the mutex twin is built by too
+/// (`reference::FixedWindow`, feature `reference`): code generic over the two builds either.
+impl<C: Clock> TryFrom<FixedWindowBuilder<C>> for FixedWindow<C> {
+    type Error = ConfigError;
+
+    fn try_from(options: FixedWindowBuilder<C>) -> Result<FixedWindow<C>, ConfigError> {
+        options.build()
     }
 }
 

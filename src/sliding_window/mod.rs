@@ -665,13 +665,6 @@ impl SlidingWindowBuilder<QuantaClock> {
     /// assert_eq!(SlidingWindowBuilder::new(5, Duration::from_secs(1)).build().unwrap().quota(), 5);
     /// ```
     pub fn new(quota: u32, period: Duration) -> SlidingWindowBuilder {
-        SlidingWindowBuilder::with_defaults(quota, period)
-    }
-}
-
-impl SlidingWindowBuilder<QuantaClock> {
-    /// The defaults for either kind.
-    pub(crate) fn with_defaults(quota: u32, period: Duration) -> Self {
         SlidingWindowBuilder {
             quota,
             period,
@@ -704,19 +697,7 @@ impl<C: Clock> SlidingWindowBuilder<C> {
     pub(crate) fn validate(&self) -> Result<(), ConfigError> {
         validate(self.quota, self.period)
     }
-}
 
-/// [`SlidingWindowBuilder::build`] as a conversion: the form the mutex twin (`reference::SlidingWindow`, feature
-/// `reference`) is built by too, so code generic over the two builds either from the options.
-impl<C: Clock> TryFrom<SlidingWindowBuilder<C>> for SlidingWindow<C> {
-    type Error = ConfigError;
-
-    fn try_from(options: SlidingWindowBuilder<C>) -> Result<SlidingWindow<C>, ConfigError> {
-        options.build()
-    }
-}
-
-impl<C: Clock> SlidingWindowBuilder<C> {
     /// The limiter, or the first setting that cannot be used: a quota of 0
     /// ([`ConfigError::ZeroQuota`]) or a period of 0 ([`ConfigError::ZeroPeriod`]).
     ///
@@ -748,6 +729,16 @@ impl<C: Clock> SlidingWindowBuilder<C> {
     /// ```
     pub fn build_compact(self) -> Result<SlidingWindow<C, Compact>, ConfigError> {
         SlidingWindow::from_builder(self)
+    }
+}
+
+/// [`SlidingWindowBuilder::build`] as a conversion, the form the mutex twin is built by too
+/// (`reference::SlidingWindow`, feature `reference`): code generic over the two builds either.
+impl<C: Clock> TryFrom<SlidingWindowBuilder<C>> for SlidingWindow<C> {
+    type Error = ConfigError;
+
+    fn try_from(options: SlidingWindowBuilder<C>) -> Result<SlidingWindow<C>, ConfigError> {
+        options.build()
     }
 }
 

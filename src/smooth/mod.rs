@@ -205,8 +205,8 @@ pub struct SmoothBurstyBuilder<C: Clock = QuantaClock> {
 }
 
 impl SmoothBurstyBuilder<QuantaClock> {
-    /// Guava's defaults (a 1-second burst, starting empty), for either kind.
-    pub(crate) fn with_defaults(rate: f64) -> Self {
+    /// Guava's defaults (a 1-second burst, starting empty).
+    fn with_defaults(rate: f64) -> Self {
         SmoothBurstyBuilder {
             rate,
             max_burst_seconds: 1.0,
@@ -240,7 +240,7 @@ impl<C: Clock> SmoothBurstyBuilder<C> {
         }
     }
 
-    /// The validated options, for either kind: `(rate, max_burst_seconds,
+    /// The validated options, for the limiter and its twin: `(rate, max_burst_seconds,
     /// initial_stored_permits, clock)`.
     pub(crate) fn validated(self) -> Result<(f64, f64, f64, C), ConfigError> {
         let rate = check_rate(self.rate)?;
@@ -254,19 +254,7 @@ impl<C: Clock> SmoothBurstyBuilder<C> {
         }
         Ok((rate, b, p, self.clock))
     }
-}
 
-/// [`SmoothBurstyBuilder::build`] as a conversion: the form the mutex twin (`reference::SmoothBursty`, feature
-/// `reference`) is built by too, so code generic over the two builds either from the options.
-impl<C: Clock> TryFrom<SmoothBurstyBuilder<C>> for SmoothBursty<C> {
-    type Error = ConfigError;
-
-    fn try_from(options: SmoothBurstyBuilder<C>) -> Result<SmoothBursty<C>, ConfigError> {
-        options.build()
-    }
-}
-
-impl<C: Clock> SmoothBurstyBuilder<C> {
     /// The limiter; its rate takes effect at the clock's current time.
     ///
     /// # Errors
@@ -311,6 +299,16 @@ impl<C: Clock> SmoothBurstyBuilder<C> {
     }
 }
 
+/// [`SmoothBurstyBuilder::build`] as a conversion, the form the mutex twin is built by too
+/// (`reference::SmoothBursty`, feature `reference`): code generic over the two builds either.
+impl<C: Clock> TryFrom<SmoothBurstyBuilder<C>> for SmoothBursty<C> {
+    type Error = ConfigError;
+
+    fn try_from(options: SmoothBurstyBuilder<C>) -> Result<SmoothBursty<C>, ConfigError> {
+        options.build()
+    }
+}
+
 /// Builds a [`SmoothWarmingUp`]; see [`SmoothWarmingUp::builder`].
 #[derive(Debug, Clone)]
 #[must_use = "a builder does nothing until build() is called"]
@@ -322,8 +320,8 @@ pub struct SmoothWarmingUpBuilder<C: Clock = QuantaClock> {
 }
 
 impl SmoothWarmingUpBuilder<QuantaClock> {
-    /// Guava's defaults (cold factor 3), for either kind.
-    pub(crate) fn with_defaults(rate: f64, warmup: Duration) -> Self {
+    /// Guava's defaults (cold factor 3).
+    fn with_defaults(rate: f64, warmup: Duration) -> Self {
         SmoothWarmingUpBuilder {
             rate,
             warmup,
@@ -350,24 +348,12 @@ impl<C: Clock> SmoothWarmingUpBuilder<C> {
         }
     }
 
-    /// The validated options, for either kind: `(rate, warmup, cold_factor, clock)`.
+    /// The validated options, for the limiter and its twin: `(rate, warmup, cold_factor, clock)`.
     pub(crate) fn validated(self) -> Result<(f64, Duration, f64, C), ConfigError> {
         let rate = check_warming(self.rate, self.warmup, self.cold_factor)?;
         Ok((rate, self.warmup, self.cold_factor, self.clock))
     }
-}
 
-/// [`SmoothWarmingUpBuilder::build`] as a conversion: the form the mutex twin (`reference::SmoothWarmingUp`, feature
-/// `reference`) is built by too, so code generic over the two builds either from the options.
-impl<C: Clock> TryFrom<SmoothWarmingUpBuilder<C>> for SmoothWarmingUp<C> {
-    type Error = ConfigError;
-
-    fn try_from(options: SmoothWarmingUpBuilder<C>) -> Result<SmoothWarmingUp<C>, ConfigError> {
-        options.build()
-    }
-}
-
-impl<C: Clock> SmoothWarmingUpBuilder<C> {
     /// The limiter, cold; its rate takes effect at the clock's current time.
     ///
     /// # Errors
@@ -417,6 +403,16 @@ impl<C: Clock> SmoothWarmingUpBuilder<C> {
         Ok(SmoothWarmingUp {
             core: Core::new(kind, rate, f64::INFINITY, clock),
         })
+    }
+}
+
+/// [`SmoothWarmingUpBuilder::build`] as a conversion, the form the mutex twin is built by too
+/// (`reference::SmoothWarmingUp`, feature `reference`): code generic over the two builds either.
+impl<C: Clock> TryFrom<SmoothWarmingUpBuilder<C>> for SmoothWarmingUp<C> {
+    type Error = ConfigError;
+
+    fn try_from(options: SmoothWarmingUpBuilder<C>) -> Result<SmoothWarmingUp<C>, ConfigError> {
+        options.build()
     }
 }
 
