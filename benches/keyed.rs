@@ -16,7 +16,7 @@
 //!   the limiter.
 //!
 //! * `keyed_random_compact`: the same, with turnstile's buckets in the `Compact` layout
-//!   (`TokenBucket::compact`: no cache padding, the layout meant for many keys), against the
+//!   (`TokenBucket::builder(..).build_compact()`: no cache padding, the layout meant for many keys), against the
 //!   same governor cell.
 //!
 //! * `keyed_inline_hot`, `keyed_inline_random`: the same two workloads on
@@ -189,7 +189,7 @@ fn keyed_random(c: &mut Criterion) {
 fn keyed_random_compact(c: &mut Criterion) {
     random_cells(c, "keyed_random_compact", || {
         let limit = Limit::per_second(1e10).expect("valid limit");
-        Keyed::builder(move |_: &u64| TokenBucket::compact(limit, u32::MAX))
+        Keyed::builder(move |_: &u64| TokenBucket::builder(limit, u32::MAX).build_compact())
             .sweep_every(Duration::MAX)
             .build()
             .expect("valid keyed limiter")

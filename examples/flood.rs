@@ -230,7 +230,8 @@ fn main() {
         );
     } else {
         let burst = a.burst;
-        let mut b = Keyed::builder(move |_: &IpAddr| TokenBucket::compact(limit, burst));
+        let mut b =
+            Keyed::builder(move |_: &IpAddr| TokenBucket::builder(limit, burst).build_compact());
         if let Some(m) = a.max_keys {
             b = b.max_keys(m);
         }

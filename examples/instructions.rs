@@ -7,7 +7,7 @@
 //! cargo run --release --example instructions -- <cell> <turnstile|governor> <ops>
 //! ```
 //!
-//! Cells (turnstile goes through its public API only: `TokenBucket::with_clock`, `allow_n_at`,
+//! Cells (turnstile goes through its public API only: `TokenBucket::builder`, `allow_n_at`,
 //! `Keyed`, `check_n_at`, `ManualClock`, `Nanos`, `Limit`):
 //! * `tb-allow`: one limiter that grants every check. turnstile: `allow_n_at(now, 1)` at a
 //!   fixed time on a `ManualClock` (clock-free), 1e10/s with a burst of `u32::MAX` as in
@@ -96,7 +96,9 @@ fn gov_deny_quota() -> Quota {
 
 /// turnstile's always-granting bucket on a stopped clock: 1e10/s, burst `u32::MAX`.
 fn ts_ok(clock: ManualClock) -> TokenBucket<ManualClock> {
-    TokenBucket::with_clock(limit(1e10), u32::MAX, clock)
+    TokenBucket::builder(limit(1e10), u32::MAX)
+        .clock(clock)
+        .build()
 }
 
 /// The first state of the `keyed-random` key sequence (any nonzero value).
@@ -803,7 +805,9 @@ fn run(cell: &str, imp: &str, ops: u64) -> Result<(), String> {
             assert!(g.check().is_ok(), "tb-allow governor ran dry");
         }
         ("tb-deny", "turnstile") => {
-            let tb = TokenBucket::with_clock(limit(1e-3), 1, ManualClock::new(NOW));
+            let tb = TokenBucket::builder(limit(1e-3), 1)
+                .clock(ManualClock::new(NOW))
+                .build();
             assert!(tb.allow_n_at(NOW, 1));
             measured(ops, || {
                 black_box(black_box(&tb).allow_n_at(black_box(NOW), 1));

@@ -116,7 +116,7 @@ impl Deadline {
     /// ```
     /// use turnstile::{Deadline, Limit, ManualClock, Nanos, TokenBucket, WaitError};
     /// let clock = ManualClock::new(Nanos::new(5_000));
-    /// let tb = TokenBucket::with_clock(Limit::per_second(1.0).unwrap(), 1, clock);
+    /// let tb = TokenBucket::builder(Limit::per_second(1.0).unwrap(), 1).clock(clock).build();
     /// assert_eq!(Deadline::at(Nanos::new(7)).resolve(Nanos::new(5_000)), Some(Nanos::new(7)));
     /// assert_eq!(
     ///     tb.wait_n_blocking(1, Deadline::at(Nanos::new(5_000))),
@@ -136,7 +136,7 @@ impl Deadline {
     ///
     /// The waits call this; it is public for code that builds its own waits on the `_at`
     /// forms, e.g. with
-    /// [`TokenBucket::reserve_n_within_at`](crate::TokenBucket::reserve_n_within_at).
+    /// [`TokenBucket::try_reserve_n_at`](crate::TokenBucket::try_reserve_n_at).
     ///
     /// ```
     /// use std::time::Duration;

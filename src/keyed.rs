@@ -27,8 +27,8 @@
 //! Each key costs its table entry (8 bytes plus the key, at a load between seven sixteenths
 //! and seven eighths) plus its slot (the limiter and a 4-byte state, rounded up to 64
 //! bytes). Limiters are cache-padded by default, for one limiter hammered by every thread; for many keys build them in the
-//! [`Compact`](crate::Compact) layout ([`TokenBucket::compact`](crate::TokenBucket::compact),
-//! [`LeakyMeter::compact`](crate::LeakyMeter::compact), and `.build_compact()` for
+//! [`Compact`](crate::Compact) layout (`builder(..).build_compact()` for
+//! [`TokenBucket`](crate::TokenBucket), [`LeakyMeter`](crate::LeakyMeter),
 //! [`LeakyBucket`](crate::LeakyBucket), [`FixedWindow`](crate::FixedWindow),
 //! [`SlidingWindow`](crate::SlidingWindow), [`SmoothBursty`](crate::SmoothBursty) and
 //! [`SmoothWarmingUp`](crate::SmoothWarmingUp)): then a refused check reads one cache line
@@ -538,7 +538,7 @@ where
     /// let clock = ManualClock::new(Nanos::new(10));
     /// let c = clock.clone();
     /// let k = Keyed::builder(move |_: &u8| {
-    ///     TokenBucket::with_clock(Limit::per_second(1.0).unwrap(), 3, c.clone())
+    ///     TokenBucket::builder(Limit::per_second(1.0).unwrap(), 3).clock(c.clone()).build()
     /// })
     /// .clock(clock)
     /// .build()

@@ -768,14 +768,8 @@ pub struct LeakyBucketBuilder<C: Clock = QuantaClock> {
 }
 
 impl LeakyBucketBuilder<QuantaClock> {
-    /// `rate` permits per second, slack 10, the quanta clock (upstream's defaults); the same
-    /// as [`LeakyBucket::builder`].
-    ///
-    /// ```
-    /// use turnstile::leaky_bucket::LeakyBucketBuilder;
-    /// assert_eq!(LeakyBucketBuilder::new(5).build().unwrap().rate(), 5);
-    /// ```
-    pub fn new(rate: u32) -> LeakyBucketBuilder {
+    /// The defaults, on the quanta clock: what `LeakyBucket::builder` starts from.
+    pub(crate) fn new(rate: u32) -> LeakyBucketBuilder {
         LeakyBucketBuilder {
             rate,
             per: DEFAULT_PER,

@@ -24,7 +24,7 @@
 //! `capacity = burst` units by itself under every leak but [`Limit::INF`], where it grants
 //! without counting; the meter then reads the capacity, after a grant of two units or more,
 //! and turns the grant into a refusal. The bucket is cache-padded by default and unpadded
-//! in the [`Compact`] layout ([`LeakyMeter::compact_with_clock`], for the many meters of a
+//! in the [`Compact`] layout ([`LeakyMeterBuilder::build_compact`], for the many meters of a
 //! keyed map), where a slot's state, the bucket's word and its hot words share one line.
 //!
 //! # Semantics and deviations from the literal algorithm
@@ -67,7 +67,7 @@ use crate::token_bucket::TokenBucket;
 /// use turnstile::{LeakyMeter, Limit, ManualClock, Nanos};
 ///
 /// let clock = ManualClock::new(Nanos::ZERO);
-/// let meter = LeakyMeter::with_clock(3, Limit::per_second(1.0).unwrap(), clock.clone()).unwrap();
+/// let meter = LeakyMeter::builder(3, Limit::per_second(1.0).unwrap()).clock(clock.clone()).build().unwrap();
 /// assert!(meter.allow_n(3));              // fills the bucket to the brim
 /// assert!(!meter.allow());                // overflows: refused
 /// clock.advance(Duration::from_secs(1));  // one unit leaks away
@@ -97,65 +97,100 @@ impl LeakyMeter<QuantaClock> {
     /// assert_eq!(LeakyMeter::new(0, Limit::INF).unwrap_err(), ConfigError::ZeroCapacity);
     /// ```
     pub fn new(capacity: u32, leak: Limit) -> Result<LeakyMeter, ConfigError> {
-        LeakyMeter::with_clock(capacity, leak, QuantaClock::new())
+        LeakyMeter::builder(capacity, leak).build()
+    }
+
+    /// A builder for an empty bucket of `capacity` units leaking at `leak` units per second,
+    /// as every limiter has one: [`LeakyMeterBuilder::clock`], then
+    /// [`build`](LeakyMeterBuilder::build) or [`build_compact`](LeakyMeterBuilder::build_compact).
+    ///
+    /// ```
+    /// use turnstile::{LeakyMeter, Limit, ManualClock, Nanos};
+    ///
+    /// let meter = LeakyMeter::builder(2, Limit::ZERO)
+    ///     .clock(ManualClock::default())
+    ///     .build()
+    ///     .unwrap();
+    /// assert!(meter.allow_n_at(Nanos::ZERO, 2));
+    /// assert!(!meter.allow_at(Nanos::new(u64::MAX / 2))); // a zero leak never drains
+    /// ```
+    pub fn builder(capacity: u32, leak: Limit) -> LeakyMeterBuilder {
+        LeakyMeterBuilder {
+            capacity,
+            leak,
+            clock: QuantaClock::new(),
+        }
     }
 }
 
-impl LeakyMeter<QuantaClock, Compact> {
-    /// [`LeakyMeter::new`] in the [`Compact`] layout: the token bucket underneath unpadded,
-    /// for the many meters of a [`Keyed`](crate::Keyed) map (a fraction of the bytes per key,
-    /// and one cache line per check). Same behaviour and errors.
+/// Options for a [`LeakyMeter`]; [`build`](LeakyMeterBuilder::build) checks them.
+#[must_use = "a builder does nothing until `build` is called"]
+#[derive(Debug, Clone)]
+pub struct LeakyMeterBuilder<C: Clock = QuantaClock> {
+    capacity: u32,
+    leak: Limit,
+    clock: C,
+}
+
+impl<C: Clock> LeakyMeterBuilder<C> {
+    /// Reads time from `clock` (default: the shared quanta clock).
+    ///
+    /// ```
+    /// use turnstile::{LeakyMeter, Limit, ManualClock, Nanos};
+    /// let meter = LeakyMeter::builder(1, Limit::INF)
+    ///     .clock(ManualClock::new(Nanos::new(9)))
+    ///     .build()
+    ///     .unwrap();
+    /// assert_eq!(meter.now(), Nanos::new(9));
+    /// ```
+    pub fn clock<D: Clock>(self, clock: D) -> LeakyMeterBuilder<D> {
+        LeakyMeterBuilder {
+            capacity: self.capacity,
+            leak: self.leak,
+            clock,
+        }
+    }
+
+    /// The meter, cache-padded: for one limiter every thread checks.
+    ///
+    /// # Errors
+    /// [`ConfigError::ZeroCapacity`] if `capacity` is 0.
+    ///
+    /// ```
+    /// use turnstile::{ConfigError, LeakyMeter, Limit};
+    /// assert!(LeakyMeter::builder(3, Limit::INF).build().is_ok());
+    /// let zero = LeakyMeter::builder(0, Limit::INF).build();
+    /// assert_eq!(zero.unwrap_err(), ConfigError::ZeroCapacity);
+    /// ```
+    pub fn build(self) -> Result<LeakyMeter<C>, ConfigError> {
+        let bucket = TokenBucket::builder(self.leak, self.capacity).clock(self.clock);
+        LeakyMeter::of(self.capacity, bucket.build())
+    }
+
+    /// The meter in the [`Compact`] layout: the token bucket underneath unpadded, for the
+    /// many meters of a [`Keyed`](crate::Keyed) map (a fraction of the bytes per key, and one
+    /// cache line per check). Same behaviour and errors.
     ///
     /// ```
     /// # #[cfg(feature = "keyed")] {
     /// use turnstile::{Keyed, LeakyMeter, Limit};
     /// let leak = Limit::per_second(10.0).unwrap();
-    /// let per_ip = Keyed::new(move |_: &u32| LeakyMeter::compact(5, leak).unwrap());
+    /// let per_ip = Keyed::new(move |_: &u32| LeakyMeter::builder(5, leak).build_compact().unwrap());
     /// assert!(per_ip.check_n(&1, 5).is_ok());
     /// # }
     /// ```
-    pub fn compact(capacity: u32, leak: Limit) -> Result<Self, ConfigError> {
-        LeakyMeter::compact_with_clock(capacity, leak, QuantaClock::new())
+    pub fn build_compact(self) -> Result<LeakyMeter<C, Compact>, ConfigError> {
+        let bucket = TokenBucket::builder(self.leak, self.capacity).clock(self.clock);
+        LeakyMeter::of(self.capacity, bucket.build_compact())
     }
 }
 
-impl<C: Clock> LeakyMeter<C, Compact> {
-    /// [`LeakyMeter::with_clock`] in the [`Compact`] layout.
-    ///
-    /// # Errors
-    /// [`ConfigError::ZeroCapacity`] if `capacity` is 0.
-    ///
-    /// ```
-    /// use turnstile::{LeakyMeter, Limit, ManualClock, Nanos};
-    ///
-    /// let meter = LeakyMeter::compact_with_clock(1, Limit::ZERO, ManualClock::default()).unwrap();
-    /// assert!(meter.allow_at(Nanos::ZERO));
-    /// assert!(!meter.allow_at(Nanos::ZERO));
-    /// ```
-    pub fn compact_with_clock(capacity: u32, leak: Limit, clock: C) -> Result<Self, ConfigError> {
-        LeakyMeter::of(
-            capacity,
-            TokenBucket::compact_with_clock(leak, capacity, clock),
-        )
-    }
-}
+impl<C: Clock> TryFrom<LeakyMeterBuilder<C>> for LeakyMeter<C> {
+    type Error = ConfigError;
 
-impl<C: Clock> LeakyMeter<C> {
-    /// An empty bucket of `capacity` units leaking at `leak` units per second, on `clock`.
-    ///
-    /// # Errors
-    /// [`ConfigError::ZeroCapacity`] if `capacity` is 0.
-    ///
-    /// ```
-    /// use turnstile::{LeakyMeter, Limit, ManualClock, Nanos};
-    ///
-    /// let meter = LeakyMeter::with_clock(2, Limit::ZERO, ManualClock::default()).unwrap();
-    /// assert!(meter.allow_at(Nanos::ZERO));
-    /// assert!(meter.allow_at(Nanos::ZERO));
-    /// assert!(!meter.allow_at(Nanos::new(u64::MAX / 2))); // a zero leak never drains
-    /// ```
-    pub fn with_clock(capacity: u32, leak: Limit, clock: C) -> Result<LeakyMeter<C>, ConfigError> {
-        LeakyMeter::of(capacity, TokenBucket::with_clock(leak, capacity, clock))
+    /// [`LeakyMeterBuilder::build`].
+    fn try_from(options: LeakyMeterBuilder<C>) -> Result<LeakyMeter<C>, ConfigError> {
+        options.build()
     }
 }
 
@@ -194,7 +229,7 @@ impl<C: Clock, P: Layout> LeakyMeter<C, P> {
     ///
     /// ```
     /// use turnstile::{Clock, LeakyMeter, Limit, ManualClock, Nanos};
-    /// let meter = LeakyMeter::with_clock(1, Limit::INF, ManualClock::new(Nanos::new(4))).unwrap();
+    /// let meter = LeakyMeter::builder(1, Limit::INF).clock(ManualClock::new(Nanos::new(4))).build().unwrap();
     /// assert_eq!(meter.clock().now(), Nanos::new(4));
     /// ```
     pub fn clock(&self) -> &C {
@@ -207,7 +242,7 @@ impl<C: Clock, P: Layout> LeakyMeter<C, P> {
     /// ```
     /// use turnstile::{LeakyMeter, Limit, ManualClock, Nanos};
     ///
-    /// let l = LeakyMeter::with_clock(1, Limit::INF, ManualClock::new(Nanos::new(7))).unwrap();
+    /// let l = LeakyMeter::builder(1, Limit::INF).clock(ManualClock::new(Nanos::new(7))).build().unwrap();
     /// assert_eq!(l.now(), Nanos::new(7));
     /// ```
     pub fn now(&self) -> Nanos {
@@ -231,7 +266,7 @@ impl<C: Clock, P: Layout> LeakyMeter<C, P> {
     ///
     /// ```
     /// use turnstile::{LeakyMeter, Limit, ManualClock, Nanos};
-    /// let meter = LeakyMeter::with_clock(1, Limit::per_second(10.0).unwrap(), ManualClock::default()).unwrap();
+    /// let meter = LeakyMeter::builder(1, Limit::per_second(10.0).unwrap()).clock(ManualClock::default()).build().unwrap();
     /// assert!(meter.allow_at(Nanos::ZERO));
     /// assert!(!meter.allow_at(Nanos::new(99_999_999)));
     /// assert!(meter.allow_at(Nanos::new(100_000_000)));
@@ -262,7 +297,7 @@ impl<C: Clock, P: Layout> LeakyMeter<C, P> {
     ///
     /// ```
     /// use turnstile::{LeakyMeter, Limit, ManualClock, Nanos};
-    /// let meter = LeakyMeter::with_clock(4, Limit::per_second(2.0).unwrap(), ManualClock::default()).unwrap();
+    /// let meter = LeakyMeter::builder(4, Limit::per_second(2.0).unwrap()).clock(ManualClock::default()).build().unwrap();
     /// assert!(meter.allow_n_at(Nanos::ZERO, 3));
     /// assert!(!meter.allow_n_at(Nanos::ZERO, 2));                // 3 + 2 > 4: nothing added
     /// assert_eq!(meter.level_at(Nanos::ZERO), 3.0);
@@ -295,7 +330,7 @@ impl<C: Clock, P: Layout> LeakyMeter<C, P> {
     ///
     /// ```
     /// use turnstile::{LeakyMeter, Limit, ManualClock, Nanos};
-    /// let meter = LeakyMeter::with_clock(10, Limit::per_second(4.0).unwrap(), ManualClock::default()).unwrap();
+    /// let meter = LeakyMeter::builder(10, Limit::per_second(4.0).unwrap()).clock(ManualClock::default()).build().unwrap();
     /// assert!(meter.allow_n_at(Nanos::ZERO, 10));
     /// assert_eq!(meter.level_at(Nanos::new(250_000_000)), 9.0);
     /// assert_eq!(meter.level_at(Nanos::new(1_125_000_000)), 5.5);
@@ -323,7 +358,7 @@ fn fits(n: u32, capacity: u32) -> bool {
 /// use std::time::Duration;
 /// use turnstile::{LeakyMeter, Limit, Limiter, ManualClock, Nanos};
 ///
-/// let meter = LeakyMeter::with_clock(2, Limit::per_second(4.0).unwrap(), ManualClock::default()).unwrap();
+/// let meter = LeakyMeter::builder(2, Limit::per_second(4.0).unwrap()).clock(ManualClock::default()).build().unwrap();
 /// assert!(meter.check_n_at(Nanos::ZERO, 2).is_ok());
 /// let denied = meter.check_n_at(Nanos::ZERO, 1).unwrap_err();
 /// assert_eq!(denied.retry_after(), Some(Duration::from_millis(250)));
@@ -358,7 +393,7 @@ impl<C: Clock, P: Layout> Limiter for LeakyMeter<C, P> {
     /// ```
     /// use std::time::Duration;
     /// use turnstile::{LeakyMeter, Limit, Limiter, ManualClock, Nanos};
-    /// let meter = LeakyMeter::with_clock(4, Limit::per_second(2.0).unwrap(), ManualClock::default()).unwrap();
+    /// let meter = LeakyMeter::builder(4, Limit::per_second(2.0).unwrap()).clock(ManualClock::default()).build().unwrap();
     /// assert!(meter.check_n_at(Nanos::ZERO, 3).is_ok());
     /// let s = meter.quota_at(Nanos::new(500_000_000)).unwrap(); // 2 units of water left
     /// assert_eq!((s.quota, s.remaining), (4, 2));
@@ -382,7 +417,7 @@ impl<C: Clock, P: Layout> Limiter for LeakyMeter<C, P> {
 ///
 /// ```
 /// use turnstile::{Idle, LeakyMeter, Limit, ManualClock, Nanos};
-/// let meter = LeakyMeter::with_clock(2, Limit::per_second(1.0).unwrap(), ManualClock::default()).unwrap();
+/// let meter = LeakyMeter::builder(2, Limit::per_second(1.0).unwrap()).clock(ManualClock::default()).build().unwrap();
 /// assert!(meter.is_idle_at(Nanos::ZERO));
 /// assert!(meter.allow_at(Nanos::ZERO));
 /// assert!(!meter.is_idle_at(Nanos::new(999_999_999)));
@@ -404,7 +439,7 @@ impl<C: Clock, P: Layout> Idle for LeakyMeter<C, P> {
 ///
 /// ```
 /// use turnstile::{LeakyMeter, Limit, ManualClock};
-/// let meter = LeakyMeter::with_clock(3, Limit::per_second(1.0).unwrap(), ManualClock::default())
+/// let meter = LeakyMeter::builder(3, Limit::per_second(1.0).unwrap()).clock(ManualClock::default()).build()
 ///     .unwrap();
 /// assert!(meter.allow_n(2));
 /// assert_eq!(format!("{meter:?}"), "LeakyMeter { capacity: 3, leak: 1/s, level: 2.0 }");
@@ -430,8 +465,14 @@ mod tests {
     fn compact_and_padded_meters_agree() {
         for leak in [Limit::ZERO, Limit::per_second(10.0).unwrap(), Limit::INF] {
             let clock = crate::ManualClock::default();
-            let padded = LeakyMeter::with_clock(3, leak, clock.clone()).unwrap();
-            let compact = LeakyMeter::compact_with_clock(3, leak, clock).unwrap();
+            let padded = LeakyMeter::builder(3, leak)
+                .clock(clock.clone())
+                .build()
+                .unwrap();
+            let compact = LeakyMeter::builder(3, leak)
+                .clock(clock)
+                .build_compact()
+                .unwrap();
             for (t, x) in crate::clock::random_readings(10_000, 60_000_000) {
                 let n = (x >> 32) as u32 % 6;
                 if x & 1 == 0 {
@@ -451,8 +492,12 @@ mod tests {
     #[test]
     fn compact_meter_starts_with_its_bucket() {
         let leak = Limit::per_second(10.0).unwrap();
-        let make =
-            move || LeakyMeter::compact_with_clock(1, leak, crate::ManualClock::default()).unwrap();
+        let make = move || {
+            LeakyMeter::builder(1, leak)
+                .clock(crate::ManualClock::default())
+                .build_compact()
+                .unwrap()
+        };
         // Size 0: where each begins.
         let [(_, bucket), (_, capacity)] = crate::keyed::word_ends_in_slot(make, |m| {
             [

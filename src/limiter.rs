@@ -17,7 +17,7 @@ use crate::clock::Nanos;
 /// use turnstile::clock::{ManualClock, Nanos};
 ///
 /// let clock = ManualClock::new(Nanos::ZERO);
-/// let tb = TokenBucket::with_clock(Limit::per_second(10.0).unwrap(), 1, clock);
+/// let tb = TokenBucket::builder(Limit::per_second(10.0).unwrap(), 1).clock(clock).build();
 /// assert!(tb.check_n_at(Nanos::ZERO, 1).is_ok());
 /// let denied = tb.check_n_at(Nanos::ZERO, 1).unwrap_err();
 /// assert_eq!(denied.retry_after(), Some(std::time::Duration::from_millis(100)));
@@ -219,7 +219,7 @@ fn ceil_secs(d: Duration) -> u64 {
 /// use turnstile::{Idle, Limit, Limiter, TokenBucket};
 /// use turnstile::clock::{ManualClock, Nanos};
 ///
-/// let tb = TokenBucket::with_clock(Limit::per_second(10.0).unwrap(), 1, ManualClock::default());
+/// let tb = TokenBucket::builder(Limit::per_second(10.0).unwrap(), 1).clock(ManualClock::default()).build();
 /// assert!(tb.is_idle_at(Nanos::ZERO)); // full, as new
 /// tb.check_n_at(Nanos::ZERO, 1).unwrap();
 /// assert!(!tb.is_idle_at(Nanos::ZERO));
@@ -255,7 +255,7 @@ pub trait Idle {
     /// use turnstile::{Idle, Limit, Limiter, ManualClock, Nanos, TokenBucket};
     ///
     /// let limit = Limit::per_second(10.0).unwrap();
-    /// let mut tb = TokenBucket::with_clock(limit, 2, ManualClock::default());
+    /// let mut tb = TokenBucket::builder(limit, 2).clock(ManualClock::default()).build();
     /// tb.born_at(Nanos::new(1_000_000_000));
     /// assert!(tb.is_idle_at(Nanos::new(1_000_000_000)));                // full at its birth
     /// assert_eq!(tb.tokens_at(Nanos::new(900_000_000)), 1.0);           // and not before
@@ -351,7 +351,7 @@ forward_limiter!(
 /// ```
 /// use turnstile::{Idle, Limit, Limiter, ManualClock, Nanos, TokenBucket};
 ///
-/// let tb = TokenBucket::with_clock(Limit::per_second(1.0).unwrap(), 1, ManualClock::default());
+/// let tb = TokenBucket::builder(Limit::per_second(1.0).unwrap(), 1).clock(ManualClock::default()).build();
 /// let mut l: Box<TokenBucket<ManualClock>> = Box::new(tb);
 /// l.born_at(Nanos::new(1_000_000_000));
 /// assert!(l.check_n_at(Nanos::new(500_000_000), 1).is_err()); // dated: a stale reading
@@ -378,11 +378,11 @@ impl<L: Idle + ?Sized> Idle for Box<L> {
 /// use turnstile::{Idle, Limit, Limiter, ManualClock, Nanos, TokenBucket};
 ///
 /// let limit = Limit::per_second(1.0).unwrap();
-/// let mut fresh = Arc::new(TokenBucket::with_clock(limit, 1, ManualClock::default()));
+/// let mut fresh = Arc::new(TokenBucket::builder(limit, 1).clock(ManualClock::default()).build());
 /// fresh.born_at(Nanos::new(1_000_000_000)); // sole owner: dated
 /// assert!(fresh.check_n_at(Nanos::new(500_000_000), 1).is_err());
 ///
-/// let mut shared = Arc::new(TokenBucket::with_clock(limit, 1, ManualClock::default()));
+/// let mut shared = Arc::new(TokenBucket::builder(limit, 1).clock(ManualClock::default()).build());
 /// let other = shared.clone();
 /// shared.born_at(Nanos::new(1_000_000_000)); // shared: left as it is
 /// assert!(other.check_n_at(Nanos::new(500_000_000), 1).is_ok());
@@ -441,9 +441,9 @@ impl<L: Limiter + Idle + ?Sized> KeyedLimiter for L {}
 /// not share a line with unrelated data. A `Keyed` map holds thousands or
 /// millions of small limiters, each touched now and then: there padding multiplies the bytes
 /// per key, so the limiters also come in a [`Compact`] layout
-/// (`TokenBucket::compact`, `LeakyMeter::compact`, and `builder(..).build_compact()` for
-/// `LeakyBucket`, `FixedWindow`, `SlidingWindow`, `SmoothBursty` and `SmoothWarmingUp`): the
-/// crate convention's one exception.
+/// (`builder(..).build_compact()` for `TokenBucket`, `LeakyMeter`, `LeakyBucket`,
+/// `FixedWindow`, `SlidingWindow`, `SmoothBursty` and `SmoothWarmingUp`): the crate
+/// convention's one exception.
 ///
 /// ```
 /// use std::time::Duration;

@@ -714,15 +714,8 @@ pub struct FixedWindowBuilder<C: Clock = QuantaClock> {
 }
 
 impl FixedWindowBuilder<QuantaClock> {
-    /// `quota` requests per `period`, windows from the first hit, the quanta clock; the same
-    /// as [`FixedWindow::builder`].
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use turnstile::window::FixedWindowBuilder;
-    /// assert_eq!(FixedWindowBuilder::new(3, Duration::from_secs(1)).build().unwrap().quota(), 3);
-    /// ```
-    pub fn new(quota: u32, period: Duration) -> FixedWindowBuilder {
+    /// The defaults, on the quanta clock: what `FixedWindow::builder` starts from.
+    pub(crate) fn new(quota: u32, period: Duration) -> FixedWindowBuilder {
         FixedWindowBuilder {
             quota,
             period,

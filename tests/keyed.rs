@@ -68,7 +68,9 @@ fn denials_report_the_keys_retry_time() {
     assert_eq!(k.check_n_at(&5, t(0.5), 3).unwrap_err().retry_at(), None);
     // A token bucket per key: the retry time is when its tokens are back.
     let tb = Keyed::builder(|_: &&str| {
-        TokenBucket::with_clock(Limit::per_second(4.0).unwrap(), 1, ManualClock::default())
+        TokenBucket::builder(Limit::per_second(4.0).unwrap(), 1)
+            .clock(ManualClock::default())
+            .build()
     })
     .clock(ManualClock::default())
     .build()

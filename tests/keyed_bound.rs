@@ -82,7 +82,9 @@ type Compact = TokenBucket<GatedClock, turnstile::Compact>;
 fn keyed(clock: &GatedClock, max_keys: u64) -> Keyed<IpAddr, Compact, GatedClock> {
     let c = clock.clone();
     Keyed::builder(move |_: &IpAddr| {
-        TokenBucket::compact_with_clock(Limit::per_second(1.0).unwrap(), 1, c.clone())
+        TokenBucket::builder(Limit::per_second(1.0).unwrap(), 1)
+            .clock(c.clone())
+            .build_compact()
     })
     .max_keys(max_keys)
     .sweep_every(Duration::from_secs(3600))
@@ -258,7 +260,9 @@ fn a_flood_never_holds_more_than_the_bound() {
     let c = GatedClock::default();
     let t = c.clone();
     let map = Keyed::builder(move |_: &IpAddr| {
-        TokenBucket::compact_with_clock(Limit::per_second(1.0).unwrap(), 1, t.clone())
+        TokenBucket::builder(Limit::per_second(1.0).unwrap(), 1)
+            .clock(t.clone())
+            .build_compact()
     })
     .max_keys(1024)
     .sweep_every(Duration::from_millis(20))

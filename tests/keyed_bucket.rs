@@ -529,10 +529,9 @@ fn differential_against_exact_gcra_and_the_twins() {
                 burst
             );
             let twin = twins.entry(key).or_insert_with(|| {
-                reference::TokenBucket::with_clock(
-                    limit(per_sec),
-                    burst as u32,
-                    ManualClock::default(),
+                reference::TokenBucket::from(
+                    turnstile::TokenBucket::builder(limit(per_sec), burst as u32)
+                        .clock(ManualClock::default()),
                 )
             });
             let twin_ok = twin.check_n_at(at(t), n).is_ok();

@@ -137,10 +137,14 @@ fn many_keys_then_idle_give_memory_back() {
             .unwrap()
     });
     held_then_freed("TokenBucket", |_| {
-        TokenBucket::with_clock(Limit::per_second(10.0).unwrap(), 5, ManualClock::default())
+        TokenBucket::builder(Limit::per_second(10.0).unwrap(), 5)
+            .clock(ManualClock::default())
+            .build()
     });
     held_then_freed("TokenBucket (Compact)", |_| {
-        TokenBucket::compact_with_clock(Limit::per_second(10.0).unwrap(), 5, ManualClock::default())
+        TokenBucket::builder(Limit::per_second(10.0).unwrap(), 5)
+            .clock(ManualClock::default())
+            .build_compact()
     });
     inline_keyed_token_bucket_against_governor();
 }

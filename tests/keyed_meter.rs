@@ -145,7 +145,10 @@ fn keyed(c0: Config, c1: Config) -> Keyed<u64, LeakyMeter<ManualClock>, ManualCl
     let c = clock.clone();
     Keyed::builder(move |key: &u64| {
         let (capacity, leak) = if key.is_multiple_of(2) { c0 } else { c1 };
-        LeakyMeter::with_clock(capacity, leak, c.clone()).unwrap()
+        LeakyMeter::builder(capacity, leak)
+            .clock(c.clone())
+            .build()
+            .unwrap()
     })
     .sweep_every(Duration::MAX)
     .clock(clock)

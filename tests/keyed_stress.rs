@@ -75,7 +75,9 @@ fn stale_after_eviction<L: Limiter + Idle + 'static>(
 #[test]
 fn a_stale_reading_after_an_eviction_token_bucket() {
     let factory = |_: &u32| {
-        TokenBucket::compact_with_clock(Limit::per_second(1.0).unwrap(), 1, ManualClock::default())
+        TokenBucket::builder(Limit::per_second(1.0).unwrap(), 1)
+            .clock(ManualClock::default())
+            .build_compact()
     };
     let (k, r) = stale_after_eviction(factory, &[(0, 1)], 300 * MS, 1_100 * MS, 1);
     let d = r.expect_err("2 tokens in [0, 0.3 s] > burst + limit * 0.3 s");
@@ -92,7 +94,9 @@ fn a_stale_reading_after_an_eviction_token_bucket() {
 fn a_stale_reading_meets_a_newborn_built_by_another_thread() {
     let clock = ManualClock::default();
     let k = map(&clock, |_: &u32| {
-        TokenBucket::compact_with_clock(Limit::per_second(10.0).unwrap(), 5, ManualClock::default())
+        TokenBucket::builder(Limit::per_second(10.0).unwrap(), 5)
+            .clock(ManualClock::default())
+            .build_compact()
     });
     assert!(k.check_n_at(&7, at(0), 5).is_ok());
     let reading = at(10 * MS);
@@ -114,7 +118,9 @@ fn a_stale_reading_meets_a_newborn_built_by_another_thread() {
 fn an_eviction_judged_ahead_of_the_clock_dates_the_newborn() {
     let clock = ManualClock::default();
     let k = map(&clock, |_: &u32| {
-        TokenBucket::compact_with_clock(Limit::per_second(1.0).unwrap(), 1, ManualClock::default())
+        TokenBucket::builder(Limit::per_second(1.0).unwrap(), 1)
+            .clock(ManualClock::default())
+            .build_compact()
     });
     assert!(k.check_n_at(&7, at(0), 1).is_ok());
     assert_eq!(k.evict_idle_at(at(1_100 * MS)), 1); // the clock is still at 0
@@ -127,7 +133,10 @@ fn an_eviction_judged_ahead_of_the_clock_dates_the_newborn() {
 #[test]
 fn a_stale_reading_after_an_eviction_leaky_meter() {
     let factory = |_: &u32| {
-        LeakyMeter::with_clock(1, Limit::per_second(1.0).unwrap(), ManualClock::default()).unwrap()
+        LeakyMeter::builder(1, Limit::per_second(1.0).unwrap())
+            .clock(ManualClock::default())
+            .build()
+            .unwrap()
     };
     let (_, r) = stale_after_eviction(factory, &[(0, 1)], 300 * MS, 1_100 * MS, 1);
     assert_eq!(r.unwrap_err().retry_at(), Some(at(1_100 * MS)));
@@ -245,11 +254,9 @@ fn race<L: Limiter + Idle + 'static>(factory: impl Fn(&u32) -> L + Send + Sync +
 fn stale_readings_racing_a_tight_sweeper_token_bucket() {
     let (limit, burst) = (20.0, 3);
     let r = race(move |_: &u32| {
-        TokenBucket::compact_with_clock(
-            Limit::per_second(limit).unwrap(),
-            burst,
-            ManualClock::default(),
-        )
+        TokenBucket::builder(Limit::per_second(limit).unwrap(), burst)
+            .clock(ManualClock::default())
+            .build_compact()
     });
     assert_eq!(r.forced, WORKERS * CHECKS.div_ceil(FORCE_EVERY));
     for (key, grants) in per_key(&r.grants, KEYS).iter().enumerate() {

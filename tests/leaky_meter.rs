@@ -27,12 +27,10 @@ fn at(ns: u64) -> Nanos {
 }
 
 fn meter(capacity: u32, leak: f64) -> LeakyMeter<ManualClock> {
-    LeakyMeter::with_clock(
-        capacity,
-        Limit::per_second(leak).unwrap(),
-        ManualClock::default(),
-    )
-    .unwrap()
+    LeakyMeter::builder(capacity, Limit::per_second(leak).unwrap())
+        .clock(ManualClock::default())
+        .build()
+        .unwrap()
 }
 
 // ---- semantics ---------------------------------------------------------------------------
@@ -74,7 +72,10 @@ fn level_follows_the_water() {
     assert_eq!(m.level_at(at(SEC)), 10.0);
     // The plain forms read the meter's clock.
     let clock = ManualClock::new(at(0));
-    let m = LeakyMeter::with_clock(2, Limit::per_second(2.0).unwrap(), clock.clone()).unwrap();
+    let m = LeakyMeter::builder(2, Limit::per_second(2.0).unwrap())
+        .clock(clock.clone())
+        .build()
+        .unwrap();
     assert!(m.allow_n(2));
     assert!(!m.allow());
     clock.advance(Duration::from_millis(250));
@@ -133,7 +134,10 @@ fn limiter_trait_delegates_to_the_bucket() {
         l.check_n(n).is_ok()
     }
     let clock = ManualClock::new(at(5 * SEC));
-    let m = LeakyMeter::with_clock(2, Limit::per_second(1.0).unwrap(), clock.clone()).unwrap();
+    let m = LeakyMeter::builder(2, Limit::per_second(1.0).unwrap())
+        .clock(clock.clone())
+        .build()
+        .unwrap();
     assert_eq!(Limiter::now(&m), at(5 * SEC));
     assert!(admit(&m, 2));
     assert!(!admit(&m, 1));
@@ -144,14 +148,20 @@ fn limiter_trait_delegates_to_the_bucket() {
 
 #[test]
 fn zero_leak_never_drains_and_inf_never_fills() {
-    let m = LeakyMeter::with_clock(3, Limit::ZERO, ManualClock::default()).unwrap();
+    let m = LeakyMeter::builder(3, Limit::ZERO)
+        .clock(ManualClock::default())
+        .build()
+        .unwrap();
     assert!(m.allow_n_at(at(0), 2));
     assert!(m.allow_at(at(SEC)));
     assert!(!m.allow_at(at(1_000_000 * SEC)));
     assert_eq!(m.level_at(at(1_000_000 * SEC)), 3.0);
     assert_eq!(m.check_n_at(at(SEC), 1).unwrap_err().retry_at(), None);
 
-    let m = LeakyMeter::with_clock(3, Limit::INF, ManualClock::default()).unwrap();
+    let m = LeakyMeter::builder(3, Limit::INF)
+        .clock(ManualClock::default())
+        .build()
+        .unwrap();
     for i in 0..10_000 {
         assert!(m.allow_n_at(at(i), 3));
     }
@@ -219,11 +229,17 @@ fn zero_capacity_is_an_error() {
         ConfigError::ZeroCapacity
     );
     assert_eq!(
-        LeakyMeter::with_clock(0, Limit::INF, ManualClock::default()).unwrap_err(),
+        LeakyMeter::builder(0, Limit::INF)
+            .clock(ManualClock::default())
+            .build()
+            .unwrap_err(),
         ConfigError::ZeroCapacity
     );
     assert_eq!(
-        LeakyMeter::with_clock(0, Limit::ZERO, ManualClock::default()).unwrap_err(),
+        LeakyMeter::builder(0, Limit::ZERO)
+            .clock(ManualClock::default())
+            .build()
+            .unwrap_err(),
         ConfigError::ZeroCapacity
     );
 }
@@ -231,7 +247,10 @@ fn zero_capacity_is_an_error() {
 #[test]
 fn n_u32_max_is_refused_for_good_unless_it_fits() {
     for leak in [Limit::ZERO, Limit::per_second(1e6).unwrap(), Limit::INF] {
-        let m = LeakyMeter::with_clock(10, leak, ManualClock::default()).unwrap();
+        let m = LeakyMeter::builder(10, leak)
+            .clock(ManualClock::default())
+            .build()
+            .unwrap();
         assert!(!m.allow_n_at(at(SEC), u32::MAX), "{leak:?}");
         assert_eq!(
             m.check_n_at(at(SEC), u32::MAX).unwrap_err().retry_at(),
@@ -241,12 +260,10 @@ fn n_u32_max_is_refused_for_good_unless_it_fits() {
         assert!(m.allow_n_at(at(SEC), 10));
     }
     // The largest bucket holds u32::MAX units, all at once.
-    let m = LeakyMeter::with_clock(
-        u32::MAX,
-        Limit::per_second(1e6).unwrap(),
-        ManualClock::default(),
-    )
-    .unwrap();
+    let m = LeakyMeter::builder(u32::MAX, Limit::per_second(1e6).unwrap())
+        .clock(ManualClock::default())
+        .build()
+        .unwrap();
     assert!(m.allow_n_at(at(SEC), u32::MAX));
     assert!(!m.allow_at(at(SEC)));
     assert_eq!(m.level_at(at(SEC)), f64::from(u32::MAX));
@@ -271,14 +288,23 @@ fn the_end_of_time_works_without_panicking() {
     // D2: an earlier reading finds no more room than the latest one left.
     assert!(!m.allow_at(at(SEC)));
     // Zero and infinite leaks do not depend on time at all.
-    let m = LeakyMeter::with_clock(1, Limit::ZERO, ManualClock::default()).unwrap();
+    let m = LeakyMeter::builder(1, Limit::ZERO)
+        .clock(ManualClock::default())
+        .build()
+        .unwrap();
     assert!(m.allow_at(Nanos::MAX));
     assert!(!m.allow_at(Nanos::MAX));
-    let m = LeakyMeter::with_clock(1, Limit::INF, ManualClock::default()).unwrap();
+    let m = LeakyMeter::builder(1, Limit::INF)
+        .clock(ManualClock::default())
+        .build()
+        .unwrap();
     assert!(m.allow_at(Nanos::MAX));
     assert!(m.allow_at(Nanos::MAX));
     // A leak so slow that draining would take past the end of time never drains.
-    let m = LeakyMeter::with_clock(2, Limit::every(Duration::MAX), ManualClock::default()).unwrap();
+    let m = LeakyMeter::builder(2, Limit::every(Duration::MAX))
+        .clock(ManualClock::default())
+        .build()
+        .unwrap();
     assert!(m.allow_n_at(at(0), 2));
     assert!(!m.allow_at(at(u64::MAX / 2)));
 }
@@ -377,12 +403,10 @@ fn run(
     ops: &[(Step, u32)],
     worst_level_error: &AtomicU64,
 ) -> Result<Stop, TestCaseError> {
-    let m = LeakyMeter::with_clock(
-        s.capacity,
-        Limit::per_second(s.leak).unwrap(),
-        ManualClock::default(),
-    )
-    .unwrap();
+    let m = LeakyMeter::builder(s.capacity, Limit::per_second(s.leak).unwrap())
+        .clock(ManualClock::default())
+        .build()
+        .unwrap();
     let mut model = Model {
         capacity: f64::from(s.capacity),
         leak: s.leak,

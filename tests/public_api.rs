@@ -32,11 +32,21 @@ mod now_without_the_clock_trait {
         let one = Limit::per_second(1.0).unwrap();
         let sec = Duration::from_secs(1);
         let want = Nanos::new(42);
-        assert_eq!(TokenBucket::with_clock(one, 1, clock()).now(), want);
+        assert_eq!(
+            TokenBucket::builder(one, 1).clock(clock()).build().now(),
+            want
+        );
         assert_eq!(Sometimes::with_clock(clock()).now(), want);
         let lb = LeakyBucket::builder(1).clock(clock()).build().unwrap();
         assert_eq!(lb.now(), want);
-        assert_eq!(LeakyMeter::with_clock(1, one, clock()).unwrap().now(), want);
+        assert_eq!(
+            LeakyMeter::builder(1, one)
+                .clock(clock())
+                .build()
+                .unwrap()
+                .now(),
+            want
+        );
         let sb = SmoothBursty::builder(1.0).clock(clock()).build().unwrap();
         assert_eq!(sb.now(), want);
         let sw = SmoothWarmingUp::builder(1.0, sec)
@@ -56,11 +66,15 @@ mod now_without_the_clock_trait {
             .build()
             .unwrap();
         assert_eq!(sl.now(), want);
-        assert_eq!(TokenBucket::with_clock(one, 1, clock()).now(), want);
+        assert_eq!(
+            TokenBucket::builder(one, 1).clock(clock()).build().now(),
+            want
+        );
 
         // The twins.
         assert_eq!(
-            reference::TokenBucket::with_clock(one, 1, clock()).now(),
+            reference::TokenBucket::from(turnstile::TokenBucket::builder(one, 1).clock(clock()))
+                .now(),
             want
         );
         let lb =
@@ -109,7 +123,9 @@ mod now_without_the_clock_trait {
     #[test]
     fn unambiguous_with_the_limiter_trait_in_scope() {
         use turnstile::Limiter;
-        let tb = TokenBucket::with_clock(Limit::per_second(1.0).unwrap(), 1, clock());
+        let tb = TokenBucket::builder(Limit::per_second(1.0).unwrap(), 1)
+            .clock(clock())
+            .build();
         assert_eq!(tb.now(), Nanos::new(42));
         assert_eq!(Limiter::now(&tb), Nanos::new(42));
     }
@@ -133,11 +149,11 @@ mod mixed {
         let c = clock.clone();
         Keyed::builder(move |k: &u32| -> Box<dyn KeyedLimiter> {
             if k.is_multiple_of(2) {
-                Box::new(TokenBucket::with_clock(
-                    Limit::per_second(2.0).unwrap(),
-                    2,
-                    c.clone(),
-                ))
+                Box::new(
+                    TokenBucket::builder(Limit::per_second(2.0).unwrap(), 2)
+                        .clock(c.clone())
+                        .build(),
+                )
             } else {
                 Box::new(
                     FixedWindow::builder(1, Duration::from_secs(10))
@@ -198,11 +214,11 @@ mod mixed {
     #[test]
     fn arc_dyn_with_a_shared_group_limiter() {
         let clock = ManualClock::default();
-        let group: Arc<dyn KeyedLimiter> = Arc::new(TokenBucket::with_clock(
-            Limit::per_second(1.0).unwrap(),
-            2,
-            clock.clone(),
-        ));
+        let group: Arc<dyn KeyedLimiter> = Arc::new(
+            TokenBucket::builder(Limit::per_second(1.0).unwrap(), 2)
+                .clock(clock.clone())
+                .build(),
+        );
         let c = clock.clone();
         let g = group.clone();
         let k: Keyed<&'static str, Arc<dyn KeyedLimiter>, ManualClock> =
@@ -210,11 +226,11 @@ mod mixed {
                 if name.starts_with("team:") {
                     g.clone()
                 } else {
-                    Arc::new(TokenBucket::with_clock(
-                        Limit::per_second(1.0).unwrap(),
-                        1,
-                        c.clone(),
-                    ))
+                    Arc::new(
+                        TokenBucket::builder(Limit::per_second(1.0).unwrap(), 1)
+                            .clock(c.clone())
+                            .build(),
+                    )
                 }
             })
             .clock(clock.clone())
@@ -358,11 +374,9 @@ fn retry_after_secs_rounds_up_to_whole_seconds() {
 fn retry_after_secs_of_a_real_denial() {
     use turnstile::{Limiter, TokenBucket};
     // 1 token every 1.5 s: a retry in 1.5 s is a Retry-After of 2.
-    let tb = TokenBucket::with_clock(
-        Limit::every(Duration::from_millis(1500)),
-        1,
-        ManualClock::default(),
-    );
+    let tb = TokenBucket::builder(Limit::every(Duration::from_millis(1500)), 1)
+        .clock(ManualClock::default())
+        .build();
     assert!(tb.check_n_at(Nanos::ZERO, 1).is_ok());
     let d = tb.check_n_at(Nanos::ZERO, 1).unwrap_err();
     assert_eq!(d.retry_after(), Some(Duration::from_millis(1500)));
@@ -396,8 +410,10 @@ fn token_bucket_debug() {
     use turnstile::{reference, TokenBucket};
     let clock = ManualClock::default();
     let limit = Limit::per_second(4.0).unwrap();
-    let tb = TokenBucket::with_clock(limit, 2, clock.clone());
-    let twin = reference::TokenBucket::with_clock(limit, 2, clock.clone());
+    let tb = TokenBucket::builder(limit, 2).clock(clock.clone()).build();
+    let twin = reference::TokenBucket::from(
+        turnstile::TokenBucket::builder(limit, 2).clock(clock.clone()),
+    );
     assert!(tb.allow_n_at(Nanos::ZERO, 2) && twin.allow_n_at(Nanos::ZERO, 2));
     clock.set(at(SEC / 8));
     assert_eq!(
@@ -502,7 +518,10 @@ fn leaky_debug() {
         "reference::LeakyBucket(unlimited)"
     );
 
-    let meter = LeakyMeter::with_clock(3, Limit::per_second(2.0).unwrap(), clock.clone()).unwrap();
+    let meter = LeakyMeter::builder(3, Limit::per_second(2.0).unwrap())
+        .clock(clock.clone())
+        .build()
+        .unwrap();
     assert!(meter.allow_n_at(at(SEC), 3));
     clock.set(at(SEC + SEC / 4));
     assert_eq!(

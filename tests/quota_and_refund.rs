@@ -46,8 +46,12 @@ fn buckets(
     reference::TokenBucket<ManualClock>,
 ) {
     (
-        TokenBucket::with_clock(limit, burst, ManualClock::default()),
-        reference::TokenBucket::with_clock(limit, burst, ManualClock::default()),
+        TokenBucket::builder(limit, burst)
+            .clock(ManualClock::default())
+            .build(),
+        reference::TokenBucket::from(
+            turnstile::TokenBucket::builder(limit, burst).clock(ManualClock::default()),
+        ),
     )
 }
 
@@ -216,7 +220,10 @@ fn token_bucket_check_then_refund_is_as_if_not_made() {
 
 #[test]
 fn leaky_meter_forwards_to_its_bucket() {
-    let m = LeakyMeter::with_clock(4, per_second(2.0), ManualClock::default()).unwrap();
+    let m = LeakyMeter::builder(4, per_second(2.0))
+        .clock(ManualClock::default())
+        .build()
+        .unwrap();
     assert!(m.check_n_at(Nanos::ZERO, 3).is_ok());
     assert_eq!(
         m.quota_at(ms(500)),
@@ -435,7 +442,9 @@ fn sliding_window_quota_and_refund() {
 fn keyed_forwards_and_builds_fresh_status() {
     use turnstile::Keyed;
     let k = Keyed::builder(|_: &u8| {
-        TokenBucket::with_clock(per_second(10.0), 4, ManualClock::default())
+        TokenBucket::builder(per_second(10.0), 4)
+            .clock(ManualClock::default())
+            .build()
     })
     .clock(ManualClock::default())
     .build()
@@ -469,7 +478,9 @@ fn keyed_bucket_matches_token_bucket() {
         .clock(ManualClock::default())
         .build()
         .unwrap();
-    let tb = TokenBucket::with_clock(per_second(3.0), 2, ManualClock::default());
+    let tb = TokenBucket::builder(per_second(3.0), 2)
+        .clock(ManualClock::default())
+        .build();
     for t in [0, 100, 333, 400, 700, 2_000] {
         let now = ms(t);
         assert_eq!(k.quota_at(&0, now), tb.quota_at(now), "at {t} ms");
@@ -776,7 +787,9 @@ fn token_bucket_refund_stress() {
         .unwrap_or(300);
     for round in 0..rounds {
         let clock = ManualClock::new(Nanos::new(round * SEC));
-        let tb = TokenBucket::with_clock(per_second(1.0), BURST, clock);
+        let tb = TokenBucket::builder(per_second(1.0), BURST)
+            .clock(clock)
+            .build();
         let now = tb.now();
         let checked = AtomicU64::new(0);
         let refunding = AtomicU64::new(REFUNDERS as u64);

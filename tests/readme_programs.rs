@@ -13,8 +13,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use turnstile::{
-    Deadline, FixedWindow, Keyed, KeyedLimiter, Limit, Limiter, ManualClock, Nanos, TokenBucket,
-    WaitError,
+    Deadline, FixedWindow, Keyed, KeyedLimiter, Limit, Limiter, ManualClock, Nanos,
+    OwnedReservation, TokenBucket, WaitError,
 };
 
 type Result<T = ()> = std::result::Result<T, Box<dyn std::error::Error>>;
@@ -29,7 +29,7 @@ fn the_quickstart() -> Result {
     std::thread::sleep(r.delay());
     limiter.wait_n_blocking(1, Duration::from_secs(1))?;
     // An owned reservation holds an `Arc` of its bucket, so it can move into a thread or task.
-    let owned = limiter.reserve_n_owned(2);
+    let owned = OwnedReservation::reserve_n(&limiter, 2);
     let acted = std::thread::spawn(move || {
         std::thread::sleep(owned.delay());
         owned.ok()
@@ -61,12 +61,12 @@ fn a_wait_with_a_timeout_an_instant_or_none() -> Result {
 
 #[tokio::test(start_paused = true)]
 async fn an_owned_reservation_moves_into_a_task() -> Result {
-    let tb = Arc::new(TokenBucket::with_clock(
-        Limit::per_second(1.0)?,
-        5,
-        ManualClock::default(),
-    ));
-    let r = tb.reserve_n_owned(3);
+    let tb = Arc::new(
+        TokenBucket::builder(Limit::per_second(1.0)?, 5)
+            .clock(ManualClock::default())
+            .build(),
+    );
+    let r = OwnedReservation::reserve_n(&tb, 3);
     assert!(r.ok());
     assert_eq!(tb.tokens(), 2.0);
     tokio::spawn(async move { r.cancel() }).await?;
@@ -142,7 +142,9 @@ fn a_keyed_map_of_mixed_limiters_with_a_fallible_factory() -> Result {
 #[test]
 fn a_retry_after_header_and_readable_debug() -> Result {
     let clock = ManualClock::default();
-    let tb = TokenBucket::with_clock(Limit::per_second(0.4)?, 2, clock.clone());
+    let tb = TokenBucket::builder(Limit::per_second(0.4)?, 2)
+        .clock(clock.clone())
+        .build();
     assert!(tb.check().is_ok());
     assert_eq!(
         format!("{tb:?}"),

@@ -25,7 +25,7 @@ fn limit(l: f64) -> Limit {
 
 /// Upstream's `NewLimiter(l, b)`, on a manual clock that reads `t0`.
 fn new_limiter(l: f64, b: u32) -> TokenBucket<ManualClock> {
-    TokenBucket::with_clock(limit(l), b, ManualClock::new(t(0)))
+    TokenBucket::from(turnstile::TokenBucket::builder(limit(l), b).clock(ManualClock::new(t(0))))
 }
 
 /// Upstream's `dSince`: multiples of d since t0, rounded to the nearest.
@@ -56,7 +56,7 @@ fn run_reserve_max(
     ok: bool,
     max: Duration,
 ) -> turnstile::reference::token_bucket::Reservation<'_, ManualClock> {
-    let r = tb.reserve_n_within_at(at, n, max);
+    let r = tb.try_reserve_n_at(at, n, max);
     assert_eq!(r.ok(), ok, "reserve(t{}, {n}, {max:?}).ok", d_since(at));
     if ok {
         assert_eq!(
@@ -79,7 +79,7 @@ fn run_reserve(
     act: Nanos,
     ok: bool,
 ) -> turnstile::reference::token_bucket::Reservation<'_, ManualClock> {
-    // reserve_n_at is the same call as reserve_n_within_at(.., Duration::MAX); see
+    // reserve_n_at is the same call as try_reserve_n_at(.., Duration::MAX); see
     // `reserve_n_at_is_reserve_with_infinite_max_wait`.
     run_reserve_max(tb, at, n, act, ok, Duration::MAX)
 }
@@ -398,7 +398,7 @@ fn failed_reservation_changes_nothing_and_holds_nothing() {
     assert_eq!(r.time_to_act(), None);
     assert_eq!(r.delay_from(t(0)), Duration::MAX);
     assert_eq!(r.limit(), limit(10.0));
-    let r = tb.reserve_n_within_at(t(0), 2, Duration::from_nanos(D - 1));
+    let r = tb.try_reserve_n_at(t(0), 2, Duration::from_nanos(D - 1));
     assert!(!r.ok());
     // If `last` had moved back to t0, t1 would now see one more token.
     assert_eq!(tb.tokens_at(t(1)), 1.0);
@@ -450,7 +450,9 @@ fn burst_zero_finite_limit() {
 
 #[test]
 fn inf_limit_allows_everything_and_touches_nothing() {
-    let tb = TokenBucket::with_clock(Limit::INF, 0, ManualClock::new(t(0)));
+    let tb = TokenBucket::from(
+        turnstile::TokenBucket::builder(Limit::INF, 0).clock(ManualClock::new(t(0))),
+    );
     assert!(tb.allow_n_at(t(0), 5));
     assert!(tb.allow_n_at(t(0), u32::MAX));
     let r = tb.reserve_n_at(t(3), u32::MAX);
@@ -497,7 +499,9 @@ fn inf_limit_tokens_at() {
 
 #[test]
 fn set_limit_inf_to_finite() {
-    let tb = TokenBucket::with_clock(Limit::INF, 5, ManualClock::new(t(0)));
+    let tb = TokenBucket::from(
+        turnstile::TokenBucket::builder(Limit::INF, 5).clock(ManualClock::new(t(0))),
+    );
     for _ in 0..3 {
         assert!(tb.allow_n_at(t(0), 5));
     }
@@ -723,7 +727,9 @@ fn peek() {
     assert_eq!(tb.peek_n_at(t(5), 2).available_at, Some(t(5)));
 
     // Inf: now, whatever n and burst.
-    let tb = TokenBucket::with_clock(Limit::INF, 0, ManualClock::new(t(0)));
+    let tb = TokenBucket::from(
+        turnstile::TokenBucket::builder(Limit::INF, 0).clock(ManualClock::new(t(0))),
+    );
     assert_eq!(tb.peek_n_at(t(3), u32::MAX).available_at, Some(t(3)));
     // The plain form reads the clock.
     assert_eq!(tb.peek_n(1).available_at, Some(t(0)));
@@ -767,7 +773,7 @@ fn plain_forms_read_the_clock() {
     assert_eq!(r.delay(), Duration::from_nanos(D));
     r.cancel(); // at t1
     assert_eq!(tb.tokens(), 1.0);
-    assert!(!tb.reserve_n_within(2, Duration::from_nanos(D - 1)).ok());
+    assert!(!tb.try_reserve_n(2, Duration::from_nanos(D - 1)).ok());
     assert_eq!(tb.reserve().time_to_act(), Some(t(1)));
     tb.set_limit(limit(20.0));
     tb.set_burst(4);
@@ -811,7 +817,9 @@ fn wait_checks_in_upstream_order() {
         Err(WaitError::ExceedsBurst { n: 4, burst: 3 })
     );
     // With an Inf limit the burst check is skipped, and the deadline is checked.
-    let tb = TokenBucket::with_clock(Limit::INF, 3, ManualClock::new(t(0)));
+    let tb = TokenBucket::from(
+        turnstile::TokenBucket::builder(Limit::INF, 3).clock(ManualClock::new(t(0))),
+    );
     assert_eq!(
         tb.wait_n_blocking(4, Deadline::at(t(0))),
         Err(WaitError::DeadlinePassed { n: 4 })
@@ -832,18 +840,20 @@ fn wait_timeout_blocking() {
     assert_eq!(tb.tokens_at(t(0)), 1.0);
     // A max wait exactly equal to the wait is enough (`waitDuration <= maxFutureReserve`).
     assert!(!tb
-        .reserve_n_within_at(t(0), 3, Duration::from_nanos(2 * D - 1))
+        .try_reserve_n_at(t(0), 3, Duration::from_nanos(2 * D - 1))
         .ok());
-    let r = tb.reserve_n_within_at(t(0), 3, Duration::from_nanos(2 * D));
+    let r = tb.try_reserve_n_at(t(0), 3, Duration::from_nanos(2 * D));
     assert_eq!(r.time_to_act(), Some(t(2)));
 }
 
 #[test]
 fn wait_blocking_reserves_then_sleeps() {
     // The sleeping path, with a delay of 1 ns: the tokens stay reserved afterwards.
-    let tb = TokenBucket::with_clock(limit(1e9), 1, ManualClock::new(t(0)));
+    let tb = TokenBucket::from(
+        turnstile::TokenBucket::builder(limit(1e9), 1).clock(ManualClock::new(t(0))),
+    );
     assert_eq!(tb.wait_n_blocking(1, None), Ok(()));
-    assert!(!tb.reserve_n_within_at(t(0), 1, Duration::ZERO).ok());
+    assert!(!tb.try_reserve_n_at(t(0), 1, Duration::ZERO).ok());
     assert_eq!(tb.wait_n_blocking(1, None), Ok(()));
     assert_eq!(tb.tokens_at(t(0)), -1.0);
 }
@@ -874,7 +884,9 @@ fn extremes_do_not_panic() {
     let waits = [Duration::ZERO, INF_DURATION, Duration::MAX];
     for &l in &limits {
         for &burst in &[0, 1, u32::MAX] {
-            let tb = TokenBucket::with_clock(l, burst, ManualClock::new(Nanos::MAX));
+            let tb = TokenBucket::from(
+                turnstile::TokenBucket::builder(l, burst).clock(ManualClock::new(Nanos::MAX)),
+            );
             let mut held = Vec::new();
             for (i, &now) in times.iter().chain(times.iter().rev()).enumerate() {
                 for &n in &ns {
@@ -884,7 +896,7 @@ fn extremes_do_not_panic() {
                     assert!(!p.tokens.is_nan());
                     let _ = tb.check_n_at(now, n);
                     for &w in &waits {
-                        let r = tb.reserve_n_within_at(now, n, w);
+                        let r = tb.try_reserve_n_at(now, n, w);
                         let _ = (r.delay_from(now), r.delay_from(Nanos::ZERO), r.delay());
                         held.push(r);
                     }
@@ -1036,7 +1048,9 @@ mod wait_async {
     #[tokio::test(start_paused = true)]
     async fn wait_inf() {
         // TestWaitInf.
-        let tb = TokenBucket::with_clock(Limit::INF, 0, ManualClock::new(t(0)));
+        let tb = TokenBucket::from(
+            turnstile::TokenBucket::builder(Limit::INF, 0).clock(ManualClock::new(t(0))),
+        );
         assert_eq!(tb.wait_n(3, None).await, Ok(()));
     }
 

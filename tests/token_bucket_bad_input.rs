@@ -73,13 +73,15 @@ macro_rules! sweep {
     ($ty:ty) => {{
         for limit in limits() {
             for burst in BURSTS {
-                let l = <$ty>::with_clock(limit, burst, ManualClock::new(Nanos::MAX));
+                let l = <$ty>::from(
+                    TokenBucket::builder(limit, burst).clock(ManualClock::new(Nanos::MAX)),
+                );
                 let mut held = Vec::new();
                 for t in TIMES.map(Nanos::new) {
                     for n in NS {
                         let _ = l.allow_n_at(t, n);
                         for w in WAITS {
-                            held.push(l.reserve_n_within_at(t, n, w));
+                            held.push(l.try_reserve_n_at(t, n, w));
                         }
                         held.push(l.reserve_n_at(t, n));
                         let p = l.peek_n_at(t, n);
@@ -124,11 +126,9 @@ fn mutex_twin_survives_every_extreme() {
 
 #[test]
 fn max_tokens_from_a_max_bucket() {
-    let l = TokenBucket::with_clock(
-        Limit::per_second(1e9).unwrap(),
-        u32::MAX,
-        ManualClock::default(),
-    );
+    let l = TokenBucket::builder(Limit::per_second(1e9).unwrap(), u32::MAX)
+        .clock(ManualClock::default())
+        .build();
     assert!(l.allow_n_at(Nanos::new(1), u32::MAX));
     assert!(!l.allow_n_at(Nanos::new(1), 1));
     let r = l.reserve_n_at(Nanos::new(1), u32::MAX);
@@ -145,10 +145,12 @@ fn max_tokens_from_a_max_bucket() {
 #[test]
 fn deadlines_at_the_end_of_time_do_not_overflow() {
     let clock = ManualClock::new(Nanos::new(5));
-    let l = TokenBucket::with_clock(Limit::per_second(1.0).unwrap(), 1, clock);
+    let l = TokenBucket::builder(Limit::per_second(1.0).unwrap(), 1)
+        .clock(clock)
+        .build();
     assert_eq!(l.wait_n_blocking(1, Deadline::at(Nanos::MAX)), Ok(()));
     // The next token is 1 s away and the deadline allows it: reserve, then (real) sleep 1 s
     // would follow; check the reservation arithmetic instead.
-    let r = l.reserve_n_within_at(Nanos::new(5), 1, Nanos::MAX - Nanos::new(5));
+    let r = l.try_reserve_n_at(Nanos::new(5), 1, Nanos::MAX - Nanos::new(5));
     assert_eq!(r.time_to_act(), Some(Nanos::new(1_000_000_005)));
 }

@@ -251,8 +251,12 @@ fn run(
     start: u64,
     ops: &[(Step, Op)],
 ) -> Result<Stop, TestCaseError> {
-    let ours = TokenBucket::with_clock(init_limit, init_burst, ManualClock::default());
-    let twin = reference::TokenBucket::with_clock(init_limit, init_burst, ManualClock::default());
+    let ours = TokenBucket::builder(init_limit, init_burst)
+        .clock(ManualClock::default())
+        .build();
+    let twin = reference::TokenBucket::from(
+        turnstile::TokenBucket::builder(init_limit, init_burst).clock(ManualClock::default()),
+    );
     let mut now = Nanos::new(start);
     let mut held: Vec<Held<'_>> = Vec::new();
     // The twin's `lastEvent` is the latest successful take's time: a cancel of that very
@@ -351,8 +355,8 @@ fn run(
                 });
                 let (a, b) = match wait {
                     Some(w) => (
-                        ours.reserve_n_within_at(now, *n, w),
-                        twin.reserve_n_within_at(now, *n, w),
+                        ours.try_reserve_n_at(now, *n, w),
+                        twin.try_reserve_n_at(now, *n, w),
                     ),
                     None => (ours.reserve_n_at(now, *n), twin.reserve_n_at(now, *n)),
                 };

@@ -8,11 +8,9 @@ const SEC: u64 = 1_000_000_000;
 const HOUR: u64 = 3600 * SEC;
 
 fn bucket(limit: f64, burst: u32) -> TokenBucket<ManualClock> {
-    TokenBucket::with_clock(
-        Limit::per_second(limit).unwrap(),
-        burst,
-        ManualClock::default(),
-    )
+    TokenBucket::builder(Limit::per_second(limit).unwrap(), burst)
+        .clock(ManualClock::default())
+        .build()
 }
 
 /// Takes every whole token the bucket holds at each of `steps` irregular instants from

@@ -9,11 +9,9 @@ const MS: u64 = 1_000_000;
 const SEC: u64 = 1_000_000_000;
 
 fn tb(limit: f64, burst: u32) -> TokenBucket<ManualClock> {
-    TokenBucket::with_clock(
-        Limit::per_second(limit).unwrap(),
-        burst,
-        ManualClock::default(),
-    )
+    TokenBucket::builder(Limit::per_second(limit).unwrap(), burst)
+        .clock(ManualClock::default())
+        .build()
 }
 
 fn at(ns: u64) -> Nanos {
@@ -53,7 +51,9 @@ fn burst_zero_denies_every_positive_n_and_allows_zero() {
 
 #[test]
 fn infinite_limit_allows_everything_and_touches_nothing() {
-    let l = TokenBucket::with_clock(Limit::INF, 0, ManualClock::default());
+    let l = TokenBucket::builder(Limit::INF, 0)
+        .clock(ManualClock::default())
+        .build();
     for _ in 0..100 {
         assert!(l.allow_n_at(at(SEC), 1_000_000));
     }
@@ -71,7 +71,9 @@ fn infinite_limit_allows_everything_and_touches_nothing() {
 #[test]
 fn set_limit_from_infinite_fills_the_bucket_when_time_has_passed() {
     // seed §1.4: NewLimiter(Inf,5), three AllowN(t0,5), SetLimitAt(t0,10) -> tokens 5.
-    let l = TokenBucket::with_clock(Limit::INF, 5, ManualClock::default());
+    let l = TokenBucket::builder(Limit::INF, 5)
+        .clock(ManualClock::default())
+        .build();
     let t0 = at(SEC);
     for _ in 0..3 {
         assert!(l.allow_n_at(t0, 5));
@@ -152,7 +154,7 @@ fn more_than_burst_is_never_ok_and_changes_nothing() {
 fn failed_reservation_changes_nothing() {
     let l = tb(1.0, 1);
     assert!(l.allow_at(at(0)));
-    let r = l.reserve_n_within_at(at(0), 1, Duration::from_millis(999));
+    let r = l.try_reserve_n_at(at(0), 1, Duration::from_millis(999));
     assert!(!r.ok());
     assert_eq!(l.tokens_at(at(0)), 0.0);
     assert!(l.allow_at(at(SEC)));
@@ -250,7 +252,9 @@ fn cancel_too_late_does_nothing_and_exactly_on_time_still_works() {
 
 #[test]
 fn cancel_of_an_infinite_era_reservation_restores_nothing() {
-    let l = TokenBucket::with_clock(Limit::INF, 3, ManualClock::default());
+    let l = TokenBucket::builder(Limit::INF, 3)
+        .clock(ManualClock::default())
+        .build();
     let r = l.reserve_n_at(at(SEC), 3);
     l.set_limit_at(at(SEC), Limit::per_second(1.0).unwrap());
     assert!(l.allow_n_at(at(SEC), 3));
@@ -367,7 +371,9 @@ fn cancel_after_a_switch_to_zero_restores_what_later_reservations_left() {
 #[test]
 fn wait_errors_come_in_rate_go_order() {
     let clock = ManualClock::new(at(10 * SEC));
-    let l = TokenBucket::with_clock(Limit::per_second(1.0).unwrap(), 2, clock.clone());
+    let l = TokenBucket::builder(Limit::per_second(1.0).unwrap(), 2)
+        .clock(clock.clone())
+        .build();
     // Exceeds burst is checked before the deadline.
     assert_eq!(
         l.wait_n_blocking(3, Deadline::at(at(0))),
@@ -387,7 +393,7 @@ fn wait_errors_come_in_rate_go_order() {
         0.0,
         "a failed wait reserves nothing"
     );
-    let zero = TokenBucket::with_clock(Limit::ZERO, 1, clock);
+    let zero = TokenBucket::builder(Limit::ZERO, 1).clock(clock).build();
     assert!(zero.wait_n_blocking(1, None).is_ok());
     assert!(matches!(
         zero.wait_n_blocking(1, Deadline::at(at(20 * SEC))),
@@ -415,7 +421,9 @@ fn blocking_wait_sleeps_for_the_delay() {
 #[tokio::test(start_paused = true)]
 async fn dropping_an_async_wait_cancels_its_reservation() {
     let clock = ManualClock::new(at(SEC));
-    let l = TokenBucket::with_clock(Limit::per_second(1.0).unwrap(), 1, clock.clone());
+    let l = TokenBucket::builder(Limit::per_second(1.0).unwrap(), 1)
+        .clock(clock.clone())
+        .build();
     assert!(l.allow_at(at(SEC)));
     {
         let fut = l.wait_n(1, None);
@@ -533,7 +541,9 @@ fn tiny_limits_keep_their_initial_burst() {
     assert_eq!(l.tokens_at(at(SEC)), 3.0);
     assert!(l.allow_n_at(at(SEC), 3));
     assert!(!l.allow_at(at(SEC)));
-    let l = TokenBucket::with_clock(Limit::every(Duration::MAX), 5, ManualClock::default());
+    let l = TokenBucket::builder(Limit::every(Duration::MAX), 5)
+        .clock(ManualClock::default())
+        .build();
     assert!(l.allow_n_at(at(SEC), 5));
     assert!(!l.reserve_at(at(SEC)).ok());
 }
@@ -576,7 +586,9 @@ fn idle_exactly_when_full() {
     assert!(!l.is_idle_at(at(SEC + 3 * SEC + 999 * MS)));
     assert!(l.is_idle_at(at(5 * SEC)));
     // A zero limit never refills: idle until the first token is taken, never after.
-    let z = TokenBucket::with_clock(Limit::ZERO, 2, ManualClock::default());
+    let z = TokenBucket::builder(Limit::ZERO, 2)
+        .clock(ManualClock::default())
+        .build();
     assert!(z.is_idle_at(at(u64::MAX / 2)));
     assert!(z.allow_at(at(0)));
     assert!(!z.is_idle_at(at(u64::MAX / 2)));
@@ -587,7 +599,9 @@ fn idle_exactly_when_full() {
     i.set_limit_at(at(SEC), Limit::INF);
     assert!(!i.is_idle_at(at(SEC)));
     assert!(i.is_idle_at(at(SEC + 1)));
-    let i = TokenBucket::with_clock(Limit::INF, 3, ManualClock::default());
+    let i = TokenBucket::builder(Limit::INF, 3)
+        .clock(ManualClock::default())
+        .build();
     assert!(i.is_idle_at(at(0)));
     assert!(i.allow_n_at(at(0), 100));
     assert!(i.is_idle_at(at(0)));
@@ -597,9 +611,12 @@ fn idle_exactly_when_full() {
 fn the_compact_layout_is_the_same_bucket_unpadded() {
     use turnstile::{Compact, ManualClock, Nanos, TokenBucket};
     let limit = Limit::per_second(7.0).unwrap();
-    let padded = TokenBucket::with_clock(limit, 4, ManualClock::default());
-    let compact: TokenBucket<_, Compact> =
-        TokenBucket::compact_with_clock(limit, 4, ManualClock::default());
+    let padded = TokenBucket::builder(limit, 4)
+        .clock(ManualClock::default())
+        .build();
+    let compact: TokenBucket<_, Compact> = TokenBucket::builder(limit, 4)
+        .clock(ManualClock::default())
+        .build_compact();
     // The state word's cache line of padding is gone.
     assert!(std::mem::size_of_val(&compact) + 100 < std::mem::size_of_val(&padded));
     for i in 0..300u64 {
@@ -637,7 +654,9 @@ fn the_compact_layout_is_the_same_bucket_unpadded() {
 fn a_refusal_under_a_zero_limit_never_comes_due() {
     // Nothing refills: once the stored tokens are gone, `check`'s refusal says "never", built
     // fresh and after a switch to zero alike, within the burst and beyond it.
-    let z = TokenBucket::with_clock(Limit::ZERO, 2, ManualClock::default());
+    let z = TokenBucket::builder(Limit::ZERO, 2)
+        .clock(ManualClock::default())
+        .build();
     assert!(z.check_n_at(at(0), 2).is_ok());
     for n in [1, 2, 3] {
         assert_eq!(

@@ -60,12 +60,12 @@ fn hammer<C: Clock>(
             let max_wait = Duration::from_micros(200);
             match (x >> 8) % 4 {
                 2 => {
-                    if let Some(act) = l.reserve_n_within_at(now, n, max_wait).time_to_act() {
+                    if let Some(act) = l.try_reserve_n_at(now, n, max_wait).time_to_act() {
                         kept.0 += u64::from(n);
                         kept.1 = kept.1.max(act.as_u64());
                     }
                 }
-                3 if cancels => l.reserve_n_within_at(now, n, max_wait).cancel_at(now),
+                3 if cancels => l.try_reserve_n_at(now, n, max_wait).cancel_at(now),
                 _ => {
                     if l.allow_n_at(now, n) {
                         kept.0 += u64::from(n);
@@ -97,7 +97,9 @@ fn real_clock_never_grants_more_than_the_budget() {
             let (limit, burst) = (200_000.0, 300_000);
             let clock = QuantaClock::new();
             let t0 = clock.now();
-            let l = TokenBucket::with_clock(Limit::per_second(limit).unwrap(), burst, clock);
+            let l = TokenBucket::builder(Limit::per_second(limit).unwrap(), burst)
+                .clock(clock)
+                .build();
             let got = hammer(&l, threads, Duration::from_millis(300), cancels, None);
             let b = budget(burst, limit, t0, got.latest_act);
             assert!(
@@ -120,7 +122,9 @@ fn lockstep_drains_hand_out_exactly_the_budget() {
     let at = |i: usize| Nanos::new(t0 + i as u64 * step);
     for threads in [2, 8] {
         let clock = ManualClock::new(at(0));
-        let l = TokenBucket::with_clock(Limit::per_second(limit).unwrap(), burst, clock.clone());
+        let l = TokenBucket::builder(Limit::per_second(limit).unwrap(), burst)
+            .clock(clock.clone())
+            .build();
         let per_worker = common::lockstep(
             threads,
             STEPS,
@@ -135,7 +139,7 @@ fn lockstep_drains_hand_out_exactly_the_budget() {
                         l.allow_n_at(t, n)
                     } else {
                         // Nothing to wait for: granted only from the tokens there are.
-                        l.reserve_n_within_at(t, n, Duration::ZERO)
+                        l.try_reserve_n_at(t, n, Duration::ZERO)
                             .time_to_act()
                             .is_some()
                     };
@@ -166,7 +170,9 @@ fn manual_clock_moved_by_another_thread_never_grants_more_than_the_budget() {
     let (limit, burst) = (1_000_000.0, 200_000);
     let clock = ManualClock::new(Nanos::new(1_000_000_000));
     let t0 = clock.now();
-    let l = TokenBucket::with_clock(Limit::per_second(limit).unwrap(), burst, clock.clone());
+    let l = TokenBucket::builder(Limit::per_second(limit).unwrap(), burst)
+        .clock(clock.clone())
+        .build();
     let mover = clock.clone();
     let got = hammer(
         &l,
@@ -190,7 +196,9 @@ fn concurrent_reconfiguration_never_grants_more_than_the_largest_budget() {
     let (lo, hi, small, big) = (50_000.0, 200_000.0, 200_000, 300_000);
     let clock = QuantaClock::new();
     let t0 = clock.now();
-    let l = TokenBucket::with_clock(Limit::per_second(hi).unwrap(), big, clock);
+    let l = TokenBucket::builder(Limit::per_second(hi).unwrap(), big)
+        .clock(clock)
+        .build();
     let lr = &l;
     let got = hammer(
         &l,

@@ -25,7 +25,9 @@ fn at(ns: u64) -> Nanos {
 /// 10 s, drained there: its next token comes at 10 s + 1 / `per_second`.
 fn drained(per_second: f64, burst: u32) -> (TokenBucket<ManualClock>, ManualClock) {
     let clock = ManualClock::new(at(10 * SEC));
-    let l = TokenBucket::with_clock(Limit::per_second(per_second).unwrap(), burst, clock.clone());
+    let l = TokenBucket::builder(Limit::per_second(per_second).unwrap(), burst)
+        .clock(clock.clone())
+        .build();
     assert!(l.allow_n_at(at(10 * SEC), burst));
     (l, clock)
 }
@@ -92,7 +94,9 @@ fn a_timeout_keeps_rate_go_error_order() {
         Err(WaitError::WouldExceedDeadline { n: 1 })
     );
     // A zero limit never refills: Never, whatever the timeout.
-    let zero = TokenBucket::with_clock(Limit::ZERO, 1, ManualClock::new(at(10 * SEC)));
+    let zero = TokenBucket::builder(Limit::ZERO, 1)
+        .clock(ManualClock::new(at(10 * SEC)))
+        .build();
     assert_eq!(zero.wait_n_blocking(1, HOUR), Ok(()));
     assert!(matches!(
         zero.wait_n_blocking(1, HOUR),
@@ -120,7 +124,9 @@ fn a_std_instant_in_the_past_has_passed() {
         Err(WaitError::ExceedsBurst { n: 3, burst: 2 })
     );
     // Even when nothing would need a wait (the bucket of a fresh limiter is full).
-    let full = TokenBucket::with_clock(Limit::per_second(1.0).unwrap(), 1, ManualClock::default());
+    let full = TokenBucket::builder(Limit::per_second(1.0).unwrap(), 1)
+        .clock(ManualClock::default())
+        .build();
     assert_eq!(
         full.wait_n_blocking(1, past),
         Err(WaitError::DeadlinePassed { n: 1 })
@@ -154,11 +160,9 @@ fn a_std_instant_counts_from_now_on_the_limiters_clock() {
     );
     // A fresh bucket has a token now, within a deadline an hour away. Its clock reads 10
     // hours: the hour counts from that reading, not from the clock's origin.
-    let fresh = TokenBucket::with_clock(
-        Limit::per_second(1.0 / 7200.0).unwrap(),
-        1,
-        ManualClock::new(Nanos::from_duration(10 * HOUR)),
-    );
+    let fresh = TokenBucket::builder(Limit::per_second(1.0 / 7200.0).unwrap(), 1)
+        .clock(ManualClock::new(Nanos::from_duration(10 * HOUR)))
+        .build();
     assert_eq!(fresh.wait_n_blocking(1, Instant::now() + HOUR), Ok(()));
     // The quanta clock's origin is the process's first use of it, the Instant's is not: the
     // conversion goes through the two clocks' present, not their origins.
@@ -212,7 +216,9 @@ fn no_deadline_and_optional_deadlines() {
 #[test]
 fn the_twin_takes_the_same_deadlines() {
     let clock = ManualClock::new(at(10 * SEC));
-    let twin = reference::TokenBucket::with_clock(Limit::per_second(1.0).unwrap(), 2, clock);
+    let twin = reference::TokenBucket::from(
+        turnstile::TokenBucket::builder(Limit::per_second(1.0).unwrap(), 2).clock(clock),
+    );
     assert!(twin.allow_n_at(at(10 * SEC), 2));
     assert_eq!(
         twin.wait_n_blocking(3, Duration::ZERO),
@@ -323,7 +329,9 @@ mod asynchronous {
     #[tokio::test(start_paused = true)]
     async fn the_twins_async_wait_takes_the_same_deadlines() {
         let clock = ManualClock::new(at(10 * SEC));
-        let twin = reference::TokenBucket::with_clock(Limit::per_second(1.0).unwrap(), 1, clock);
+        let twin = reference::TokenBucket::from(
+            turnstile::TokenBucket::builder(Limit::per_second(1.0).unwrap(), 1).clock(clock),
+        );
         assert!(twin.allow_at(at(10 * SEC)));
         assert_eq!(
             twin.wait_n(1, Duration::from_millis(999)).await,
@@ -345,8 +353,8 @@ mod asynchronous {
         // (rate.go's `n - limit * (lastEvent - timeToAct)`).
         let a = borrowed.reserve_n_at(now, 2);
         let _a_later = borrowed.reserve_n_at(now, 1);
-        let b = owned.reserve_n_owned_at(now, 2);
-        let _b_later = owned.reserve_n_owned_at(now, 1);
+        let b = OwnedReservation::reserve_n_at(&owned, now, 2);
+        let _b_later = OwnedReservation::reserve_n_at(&owned, now, 1);
         assert_eq!(a.time_to_act(), b.time_to_act());
         assert_eq!(a.delay_from(now), b.delay_from(now));
         assert_eq!(borrowed.tokens_at(now), owned.tokens_at(now));
@@ -378,15 +386,18 @@ fn an_owned_reservation_cancelled_on_a_thread_restores_like_a_borrowed_one() {
         turnstile::Reservation<'_, ManualClock>,
         OwnedReservation<ManualClock>,
     )> = vec![
-        (borrowed.reserve_at(now), owned.reserve_owned_at(now)),
+        (
+            borrowed.reserve_at(now),
+            OwnedReservation::reserve_n_at(&owned, now, 1),
+        ),
         (
             borrowed.reserve_n_at(now, 2),
-            owned.reserve_n_owned_at(now, 2),
+            OwnedReservation::reserve_n_at(&owned, now, 2),
         ),
         // Within 250 ms: the fourth token would come at 10.4 s, so not OK, nothing taken.
         (
-            borrowed.reserve_n_within_at(now, 1, max),
-            owned.reserve_n_within_owned_at(now, 1, max),
+            borrowed.try_reserve_n_at(now, 1, max),
+            OwnedReservation::try_reserve_n_at(&owned, now, 1, max),
         ),
     ];
     assert!(!pairs[2].0.ok() && !pairs[2].1.ok());
@@ -402,13 +413,13 @@ fn an_owned_reservation_cancelled_on_a_thread_restores_like_a_borrowed_one() {
     }
     assert_eq!(owned.tokens_at(now), 0.0, "every token came back");
     // The plain forms read the bucket's clock, and `cancel` cancels at its reading.
-    let r = owned.reserve_n_owned(2);
+    let r = OwnedReservation::reserve_n(&owned, 2);
     assert_eq!(r.time_to_act(), Some(at(10 * SEC + 200 * MS)));
     assert_eq!(r.delay(), Duration::from_millis(200));
     std::thread::spawn(move || r.cancel()).join().unwrap();
     assert_eq!(owned.tokens_at(now), 0.0);
-    let r = owned.reserve_owned();
-    let w = owned.reserve_n_within_owned(1, Duration::from_millis(99));
+    let r = OwnedReservation::reserve_n(&owned, 1);
+    let w = OwnedReservation::try_reserve_n(&owned, 1, Duration::from_millis(99));
     assert!(r.ok() && !w.ok());
     drop(w);
     std::thread::spawn(move || r.cancel()).join().unwrap();

@@ -31,7 +31,9 @@ type Bucket = TokenBucket<ManualClock>;
 fn bucket(clock: &ManualClock) -> Global<Bucket> {
     global(
         "all",
-        TokenBucket::with_clock(Limit::per_second(1.0).unwrap(), 2, clock.clone()),
+        TokenBucket::builder(Limit::per_second(1.0).unwrap(), 2)
+            .clock(clock.clone())
+            .build(),
     )
 }
 

@@ -90,7 +90,9 @@ fn per_ip_buckets(
 ) -> Keyed<IpAddr, Bucket, ManualClock> {
     let c = clock.clone();
     Keyed::builder(move |_: &IpAddr| {
-        TokenBucket::with_clock(Limit::per_second(per_sec).unwrap(), burst, c.clone())
+        TokenBucket::builder(Limit::per_second(per_sec).unwrap(), burst)
+            .clock(c.clone())
+            .build()
     })
     .clock(clock.clone())
     .build()
@@ -287,7 +289,9 @@ async fn a_new_keys_first_request_on_a_real_clock_has_exact_headers() {
 #[tokio::test]
 async fn status_body_and_grpc() {
     let clock = ManualClock::new(Nanos::new(1_000_000_000));
-    let bucket = TokenBucket::with_clock(Limit::per_second(1.0).unwrap(), 1, clock.clone());
+    let bucket = TokenBucket::builder(Limit::per_second(1.0).unwrap(), 1)
+        .clock(clock.clone())
+        .build();
     let layer = RateLimitLayer::new(global("all", bucket))
         .status(StatusCode::SERVICE_UNAVAILABLE)
         .body("busy")
@@ -316,7 +320,9 @@ async fn keyless_requests_follow_the_configured_policy() {
     let api_key = turnstile::tower::key::Header(http::HeaderName::from_static("x-api-key"));
     let c2 = clock.clone();
     let keyed = Keyed::builder(move |_: &String| {
-        TokenBucket::with_clock(Limit::per_second(1.0).unwrap(), 1, c2.clone())
+        TokenBucket::builder(Limit::per_second(1.0).unwrap(), 1)
+            .clock(c2.clone())
+            .build()
     })
     .clock(clock.clone())
     .build()
@@ -429,7 +435,9 @@ async fn a_request_refused_by_the_second_policy_takes_nothing_from_the_first() {
     // Everyone shares 3; each peer has 1.
     let everyone = global(
         "all",
-        TokenBucket::with_clock(Limit::per_second(1.0).unwrap(), 3, clock.clone()),
+        TokenBucket::builder(Limit::per_second(1.0).unwrap(), 3)
+            .clock(clock.clone())
+            .build(),
     );
     let layer = RateLimitLayer::new(everyone.and(per_key(
         "per-ip",
@@ -467,7 +475,9 @@ async fn a_request_refused_by_the_second_policy_takes_nothing_from_the_inline_fi
     let per_ip = per_key("per-ip", PeerIp, per_ip_inline(&clock, 1.0 / 60.0, 2));
     let everyone = global(
         "all",
-        TokenBucket::with_clock(Limit::per_second(1.0).unwrap(), 1, clock.clone()),
+        TokenBucket::builder(Limit::per_second(1.0).unwrap(), 1)
+            .clock(clock.clone())
+            .build(),
     );
     let layer = RateLimitLayer::new(per_ip.and(everyone));
     let server = serve(app(layer)).await;
@@ -497,7 +507,9 @@ async fn delay_mode_paces_requests_and_refuses_beyond_the_maximum_wait() {
     // A frozen limiter clock: every reservation's wait is exact and known in advance (the
     // waits themselves are real tokio sleeps, which never end early).
     let clock = ManualClock::new(Nanos::new(1_000_000_000));
-    let bucket = TokenBucket::with_clock(Limit::per_second(20.0).unwrap(), 1, clock.clone());
+    let bucket = TokenBucket::builder(Limit::per_second(20.0).unwrap(), 1)
+        .clock(clock.clone())
+        .build();
     let layer = RateLimitLayer::new(global("all", bucket)).delay(Duration::from_millis(120));
     let server = serve(app(layer)).await;
     let c = client("127.0.0.2");
@@ -521,11 +533,11 @@ async fn delay_mode_paces_requests_and_refuses_beyond_the_maximum_wait() {
 async fn a_client_that_goes_away_while_waiting_gives_its_reservation_back() {
     let clock = ManualClock::new(Nanos::new(1_000_000_000));
     let now = clock.now();
-    let bucket = std::sync::Arc::new(TokenBucket::with_clock(
-        Limit::per_second(1.0).unwrap(),
-        1,
-        clock.clone(),
-    ));
+    let bucket = std::sync::Arc::new(
+        TokenBucket::builder(Limit::per_second(1.0).unwrap(), 1)
+            .clock(clock.clone())
+            .build(),
+    );
     let layer = RateLimitLayer::new(global("all", bucket.clone())).delay(Duration::from_secs(30));
     let server = serve(app(layer)).await;
     let c = client("127.0.0.2");
@@ -574,11 +586,11 @@ impl<B> Policy<B> for Stalled {
 async fn a_request_dropped_while_the_second_policy_decides_gives_the_first_permit_back() {
     let clock = ManualClock::new(Nanos::new(1_000_000_000));
     let now = clock.now();
-    let bucket = std::sync::Arc::new(TokenBucket::with_clock(
-        Limit::per_second(1.0).unwrap(),
-        1,
-        clock.clone(),
-    ));
+    let bucket = std::sync::Arc::new(
+        TokenBucket::builder(Limit::per_second(1.0).unwrap(), 1)
+            .clock(clock.clone())
+            .build(),
+    );
     let layer = RateLimitLayer::new(global("all", bucket.clone()).and(Stalled));
     let server = serve(app(layer)).await;
     let waiting = tokio::spawn({

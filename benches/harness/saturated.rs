@@ -113,11 +113,13 @@ fn nz(n: u32) -> NonZeroU32 {
 // ---- the limiters, on any clock --------------------------------------------------------------
 
 pub fn token_bucket<C: Clock>(clock: C) -> TokenBucket<C> {
-    TokenBucket::with_clock(limit(RATE), BURST, clock)
+    TokenBucket::builder(limit(RATE), BURST)
+        .clock(clock)
+        .build()
 }
 
 pub fn twin_token_bucket<C: Clock>(clock: C) -> reference::TokenBucket<C> {
-    reference::TokenBucket::with_clock(limit(RATE), BURST, clock)
+    reference::TokenBucket::from(turnstile::TokenBucket::builder(limit(RATE), BURST).clock(clock))
 }
 
 pub fn leaky_bucket<C: Clock>(clock: C) -> LeakyBucket<C> {
@@ -196,7 +198,10 @@ pub fn twin_sliding_window<C: Clock>(clock: C) -> reference::SlidingWindow<C> {
 }
 
 pub fn leaky_meter<C: Clock>(clock: C) -> LeakyMeter<C> {
-    LeakyMeter::with_clock(BURST, limit(RATE), clock).expect("valid meter")
+    LeakyMeter::builder(BURST, limit(RATE))
+        .clock(clock)
+        .build()
+        .expect("valid meter")
 }
 
 pub fn sometimes<C: Clock>(clock: C) -> Sometimes<C> {
@@ -211,11 +216,15 @@ pub fn keyed<C: Clock + Clone>(
 ) -> Keyed<u64, TokenBucket<C, Compact>, C> {
     let per_key = clock.clone();
     let limit = limit(rate);
-    Keyed::builder(move |_: &u64| TokenBucket::compact_with_clock(limit, burst, per_key.clone()))
-        .clock(clock)
-        .sweep_every(Duration::MAX)
-        .build()
-        .expect("valid keyed limiter")
+    Keyed::builder(move |_: &u64| {
+        TokenBucket::builder(limit, burst)
+            .clock(per_key.clone())
+            .build_compact()
+    })
+    .clock(clock)
+    .sweep_every(Duration::MAX)
+    .build()
+    .expect("valid keyed limiter")
 }
 
 /// `KeyedTokenBucket` at `rate`/s with `burst`, hashing with `hasher` (its default:
@@ -311,8 +320,9 @@ macro_rules! with_many_keyed {
         let period = std::time::Duration::from_secs(1) / rate;
         match $lim {
             "tb" => {
-                let $k =
-                    $sat::keyed_of(clock, move |c| TokenBucket::compact_with_clock(limit, 1, c));
+                let $k = $sat::keyed_of(clock, move |c| {
+                    TokenBucket::builder(limit, 1).clock(c).build_compact()
+                });
                 $body
             }
             "leaky" => {
@@ -364,7 +374,10 @@ macro_rules! with_many_keyed {
             }
             "meter" => {
                 let $k = $sat::keyed_of(clock, move |c| {
-                    LeakyMeter::compact_with_clock(1, limit, c).expect("valid")
+                    LeakyMeter::builder(1, limit)
+                        .clock(c)
+                        .build_compact()
+                        .expect("valid")
                 });
                 $body
             }

@@ -1102,7 +1102,8 @@ fn phase4(
                     keys: Some(held),
                 }
             };
-            let ours = Keyed::new(move |_: &u64| TokenBucket::compact(limit, burst));
+            let ours =
+                Keyed::new(move |_: &u64| TokenBucket::builder(limit, burst).build_compact());
             let s = run_keyed(threads, dur, keys, |k| ours.check(&k).map_err(retry_ns));
             cells.push(keyed_cell(Impl::Turnstile, s, ours.len()));
             drop(ours);

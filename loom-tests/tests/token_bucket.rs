@@ -12,11 +12,11 @@ const SEC: u64 = 1_000_000_000;
 /// loom threads must be 'static and a Reservation borrows its limiter: leak one small limiter
 /// per explored execution.
 fn limiter(limit: f64, burst: u32) -> &'static TokenBucket<ManualClock> {
-    Box::leak(Box::new(TokenBucket::with_clock(
-        Limit::per_second(limit).unwrap(),
-        burst,
-        ManualClock::default(),
-    )))
+    Box::leak(Box::new(
+        TokenBucket::builder(Limit::per_second(limit).unwrap(), burst)
+            .clock(ManualClock::default())
+            .build(),
+    ))
 }
 
 fn t(ns: u64) -> Nanos {

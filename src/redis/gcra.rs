@@ -485,7 +485,7 @@ where
             Limit::per_second(self.limit.as_f64() * share).unwrap_or(Limit::ZERO)
         };
         let burst = (f64::from(self.burst) * share).ceil().max(1.0) as u32;
-        TokenBucket::compact(limit, burst)
+        TokenBucket::builder(limit, burst).build_compact()
     }
 
     async fn ping(&self) -> Result<(), RedisLimitError> {

@@ -633,7 +633,7 @@ where
         };
         let limit = Limit::per_second(f64::from(self.rate) * share).unwrap_or(Limit::ZERO);
         let burst = (f64::from(self.burst) * share).ceil().max(1.0) as u32;
-        crate::TokenBucket::compact(limit, burst)
+        crate::TokenBucket::builder(limit, burst).build_compact()
     }
 
     fn ping(&self) -> impl std::future::Future<Output = Result<(), RedisLimitError>> + Send {

@@ -31,7 +31,7 @@ use std::time::Duration;
 
 use crate::clock::{Clock, Nanos, QuantaClock};
 use crate::limiter::{Denied, Limiter, QuotaStatus};
-use crate::token_bucket::Peek;
+use crate::token_bucket::{Peek, TokenBucketBuilder};
 use crate::{Deadline, Limit, WaitError};
 
 /// Go's `InfDuration`: `time.Duration(math.MaxInt64)`, in nanoseconds.
@@ -211,7 +211,7 @@ impl Inner {
 /// use turnstile::{Limit, ManualClock, Nanos};
 ///
 /// // 10 tokens per second, bursts of 2; the bucket starts full.
-/// let tb = TokenBucket::with_clock(Limit::per_second(10.0).unwrap(), 2, ManualClock::default());
+/// let tb = TokenBucket::from(turnstile::TokenBucket::builder(Limit::per_second(10.0).unwrap(), 2).clock(ManualClock::default()));
 /// let t0 = Nanos::new(1_000_000_000);
 /// assert!(tb.allow_n_at(t0, 2));
 /// assert!(!tb.allow_at(t0));
@@ -234,14 +234,16 @@ impl TokenBucket<QuantaClock> {
     /// A full bucket of `burst` tokens refilled at `limit` per second, on the default
     /// [`QuantaClock`] (Go's `NewLimiter(limit, burst)`).
     pub fn new(limit: Limit, burst: u32) -> Self {
-        Self::with_clock(limit, burst, QuantaClock::new())
+        Self::from(crate::TokenBucket::builder(limit, burst))
     }
 }
 
-impl<C: Clock> TokenBucket<C> {
-    /// A full bucket of `burst` tokens refilled at `limit` per second, reading time from
-    /// `clock`. `last` and `last_event` start at [`Nanos::ZERO`], Go's zero time.
-    pub fn with_clock(limit: Limit, burst: u32, clock: C) -> Self {
+impl<C: Clock> From<TokenBucketBuilder<C>> for TokenBucket<C> {
+    /// A full bucket of the builder's `burst` tokens refilled at its `limit` per second,
+    /// reading time from its clock. `last` and `last_event` start at [`Nanos::ZERO`], Go's
+    /// zero time.
+    fn from(options: TokenBucketBuilder<C>) -> Self {
+        let (limit, burst, clock) = options.into_parts();
         TokenBucket {
             inner: Mutex::new(Inner {
                 limit: limit.as_f64(),
@@ -253,7 +255,9 @@ impl<C: Clock> TokenBucket<C> {
             clock,
         }
     }
+}
 
+impl<C: Clock> TokenBucket<C> {
     /// The bucket's clock.
     pub fn clock(&self) -> &C {
         &self.clock
@@ -266,7 +270,7 @@ impl<C: Clock> TokenBucket<C> {
     /// use turnstile::reference::TokenBucket;
     /// use turnstile::{Limit, ManualClock, Nanos};
     ///
-    /// let l = TokenBucket::with_clock(Limit::per_second(1.0).unwrap(), 1, ManualClock::new(Nanos::new(7)));
+    /// let l = TokenBucket::from(turnstile::TokenBucket::builder(Limit::per_second(1.0).unwrap(), 1).clock(ManualClock::new(Nanos::new(7))));
     /// assert_eq!(l.now(), Nanos::new(7));
     /// ```
     pub fn now(&self) -> Nanos {
@@ -363,20 +367,15 @@ impl<C: Clock> TokenBucket<C> {
     }
 
     /// Reserves `n` tokens now if they arrive within `max_wait`; see
-    /// [`TokenBucket::reserve_n_within_at`].
-    pub fn reserve_n_within(&self, n: u32, max_wait: Duration) -> Reservation<'_, C> {
-        self.reserve_n_within_at(self.clock.now(), n, max_wait)
+    /// [`TokenBucket::try_reserve_n_at`].
+    pub fn try_reserve_n(&self, n: u32, max_wait: Duration) -> Reservation<'_, C> {
+        self.try_reserve_n_at(self.clock.now(), n, max_wait)
     }
 
     /// Reserves `n` tokens at `now` if they arrive within `max_wait` (Go's internal
     /// `reserveN(now, n, maxFutureReserve)`; `max_wait` saturates at `InfDuration`). If they
     /// would not, the reservation is not OK and nothing changes.
-    pub fn reserve_n_within_at(
-        &self,
-        now: Nanos,
-        n: u32,
-        max_wait: Duration,
-    ) -> Reservation<'_, C> {
+    pub fn try_reserve_n_at(&self, now: Nanos, n: u32, max_wait: Duration) -> Reservation<'_, C> {
         let r = self.lock().reserve_n(now, n, from_std(max_wait));
         self.reservation(r)
     }
@@ -624,7 +623,7 @@ impl<C: Clock> fmt::Debug for TokenBucket<C> {
 /// use turnstile::reference::TokenBucket;
 /// use turnstile::{Limit, ManualClock, Nanos};
 ///
-/// let tb = TokenBucket::with_clock(Limit::per_second(4.0).unwrap(), 1, ManualClock::default());
+/// let tb = TokenBucket::from(turnstile::TokenBucket::builder(Limit::per_second(4.0).unwrap(), 1).clock(ManualClock::default()));
 /// let t = Nanos::new(1_000_000_000);
 /// assert!(tb.reserve_at(t).ok());
 /// let r = tb.reserve_at(t);

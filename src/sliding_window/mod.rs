@@ -639,12 +639,15 @@ impl<C: Clock, P: Layout> fmt::Debug for SlidingWindow<C, P> {
 ///
 /// ```
 /// use std::time::Duration;
-/// use turnstile::{sliding_window::SlidingWindowBuilder, ConfigError, ManualClock};
+/// use turnstile::{ConfigError, ManualClock, SlidingWindow};
 ///
-/// let sw = SlidingWindowBuilder::new(10, Duration::from_secs(1)).clock(ManualClock::default()).build().unwrap();
+/// let sw = SlidingWindow::builder(10, Duration::from_secs(1))
+///     .clock(ManualClock::default())
+///     .build()
+///     .unwrap();
 /// assert_eq!(sw.quota(), 10);
 /// assert_eq!(
-///     SlidingWindowBuilder::new(0, Duration::ZERO).build().unwrap_err(),
+///     SlidingWindow::builder(0, Duration::ZERO).build().unwrap_err(),
 ///     ConfigError::ZeroQuota // the quota is checked first
 /// );
 /// ```
@@ -657,14 +660,8 @@ pub struct SlidingWindowBuilder<C: Clock = QuantaClock> {
 }
 
 impl SlidingWindowBuilder<QuantaClock> {
-    /// `quota` per `period` on the quanta clock; the same as [`SlidingWindow::builder`].
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use turnstile::sliding_window::SlidingWindowBuilder;
-    /// assert_eq!(SlidingWindowBuilder::new(5, Duration::from_secs(1)).build().unwrap().quota(), 5);
-    /// ```
-    pub fn new(quota: u32, period: Duration) -> SlidingWindowBuilder {
+    /// The defaults, on the quanta clock: what `SlidingWindow::builder` starts from.
+    pub(crate) fn new(quota: u32, period: Duration) -> SlidingWindowBuilder {
         SlidingWindowBuilder {
             quota,
             period,

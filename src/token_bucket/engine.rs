@@ -776,7 +776,9 @@ mod tests {
     #[test]
     pub(super) fn born_at_leaves_the_configuration_in_slot_zero() {
         let limit = Limit::per_second(10.0).unwrap();
-        let mut tb = TokenBucket::compact_with_clock(limit, 2, crate::ManualClock::default());
+        let mut tb = TokenBucket::builder(limit, 2)
+            .clock(crate::ManualClock::default())
+            .build_compact();
         let born = Nanos::new(5_000_000_000);
         tb.born_at(born);
         let word = tb.core.state.load(Ordering::Relaxed);

@@ -71,7 +71,6 @@ mod reservation;
 pub use reservation::{OwnedReservation, Peek, Reservation};
 
 use std::fmt;
-use std::sync::Arc;
 use std::time::Duration;
 
 use crate::clock::{Clock, Nanos, QuantaClock};
@@ -87,16 +86,16 @@ use engine::*;
 /// The bucket starts full. `allow` takes tokens now or not at all; `reserve` always takes
 /// them (when the request can ever be met) and says how long to wait; `wait_n_blocking` and
 /// `wait_n` (feature `tokio`) sleep until then, or fail at once if that would pass their
-/// [`Deadline`] (a timeout, an instant, or none). A [`Reservation`] borrows the bucket; in an
-/// `Arc`, `reserve_owned` and friends return an [`OwnedReservation`] that can move into
-/// another task.
+/// [`Deadline`] (a timeout, an instant, or none). A [`Reservation`] borrows the bucket; for a
+/// bucket in an `Arc`, [`OwnedReservation::reserve_n`] makes one that can move into another
+/// task.
 ///
 /// ```
 /// use std::time::Duration;
 /// use turnstile::{Limit, ManualClock, Nanos, TokenBucket};
 ///
 /// let clock = ManualClock::new(Nanos::ZERO);
-/// let tb = TokenBucket::with_clock(Limit::per_second(10.0).unwrap(), 2, clock.clone());
+/// let tb = TokenBucket::builder(Limit::per_second(10.0).unwrap(), 2).clock(clock.clone()).build();
 /// assert!(tb.allow_n(2));          // the initial burst
 /// assert!(!tb.allow());            // empty
 /// let r = tb.reserve();            // pay now, act later
@@ -126,7 +125,7 @@ impl TokenBucket<QuantaClock> {
     /// assert_eq!(tb.burst(), 3);
     /// ```
     pub fn new(limit: Limit, burst: u32) -> Self {
-        Self::with_clock(limit, burst, QuantaClock::new())
+        Self::in_layout(limit, burst, QuantaClock::new())
     }
 
     /// A builder for a full bucket of `burst` tokens refilling at `limit`, as every limiter
@@ -189,8 +188,9 @@ impl<C: Clock> TokenBucketBuilder<C> {
         TokenBucket::in_layout(self.limit, self.burst, self.clock)
     }
 
-    /// The bucket in the [`Compact`] layout, for the many buckets of a
-    /// [`Keyed`](crate::Keyed) map (see [`TokenBucket::compact`]).
+    /// The bucket in the [`Compact`] layout: the state word unpadded, next to the
+    /// configuration, for the many buckets of a [`Keyed`](crate::Keyed) map (about a third of
+    /// the bytes per key). Same behaviour.
     ///
     /// ```
     /// use turnstile::{Limit, TokenBucket};
@@ -200,50 +200,18 @@ impl<C: Clock> TokenBucketBuilder<C> {
     pub fn build_compact(self) -> TokenBucket<C, Compact> {
         TokenBucket::in_layout(self.limit, self.burst, self.clock)
     }
-}
 
-impl<C: Clock> TokenBucket<C> {
-    /// A full bucket on the given clock.
-    ///
-    /// ```
-    /// use turnstile::{Limit, ManualClock, Nanos, TokenBucket};
-    /// let tb = TokenBucket::with_clock(Limit::ZERO, 1, ManualClock::new(Nanos::ZERO));
-    /// assert!(tb.allow());
-    /// assert!(!tb.allow()); // a zero limit never refills
-    /// ```
-    pub fn with_clock(limit: Limit, burst: u32, clock: C) -> Self {
-        Self::in_layout(limit, burst, clock)
+    /// The options, for the mutex twin's `From`.
+    #[cfg(feature = "reference")]
+    pub(crate) fn into_parts(self) -> (Limit, u32, C) {
+        (self.limit, self.burst, self.clock)
     }
 }
 
-impl TokenBucket<QuantaClock, Compact> {
-    /// [`TokenBucket::new`] in the [`Compact`] layout: the state word unpadded, next to the
-    /// configuration, for the many buckets of a [`Keyed`](crate::Keyed) map (about a third of
-    /// the bytes per key). Same behaviour.
-    ///
-    /// ```
-    /// # #[cfg(feature = "keyed")] {
-    /// use turnstile::{Keyed, Limit, TokenBucket};
-    /// let limit = Limit::per_second(10.0).unwrap();
-    /// let per_ip = Keyed::new(move |_: &u32| TokenBucket::compact(limit, 5));
-    /// assert!(per_ip.check_n(&1, 5).is_ok());
-    /// # }
-    /// ```
-    pub fn compact(limit: Limit, burst: u32) -> Self {
-        Self::in_layout(limit, burst, QuantaClock::new())
-    }
-}
-
-impl<C: Clock> TokenBucket<C, Compact> {
-    /// [`TokenBucket::with_clock`] in the [`Compact`] layout.
-    ///
-    /// ```
-    /// use turnstile::{Limit, ManualClock, TokenBucket};
-    /// let tb = TokenBucket::compact_with_clock(Limit::ZERO, 1, ManualClock::default());
-    /// assert!(tb.allow() && !tb.allow());
-    /// ```
-    pub fn compact_with_clock(limit: Limit, burst: u32, clock: C) -> Self {
-        Self::in_layout(limit, burst, clock)
+impl<C: Clock> From<TokenBucketBuilder<C>> for TokenBucket<C> {
+    /// [`TokenBucketBuilder::build`].
+    fn from(options: TokenBucketBuilder<C>) -> TokenBucket<C> {
+        options.build()
     }
 }
 
@@ -259,7 +227,7 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
     /// ```
     /// use turnstile::{Limit, ManualClock, Nanos, TokenBucket};
     ///
-    /// let l = TokenBucket::with_clock(Limit::per_second(1.0).unwrap(), 1, ManualClock::new(Nanos::new(7)));
+    /// let l = TokenBucket::builder(Limit::per_second(1.0).unwrap(), 1).clock(ManualClock::new(Nanos::new(7))).build();
     /// assert_eq!(l.now(), Nanos::new(7));
     /// ```
     pub fn now(&self) -> Nanos {
@@ -285,7 +253,7 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
     ///
     /// ```
     /// use turnstile::{Limit, ManualClock, Nanos, TokenBucket};
-    /// let tb = TokenBucket::with_clock(Limit::per_second(10.0).unwrap(), 5, ManualClock::default());
+    /// let tb = TokenBucket::builder(Limit::per_second(10.0).unwrap(), 5).clock(ManualClock::default()).build();
     /// assert!(tb.allow_n_at(Nanos::ZERO, 5));
     /// assert_eq!(tb.tokens_at(Nanos::new(200_000_000)), 2.0);
     /// ```
@@ -317,7 +285,7 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
     ///
     /// ```
     /// use turnstile::{Limit, ManualClock, Nanos, TokenBucket};
-    /// let tb = TokenBucket::with_clock(Limit::per_second(1.0).unwrap(), 3, ManualClock::default());
+    /// let tb = TokenBucket::builder(Limit::per_second(1.0).unwrap(), 3).clock(ManualClock::default()).build();
     /// assert!(tb.allow_n_at(Nanos::ZERO, 3));
     /// assert!(!tb.allow_n_at(Nanos::ZERO, 1));
     /// assert!(tb.allow_n_at(Nanos::new(1_000_000_000), 1));
@@ -349,7 +317,7 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
     /// ```
     /// use std::time::Duration;
     /// use turnstile::{Limit, ManualClock, Nanos, TokenBucket};
-    /// let tb = TokenBucket::with_clock(Limit::per_second(2.0).unwrap(), 1, ManualClock::default());
+    /// let tb = TokenBucket::builder(Limit::per_second(2.0).unwrap(), 1).clock(ManualClock::default()).build();
     /// let first = tb.reserve_n_at(Nanos::ZERO, 1);
     /// let second = tb.reserve_n_at(Nanos::ZERO, 1);
     /// assert_eq!(first.delay_from(Nanos::ZERO), Duration::ZERO);
@@ -361,154 +329,32 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
     }
 
     /// Reserves `n` tokens only if they arrive within `max_wait`; see
-    /// [`TokenBucket::reserve_n_within_at`].
-    pub fn reserve_n_within(&self, n: u32, max_wait: Duration) -> Reservation<'_, C, P> {
-        self.reserve_n_within_at(self.clock.now(), n, max_wait)
+    /// [`TokenBucket::try_reserve_n_at`].
+    pub fn try_reserve_n(&self, n: u32, max_wait: Duration) -> Reservation<'_, C, P> {
+        self.try_reserve_n_at(self.clock.now(), n, max_wait)
     }
 
     /// Reserves `n` tokens at `now` only if they arrive within `max_wait`; otherwise the
-    /// reservation is not OK and nothing changes. This is what the waits use with their
-    /// deadline, and `allow` is this with a zero wait.
+    /// reservation is not OK and nothing changes (Guava's `tryAcquire(n, timeout)` as a
+    /// reservation). This is what the waits use with their deadline, and `allow` is this
+    /// with a zero wait.
     ///
     /// ```
     /// use std::time::Duration;
     /// use turnstile::{Limit, ManualClock, Nanos, TokenBucket};
-    /// let tb = TokenBucket::with_clock(Limit::per_second(1.0).unwrap(), 1, ManualClock::default());
+    /// let limit = Limit::per_second(1.0).unwrap();
+    /// let tb = TokenBucket::builder(limit, 1).clock(ManualClock::default()).build();
     /// assert!(tb.allow_at(Nanos::ZERO));
-    /// assert!(!tb.reserve_n_within_at(Nanos::ZERO, 1, Duration::from_millis(999)).ok());
-    /// assert!(tb.reserve_n_within_at(Nanos::ZERO, 1, Duration::from_secs(1)).ok());
+    /// assert!(!tb.try_reserve_n_at(Nanos::ZERO, 1, Duration::from_millis(999)).ok());
+    /// assert!(tb.try_reserve_n_at(Nanos::ZERO, 1, Duration::from_secs(1)).ok());
     /// ```
-    pub fn reserve_n_within_at(
+    pub fn try_reserve_n_at(
         &self,
         now: Nanos,
         n: u32,
         max_wait: Duration,
     ) -> Reservation<'_, C, P> {
         self.reserve_within(now, n, Nanos::from_duration(max_wait).as_u64())
-    }
-
-    /// [`TokenBucket::reserve`] through an `Arc`: the [`OwnedReservation`] holds a clone of
-    /// the `Arc` rather than a borrow, so it can move into a spawned task or thread; see
-    /// [`TokenBucket::reserve_n_owned_at`].
-    ///
-    /// ```
-    /// use std::sync::Arc;
-    /// use turnstile::{Limit, TokenBucket};
-    /// let tb = Arc::new(TokenBucket::new(Limit::per_second(10.0).unwrap(), 1));
-    /// let r = tb.reserve_owned();
-    /// let worker = std::thread::spawn(move || {
-    ///     std::thread::sleep(r.delay()); // zero: the bucket started full
-    ///     // ... act ...
-    /// });
-    /// worker.join().unwrap();
-    /// ```
-    pub fn reserve_owned(self: &Arc<Self>) -> OwnedReservation<C, P> {
-        self.reserve_n_owned_at(self.clock.now(), 1)
-    }
-
-    /// [`TokenBucket::reserve_owned`] at `now`.
-    ///
-    /// ```
-    /// use std::sync::Arc;
-    /// use turnstile::{Limit, ManualClock, Nanos, TokenBucket};
-    /// let tb = Arc::new(TokenBucket::with_clock(Limit::ZERO, 1, ManualClock::default()));
-    /// assert!(tb.reserve_owned_at(Nanos::ZERO).ok());
-    /// assert!(!tb.reserve_owned_at(Nanos::ZERO).ok()); // a zero limit never refills
-    /// ```
-    pub fn reserve_owned_at(self: &Arc<Self>, now: Nanos) -> OwnedReservation<C, P> {
-        self.reserve_n_owned_at(now, 1)
-    }
-
-    /// [`TokenBucket::reserve_n`] through an `Arc`; see [`TokenBucket::reserve_n_owned_at`].
-    ///
-    /// ```
-    /// use std::sync::Arc;
-    /// use std::time::Duration;
-    /// use turnstile::{Limit, ManualClock, TokenBucket};
-    /// let limit = Limit::per_second(10.0).unwrap();
-    /// let tb = Arc::new(TokenBucket::with_clock(limit, 5, ManualClock::default()));
-    /// assert!(tb.allow_n(5));
-    /// let r = tb.reserve_n_owned(3);
-    /// assert_eq!(r.delay(), Duration::from_millis(300));
-    /// std::thread::spawn(move || r.cancel()).join().unwrap(); // the 3 tokens come back
-    /// assert_eq!(tb.tokens(), 0.0);
-    /// ```
-    pub fn reserve_n_owned(self: &Arc<Self>, n: u32) -> OwnedReservation<C, P> {
-        self.reserve_n_owned_at(self.clock.now(), n)
-    }
-
-    /// [`TokenBucket::reserve_n_at`] through an `Arc`: the same reservation, holding a clone
-    /// of the `Arc` instead of a borrow, so that it is `Send + 'static` (when the clock is)
-    /// and can be acted on or cancelled from another task or thread.
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() {
-    /// use std::sync::Arc;
-    /// use std::time::Duration;
-    /// use turnstile::{Limit, ManualClock, Nanos, TokenBucket};
-    ///
-    /// let clock = ManualClock::default();
-    /// let tb = Arc::new(TokenBucket::with_clock(Limit::per_second(2.0).unwrap(), 1, clock));
-    /// assert!(tb.allow_at(Nanos::ZERO));
-    /// let r = tb.reserve_n_owned_at(Nanos::ZERO, 1);
-    /// assert_eq!(r.delay_from(Nanos::ZERO), Duration::from_millis(500));
-    /// // The task owns the reservation; it decides not to act and gives the token back.
-    /// tokio::spawn(async move { r.cancel_at(Nanos::ZERO) }).await.unwrap();
-    /// assert_eq!(tb.tokens_at(Nanos::ZERO), 0.0);
-    /// # }
-    /// ```
-    pub fn reserve_n_owned_at(self: &Arc<Self>, now: Nanos, n: u32) -> OwnedReservation<C, P> {
-        OwnedReservation {
-            lim: Arc::clone(self),
-            ticket: self.ticket_within(now, n, u64::MAX),
-        }
-    }
-
-    /// [`TokenBucket::reserve_n_within`] through an `Arc`; see
-    /// [`TokenBucket::reserve_n_owned_at`].
-    ///
-    /// ```
-    /// use std::sync::Arc;
-    /// use std::time::Duration;
-    /// use turnstile::{Limit, TokenBucket};
-    /// let tb = Arc::new(TokenBucket::new(Limit::per_second(1.0).unwrap(), 1));
-    /// assert!(tb.reserve_n_within_owned(1, Duration::ZERO).ok()); // the bucket starts full
-    /// // The next token is about a second away.
-    /// assert!(!tb.reserve_n_within_owned(1, Duration::from_millis(10)).ok());
-    /// ```
-    pub fn reserve_n_within_owned(
-        self: &Arc<Self>,
-        n: u32,
-        max_wait: Duration,
-    ) -> OwnedReservation<C, P> {
-        self.reserve_n_within_owned_at(self.clock.now(), n, max_wait)
-    }
-
-    /// [`TokenBucket::reserve_n_within_at`] through an `Arc`; see
-    /// [`TokenBucket::reserve_n_owned_at`].
-    ///
-    /// ```
-    /// use std::sync::Arc;
-    /// use std::time::Duration;
-    /// use turnstile::{Limit, ManualClock, Nanos, TokenBucket};
-    /// let limit = Limit::per_second(1.0).unwrap();
-    /// let tb = Arc::new(TokenBucket::with_clock(limit, 1, ManualClock::default()));
-    /// assert!(tb.allow_at(Nanos::ZERO));
-    /// let (t, n) = (Nanos::ZERO, 1);
-    /// assert!(!tb.reserve_n_within_owned_at(t, n, Duration::from_millis(999)).ok());
-    /// assert!(tb.reserve_n_within_owned_at(t, n, Duration::from_secs(1)).ok());
-    /// ```
-    pub fn reserve_n_within_owned_at(
-        self: &Arc<Self>,
-        now: Nanos,
-        n: u32,
-        max_wait: Duration,
-    ) -> OwnedReservation<C, P> {
-        OwnedReservation {
-            lim: Arc::clone(self),
-            ticket: self.ticket_within(now, n, Nanos::from_duration(max_wait).as_u64()),
-        }
     }
 
     /// What `n` tokens would cost now; see [`TokenBucket::peek_n_at`].
@@ -521,7 +367,7 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
     ///
     /// ```
     /// use turnstile::{Limit, ManualClock, Nanos, TokenBucket};
-    /// let tb = TokenBucket::with_clock(Limit::per_second(10.0).unwrap(), 4, ManualClock::default());
+    /// let tb = TokenBucket::builder(Limit::per_second(10.0).unwrap(), 4).clock(ManualClock::default()).build();
     /// assert!(tb.allow_n_at(Nanos::ZERO, 4));
     /// let p = tb.peek_n_at(Nanos::ZERO, 2);
     /// assert_eq!(p.tokens, 0.0);
@@ -549,7 +395,7 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
     ///
     /// ```
     /// use turnstile::{Limit, ManualClock, Nanos, TokenBucket};
-    /// let tb = TokenBucket::with_clock(Limit::per_second(1.0).unwrap(), 10, ManualClock::default());
+    /// let tb = TokenBucket::builder(Limit::per_second(1.0).unwrap(), 10).clock(ManualClock::default()).build();
     /// assert!(tb.allow_n_at(Nanos::ZERO, 10));
     /// tb.set_limit_at(Nanos::ZERO, Limit::per_second(100.0).unwrap());
     /// assert_eq!(tb.tokens_at(Nanos::new(50_000_000)), 5.0);
@@ -568,7 +414,7 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
     ///
     /// ```
     /// use turnstile::{Limit, ManualClock, Nanos, TokenBucket};
-    /// let tb = TokenBucket::with_clock(Limit::per_second(10.0).unwrap(), 5, ManualClock::default());
+    /// let tb = TokenBucket::builder(Limit::per_second(10.0).unwrap(), 5).clock(ManualClock::default()).build();
     /// tb.set_burst_at(Nanos::ZERO, 2);
     /// assert_eq!(tb.tokens_at(Nanos::ZERO), 2.0);
     /// ```
@@ -674,7 +520,7 @@ impl<C: Clock, P: Layout> Limiter for TokenBucket<C, P> {
     /// use std::time::Duration;
     /// use turnstile::{Limit, Limiter, ManualClock, Nanos, TokenBucket};
     ///
-    /// let tb = TokenBucket::with_clock(Limit::per_second(2.0).unwrap(), 1, ManualClock::default());
+    /// let tb = TokenBucket::builder(Limit::per_second(2.0).unwrap(), 1).clock(ManualClock::default()).build();
     /// let wait = Duration::from_secs(1);
     /// assert_eq!(tb.schedule_n_at(Nanos::ZERO, 1, wait), Ok(Nanos::ZERO));
     /// assert_eq!(tb.schedule_n_at(Nanos::ZERO, 1, wait), Ok(Nanos::new(500_000_000)));
@@ -719,7 +565,7 @@ impl<C: Clock, P: Layout> Limiter for TokenBucket<C, P> {
     /// ```
     /// use std::time::Duration;
     /// use turnstile::{Limit, Limiter, ManualClock, Nanos, QuotaStatus, TokenBucket};
-    /// let tb = TokenBucket::with_clock(Limit::per_second(4.0).unwrap(), 2, ManualClock::default());
+    /// let tb = TokenBucket::builder(Limit::per_second(4.0).unwrap(), 2).clock(ManualClock::default()).build();
     /// assert!(tb.check_n_at(Nanos::ZERO, 2).is_ok());
     /// let q = tb.quota_at(Nanos::new(300_000_000)).unwrap(); // 1.2 tokens
     /// assert_eq!(q, QuotaStatus {
@@ -767,7 +613,7 @@ impl<C: Clock, P: Layout> Limiter for TokenBucket<C, P> {
     ///
     /// ```
     /// use turnstile::{Limit, Limiter, ManualClock, Nanos, TokenBucket};
-    /// let tb = TokenBucket::with_clock(Limit::per_second(1.0).unwrap(), 3, ManualClock::default());
+    /// let tb = TokenBucket::builder(Limit::per_second(1.0).unwrap(), 3).clock(ManualClock::default()).build();
     /// let before = tb.quota_at(Nanos::ZERO);
     /// assert!(tb.check_n_at(Nanos::ZERO, 2).is_ok());
     /// assert!(tb.refund_n_at(Nanos::ZERO, 2)); // a second limit refused the request
@@ -802,7 +648,7 @@ impl<C: Clock, P: Layout> Limiter for TokenBucket<C, P> {
 ///
 /// ```
 /// use turnstile::{Idle, Limit, ManualClock, Nanos, TokenBucket};
-/// let tb = TokenBucket::with_clock(Limit::per_second(10.0).unwrap(), 2, ManualClock::default());
+/// let tb = TokenBucket::builder(Limit::per_second(10.0).unwrap(), 2).clock(ManualClock::default()).build();
 /// assert!(tb.is_idle_at(Nanos::ZERO));                  // new: full
 /// assert!(tb.allow_at(Nanos::ZERO));
 /// assert!(!tb.is_idle_at(Nanos::new(99_999_999)));      // one token short of full

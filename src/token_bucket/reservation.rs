@@ -26,13 +26,12 @@ pub struct Peek {
 /// Tokens taken from a [`TokenBucket`], to act on at [`Reservation::time_to_act`] or give back
 /// with [`Reservation::cancel`] (rate.go's `Reservation`). It borrows its bucket; to move one
 /// into another task or thread, reserve through an `Arc` with
-/// [`TokenBucket::reserve_owned`] and friends, which return an [`OwnedReservation`] with the
-/// same methods.
+/// [`OwnedReservation::reserve_n`], which has the same methods.
 ///
 /// ```
 /// use std::time::Duration;
 /// use turnstile::{Limit, ManualClock, Nanos, TokenBucket};
-/// let tb = TokenBucket::with_clock(Limit::per_second(4.0).unwrap(), 1, ManualClock::default());
+/// let tb = TokenBucket::builder(Limit::per_second(4.0).unwrap(), 1).clock(ManualClock::default()).build();
 /// let _now = tb.reserve_at(Nanos::ZERO);
 /// let later = tb.reserve_at(Nanos::ZERO);
 /// assert!(later.ok());
@@ -49,22 +48,19 @@ pub struct Reservation<'a, C: Clock = QuantaClock, P: Layout = Padded> {
 /// A [`Reservation`] that holds its bucket through an [`Arc`] instead of a borrow, so it is
 /// `Send + 'static` (when the clock is) and can move into `tokio::spawn` or
 /// `std::thread::spawn`: tokio's `Semaphore::acquire_owned` convention. Made by
-/// [`TokenBucket::reserve_owned`], [`TokenBucket::reserve_n_owned`],
-/// [`TokenBucket::reserve_n_within_owned`] and their `_at` forms. Its methods and its
+/// [`OwnedReservation::reserve_n`] and [`OwnedReservation::try_reserve_n`] and their `_at`
+/// forms, which take the `Arc`. Its methods and its
 /// semantics are exactly a `Reservation`'s, including cancel at most once (cancelling
 /// consumes it). It costs one reference count on the `Arc`, taken when it is made and
 /// dropped with it; nothing else differs.
 ///
 /// ```
 /// use std::sync::Arc;
-/// use turnstile::{Limit, ManualClock, Nanos, TokenBucket};
-/// let tb = Arc::new(TokenBucket::with_clock(
-///     Limit::per_second(4.0).unwrap(),
-///     1,
-///     ManualClock::default(),
-/// ));
-/// let _now = tb.reserve_owned_at(Nanos::ZERO);
-/// let later = tb.reserve_owned_at(Nanos::ZERO);
+/// use turnstile::{Limit, ManualClock, Nanos, OwnedReservation, TokenBucket};
+/// let limit = Limit::per_second(4.0).unwrap();
+/// let tb = Arc::new(TokenBucket::builder(limit, 1).clock(ManualClock::default()).build());
+/// let _now = OwnedReservation::reserve_n_at(&tb, Nanos::ZERO, 1);
+/// let later = OwnedReservation::reserve_n_at(&tb, Nanos::ZERO, 1);
 /// assert_eq!(later.time_to_act(), Some(Nanos::new(250_000_000)));
 /// // The reservation outlives this scope's borrow of `tb`: cancel it on another thread.
 /// std::thread::spawn(move || later.cancel_at(Nanos::ZERO)).join().unwrap();
@@ -75,9 +71,9 @@ pub struct Reservation<'a, C: Clock = QuantaClock, P: Layout = Padded> {
 ///
 /// ```compile_fail,E0382
 /// use std::sync::Arc;
-/// use turnstile::{Limit, TokenBucket};
+/// use turnstile::{Limit, OwnedReservation, TokenBucket};
 /// let tb = Arc::new(TokenBucket::new(Limit::per_second(4.0).unwrap(), 1));
-/// let r = tb.reserve_owned();
+/// let r = OwnedReservation::reserve_n(&tb, 1);
 /// r.cancel();
 /// r.cancel(); // error[E0382]: use of moved value: `r`
 /// ```
@@ -212,7 +208,7 @@ impl<C: Clock, P: Layout> Reservation<'_, C, P> {
         "# use std::time::Duration;
 # use turnstile::{Limit, ManualClock, Nanos, TokenBucket};
 # let limit = Limit::per_second(2.0).unwrap();
-# let tb = TokenBucket::with_clock(limit, 1, ManualClock::default());
+# let tb = TokenBucket::builder(limit, 1).clock(ManualClock::default()).build();
 # assert!(tb.allow_at(Nanos::ZERO));
 let r = tb.reserve_n_at(Nanos::ZERO, 1);
 "
@@ -220,14 +216,103 @@ let r = tb.reserve_n_at(Nanos::ZERO, 1);
 }
 
 impl<C: Clock, P: Layout> OwnedReservation<C, P> {
+    /// [`TokenBucket::reserve_n`] through an `Arc`; see [`OwnedReservation::reserve_n_at`].
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use turnstile::{Limit, ManualClock, OwnedReservation, TokenBucket};
+    /// let limit = Limit::per_second(10.0).unwrap();
+    /// let tb = Arc::new(TokenBucket::builder(limit, 5).clock(ManualClock::default()).build());
+    /// assert!(tb.allow_n(5));
+    /// let r = OwnedReservation::reserve_n(&tb, 3);
+    /// assert_eq!(r.delay(), Duration::from_millis(300));
+    /// std::thread::spawn(move || r.cancel()).join().unwrap(); // the 3 tokens come back
+    /// assert_eq!(tb.tokens(), 0.0);
+    /// ```
+    pub fn reserve_n(lim: &Arc<TokenBucket<C, P>>, n: u32) -> Self {
+        Self::reserve_n_at(lim, lim.clock.now(), n)
+    }
+
+    /// [`TokenBucket::reserve_n_at`] through an `Arc`: the same reservation, holding a clone
+    /// of the `Arc` instead of a borrow, so that it is `Send + 'static` (when the clock is)
+    /// and can be acted on or cancelled from another task or thread (tokio's
+    /// `Semaphore::acquire_owned`).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use turnstile::{Limit, ManualClock, Nanos, OwnedReservation, TokenBucket};
+    ///
+    /// let limit = Limit::per_second(2.0).unwrap();
+    /// let tb = Arc::new(TokenBucket::builder(limit, 1).clock(ManualClock::default()).build());
+    /// assert!(tb.allow_at(Nanos::ZERO));
+    /// let r = OwnedReservation::reserve_n_at(&tb, Nanos::ZERO, 1);
+    /// assert_eq!(r.delay_from(Nanos::ZERO), Duration::from_millis(500));
+    /// // The task owns the reservation; it decides not to act and gives the token back.
+    /// tokio::spawn(async move { r.cancel_at(Nanos::ZERO) }).await.unwrap();
+    /// assert_eq!(tb.tokens_at(Nanos::ZERO), 0.0);
+    /// # }
+    /// ```
+    pub fn reserve_n_at(lim: &Arc<TokenBucket<C, P>>, now: Nanos, n: u32) -> Self {
+        OwnedReservation {
+            lim: Arc::clone(lim),
+            ticket: lim.ticket_within(now, n, u64::MAX),
+        }
+    }
+
+    /// [`TokenBucket::try_reserve_n`] through an `Arc`; see
+    /// [`OwnedReservation::try_reserve_n_at`].
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use turnstile::{Limit, OwnedReservation, TokenBucket};
+    /// let tb = Arc::new(TokenBucket::new(Limit::per_second(1.0).unwrap(), 1));
+    /// assert!(OwnedReservation::try_reserve_n(&tb, 1, Duration::ZERO).ok()); // starts full
+    /// // The next token is about a second away.
+    /// assert!(!OwnedReservation::try_reserve_n(&tb, 1, Duration::from_millis(10)).ok());
+    /// ```
+    pub fn try_reserve_n(lim: &Arc<TokenBucket<C, P>>, n: u32, max_wait: Duration) -> Self {
+        Self::try_reserve_n_at(lim, lim.clock.now(), n, max_wait)
+    }
+
+    /// [`TokenBucket::try_reserve_n_at`] through an `Arc`: not OK, and nothing taken, unless
+    /// the tokens arrive within `max_wait`.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use turnstile::{Limit, ManualClock, Nanos, OwnedReservation, TokenBucket};
+    /// let limit = Limit::per_second(1.0).unwrap();
+    /// let tb = Arc::new(TokenBucket::builder(limit, 1).clock(ManualClock::default()).build());
+    /// assert!(tb.allow_at(Nanos::ZERO));
+    /// let (t, n) = (Nanos::ZERO, 1);
+    /// assert!(!OwnedReservation::try_reserve_n_at(&tb, t, n, Duration::from_millis(999)).ok());
+    /// assert!(OwnedReservation::try_reserve_n_at(&tb, t, n, Duration::from_secs(1)).ok());
+    /// ```
+    pub fn try_reserve_n_at(
+        lim: &Arc<TokenBucket<C, P>>,
+        now: Nanos,
+        n: u32,
+        max_wait: Duration,
+    ) -> Self {
+        OwnedReservation {
+            lim: Arc::clone(lim),
+            ticket: lim.ticket_within(now, n, Nanos::from_duration(max_wait).as_u64()),
+        }
+    }
+
     reservation_methods!(
         "# use std::sync::Arc;
 # use std::time::Duration;
 # use turnstile::{Limit, ManualClock, Nanos, TokenBucket};
 # let limit = Limit::per_second(2.0).unwrap();
-# let tb = Arc::new(TokenBucket::with_clock(limit, 1, ManualClock::default()));
+# let tb = Arc::new(TokenBucket::builder(limit, 1).clock(ManualClock::default()).build());
 # assert!(tb.allow_at(Nanos::ZERO));
-let r = tb.reserve_n_owned_at(Nanos::ZERO, 1);
+let r = turnstile::OwnedReservation::reserve_n_at(&tb, Nanos::ZERO, 1);
 "
     );
 }

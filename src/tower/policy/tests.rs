@@ -91,10 +91,11 @@ fn per_key_over_either_map_reports_only_what_is_asked_and_refunds() {
     let limit = Limit::per_second(1.0).unwrap();
     let clock = ManualClock::new(Nanos::new(1_000_000_000));
     let c = clock.clone();
-    let keyed = Keyed::builder(move |_: &u8| TokenBucket::with_clock(limit, 2, c.clone()))
-        .clock(clock.clone())
-        .build()
-        .unwrap();
+    let keyed =
+        Keyed::builder(move |_: &u8| TokenBucket::builder(limit, 2).clock(c.clone()).build())
+            .clock(clock.clone())
+            .build()
+            .unwrap();
     // A Keyed of token buckets reserves: 1 s, then 2 s ahead.
     assert_eq!(
         per_key_contract(keyed),
@@ -112,8 +113,11 @@ fn per_key_over_either_map_reports_only_what_is_asked_and_refunds() {
 #[test]
 fn both_reservations_hold_until_the_later_ones_time() {
     let clock = ManualClock::new(Nanos::new(1_000_000_000));
-    let bucket =
-        |per_sec| TokenBucket::with_clock(Limit::per_second(per_sec).unwrap(), 1, clock.clone());
+    let bucket = |per_sec| {
+        TokenBucket::builder(Limit::per_second(per_sec).unwrap(), 1)
+            .clock(clock.clone())
+            .build()
+    };
     let both = Arc::new(global("slow", bucket(1.0)).and(global("fast", bucket(2.0))));
     let req = Request::new(());
     let ask = Ask {
@@ -160,7 +164,11 @@ fn abandon<P: Policy<()>>(policy: &Arc<P>) {
 fn and_gives_the_first_grant_back_when_dropped_while_the_second_decides() {
     let clock = ManualClock::new(Nanos::new(1_000_000_000));
     // Burst 1, no refill on a clock that stands still: a permit is back only if refunded.
-    let bucket = || TokenBucket::with_clock(Limit::per_second(1.0).unwrap(), 1, clock.clone());
+    let bucket = || {
+        TokenBucket::builder(Limit::per_second(1.0).unwrap(), 1)
+            .clock(clock.clone())
+            .build()
+    };
     let tokens = |g: &Global<TokenBucket<ManualClock>>| g.limiter().tokens();
 
     let both = Arc::new(global("a", bucket()).and(Stalled));
