@@ -152,8 +152,8 @@ pub enum WhenFull {
 /// configuration function (so keys can have different quotas) and evicted once idle. See the
 /// [module docs](self) for the map, the eviction protocol and the full-map policy.
 ///
-/// * **Different limiter types per key:** make `L` a `Box<dyn KeyedLimiter>` (or an `Arc`,
-///   to share one limiter between keys); see [`KeyedLimiter`](crate::KeyedLimiter).
+/// * **Different limiter types per key:** make `L` a `Box<dyn PerKeyLimiter>` (or an `Arc`,
+///   to share one limiter between keys); see [`PerKeyLimiter`](crate::PerKeyLimiter).
 /// * **A configuration that can fail** (a quota from a database, an unknown tier): build the
 ///   map with [`Keyed::try_new`] or [`Keyed::try_builder`] (the type parameter `E` is the
 ///   factory's error, `Infallible` otherwise) and check with [`Keyed::try_check`], which

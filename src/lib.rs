@@ -148,7 +148,7 @@ pub use keyed_window::KeyedWindow;
 pub use leaky_bucket::LeakyBucket;
 pub use leaky_meter::LeakyMeter;
 pub use limit::Limit;
-pub use limiter::{Compact, Denied, Idle, KeyedLimiter, Layout, Limiter, Padded, QuotaStatus};
+pub use limiter::{Compact, Denied, Idle, Layout, Limiter, Padded, PerKeyLimiter, QuotaStatus};
 pub use sliding_window::SlidingWindow;
 pub use smooth::{SmoothBursty, SmoothWarmingUp};
 pub use sometimes::Sometimes;

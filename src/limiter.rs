@@ -227,8 +227,8 @@ fn ceil_secs(d: Duration) -> u64 {
 /// ```
 #[diagnostic::on_unimplemented(
     message = "`{Self}` cannot tell when it is idle, so a keyed map cannot evict it",
-    note = "for limiters of different types per key, use `Box<dyn KeyedLimiter>` or \
-            `Arc<dyn KeyedLimiter>` (a `Limiter` that is also `Idle`), not `Box<dyn Limiter>`"
+    note = "for limiters of different types per key, use `Box<dyn PerKeyLimiter>` or \
+            `Arc<dyn PerKeyLimiter>` (a `Limiter` that is also `Idle`), not `Box<dyn Limiter>`"
 )]
 pub trait Idle {
     /// True if replacing this limiter by a fresh one at `now` could not let more requests
@@ -314,9 +314,9 @@ macro_rules! forward_limiter {
 }
 
 forward_limiter!(
-    /// A boxed limiter is a limiter: so is `Box<dyn KeyedLimiter>`, which lets one
+    /// A boxed limiter is a limiter: so is `Box<dyn PerKeyLimiter>`, which lets one
     /// [`Keyed`](crate::Keyed) map hold different limiter types for different keys (see
-    /// [`KeyedLimiter`]). Every method forwards, including the provided ones, so a limiter that
+    /// [`PerKeyLimiter`]). Every method forwards, including the provided ones, so a limiter that
     /// overrides them keeps its overrides.
     ///
     /// ```
@@ -400,10 +400,10 @@ impl<L: Idle + ?Sized> Idle for Arc<L> {
     }
 }
 
-/// [`Limiter`] and [`Idle`] in one object-safe trait, for the trait objects a
-/// [`Keyed`](crate::Keyed) map can hold: `Box<dyn KeyedLimiter>` (or `Arc<dyn KeyedLimiter>`)
+/// A limiter a [`Keyed`](crate::Keyed) map holds for one key: [`Limiter`] and [`Idle`] in one
+/// object-safe trait, for the trait objects such a map can hold: `Box<dyn PerKeyLimiter>` (or `Arc<dyn PerKeyLimiter>`)
 /// is a `Limiter + Idle`, so a map whose factory builds a different limiter type for
-/// different keys is `Keyed<K, Box<dyn KeyedLimiter>>`. (Rust allows only one non-auto trait
+/// different keys is `Keyed<K, Box<dyn PerKeyLimiter>>`. (Rust allows only one non-auto trait
 /// in a `dyn` type, so `dyn Limiter + Idle` cannot be written.) Every `Limiter + Idle`
 /// implements it; nothing to implement by hand.
 ///
@@ -412,11 +412,11 @@ impl<L: Idle + ?Sized> Idle for Arc<L> {
 ///
 /// ```
 /// use std::time::Duration;
-/// use turnstile::{FixedWindow, Keyed, KeyedLimiter, Limit, TokenBucket};
+/// use turnstile::{FixedWindow, Keyed, PerKeyLimiter, Limit, TokenBucket};
 ///
 /// // Paying users get a token bucket, everyone else 2 requests a minute.
-/// let per_user: Keyed<String, Box<dyn KeyedLimiter>> =
-///     Keyed::new(|user: &String| -> Box<dyn KeyedLimiter> {
+/// let per_user: Keyed<String, Box<dyn PerKeyLimiter>> =
+///     Keyed::new(|user: &String| -> Box<dyn PerKeyLimiter> {
 ///         if user.starts_with("paid:") {
 ///             Box::new(TokenBucket::new(Limit::per_second(100.0).unwrap(), 10))
 ///         } else {
@@ -430,9 +430,9 @@ impl<L: Idle + ?Sized> Idle for Arc<L> {
 /// assert!(per_user.check("free:bob").is_ok());
 /// assert!(per_user.check("free:bob").is_err());
 /// ```
-pub trait KeyedLimiter: Limiter + Idle {}
+pub trait PerKeyLimiter: Limiter + Idle {}
 
-impl<L: Limiter + Idle + ?Sized> KeyedLimiter for L {}
+impl<L: Limiter + Idle + ?Sized> PerKeyLimiter for L {}
 
 /// Where a limiter keeps its hot atomic word: alone on its own cache lines ([`Padded`], the
 /// default) or packed next to its configuration ([`Compact`]).

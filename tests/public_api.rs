@@ -1,5 +1,5 @@
 //! The five-minute API: `now()` without the `Clock` trait, `Keyed` maps of mixed
-//! limiter types through `Box`/`Arc<dyn KeyedLimiter>`, a fallible per-key factory
+//! limiter types through `Box`/`Arc<dyn PerKeyLimiter>`, a fallible per-key factory
 //! (`Keyed::try_new`), `Denied::retry_after_secs` for `Retry-After`, and the exact Debug and
 //! Display strings of limits and limiters.
 
@@ -139,15 +139,15 @@ mod mixed {
     use std::time::Duration;
 
     use turnstile::{
-        FixedWindow, Keyed, KeyedLimiter, Limit, Limiter, ManualClock, Nanos, TokenBucket,
+        FixedWindow, Keyed, Limit, Limiter, ManualClock, Nanos, PerKeyLimiter, TokenBucket,
     };
 
     use super::{at, SEC};
 
     /// Even keys get a token bucket (2/s, burst 2), odd keys a fixed window (1 per 10 s).
-    fn mixed(clock: &ManualClock) -> Keyed<u32, Box<dyn KeyedLimiter>, ManualClock> {
+    fn mixed(clock: &ManualClock) -> Keyed<u32, Box<dyn PerKeyLimiter>, ManualClock> {
         let c = clock.clone();
-        Keyed::builder(move |k: &u32| -> Box<dyn KeyedLimiter> {
+        Keyed::builder(move |k: &u32| -> Box<dyn PerKeyLimiter> {
             if k.is_multiple_of(2) {
                 Box::new(
                     TokenBucket::builder(Limit::per_second(2.0).unwrap(), 2)
@@ -209,20 +209,20 @@ mod mixed {
         assert_eq!(d.retry_at(), Some(at(5 * SEC)));
     }
 
-    /// `Arc<dyn KeyedLimiter>`: a factory can hand keys fresh limiters or one shared group
+    /// `Arc<dyn PerKeyLimiter>`: a factory can hand keys fresh limiters or one shared group
     /// limiter; the group's state survives the eviction of a key that holds it.
     #[test]
     fn arc_dyn_with_a_shared_group_limiter() {
         let clock = ManualClock::default();
-        let group: Arc<dyn KeyedLimiter> = Arc::new(
+        let group: Arc<dyn PerKeyLimiter> = Arc::new(
             TokenBucket::builder(Limit::per_second(1.0).unwrap(), 2)
                 .clock(clock.clone())
                 .build(),
         );
         let c = clock.clone();
         let g = group.clone();
-        let k: Keyed<&'static str, Arc<dyn KeyedLimiter>, ManualClock> =
-            Keyed::builder(move |name: &&'static str| -> Arc<dyn KeyedLimiter> {
+        let k: Keyed<&'static str, Arc<dyn PerKeyLimiter>, ManualClock> =
+            Keyed::builder(move |name: &&'static str| -> Arc<dyn PerKeyLimiter> {
                 if name.starts_with("team:") {
                     g.clone()
                 } else {

@@ -13,8 +13,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use turnstile::{
-    Deadline, FixedWindow, Keyed, KeyedLimiter, Limit, Limiter, ManualClock, Nanos,
-    OwnedReservation, TokenBucket, WaitError,
+    Deadline, FixedWindow, Keyed, Limit, Limiter, ManualClock, Nanos, OwnedReservation,
+    PerKeyLimiter, TokenBucket, WaitError,
 };
 
 type Result<T = ()> = std::result::Result<T, Box<dyn std::error::Error>>;
@@ -108,7 +108,7 @@ struct UnknownTier(String);
 #[test]
 fn a_keyed_map_of_mixed_limiters_with_a_fallible_factory() -> Result {
     let per_tier = Keyed::try_new(
-        |tier: &String| -> std::result::Result<Box<dyn KeyedLimiter>, UnknownTier> {
+        |tier: &String| -> std::result::Result<Box<dyn PerKeyLimiter>, UnknownTier> {
             match tier.as_str() {
                 "free" => Ok(Box::new(
                     FixedWindow::new(1, Duration::from_secs(3600)).unwrap(),

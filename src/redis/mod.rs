@@ -262,7 +262,7 @@ pub(crate) fn check_key(key: &str, max: usize) -> Result<(), RedisLimitError> {
 pub trait RedisLimiter: Send + Sync {
     /// The in-process limiter with the same configuration, one per key: what the fallback
     /// answers with while Redis is unreachable.
-    type Local: crate::KeyedLimiter + 'static;
+    type Local: crate::PerKeyLimiter + 'static;
 
     /// An in-process limiter for one key with this limiter's configuration, its rate scaled by
     /// `share` (in `(0, 1]`: `1 / fleet size` keeps a fleet in fallback near the one limit;
