@@ -22,7 +22,7 @@
 //!   the `Acquire` first load of the `Release` store of `seq = e`. The loom models fail only
 //!   when one ordering of each is weakened (the table in `loom-tests/src/lib.rs`).
 
-use crate::limiter::{Layout, Padded};
+use crate::layout::{Layout, Padded};
 use crate::sync::{fence, retry_hint, AtomicU64, Ordering};
 
 const WRITING: u64 = u64::MAX;

@@ -107,7 +107,8 @@ use crossbeam_utils::Backoff;
 
 use crate::clock::{Clock, Nanos, QuantaClock};
 use crate::error::ConfigError;
-use crate::limiter::{Compact, Denied, Idle, Layout, Limiter, Padded};
+use crate::layout::{Compact, Layout, Padded};
+use crate::limiter::{Denied, Idle, Limiter};
 use crate::sync::{AtomicU64, Ordering};
 
 /// `next` before the first permit: [`Nanos::MAX`], never a grantable time.

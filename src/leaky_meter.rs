@@ -51,8 +51,9 @@ use std::fmt;
 
 use crate::clock::{Clock, Nanos, QuantaClock};
 use crate::error::ConfigError;
+use crate::layout::{Compact, Layout, Padded};
 use crate::limit::Limit;
-use crate::limiter::{Compact, Denied, Idle, Layout, Limiter, Padded, QuotaStatus};
+use crate::limiter::{Denied, Idle, Limiter, QuotaStatus};
 use crate::token_bucket::TokenBucket;
 
 /// A lock-free water-level leaky bucket: `capacity` units of water leaking at `leak` units

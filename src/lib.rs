@@ -20,17 +20,17 @@
 //! | [`Sometimes`] | Go `rate.Sometimes` | [`sometimes`] |
 //! | [`LeakyBucket`] | uber-go `ratelimit` | [`leaky_bucket`] |
 //! | [`SmoothBursty`], [`SmoothWarmingUp`] | Guava `RateLimiter` | [`smooth`] |
-//! | [`FixedWindow`] | go-zero `PeriodLimit` | [`window`] |
+//! | [`FixedWindow`] | go-zero `PeriodLimit` | [`fixed_window`] |
 //! | [`SlidingWindow`] | the sliding-window counter | [`sliding_window`] |
 //! | [`LeakyMeter`] | the water-level leaky bucket (a meter) | [`leaky_meter`] |
 //! | [`Keyed`] | any of the above, per key (per IP, user, API key) | [`keyed`] |
-//! | [`KeyedTokenBucket`] | a token bucket per key, its state inline (one word per key) | [`keyed_bucket`] |
-//! | [`KeyedLeakyBucket`] | a leaky bucket (uber-go) per key, its state inline | [`keyed_leaky`] |
-//! | [`KeyedLeakyMeter`] | a water-level meter per key, its state inline | [`keyed_meter`] |
-//! | [`KeyedSmoothBursty`] | Guava's `SmoothBursty` per key, its state inline | [`keyed_smooth`] |
-//! | [`KeyedSmoothWarmingUp`] | Guava's `SmoothWarmingUp` per key, its state inline (a 128-bit word) | [`keyed_warming`] |
-//! | [`KeyedWindow`] | a fixed window (go-zero `PeriodLimit`) per key, its state inline | [`keyed_window`] |
-//! | [`KeyedSlidingWindow`] | the sliding-window counter per key, its state inline | [`keyed_sliding`] |
+//! | [`KeyedTokenBucket`] | a token bucket per key, its state inline (one word per key) | [`keyed::token_bucket`] |
+//! | [`KeyedLeakyBucket`] | a leaky bucket (uber-go) per key, its state inline | [`keyed::leaky_bucket`] |
+//! | [`KeyedLeakyMeter`] | a water-level meter per key, its state inline | [`keyed::leaky_meter`] |
+//! | [`KeyedSmoothBursty`] | Guava's `SmoothBursty` per key, its state inline | [`keyed::smooth_bursty`] |
+//! | [`KeyedSmoothWarmingUp`] | Guava's `SmoothWarmingUp` per key, its state inline (a 128-bit word) | [`keyed::smooth_warming_up`] |
+//! | [`KeyedWindow`] | a fixed window (go-zero `PeriodLimit`) per key, its state inline | [`keyed::fixed_window`] |
+//! | [`KeyedSlidingWindow`] | the sliding-window counter per key, its state inline | [`keyed::sliding_window`] |
 //!
 //! Every limiter has a mutex-based twin in `reference` (feature `reference`) that follows the
 //! upstream code literally; the tests compare the two on random operation sequences, and the
@@ -61,99 +61,70 @@
 #![warn(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+// Time: the clock every limiter reads, and the deadlines of the waits.
 pub mod clock;
-mod config_slots;
 mod deadline;
+
+// The vocabulary every limiter shares: the rate, the check, the errors, the layout.
 mod error;
-#[cfg(feature = "keyed")]
-mod key_bound;
-#[cfg(feature = "keyed")]
-#[cfg_attr(docsrs, doc(cfg(feature = "keyed")))]
-pub mod keyed;
-#[cfg(feature = "keyed")]
-#[cfg_attr(docsrs, doc(cfg(feature = "keyed")))]
-pub mod keyed_bucket;
-#[cfg(feature = "keyed")]
-#[cfg_attr(docsrs, doc(cfg(feature = "keyed")))]
-pub mod keyed_leaky;
-#[cfg(feature = "keyed")]
-#[cfg_attr(docsrs, doc(cfg(feature = "keyed")))]
-pub mod keyed_meter;
-#[cfg(feature = "keyed")]
-#[cfg_attr(docsrs, doc(cfg(feature = "keyed")))]
-pub mod keyed_sliding;
-#[cfg(feature = "keyed")]
-#[cfg_attr(docsrs, doc(cfg(feature = "keyed")))]
-pub mod keyed_smooth;
-#[cfg(feature = "keyed")]
-#[cfg_attr(docsrs, doc(cfg(feature = "keyed")))]
-pub mod keyed_warming;
-#[cfg(feature = "keyed")]
-#[cfg_attr(docsrs, doc(cfg(feature = "keyed")))]
-pub mod keyed_window;
-pub mod leaky_bucket;
-pub mod leaky_meter;
+mod layout;
 mod limit;
 mod limiter;
-#[cfg(feature = "redis")]
-#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
-pub mod redis;
-#[cfg(feature = "reference")]
-#[cfg_attr(docsrs, doc(cfg(feature = "reference")))]
-pub mod reference;
-mod scale;
+
+// The limiters, one module each.
+pub mod fixed_window;
+pub mod leaky_bucket;
+pub mod leaky_meter;
 pub mod sliding_window;
 pub mod smooth;
 pub mod sometimes;
-#[cfg(feature = "keyed")]
-mod sweeper;
-mod sync;
 pub mod token_bucket;
+
+// Per-key limiting: `Keyed` over any limiter, and a map per limiter with its state inline.
+#[cfg(feature = "keyed")]
+#[cfg_attr(docsrs, doc(cfg(feature = "keyed")))]
+pub mod keyed;
+
+// Integrations: a fleet on Redis, and tower middleware.
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+pub mod redis;
 #[cfg(feature = "tower")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
 pub mod tower;
-pub mod window;
-#[cfg(feature = "keyed")]
-mod word_map;
-#[cfg(feature = "keyed")]
-mod word_rule;
+
+// The mutex twins: the tests' oracle and the benchmarks' baseline.
+#[cfg(feature = "reference")]
+#[cfg_attr(docsrs, doc(cfg(feature = "reference")))]
+pub mod reference;
+
+// Internals the limiters share: configuration slots, fixed-point scales, the atomics (loom's
+// under `cfg(loom)`).
+mod config_slots;
+mod scale;
+mod sync;
 
 pub use clock::{Clock, CoarseClock, ManualClock, Nanos, QuantaClock};
 pub use deadline::Deadline;
 pub use error::{ConfigError, WaitError};
-#[cfg(feature = "keyed")]
-#[cfg_attr(docsrs, doc(cfg(feature = "keyed")))]
-pub use keyed::Keyed;
-#[cfg(feature = "keyed")]
-#[cfg_attr(docsrs, doc(cfg(feature = "keyed")))]
-pub use keyed_bucket::KeyedTokenBucket;
-#[cfg(feature = "keyed")]
-#[cfg_attr(docsrs, doc(cfg(feature = "keyed")))]
-pub use keyed_leaky::KeyedLeakyBucket;
-#[cfg(feature = "keyed")]
-#[cfg_attr(docsrs, doc(cfg(feature = "keyed")))]
-pub use keyed_meter::KeyedLeakyMeter;
-#[cfg(feature = "keyed")]
-#[cfg_attr(docsrs, doc(cfg(feature = "keyed")))]
-pub use keyed_sliding::KeyedSlidingWindow;
-#[cfg(feature = "keyed")]
-#[cfg_attr(docsrs, doc(cfg(feature = "keyed")))]
-pub use keyed_smooth::KeyedSmoothBursty;
-#[cfg(feature = "keyed")]
-#[cfg_attr(docsrs, doc(cfg(feature = "keyed")))]
-pub use keyed_warming::KeyedSmoothWarmingUp;
-#[cfg(feature = "keyed")]
-#[cfg_attr(docsrs, doc(cfg(feature = "keyed")))]
-pub use keyed_window::KeyedWindow;
+pub use layout::{Compact, Layout, Padded};
+pub use limit::Limit;
+pub use limiter::{Denied, Idle, Limiter, PerKeyLimiter, QuotaStatus};
+
+pub use fixed_window::{FixedWindow, Outcome, WindowStatus};
 pub use leaky_bucket::LeakyBucket;
 pub use leaky_meter::LeakyMeter;
-pub use limit::Limit;
-pub use limiter::{Compact, Denied, Idle, Layout, Limiter, Padded, PerKeyLimiter, QuotaStatus};
 pub use sliding_window::SlidingWindow;
 pub use smooth::{SmoothBursty, SmoothWarmingUp};
 pub use sometimes::Sometimes;
 pub use token_bucket::{OwnedReservation, Peek, Reservation, TokenBucket};
-pub use window::{FixedWindow, Outcome, WindowStatus};
+
+#[cfg(feature = "keyed")]
+#[cfg_attr(docsrs, doc(cfg(feature = "keyed")))]
+pub use keyed::{
+    Keyed, KeyedLeakyBucket, KeyedLeakyMeter, KeyedSlidingWindow, KeyedSmoothBursty,
+    KeyedSmoothWarmingUp, KeyedTokenBucket, KeyedWindow,
+};
 
 /// The README's Rust blocks, run as doc tests (`cargo test --doc --all-features`, as
 /// `./scripts/test` does), so that a snippet in it can never again fail to compile. Its

@@ -5,7 +5,7 @@
 //! # The loom stand-in for `AtomicU128`
 //! loom has no 128-bit atomic. Under loom, [`AtomicU128`] is a loom `AtomicPtr` to an
 //! immutable, leaked `Box<u128>` (for the smooth limiters' words and the 128-bit words of
-//! the inline keyed map, `src/word_map.rs`):
+//! the inline keyed map, `src/keyed/word_map.rs`):
 //!
 //! * **Values are immutable.** A value is boxed and fully written *before* its pointer is
 //!   published by a CAS, and never written again (the boxes are leaked: a model is short). So

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use proptest::prelude::*;
-use turnstile::keyed_bucket::{KeyedTokenBucket, WhenFull, MAX_QUOTAS};
+use turnstile::keyed::token_bucket::{KeyedTokenBucket, WhenFull, MAX_QUOTAS};
 use turnstile::{reference, ConfigError, Limit, Limiter, ManualClock, Nanos};
 
 const MS: u64 = 1_000_000;

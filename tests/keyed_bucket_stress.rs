@@ -1,6 +1,6 @@
 //! `KeyedTokenBucket` under races: grants on live keys, evictions, revivals of evicted keys,
 //! table growth and purges, and arbitrarily stale clock readings. The module docs of
-//! `src/keyed_bucket.rs` and `src/word_map.rs` state the guarantee (every key keeps `burst + limit * span` over
+//! `src/keyed/token_bucket.rs` and `src/keyed/word_map.rs` state the guarantee (every key keeps `burst + limit * span` over
 //! every span of its readings, as if one bucket had served it all along); this file checks
 //! it on every key after each race.
 //!
@@ -22,8 +22,8 @@ use std::time::Duration;
 
 use common::stale_race::{inline_stale_race, per_key, purge_race, token_bucket_excess, PHASES};
 
-use turnstile::keyed_bucket::KeyedTokenBucket;
-use turnstile::keyed_meter::KeyedLeakyMeter;
+use turnstile::keyed::leaky_meter::KeyedLeakyMeter;
+use turnstile::keyed::token_bucket::KeyedTokenBucket;
 use turnstile::{Limit, ManualClock, Nanos};
 
 const SEC: u64 = 1_000_000_000;

@@ -9,7 +9,7 @@ use std::collections::hash_map::RandomState;
 use std::time::Duration;
 
 use proptest::prelude::*;
-use turnstile::keyed_leaky::{KeyedLeakyBucket, MAX_QUOTAS};
+use turnstile::keyed::leaky_bucket::{KeyedLeakyBucket, MAX_QUOTAS};
 use turnstile::{ConfigError, Keyed, LeakyBucket, ManualClock, Nanos};
 
 const MS: u64 = 1_000_000;

@@ -1,6 +1,6 @@
 //! `KeyedLeakyBucket` under races: grants on live keys, evictions, revivals of evicted keys,
 //! table growth and purges, and arbitrarily stale clock readings. The module docs of
-//! `src/keyed_leaky.rs` state the guarantee: every key keeps upstream's bound, at most
+//! `src/keyed/leaky_bucket.rs` state the guarantee: every key keeps upstream's bound, at most
 //! `slack + 1 + d / T` permits with readings in any span `d`, as if one bucket had served it
 //! all along; this file checks it on every key after each race.
 //!
@@ -22,7 +22,7 @@ use common::stale_race::{
     drained_race, inline_stale_race, per_key, purge_race, token_bucket_excess, PHASES,
 };
 
-use turnstile::keyed_leaky::KeyedLeakyBucket;
+use turnstile::keyed::leaky_bucket::KeyedLeakyBucket;
 use turnstile::{ManualClock, Nanos};
 
 const SEC: u64 = 1_000_000_000;

@@ -11,7 +11,7 @@ mod common;
 use std::time::Duration;
 
 use proptest::prelude::*;
-use turnstile::keyed_meter::{KeyedLeakyMeter, MAX_QUOTAS};
+use turnstile::keyed::leaky_meter::{KeyedLeakyMeter, MAX_QUOTAS};
 use turnstile::{ConfigError, Keyed, LeakyMeter, Limit, ManualClock, Nanos};
 
 const MS: u64 = 1_000_000;

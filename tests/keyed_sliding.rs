@@ -10,7 +10,7 @@ use std::collections::hash_map::RandomState;
 use std::time::Duration;
 
 use proptest::prelude::*;
-use turnstile::keyed_sliding::{KeyedSlidingWindow, KeyedSlidingWindowBuilder, MAX_QUOTAS};
+use turnstile::keyed::sliding_window::{KeyedSlidingWindow, KeyedSlidingWindowBuilder, MAX_QUOTAS};
 use turnstile::sliding_window::SlidingWindowBuilder;
 use turnstile::{
     Clock, ConfigError, Denied, Keyed, Limiter, ManualClock, Nanos, QuantaClock, SlidingWindow,

@@ -1,6 +1,6 @@
 //! `KeyedSlidingWindow` under races: grants on live keys, evictions, revivals of evicted
 //! keys, table growth and purges, and arbitrarily stale clock readings. The module docs of
-//! `src/keyed_sliding.rs` state the budget in **judged times** (a grant's reading, or the
+//! `src/keyed/sliding_window.rs` state the budget in **judged times** (a grant's reading, or the
 //! start of the state's window if later), over a key's whole history across evictions: each
 //! aligned window holds at most `QUOTA` grants, and any span of one period fewer than
 //! `2 * QUOTA`. The test knows only a grant's reading `r` and a clock reading `after` taken
@@ -37,7 +37,7 @@ use common::stale_race::{
     drained_race, inline_stale_race, per_key, purge_race, record_timed, PHASES, WORKERS,
 };
 
-use turnstile::keyed_sliding::KeyedSlidingWindow;
+use turnstile::keyed::sliding_window::KeyedSlidingWindow;
 use turnstile::{ManualClock, Nanos, SlidingWindow};
 
 const SEC: u64 = 1_000_000_000;

@@ -12,7 +12,7 @@ use std::collections::hash_map::RandomState;
 use std::time::Duration;
 
 use proptest::prelude::*;
-use turnstile::keyed_smooth::{KeyedSmoothBursty, MAX_QUOTAS};
+use turnstile::keyed::smooth_bursty::{KeyedSmoothBursty, MAX_QUOTAS};
 use turnstile::{ConfigError, Keyed, ManualClock, Nanos, SmoothBursty};
 
 const MS: u64 = 1_000_000;

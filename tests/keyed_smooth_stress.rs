@@ -1,6 +1,6 @@
 //! `KeyedSmoothBursty` under races: grants on live keys, evictions, revivals of evicted keys,
 //! table growth and purges, and arbitrarily stale clock readings. The module docs of
-//! `src/keyed_smooth.rs` state the budget: over readings in any span `d`, a key's grants
+//! `src/keyed/smooth_bursty.rs` state the budget: over readings in any span `d`, a key's grants
 //! but the last to take effect total at most `max_permits + d / I` (pay later: the last may
 //! be of any size), as if one limiter had served it all along, stale readings and evictions
 //! included; this file checks it on every key after each race, with checks of 1 or 2
@@ -27,7 +27,7 @@ use common::stale_race::{
     drained_race, inline_stale_race, per_key, purge_race, token_bucket_excess, PHASES,
 };
 
-use turnstile::keyed_smooth::KeyedSmoothBursty;
+use turnstile::keyed::smooth_bursty::KeyedSmoothBursty;
 use turnstile::{ManualClock, Nanos};
 
 const SEC: u64 = 1_000_000_000;

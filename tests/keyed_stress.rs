@@ -1,5 +1,5 @@
 //! `Keyed` under arbitrarily stale clock readings: a check whose time was read before a sweep
-//! evicted its key's limiter must not gain from the eviction. The module docs of `src/keyed.rs`
+//! evicted its key's limiter must not gain from the eviction. The module docs of `src/keyed/mod.rs`
 //! state the guarantee (each key keeps its limiter type's bound over every span, as if one
 //! limiter had served it all along) and prove it; this file checks it.
 //!

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use common::stale_race::token_bucket_excess;
 use proptest::prelude::*;
-use turnstile::keyed_warming::{KeyedSmoothWarmingUp, MAX_QUOTAS};
+use turnstile::keyed::smooth_warming_up::{KeyedSmoothWarmingUp, MAX_QUOTAS};
 use turnstile::{ConfigError, Keyed, ManualClock, Nanos, SmoothWarmingUp};
 
 const MS: u64 = 1_000_000;

@@ -1,6 +1,6 @@
 //! `KeyedSmoothWarmingUp` under races: grants on live keys, evictions, revivals of evicted
 //! keys, table growth and purges, and arbitrarily stale clock readings, on the word map's
-//! 128-bit words. The module docs of `src/keyed_warming.rs` state the budget: over readings
+//! 128-bit words. The module docs of `src/keyed/smooth_warming_up.rs` state the budget: over readings
 //! in any span `d`, a key's grants but the last to take effect total at most `d * rate` (a
 //! warming-up limiter never bursts; pay later: the last may be of any size), as if one
 //! limiter had served it all along, stale readings and evictions included; this file checks
@@ -28,7 +28,7 @@ use common::stale_race::{
     drained_race, inline_stale_race, per_key, purge_race, token_bucket_excess, PHASES,
 };
 
-use turnstile::keyed_warming::KeyedSmoothWarmingUp;
+use turnstile::keyed::smooth_warming_up::KeyedSmoothWarmingUp;
 use turnstile::{ManualClock, Nanos};
 
 const MS: u64 = 1_000_000;

@@ -11,7 +11,7 @@ use std::collections::hash_map::RandomState;
 use std::time::Duration;
 
 use proptest::prelude::*;
-use turnstile::keyed_window::{KeyedWindow, MAX_QUOTAS};
+use turnstile::keyed::fixed_window::{KeyedWindow, MAX_QUOTAS};
 use turnstile::{ConfigError, FixedWindow, Keyed, ManualClock, Nanos, QuotaStatus};
 
 const MS: u64 = 1_000_000;
@@ -132,7 +132,7 @@ fn quotas_are_per_key_and_bounded() {
         ConfigError::TooManyQuotas(MAX_QUOTAS + 1)
     );
     let one = Duration::from_secs(1);
-    let bad = |b: turnstile::keyed_window::KeyedWindowBuilder<u8>| b.build().unwrap_err();
+    let bad = |b: turnstile::keyed::fixed_window::KeyedWindowBuilder<u8>| b.build().unwrap_err();
     assert_eq!(
         bad(KeyedWindow::builder(1, one).quota(0, one)),
         ConfigError::ZeroQuota

@@ -1,6 +1,6 @@
 //! `KeyedWindow` under races: grants on live keys, evictions, revivals of evicted keys, table
 //! growth and purges, and arbitrarily stale clock readings. The module docs of
-//! `src/keyed_window.rs` state the guarantee: windows never overlap and each counts at most
+//! `src/keyed/fixed_window/mod.rs` state the guarantee: windows never overlap and each counts at most
 //! its quota, as if one `FixedWindow` had served the key all along. The windows here are
 //! aligned on whole seconds of the clock, so the test knows them: a grant at reading `r` is
 //! counted in the window open at its check, which ends after `r` and started no later than
@@ -28,7 +28,7 @@ use common::stale_race::{
     drained_race, inline_stale_race, per_key, purge_race, record_timed, MAX_STALE, PHASES,
 };
 
-use turnstile::keyed_window::KeyedWindow;
+use turnstile::keyed::fixed_window::KeyedWindow;
 use turnstile::{ManualClock, Nanos};
 
 const MS: u64 = 1_000_000;

@@ -470,7 +470,7 @@ fn keyed_forwards_and_builds_fresh_status() {
 #[cfg(feature = "keyed")]
 #[test]
 fn keyed_bucket_matches_token_bucket() {
-    use turnstile::keyed_bucket::KeyedTokenBucket;
+    use turnstile::keyed::token_bucket::KeyedTokenBucket;
     let k = KeyedTokenBucket::<u8, _, _>::builder(per_second(3.0), 2)
         .quota(Limit::ZERO, 2)
         .quota(Limit::INF, 2)

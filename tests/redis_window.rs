@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use common::redis_server::{RedisCluster, RedisServer};
 use redis::aio::ConnectionLike;
-use turnstile::redis::window::{WindowStatus, STATUS_SCRIPT, TAKE_SCRIPT};
+use turnstile::redis::fixed_window::{WindowStatus, STATUS_SCRIPT, TAKE_SCRIPT};
 use turnstile::redis::{ConnectionManager, FixedWindow, RedisLimitError, RedisLimiter};
 use turnstile::{ConfigError, Limiter, Outcome, QuotaStatus};
 

@@ -198,7 +198,7 @@ fn take_n_is_all_or_nothing() {
         assert_eq!(w.take_n_at(t(0.0), 3), Outcome::Allowed, "{}", w.name());
         assert_eq!(w.take_n_at(t(1.0), 3), Outcome::OverQuota, "{}", w.name());
         // The refused 3 counted nothing (an `INCRBY 3` would have: the documented difference
-        // from go-zero's counting, src/window.rs).
+        // from go-zero's counting, src/fixed_window.rs).
         assert_eq!(w.status_at(t(1.0)).remaining, 2, "{}", w.name());
         assert_eq!(w.take_n_at(t(1.0), 2), Outcome::HitQuota, "{}", w.name());
         assert_eq!(w.take_n_at(t(1.0), 6), Outcome::OverQuota, "{}", w.name());

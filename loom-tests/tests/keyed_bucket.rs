@@ -1,4 +1,4 @@
-//! loom models of `KeyedTokenBucket`'s table protocol (`src/word_map.rs`, the engine of every
+//! loom models of `KeyedTokenBucket`'s table protocol (`src/keyed/word_map.rs`, the engine of every
 //! inline map): a grant is one CAS on the key's word, an eviction a CAS of the same word to
 //! `DEAD`, a revival a CAS from `DEAD`, a resize freezes the dead words, then copies each live
 //! word into the new table before it freezes it (again if the word changed), so a check that
@@ -19,7 +19,7 @@ use std::hash::BuildHasherDefault;
 use std::time::Duration;
 
 use loom::thread;
-use turnstile::keyed_bucket::KeyedTokenBucket;
+use turnstile::keyed::token_bucket::KeyedTokenBucket;
 use turnstile::{Limit, ManualClock, Nanos};
 
 /// A fixed hasher: a model must run the same way every time (std's `RandomState` would put

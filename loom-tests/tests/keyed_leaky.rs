@@ -1,5 +1,5 @@
-//! loom models of `KeyedLeakyBucket` (`src/keyed_leaky.rs`) on the word map's protocol
-//! (`src/word_map.rs`): a grant is one CAS on the key's word, an eviction a CAS of the same
+//! loom models of `KeyedLeakyBucket` (`src/keyed/leaky_bucket.rs`) on the word map's protocol
+//! (`src/keyed/word_map.rs`): a grant is one CAS on the key's word, an eviction a CAS of the same
 //! word to `DEAD`, a revival a CAS from `DEAD` to a word born at the sweep's time or later,
 //! and a resize copies each live word before it freezes it. The leaky bucket's rule differs
 //! from the token bucket's in what a word means (`next`, shifted), in how a key is born
@@ -18,7 +18,7 @@ use std::hash::BuildHasherDefault;
 use std::time::Duration;
 
 use loom::thread;
-use turnstile::keyed_leaky::KeyedLeakyBucket;
+use turnstile::keyed::leaky_bucket::KeyedLeakyBucket;
 use turnstile::{ManualClock, Nanos};
 
 /// A fixed hasher: a model must run the same way every time.

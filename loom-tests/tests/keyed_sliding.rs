@@ -1,5 +1,5 @@
-//! loom models of `KeyedSlidingWindow` (`src/keyed_sliding.rs`) on the word map's protocol
-//! (`src/word_map.rs`): a grant is one CAS on the key's word, an eviction a CAS of the same
+//! loom models of `KeyedSlidingWindow` (`src/keyed/sliding_window.rs`) on the word map's protocol
+//! (`src/keyed/word_map.rs`): a grant is one CAS on the key's word, an eviction a CAS of the same
 //! word to `DEAD`, a revival a CAS from `DEAD` to a word born at the sweep's time or later,
 //! and a resize copies each live word before it freezes it. The sliding rule differs from
 //! the others in what a word means (`(k, prev, curr)`), in how a key is born (`(B / P, 0,
@@ -19,7 +19,7 @@ use std::hash::BuildHasherDefault;
 use std::time::Duration;
 
 use loom::thread;
-use turnstile::keyed_sliding::KeyedSlidingWindow;
+use turnstile::keyed::sliding_window::KeyedSlidingWindow;
 use turnstile::{ManualClock, Nanos};
 
 /// A fixed hasher: a model must run the same way every time.

@@ -1,5 +1,5 @@
-//! loom models of `KeyedSmoothBursty` (`src/keyed_smooth.rs`) on the word map's protocol
-//! (`src/word_map.rs`): a grant is one CAS on the key's word, an eviction a CAS of the same
+//! loom models of `KeyedSmoothBursty` (`src/keyed/smooth_bursty.rs`) on the word map's protocol
+//! (`src/keyed/word_map.rs`): a grant is one CAS on the key's word, an eviction a CAS of the same
 //! word to `DEAD`, a revival a CAS from `DEAD` to a word born at the sweep's time or later,
 //! and a resize copies each live word before it freezes it. The bursty rule differs from
 //! the other inline rules in what a word means (`z = next_free - stored * I`, shifted), in
@@ -19,7 +19,7 @@ use std::hash::BuildHasherDefault;
 use std::time::Duration;
 
 use loom::thread;
-use turnstile::keyed_smooth::KeyedSmoothBursty;
+use turnstile::keyed::smooth_bursty::KeyedSmoothBursty;
 use turnstile::{ManualClock, Nanos};
 
 /// A fixed hasher: a model must run the same way every time.

@@ -1,5 +1,5 @@
-//! loom models of `KeyedSmoothWarmingUp` (`src/keyed_warming.rs`) on the word map's protocol
-//! (`src/word_map.rs`) at its **128-bit** width: a grant is one CAS on the key's word, an
+//! loom models of `KeyedSmoothWarmingUp` (`src/keyed/smooth_warming_up.rs`) on the word map's protocol
+//! (`src/keyed/word_map.rs`) at its **128-bit** width: a grant is one CAS on the key's word, an
 //! eviction a CAS of the same word to `DEAD`, a revival a CAS from `DEAD` to a word born at
 //! the sweep's time or later, and a resize copies each live word before it freezes it. The
 //! word is loom's `AtomicU128` stand-in (`src/sync.rs`), which checks the orderings as
@@ -24,7 +24,7 @@ use std::hash::BuildHasherDefault;
 use std::time::Duration;
 
 use loom::thread;
-use turnstile::keyed_warming::KeyedSmoothWarmingUp;
+use turnstile::keyed::smooth_warming_up::KeyedSmoothWarmingUp;
 use turnstile::{ManualClock, Nanos};
 
 /// A fixed hasher: a model must run the same way every time.

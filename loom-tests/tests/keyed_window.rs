@@ -1,5 +1,5 @@
-//! loom models of `KeyedWindow` (`src/keyed_window.rs`) on the word map's protocol
-//! (`src/word_map.rs`): a grant is one CAS on the key's word, an eviction a CAS of the same
+//! loom models of `KeyedWindow` (`src/keyed/fixed_window/mod.rs`) on the word map's protocol
+//! (`src/keyed/word_map.rs`): a grant is one CAS on the key's word, an eviction a CAS of the same
 //! word to `DEAD`, a revival a CAS from `DEAD` to a word born at the sweep's time or later,
 //! and a resize copies each live word before it freezes it. The window's rule differs from
 //! the buckets' in what a word means (a window's end and count), in how a key is born (a
@@ -19,7 +19,7 @@ use std::hash::BuildHasherDefault;
 use std::time::Duration;
 
 use loom::thread;
-use turnstile::keyed_window::KeyedWindow;
+use turnstile::keyed::fixed_window::KeyedWindow;
 use turnstile::{ManualClock, Nanos};
 
 /// A fixed hasher: a model must run the same way every time.

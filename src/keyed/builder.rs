@@ -8,7 +8,7 @@ use std::time::Duration;
 use super::{map, Factory, Keyed, WhenFull};
 use crate::clock::{Clock, Nanos, QuantaClock};
 use crate::error::ConfigError;
-use crate::key_bound::KeyBound;
+use crate::keyed::key_bound::KeyBound;
 use crate::limiter::{Idle, Limiter};
 
 /// Options for a [`Keyed`].

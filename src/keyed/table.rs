@@ -1,4 +1,4 @@
-//! [`Keyed`](crate::Keyed)'s map: an open-addressing table of `(word, key)` entries whose word
+//! [`Keyed`]'s map: an open-addressing table of `(word, key)` entries whose word
 //! points to the key's [`Slot`] (its eviction state and limiter, one heap allocation that
 //! never moves), read without a lock and written under one mutex.
 //!

@@ -53,9 +53,9 @@ pub mod coalesce;
 mod connection;
 mod error_log;
 pub mod fallback;
+pub mod fixed_window;
 pub mod gcra;
 pub mod token_bucket;
-pub mod window;
 
 pub use blocking::Blocking;
 pub use coalesce::{
@@ -65,9 +65,9 @@ pub use connection::{connect, connect_with, ConnectOptions, Connection};
 pub use fallback::{
     Fallback, FallbackBuilder, Mode, DEFAULT_MAX_LOCAL_KEYS, DEFAULT_PING_EVERY, DEFAULT_TIMEOUT,
 };
+pub use fixed_window::{FixedWindow, FixedWindowBuilder};
 pub use gcra::{Gcra, GcraBuilder, Throttle};
 pub use token_bucket::TokenBucket;
-pub use window::{FixedWindow, FixedWindowBuilder};
 
 pub(crate) use error_log::ErrorLog;
 
@@ -88,7 +88,7 @@ pub const DEFAULT_DEADLINE: Duration = Duration::from_millis(250);
 /// round trip. Keys often come from requests (a header, a path); 512 bytes holds any
 /// address, API key or user id while keeping a client from storing kilobytes per key in
 /// Redis and in a [`Fallback`]'s local map. [`GcraBuilder::max_key_len`] and
-/// [`window::FixedWindowBuilder::max_key_len`] change it.
+/// [`fixed_window::FixedWindowBuilder::max_key_len`] change it.
 pub const DEFAULT_MAX_KEY_LEN: usize = 512;
 
 /// A connection to a Redis Cluster, from the URLs of some of its nodes (redis-rs's

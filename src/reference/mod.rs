@@ -15,14 +15,14 @@
 //! assert_eq!(bucket.burst(), 3);
 //! ```
 
+pub mod fixed_window;
 pub mod leaky_bucket;
 pub mod sliding_window;
 pub mod smooth;
 pub mod token_bucket;
-pub mod window;
 
+pub use fixed_window::FixedWindow;
 pub use leaky_bucket::LeakyBucket;
 pub use sliding_window::SlidingWindow;
 pub use smooth::{SmoothBursty, SmoothWarmingUp};
 pub use token_bucket::TokenBucket;
-pub use window::FixedWindow;

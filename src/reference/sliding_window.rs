@@ -21,9 +21,9 @@ use std::time::Duration;
 
 use crate::clock::{Clock, Nanos, QuantaClock};
 use crate::error::ConfigError;
+use crate::fixed_window::WindowStatus;
 use crate::limiter::{Denied, Idle, Limiter, QuotaStatus};
 use crate::sliding_window::SlidingWindowBuilder;
-use crate::window::WindowStatus;
 
 /// The two counters and the window they belong to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

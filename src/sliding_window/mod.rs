@@ -123,9 +123,10 @@ use crossbeam_utils::Backoff;
 
 use crate::clock::{Clock, Nanos, QuantaClock};
 use crate::error::ConfigError;
-use crate::limiter::{Compact, Denied, Idle, Layout, Limiter, Padded, QuotaStatus};
+use crate::fixed_window::WindowStatus;
+use crate::layout::{Compact, Layout, Padded};
+use crate::limiter::{Denied, Idle, Limiter, QuotaStatus};
 use crate::sync::{AtomicU128, Ordering};
-use crate::window::WindowStatus;
 
 mod rule;
 

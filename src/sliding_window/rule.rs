@@ -1,20 +1,20 @@
 //! The sliding-window counter's arithmetic, shared by [`SlidingWindow`](super::SlidingWindow)
-//! and the keyed map (`src/keyed_sliding.rs`): the counts of the state word, a reading's view of
+//! and the keyed map (`src/keyed/sliding_window.rs`): the counts of the state word, a reading's view of
 //! them, and the rule that grants or refuses with the exact retry time.
 
 use std::time::Duration;
 
 use crate::clock::Nanos;
 use crate::error::ConfigError;
+use crate::fixed_window::WindowStatus;
 use crate::limiter::QuotaStatus;
-use crate::window::WindowStatus;
 
 /// The largest period used in the arithmetic: `2^64` ns. No `Nanos` reaches the end of a
 /// window that long, so a longer period behaves the same.
 pub(super) const MAX_PERIOD_NS: u128 = 1 << 64;
 
 /// The three fields of the state word (also a keyed sliding window's, packed its own way:
-/// `src/keyed_sliding.rs`).
+/// `src/keyed/sliding_window.rs`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Counts {
     /// The window index `k` the counts belong to.

@@ -106,8 +106,9 @@ use super::SmoothParams;
 use crate::clock::{Clock, Nanos};
 use crate::config_slots::ConfigSlots;
 use crate::error::{ConfigError, WaitError};
+use crate::layout::Layout;
 use crate::limit::PerSec;
-use crate::limiter::{Denied, Layout};
+use crate::limiter::Denied;
 use crate::sync::{AtomicU128, Mutex, Ordering}; // Mutex: set_rate only, never the hot path
 
 pub(crate) const EPOCH_BITS: u32 = 24;
@@ -474,7 +475,7 @@ pub(super) fn check_warming(
 }
 
 /// A [`SmoothWarmingUp`]'s derived constants at epoch 0 (with its rate), validated as its
-/// builder validates them: for the inline keyed map (`src/keyed_warming.rs`), which runs
+/// builder validates them: for the inline keyed map (`src/keyed/smooth_warming_up.rs`), which runs
 /// this arithmetic on words of its own.
 #[cfg(feature = "keyed")]
 pub(crate) fn warming_config(

@@ -68,7 +68,8 @@ use std::time::Duration;
 
 use crate::clock::{Clock, Nanos, QuantaClock};
 use crate::error::{ConfigError, WaitError};
-use crate::limiter::{Compact, Denied, Idle, Layout, Limiter, Padded};
+use crate::layout::{Compact, Layout, Padded};
+use crate::limiter::{Denied, Idle, Limiter};
 
 use engine::*;
 

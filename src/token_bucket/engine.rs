@@ -98,8 +98,8 @@ use super::config::{Cold, Config, Hot};
 use super::reservation::Ticket;
 use super::TokenBucket;
 use crate::clock::{Clock, Nanos};
+use crate::layout::Layout;
 use crate::limit::Limit;
-use crate::limiter::Layout;
 use crate::sync::{fence, AtomicU64, Mutex, Ordering}; // Mutex: set_limit/set_burst only, never the hot path
 
 /// What a take decided.

@@ -76,8 +76,9 @@ use std::time::Duration;
 use crate::clock::{Clock, Nanos, QuantaClock};
 use crate::deadline::Deadline;
 use crate::error::WaitError;
+use crate::layout::{Compact, Layout, Padded};
 use crate::limit::Limit;
-use crate::limiter::{Compact, Denied, Idle, Layout, Limiter, Padded, QuotaStatus};
+use crate::limiter::{Denied, Idle, Limiter, QuotaStatus};
 use crate::sync::{Mutex, Ordering}; // Mutex: reconfiguration only, never the hot path
 use engine::*;
 /// A lock-free token bucket: `limit` tokens per second, at most `burst` at once, with the API

@@ -10,8 +10,8 @@ use super::engine::*;
 use super::TokenBucket;
 use crate::clock::{Clock, Nanos, QuantaClock};
 use crate::error::WaitError;
+use crate::layout::{Layout, Padded};
 use crate::limit::Limit;
-use crate::limiter::{Layout, Padded};
 
 /// What [`TokenBucket::peek_n_at`] reports: nothing is consumed.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -126,7 +126,7 @@ static STATUS: LazyLock<Script> = LazyLock::new(|| Script::new(STATUS_SCRIPT));
 ///
 /// ```
 /// use std::time::Duration;
-/// use turnstile::redis::window::WindowStatus;
+/// use turnstile::redis::fixed_window::WindowStatus;
 /// let s = WindowStatus { quota: 5, remaining: 0, resets_after: Duration::from_millis(1_001) };
 /// assert_eq!(s.reset_secs(), 2);
 /// ```
@@ -148,7 +148,7 @@ impl WindowStatus {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use turnstile::redis::window::WindowStatus;
+    /// use turnstile::redis::fixed_window::WindowStatus;
     /// let s = WindowStatus { quota: 5, remaining: 5, resets_after: Duration::from_secs(60) };
     /// assert_eq!(s.reset_secs(), 60);
     /// ```

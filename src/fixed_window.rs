@@ -76,7 +76,8 @@ use crossbeam_utils::Backoff;
 
 use crate::clock::{Clock, Nanos, QuantaClock};
 use crate::error::ConfigError;
-use crate::limiter::{Compact, Denied, Idle, Layout, Limiter, Padded, QuotaStatus};
+use crate::layout::{Compact, Layout, Padded};
+use crate::limiter::{Denied, Idle, Limiter, QuotaStatus};
 use crate::sync::{AtomicU128, Ordering};
 
 /// What a window limiter said to a request (go-zero's `PeriodLimit` codes).

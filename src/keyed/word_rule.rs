@@ -1,6 +1,6 @@
 //! The algorithm half of a keyed map with its state **inline**: how one key's state word
 //! moves. The map half (the table, its lock-free lookup, inserts, eviction, revival and
-//! resizes) is the word map (`src/word_map.rs`), shared by every such map; a rule only computes.
+//! resizes) is the word map (`src/keyed/word_map.rs`), shared by every such map; a rule only computes.
 //!
 //! # The word's width
 //! A rule picks its state word's width, [`WordRule::Word`]: `u64` (every rule whose state

@@ -19,7 +19,7 @@
 //! check costs what a [`KeyedTokenBucket`](crate::KeyedTokenBucket) check costs.
 //!
 //! Memory, the key bound, floods, the hasher (HashDoS), sweeps and quotas are the keyed token
-//! bucket's: see [`keyed_bucket`](crate::keyed_bucket).
+//! bucket's: see [`keyed_bucket`](crate::keyed::token_bucket).
 
 use std::borrow::Borrow;
 use std::collections::hash_map::RandomState;
@@ -27,15 +27,15 @@ use std::fmt;
 use std::hash::{BuildHasher, Hash};
 use std::time::Duration;
 
+pub use crate::keyed::word_map::MAX_QUOTAS;
 pub use crate::keyed::{WhenFull, DEFAULT_MAX_KEYS, DEFAULT_SWEEP_EVERY};
-pub use crate::word_map::MAX_QUOTAS;
 
 use crate::clock::{Clock, Nanos, QuantaClock};
 use crate::error::ConfigError;
-use crate::keyed_bucket::{held, Quota};
+use crate::keyed::token_bucket::{held, Quota};
+use crate::keyed::word_map::{Settings, WordMap};
 use crate::limit::Limit;
 use crate::limiter::Denied;
-use crate::word_map::{Settings, WordMap};
 
 /// Per-key water-level meters, one 64-bit word per key in a table shared by all keys: each
 /// key's bucket holds `capacity` units of water leaking at `leak` per second, starts empty,
@@ -43,7 +43,7 @@ use crate::word_map::{Settings, WordMap};
 ///
 /// ```
 /// use std::time::Duration;
-/// use turnstile::{keyed_meter::KeyedLeakyMeter, Limit, ManualClock, Nanos};
+/// use turnstile::{keyed::leaky_meter::KeyedLeakyMeter, Limit, ManualClock, Nanos};
 ///
 /// // 3 units of water per client, leaking one a second.
 /// let per_ip = KeyedLeakyMeter::<u32, _, _>::builder(3, Limit::per_second(1.0).unwrap())
@@ -75,7 +75,7 @@ where
     /// [`ConfigError::ZeroCapacity`] if `capacity` is 0 (no unit could ever fit).
     ///
     /// ```
-    /// use turnstile::{keyed_meter::KeyedLeakyMeter, ConfigError, Limit};
+    /// use turnstile::{keyed::leaky_meter::KeyedLeakyMeter, ConfigError, Limit};
     /// let k = KeyedLeakyMeter::new(1, Limit::per_second(5.0).unwrap()).unwrap();
     /// assert!(k.check(&42u64).is_ok());
     /// assert!(k.check(&42u64).is_err());
@@ -92,7 +92,7 @@ where
     ///
     /// ```
     /// use std::time::Duration;
-    /// use turnstile::keyed_meter::{KeyedLeakyMeter, WhenFull};
+    /// use turnstile::keyed::leaky_meter::{KeyedLeakyMeter, WhenFull};
     /// use turnstile::Limit;
     /// let k = KeyedLeakyMeter::<u32>::builder(10, Limit::per_second(5.0).unwrap())
     ///     .max_keys(100_000)
@@ -110,9 +110,9 @@ where
     }
 }
 
-crate::word_map::front_methods!(
+crate::keyed::word_map::front_methods!(
     KeyedLeakyMeter,
-    "keyed_meter",
+    "keyed::leaky_meter",
     extra "Limit, ",
     new "KeyedLeakyMeter::new(1, Limit::per_second(1.0).unwrap()).unwrap()",
     builder "KeyedLeakyMeter::builder(1, Limit::per_second(1.0).unwrap())"
@@ -132,7 +132,7 @@ where
     ///
     /// ```
     /// use std::time::Duration;
-    /// use turnstile::{keyed_meter::KeyedLeakyMeter, Limit, ManualClock, Nanos};
+    /// use turnstile::{keyed::leaky_meter::KeyedLeakyMeter, Limit, ManualClock, Nanos};
     /// let k = KeyedLeakyMeter::<u8, _, _>::builder(2, Limit::per_second(4.0).unwrap())
     ///     .clock(ManualClock::default())
     ///     .build()
@@ -156,7 +156,7 @@ where
     /// map does not hold (new, or evicted once empty). Nothing changes.
     ///
     /// ```
-    /// use turnstile::{keyed_meter::KeyedLeakyMeter, Limit, ManualClock, Nanos};
+    /// use turnstile::{keyed::leaky_meter::KeyedLeakyMeter, Limit, ManualClock, Nanos};
     /// let k = KeyedLeakyMeter::<u8, _, _>::builder(10, Limit::per_second(4.0).unwrap())
     ///     .clock(ManualClock::default())
     ///     .build()
@@ -181,7 +181,7 @@ where
     /// ever fits more for it, whatever `now`).
     ///
     /// ```
-    /// use turnstile::{keyed_meter::KeyedLeakyMeter, Limit, ManualClock, Nanos};
+    /// use turnstile::{keyed::leaky_meter::KeyedLeakyMeter, Limit, ManualClock, Nanos};
     /// let k = KeyedLeakyMeter::<u8, _, _>::builder(1, Limit::per_second(2.0).unwrap())
     ///     .clock(ManualClock::default())
     ///     .build()
@@ -226,14 +226,14 @@ pub struct KeyedLeakyMeterBuilder<K, S = RandomState, C: Clock = QuantaClock> {
     settings: Settings<K, S, C>,
 }
 
-crate::word_map::builder_methods!(
+crate::keyed::word_map::builder_methods!(
     KeyedLeakyMeterBuilder,
     KeyedLeakyMeter,
-    "keyed_meter",
+    "keyed::leaky_meter",
     extra "Limit, ",
     builder "KeyedLeakyMeter::builder(1, Limit::per_second(1.0).unwrap())"
 );
-crate::word_map::builder_debug!(KeyedLeakyMeterBuilder);
+crate::keyed::word_map::builder_debug!(KeyedLeakyMeterBuilder);
 
 impl<K, S, C> KeyedLeakyMeterBuilder<K, S, C>
 where
@@ -245,7 +245,7 @@ where
     /// (quota 0 is the builder's), and so on, up to [`MAX_QUOTAS`] in all.
     ///
     /// ```
-    /// use turnstile::{keyed_meter::KeyedLeakyMeter, Limit};
+    /// use turnstile::{keyed::leaky_meter::KeyedLeakyMeter, Limit};
     /// let k = KeyedLeakyMeter::builder(1, Limit::per_second(1.0).unwrap())
     ///     .quota(100, Limit::per_second(100.0).unwrap()) // quota 1
     ///     .classify(|ip: &[u8; 4]| usize::from(ip[0] == 10))
@@ -264,7 +264,7 @@ where
     /// range.
     ///
     /// ```
-    /// use turnstile::{keyed_meter::KeyedLeakyMeter, ConfigError, Limit};
+    /// use turnstile::{keyed::leaky_meter::KeyedLeakyMeter, ConfigError, Limit};
     /// let leak = Limit::per_second(1.0).unwrap();
     /// let b = KeyedLeakyMeter::<u8>::builder(1, leak).quota(0, leak);
     /// assert_eq!(b.build().unwrap_err(), ConfigError::ZeroCapacity);

@@ -130,16 +130,16 @@ use std::fmt;
 use std::hash::{BuildHasher, Hash};
 use std::time::Duration;
 
+pub use crate::keyed::word_map::MAX_QUOTAS;
 pub use crate::keyed::{WhenFull, DEFAULT_MAX_KEYS, DEFAULT_SWEEP_EVERY};
-pub use crate::word_map::MAX_QUOTAS;
 
 use crate::clock::{Clock, Nanos, QuantaClock};
 use crate::error::ConfigError;
+use crate::keyed::word_map::{Settings, WordMap};
+use crate::keyed::word_rule::{WordRule, X_MASK};
 use crate::limit::Limit;
 use crate::limiter::{Denied, QuotaStatus};
 use crate::scale::{Scale, D_MAX, TAU_MAX};
-use crate::word_map::{Settings, WordMap};
-use crate::word_rule::{WordRule, X_MASK};
 
 /// The largest `u`: a granted `x' <= u + tau <= U_MAX + TAU_MAX` still fits in 59 bits.
 const U_MAX: u64 = X_MASK - TAU_MAX;
@@ -159,7 +159,7 @@ pub(crate) struct Quota {
     /// No refill (`Limit::ZERO`, or a limit too low to refill its burst in 146 years): units
     /// never advance (`scale.mul == 0`), so the burst is all a key ever gets.
     zero: bool,
-    /// A meter's quota ([`KeyedLeakyMeter`](crate::KeyedLeakyMeter)): more than the burst
+    /// A meter's quota ([`KeyedLeakyMeter`]): more than the burst
     /// is refused under [`Limit::INF`] too, where a token bucket grants any `n`.
     capped: bool,
 }
@@ -289,7 +289,7 @@ impl WordRule for Quota {
 ///
 /// ```
 /// use std::net::IpAddr;
-/// use turnstile::{keyed_bucket::KeyedTokenBucket, Limit};
+/// use turnstile::{keyed::token_bucket::KeyedTokenBucket, Limit};
 ///
 /// // 10 requests per second per client IP, bursts of 20.
 /// let per_ip = KeyedTokenBucket::new(Limit::per_second(10.0).unwrap(), 20);
@@ -302,7 +302,7 @@ impl WordRule for Quota {
 /// new key.
 ///
 /// ```
-/// use turnstile::{keyed_bucket::KeyedTokenBucket, Limit, ManualClock, Nanos};
+/// use turnstile::{keyed::token_bucket::KeyedTokenBucket, Limit, ManualClock, Nanos};
 ///
 /// let per_user = KeyedTokenBucket::builder(Limit::per_second(1.0).unwrap(), 1) // quota 0
 ///     .quota(Limit::per_second(100.0).unwrap(), 100) // quota 1
@@ -331,7 +331,7 @@ where
     /// at most [`DEFAULT_MAX_KEYS`] keys and sweeps every 10 s.
     ///
     /// ```
-    /// use turnstile::{keyed_bucket::KeyedTokenBucket, Limit};
+    /// use turnstile::{keyed::token_bucket::KeyedTokenBucket, Limit};
     /// let k = KeyedTokenBucket::new(Limit::per_second(5.0).unwrap(), 1);
     /// assert!(k.check(&42u64).is_ok());
     /// assert!(k.check(&42u64).is_err());
@@ -348,7 +348,7 @@ where
     ///
     /// ```
     /// use std::time::Duration;
-    /// use turnstile::keyed_bucket::{KeyedTokenBucket, WhenFull};
+    /// use turnstile::keyed::token_bucket::{KeyedTokenBucket, WhenFull};
     /// use turnstile::Limit;
     /// let k = KeyedTokenBucket::<u32>::builder(Limit::per_second(5.0).unwrap(), 10)
     ///     .max_keys(100_000)
@@ -366,9 +366,9 @@ where
     }
 }
 
-crate::word_map::front_methods!(
+crate::keyed::word_map::front_methods!(
     KeyedTokenBucket,
-    "keyed_bucket",
+    "keyed::token_bucket",
     extra "Limit, ",
     new "KeyedTokenBucket::new(Limit::per_second(1.0).unwrap(), 1)",
     builder "KeyedTokenBucket::builder(Limit::per_second(1.0).unwrap(), 1)"
@@ -387,7 +387,7 @@ where
     ///
     /// ```
     /// use std::time::Duration;
-    /// use turnstile::{keyed_bucket::KeyedTokenBucket, Limit, ManualClock, Nanos};
+    /// use turnstile::{keyed::token_bucket::KeyedTokenBucket, Limit, ManualClock, Nanos};
     /// let k = KeyedTokenBucket::<u8, _, _>::builder(Limit::per_second(4.0).unwrap(), 2)
     ///     .clock(ManualClock::default())
     ///     .build()
@@ -418,7 +418,7 @@ where
     ///
     /// ```
     /// use std::time::Duration;
-    /// use turnstile::{keyed_bucket::KeyedTokenBucket, Limit, ManualClock, Nanos, QuotaStatus};
+    /// use turnstile::{keyed::token_bucket::KeyedTokenBucket, Limit, ManualClock, Nanos, QuotaStatus};
     /// let k = KeyedTokenBucket::<u8, _, _>::builder(Limit::per_second(10.0).unwrap(), 5)
     ///     .clock(ManualClock::default())
     ///     .build()
@@ -504,7 +504,7 @@ where
     /// module docs holds for **net** grants (grants minus refunds).
     ///
     /// ```
-    /// use turnstile::{keyed_bucket::KeyedTokenBucket, Limit, ManualClock, Nanos};
+    /// use turnstile::{keyed::token_bucket::KeyedTokenBucket, Limit, ManualClock, Nanos};
     /// let k = KeyedTokenBucket::<u8, _, _>::builder(Limit::per_second(1.0).unwrap(), 2)
     ///     .clock(ManualClock::default())
     ///     .build()
@@ -536,7 +536,7 @@ where
     /// negative for a reading older than the key's last grant.
     ///
     /// ```
-    /// use turnstile::{keyed_bucket::KeyedTokenBucket, Limit, ManualClock, Nanos};
+    /// use turnstile::{keyed::token_bucket::KeyedTokenBucket, Limit, ManualClock, Nanos};
     /// let k = KeyedTokenBucket::<u8, _, _>::builder(Limit::per_second(10.0).unwrap(), 5)
     ///     .clock(ManualClock::default())
     ///     .build()
@@ -561,7 +561,7 @@ where
     /// their next buckets stricter until the clock gets there.
     ///
     /// ```
-    /// use turnstile::{keyed_bucket::KeyedTokenBucket, Limit, ManualClock, Nanos};
+    /// use turnstile::{keyed::token_bucket::KeyedTokenBucket, Limit, ManualClock, Nanos};
     /// let k = KeyedTokenBucket::<u8, _, _>::builder(Limit::per_second(2.0).unwrap(), 1)
     ///     .clock(ManualClock::default())
     ///     .build()
@@ -628,14 +628,14 @@ pub struct KeyedTokenBucketBuilder<K, S = RandomState, C: Clock = QuantaClock> {
     settings: Settings<K, S, C>,
 }
 
-crate::word_map::builder_methods!(
+crate::keyed::word_map::builder_methods!(
     KeyedTokenBucketBuilder,
     KeyedTokenBucket,
-    "keyed_bucket",
+    "keyed::token_bucket",
     extra "Limit, ",
     builder "KeyedTokenBucket::builder(Limit::per_second(1.0).unwrap(), 1)"
 );
-crate::word_map::builder_debug!(KeyedTokenBucketBuilder);
+crate::keyed::word_map::builder_debug!(KeyedTokenBucketBuilder);
 
 impl<K, S, C> KeyedTokenBucketBuilder<K, S, C>
 where
@@ -647,7 +647,7 @@ where
     /// [`MAX_QUOTAS`] in all (more is [`ConfigError::TooManyQuotas`]).
     ///
     /// ```
-    /// use turnstile::{keyed_bucket::KeyedTokenBucket, Limit};
+    /// use turnstile::{keyed::token_bucket::KeyedTokenBucket, Limit};
     /// let k = KeyedTokenBucket::builder(Limit::per_second(1.0).unwrap(), 1)
     ///     .quota(Limit::INF, 1) // quota 1: unlimited
     ///     .classify(|ip: &[u8; 4]| usize::from(ip[0] == 10))
@@ -666,7 +666,7 @@ where
     /// out of range.
     ///
     /// ```
-    /// use turnstile::{keyed_bucket::KeyedTokenBucket, ConfigError, Limit};
+    /// use turnstile::{keyed::token_bucket::KeyedTokenBucket, ConfigError, Limit};
     /// let l = Limit::per_second(1.0).unwrap();
     /// let mut b = KeyedTokenBucket::<u8>::builder(l, 1);
     /// for _ in 0..15 {
@@ -713,7 +713,7 @@ mod tests {
         let resizer = {
             let k = k.clone();
             std::thread::spawn(move || {
-                crate::word_map::tests::RESIZE_HOOK.with(|h| {
+                crate::keyed::word_map::tests::RESIZE_HOOK.with(|h| {
                     *h.borrow_mut() = Some(Box::new(move || {
                         parked_tx.send(()).unwrap();
                         let _ = go_rx.recv();

@@ -1,13 +1,13 @@
 //! The engine of the keyed maps whose state is **inline**: an open-addressing table of
 //! `(state, key)` slots, each key's whole limiter one atomic word beside its key, read and
-//! written without a lock. What the word means is a [`WordRule`]'s (`src/word_rule.rs`);
+//! written without a lock. What the word means is a [`WordRule`]'s (`src/keyed/word_rule.rs`);
 //! this file is the table, its key bound and its sweeps, shared by every front
-//! ([`KeyedTokenBucket`](crate::KeyedTokenBucket) and its siblings). User docs (memory,
+//! ([`KeyedTokenBucket`] and its siblings). User docs (memory,
 //! flood, hasher, sweeps) are on the fronts.
 //!
 //! # The state word
 //! The word is a `u64` or a `u128`, as the rule's [`WordRule::Word`] says
-//! ([`Word`](crate::word_rule::Word)): the same code, monomorphized, for both. Flags and tag
+//! ([`Word`](crate::keyed::word_rule::Word)): the same code, monomorphized, for both. Flags and tag
 //! are the top five bits at either width, `x` the rest (`BITS = 64` or `128`):
 //! ```text
 //!  BITS-1   BITS-2..BITS-5   BITS-6..0
@@ -120,13 +120,13 @@ use crossbeam_utils::Backoff;
 
 use crate::clock::{Clock, Nanos, QuantaClock};
 use crate::error::ConfigError;
-use crate::key_bound::KeyBound;
+use crate::keyed::key_bound::KeyBound;
+#[cfg(not(loom))]
+use crate::keyed::sweeper::Sweeper;
+use crate::keyed::word_rule::{AtomicWord, Word, WordRule};
 use crate::keyed::{WhenFull, DEFAULT_MAX_KEYS, DEFAULT_SWEEP_EVERY};
 use crate::limiter::Denied;
-#[cfg(not(loom))]
-use crate::sweeper::Sweeper;
 use crate::sync::{AtomicPtr, AtomicU64, Mutex, Ordering}; // Mutex: inserts of new keys and resizes only, never a check of an existing key
-use crate::word_rule::{AtomicWord, Word, WordRule};
 
 mod front;
 mod table;

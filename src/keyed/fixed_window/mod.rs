@@ -43,7 +43,7 @@
 //! `quota * (1 + ceil(d / period))` grants in any span `d` of readings, whatever their order.
 //!
 //! **Orderings.** The rule has no atomics of its own: it computes the next word from the one
-//! the map loaded, and the map's CASes are the whole protocol (`src/word_map.rs`). All the
+//! the map loaded, and the map's CASes are the whole protocol (`src/keyed/word_map.rs`). All the
 //! rule needs from them is that a grant is applied with one CAS from the word it was computed
 //! from, which every ordering gives.
 //!
@@ -87,15 +87,15 @@ use std::fmt;
 use std::hash::{BuildHasher, Hash};
 use std::time::Duration;
 
+pub use crate::keyed::word_map::MAX_QUOTAS;
 pub use crate::keyed::{WhenFull, DEFAULT_MAX_KEYS, DEFAULT_SWEEP_EVERY};
-pub use crate::word_map::MAX_QUOTAS;
 
 use crate::clock::{Clock, Nanos, QuantaClock};
 use crate::error::ConfigError;
+use crate::fixed_window::{quota_status, WindowSpec, WindowStatus};
+use crate::keyed::word_map::{Settings, WordMap};
+use crate::keyed::word_rule::{WordRule, RANGE_MIN, X_MASK};
 use crate::limiter::{Denied, QuotaStatus};
-use crate::window::{quota_status, WindowSpec, WindowStatus};
-use crate::word_map::{Settings, WordMap};
-use crate::word_rule::{WordRule, RANGE_MIN, X_MASK};
 
 /// The longest period the word counts (ns): longer ones count as this.
 const PERIOD_CAP: u64 = 1 << 62;
@@ -271,7 +271,7 @@ impl WordRule for Quota {
 /// ```
 /// use std::net::IpAddr;
 /// use std::time::Duration;
-/// use turnstile::keyed_window::KeyedWindow;
+/// use turnstile::keyed::fixed_window::KeyedWindow;
 ///
 /// // 100 requests per client IP per minute, windows from each client's first request.
 /// let per_ip = KeyedWindow::new(100, Duration::from_secs(60)).unwrap();
@@ -284,7 +284,7 @@ impl WordRule for Quota {
 ///
 /// ```
 /// use std::time::Duration;
-/// use turnstile::{keyed_window::KeyedWindow, ManualClock, Nanos};
+/// use turnstile::{keyed::fixed_window::KeyedWindow, ManualClock, Nanos};
 ///
 /// const DAY: Duration = Duration::from_secs(86_400);
 /// let per_user = KeyedWindow::builder(1_000, DAY) // quota 0: 1000 a day
@@ -320,7 +320,7 @@ where
     ///
     /// ```
     /// use std::time::Duration;
-    /// use turnstile::{keyed_window::KeyedWindow, ConfigError};
+    /// use turnstile::{keyed::fixed_window::KeyedWindow, ConfigError};
     /// let k = KeyedWindow::new(2, Duration::from_secs(1)).unwrap();
     /// assert!(k.check(&"alice").is_ok());
     /// assert!(k.check(&"alice").is_ok());
@@ -339,7 +339,7 @@ where
     ///
     /// ```
     /// use std::time::Duration;
-    /// use turnstile::keyed_window::KeyedWindow;
+    /// use turnstile::keyed::fixed_window::KeyedWindow;
     /// let k = KeyedWindow::<u32>::builder(10, Duration::from_secs(1))
     ///     .max_keys(100_000)
     ///     .build()
@@ -358,9 +358,9 @@ where
     }
 }
 
-crate::word_map::front_methods!(
+crate::keyed::word_map::front_methods!(
     KeyedWindow,
-    "keyed_window",
+    "keyed::fixed_window",
     extra "",
     new "KeyedWindow::new(5, std::time::Duration::from_secs(1)).unwrap()",
     builder "KeyedWindow::builder(5, std::time::Duration::from_secs(1))"
@@ -381,7 +381,7 @@ where
     ///
     /// ```
     /// use std::time::Duration;
-    /// use turnstile::{keyed_window::KeyedWindow, ManualClock, Nanos};
+    /// use turnstile::{keyed::fixed_window::KeyedWindow, ManualClock, Nanos};
     /// let k = KeyedWindow::<u8, _, _>::builder(3, Duration::from_secs(1))
     ///     .clock(ManualClock::default())
     ///     .build()
@@ -405,7 +405,7 @@ where
     ///
     /// ```
     /// use std::time::Duration;
-    /// use turnstile::keyed_window::KeyedWindow;
+    /// use turnstile::keyed::fixed_window::KeyedWindow;
     /// let k = KeyedWindow::new(5, Duration::from_secs(60)).unwrap();
     /// k.check_n(&1u8, 2).unwrap();
     /// assert_eq!(k.status(&1u8).remaining, 3);
@@ -426,7 +426,7 @@ where
     ///
     /// ```
     /// use std::time::Duration;
-    /// use turnstile::{keyed_window::KeyedWindow, ManualClock, Nanos};
+    /// use turnstile::{keyed::fixed_window::KeyedWindow, ManualClock, Nanos};
     /// let k = KeyedWindow::<u8, _, _>::builder(10, Duration::from_secs(60))
     ///     .clock(ManualClock::default())
     ///     .build()
@@ -457,7 +457,7 @@ where
     ///
     /// ```
     /// use std::time::Duration;
-    /// use turnstile::{keyed_window::KeyedWindow, ManualClock, Nanos, QuotaStatus};
+    /// use turnstile::{keyed::fixed_window::KeyedWindow, ManualClock, Nanos, QuotaStatus};
     /// let k = KeyedWindow::<u8, _, _>::builder(5, Duration::from_secs(60))
     ///     .clock(ManualClock::default())
     ///     .build()
@@ -492,7 +492,7 @@ where
     ///
     /// ```
     /// use std::time::Duration;
-    /// use turnstile::{keyed_window::KeyedWindow, ManualClock, Nanos};
+    /// use turnstile::{keyed::fixed_window::KeyedWindow, ManualClock, Nanos};
     /// let k = KeyedWindow::<u8, _, _>::builder(10, Duration::from_secs(1))
     ///     .clock(ManualClock::default())
     ///     .build()
@@ -555,10 +555,10 @@ struct Quotas {
     unix_origin: Option<Duration>,
 }
 
-crate::word_map::builder_methods!(
+crate::keyed::word_map::builder_methods!(
     KeyedWindowBuilder,
     KeyedWindow,
-    "keyed_window",
+    "keyed::fixed_window",
     extra "",
     builder "KeyedWindow::builder(5, std::time::Duration::from_secs(1))"
 );
@@ -570,14 +570,14 @@ where
     C: Clock,
 {
     /// Ends every quota's windows on period boundaries of UTC shifted by `utc_offset_secs`
-    /// (go-zero's `Align()`), as [`window::FixedWindowBuilder::align`](crate::window::FixedWindowBuilder::align):
+    /// (go-zero's `Align()`), as [`window::FixedWindowBuilder::align`](crate::fixed_window::FixedWindowBuilder::align):
     /// a window opened at `t` ends at the next `b > t` with `(b + offset) % period == 0` in
     /// Unix time. The offset must be less than a day either way
     /// ([`ConfigError::InvalidUtcOffset`]).
     ///
     /// ```
     /// use std::time::Duration;
-    /// use turnstile::{keyed_window::KeyedWindow, ManualClock, Nanos};
+    /// use turnstile::{keyed::fixed_window::KeyedWindow, ManualClock, Nanos};
     /// // Hourly windows; the clock reads 0 at 10:45 UTC.
     /// let k = KeyedWindow::<u8, _, _>::builder(10, Duration::from_secs(3600))
     ///     .align(0)
@@ -598,7 +598,7 @@ where
     ///
     /// ```
     /// use std::time::Duration;
-    /// use turnstile::keyed_window::KeyedWindow;
+    /// use turnstile::keyed::fixed_window::KeyedWindow;
     /// let k = KeyedWindow::builder(1, Duration::from_secs(60)).align_utc().build().unwrap();
     /// assert!(k.check(&1u8).is_ok());
     /// ```
@@ -608,11 +608,11 @@ where
 
     /// The Unix time at which the map's clock reads [`Nanos::ZERO`]; only aligned windows use
     /// it. By default it is taken from the system clock at `build`, as
-    /// [`window::FixedWindowBuilder::unix_origin`](crate::window::FixedWindowBuilder::unix_origin).
+    /// [`window::FixedWindowBuilder::unix_origin`](crate::fixed_window::FixedWindowBuilder::unix_origin).
     ///
     /// ```
     /// use std::time::Duration;
-    /// use turnstile::{keyed_window::KeyedWindow, ManualClock, Nanos};
+    /// use turnstile::{keyed::fixed_window::KeyedWindow, ManualClock, Nanos};
     /// let k = KeyedWindow::<u8, _, _>::builder(1, Duration::from_secs(60))
     ///     .align_utc()
     ///     .unix_origin(Duration::from_secs(90)) // 1.5 minutes past a boundary
@@ -632,7 +632,7 @@ where
     ///
     /// ```
     /// use std::time::Duration;
-    /// use turnstile::keyed_window::KeyedWindow;
+    /// use turnstile::keyed::fixed_window::KeyedWindow;
     /// let k = KeyedWindow::builder(10, Duration::from_secs(60))
     ///     .quota(1000, Duration::from_secs(60)) // quota 1
     ///     .classify(|ip: &[u8; 4]| usize::from(ip[0] == 10))
@@ -652,7 +652,7 @@ where
     ///
     /// ```
     /// use std::time::Duration;
-    /// use turnstile::{keyed_window::KeyedWindow, ConfigError};
+    /// use turnstile::{keyed::fixed_window::KeyedWindow, ConfigError};
     /// let err = KeyedWindow::<u8>::builder(1_000_000, Duration::from_millis(1)).build();
     /// assert!(matches!(err.unwrap_err(), ConfigError::WindowTooShort { .. }));
     /// assert!(KeyedWindow::<u8>::builder(1_000_000, Duration::from_secs(1)).build().is_ok());

@@ -36,7 +36,7 @@ fn quota(quota: u32, period: u64, aligned: bool) -> Quota {
 }
 
 fn window(quota: u32, period: u64, aligned: bool, b: Nanos) -> FixedWindow<ManualClock> {
-    let mut w = crate::window::FixedWindowBuilder::new(quota, Duration::from_nanos(period));
+    let mut w = crate::fixed_window::FixedWindowBuilder::new(quota, Duration::from_nanos(period));
     if aligned {
         w = w.align(3600);
     }

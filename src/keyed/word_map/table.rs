@@ -4,8 +4,8 @@
 use std::borrow::Borrow;
 use std::mem::MaybeUninit;
 
+use crate::keyed::word_rule::{AtomicWord, Word};
 use crate::sync::{AtomicPtr, AtomicUsize, Ordering};
-use crate::word_rule::{AtomicWord, Word};
 
 /// One key: its state word and the key, written once before the word is published.
 pub(super) struct Slot<K, W: Word> {

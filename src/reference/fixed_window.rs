@@ -23,11 +23,11 @@ use std::time::Duration;
 
 use crate::clock::{Clock, Nanos, QuantaClock};
 use crate::error::ConfigError;
-use crate::limiter::{Denied, Limiter, QuotaStatus};
-use crate::window::{
+use crate::fixed_window::{
     is_over, quota_status, refund_step, FixedWindowBuilder, Outcome, Refund, WindowSpec,
     WindowStatus,
 };
+use crate::limiter::{Denied, Limiter, QuotaStatus};
 
 /// The in-memory key: go-zero's counter and its expiry time.
 #[derive(Debug, Clone, Copy)]

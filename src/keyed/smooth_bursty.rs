@@ -87,7 +87,7 @@
 //!
 //! **Orderings.** The rule has no atomics of its own: it computes the next word from the one
 //! the map loaded, and the map's CASes (and why their orderings are enough) are the whole
-//! protocol (`src/word_map.rs`). A refusal is decided from that one load and writes nothing.
+//! protocol (`src/keyed/word_map.rs`). A refusal is decided from that one load and writes nothing.
 //!
 //! # A key's birth, and eviction
 //! A key is **born** at `B` when it is inserted, or revived after a sweep at `J <= B` evicted
@@ -133,16 +133,16 @@ use std::fmt;
 use std::hash::{BuildHasher, Hash};
 use std::time::Duration;
 
+pub use crate::keyed::word_map::MAX_QUOTAS;
 pub use crate::keyed::{WhenFull, DEFAULT_MAX_KEYS, DEFAULT_SWEEP_EVERY};
-pub use crate::word_map::MAX_QUOTAS;
 
 use crate::clock::{Clock, Nanos, QuantaClock};
 use crate::error::ConfigError;
+use crate::keyed::word_map::{Settings, WordMap};
+use crate::keyed::word_rule::{WordRule, X_MASK};
 use crate::limit::Limit;
 use crate::limiter::Denied;
 use crate::scale::{nanos_ceil_pos, Scale, D_MAX, TAU_MAX};
-use crate::word_map::{Settings, WordMap};
-use crate::word_rule::{WordRule, X_MASK};
 
 /// The largest `u`: a grant needs `x <= u + M <= U_MAX + TAU_MAX < X_MASK`, so a word
 /// saturated at [`X_MASK`] is never granted within the range.
@@ -279,7 +279,7 @@ impl WordRule for Quota {
 ///
 /// ```
 /// use std::net::IpAddr;
-/// use turnstile::keyed_smooth::KeyedSmoothBursty;
+/// use turnstile::keyed::smooth_bursty::KeyedSmoothBursty;
 ///
 /// // 10 permits per second per client IP, up to 1 s of them stored while idle.
 /// let per_ip = KeyedSmoothBursty::new(10.0).unwrap();
@@ -293,7 +293,7 @@ impl WordRule for Quota {
 ///
 /// ```
 /// use std::time::Duration;
-/// use turnstile::{keyed_smooth::KeyedSmoothBursty, ManualClock, Nanos};
+/// use turnstile::{keyed::smooth_bursty::KeyedSmoothBursty, ManualClock, Nanos};
 ///
 /// let per_user = KeyedSmoothBursty::builder(1.0) // quota 0: 1 per second
 ///     .quota(100.0, 0.5) // quota 1: 100 per second, 50 stored at most
@@ -325,7 +325,7 @@ where
     /// [`KeyedSmoothBurstyBuilder::build`].
     ///
     /// ```
-    /// use turnstile::{keyed_smooth::KeyedSmoothBursty, ConfigError};
+    /// use turnstile::{keyed::smooth_bursty::KeyedSmoothBursty, ConfigError};
     /// let k = KeyedSmoothBursty::new(5.0).unwrap();
     /// assert!(k.check(&42u64).is_ok());
     /// let err = KeyedSmoothBursty::<u64>::new(0.0).unwrap_err();
@@ -341,7 +341,7 @@ where
     /// [`KeyedSmoothBurstyBuilder::classify`].
     ///
     /// ```
-    /// use turnstile::keyed_smooth::{KeyedSmoothBursty, WhenFull};
+    /// use turnstile::keyed::smooth_bursty::{KeyedSmoothBursty, WhenFull};
     /// let k = KeyedSmoothBursty::<u32>::builder(5.0)
     ///     .max_burst_seconds(2.0)
     ///     .max_keys(100_000)
@@ -358,9 +358,9 @@ where
     }
 }
 
-crate::word_map::front_methods!(
+crate::keyed::word_map::front_methods!(
     KeyedSmoothBursty,
-    "keyed_smooth",
+    "keyed::smooth_bursty",
     extra "",
     new "KeyedSmoothBursty::new(1.0).unwrap()",
     builder "KeyedSmoothBursty::builder(1.0)"
@@ -382,7 +382,7 @@ where
     ///
     /// ```
     /// use std::time::Duration;
-    /// use turnstile::{keyed_smooth::KeyedSmoothBursty, ManualClock, Nanos};
+    /// use turnstile::{keyed::smooth_bursty::KeyedSmoothBursty, ManualClock, Nanos};
     /// let k = KeyedSmoothBursty::<u8, _, _>::builder(2.0) // 500 ms apart, 2 stored at most
     ///     .clock(ManualClock::default())
     ///     .build()
@@ -414,7 +414,7 @@ where
     ///
     /// ```
     /// use std::time::Duration;
-    /// use turnstile::{keyed_smooth::KeyedSmoothBursty, ManualClock, Nanos};
+    /// use turnstile::{keyed::smooth_bursty::KeyedSmoothBursty, ManualClock, Nanos};
     /// let k = KeyedSmoothBursty::<u8, _, _>::builder(10.0) // 100 ms apart
     ///     .clock(ManualClock::default())
     ///     .build()
@@ -462,14 +462,14 @@ pub struct KeyedSmoothBurstyBuilder<K, S = RandomState, C: Clock = QuantaClock> 
     settings: Settings<K, S, C>,
 }
 
-crate::word_map::builder_methods!(
+crate::keyed::word_map::builder_methods!(
     KeyedSmoothBurstyBuilder,
     KeyedSmoothBursty,
-    "keyed_smooth",
+    "keyed::smooth_bursty",
     extra "",
     builder "KeyedSmoothBursty::builder(1.0)"
 );
-crate::word_map::builder_debug!(KeyedSmoothBurstyBuilder);
+crate::keyed::word_map::builder_debug!(KeyedSmoothBurstyBuilder);
 
 impl<K, S, C> KeyedSmoothBurstyBuilder<K, S, C>
 where
@@ -483,7 +483,7 @@ where
     ///
     /// ```
     /// use std::time::Duration;
-    /// use turnstile::{keyed_smooth::KeyedSmoothBursty, ManualClock, Nanos};
+    /// use turnstile::{keyed::smooth_bursty::KeyedSmoothBursty, ManualClock, Nanos};
     /// let k = KeyedSmoothBursty::builder(10.0)
     ///     .max_burst_seconds(0.5) // 5 stored at most
     ///     .clock(ManualClock::default())
@@ -507,7 +507,7 @@ where
     /// [`MAX_QUOTAS`] in all (more is [`ConfigError::TooManyQuotas`]).
     ///
     /// ```
-    /// use turnstile::keyed_smooth::KeyedSmoothBursty;
+    /// use turnstile::keyed::smooth_bursty::KeyedSmoothBursty;
     /// let k = KeyedSmoothBursty::builder(1.0)
     ///     .quota(1000.0, 0.1) // quota 1
     ///     .classify(|ip: &[u8; 4]| usize::from(ip[0] == 10))
@@ -528,7 +528,7 @@ where
     /// [`ConfigError::TooManyQuotas`].
     ///
     /// ```
-    /// use turnstile::{keyed_smooth::KeyedSmoothBursty, ConfigError};
+    /// use turnstile::{keyed::smooth_bursty::KeyedSmoothBursty, ConfigError};
     /// let err = KeyedSmoothBursty::<u8>::builder(f64::NAN).build().unwrap_err();
     /// assert!(matches!(err, ConfigError::RateNotPositive(r) if r.is_nan()));
     /// let err = KeyedSmoothBursty::<u8>::builder(1.0).max_burst_seconds(-1.0).build();
@@ -551,7 +551,7 @@ where
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
-    use crate::word_rule::RANGE_MIN;
+    use crate::keyed::word_rule::RANGE_MIN;
     use crate::{Idle, Limiter, ManualClock, SmoothBursty};
 
     /// `(rate, max_burst_seconds)`: exact whole-nanosecond intervals (the units are

@@ -55,7 +55,7 @@
 //!
 //! **Orderings.** The rule has no atomics of its own: it computes the next word from the one
 //! the map loaded, and the map's CASes (one `cmpxchg16b` each on x86_64) are the whole
-//! protocol (`src/word_map.rs`, which states why its orderings hold at either width). A
+//! protocol (`src/keyed/word_map.rs`, which states why its orderings hold at either width). A
 //! refusal is decided from that one load and writes nothing.
 //!
 //! # A key's birth, and eviction
@@ -99,22 +99,22 @@ use std::fmt;
 use std::hash::{BuildHasher, Hash};
 use std::time::Duration;
 
+pub use crate::keyed::word_map::MAX_QUOTAS;
 pub use crate::keyed::{WhenFull, DEFAULT_MAX_KEYS, DEFAULT_SWEEP_EVERY};
-pub use crate::word_map::MAX_QUOTAS;
 
 use crate::clock::{Clock, Nanos, QuantaClock};
 use crate::error::ConfigError;
+use crate::keyed::word_map::{Settings, WordMap};
+use crate::keyed::word_rule::WordRule;
 use crate::limiter::Denied;
 use crate::smooth::{self, Config as SmoothConfig, EPOCH_BITS, FRAC_ONE};
-use crate::word_map::{Settings, WordMap};
-use crate::word_rule::WordRule;
 
 /// Guava's default cold factor for `RateLimiter.create(rate, warmup)`: a cold key's first
 /// permits cost up to three stable intervals each.
 ///
 /// ```
 /// use std::time::Duration;
-/// use turnstile::keyed_warming::{KeyedSmoothWarmingUp, DEFAULT_COLD_FACTOR};
+/// use turnstile::keyed::smooth_warming_up::{KeyedSmoothWarmingUp, DEFAULT_COLD_FACTOR};
 /// let k = KeyedSmoothWarmingUp::<u8>::builder(2.0, Duration::from_secs(4))
 ///     .cold_factor(DEFAULT_COLD_FACTOR) // the same as leaving it out
 ///     .build()
@@ -218,7 +218,7 @@ impl WordRule for Quota {
 /// ```
 /// use std::net::IpAddr;
 /// use std::time::Duration;
-/// use turnstile::keyed_warming::KeyedSmoothWarmingUp;
+/// use turnstile::keyed::smooth_warming_up::KeyedSmoothWarmingUp;
 ///
 /// // 10 permits per second per client IP, reached over a 2 s warm-up from cold.
 /// let per_ip = KeyedSmoothWarmingUp::new(10.0, Duration::from_secs(2)).unwrap();
@@ -232,7 +232,7 @@ impl WordRule for Quota {
 ///
 /// ```
 /// use std::time::Duration;
-/// use turnstile::{keyed_warming::KeyedSmoothWarmingUp, ManualClock, Nanos};
+/// use turnstile::{keyed::smooth_warming_up::KeyedSmoothWarmingUp, ManualClock, Nanos};
 ///
 /// let per_user = KeyedSmoothWarmingUp::builder(2.0, Duration::from_secs(4)) // quota 0
 ///     .quota(100.0, Duration::from_secs(1), 3.0) // quota 1
@@ -266,7 +266,7 @@ where
     ///
     /// ```
     /// use std::time::Duration;
-    /// use turnstile::{keyed_warming::KeyedSmoothWarmingUp, ConfigError};
+    /// use turnstile::{keyed::smooth_warming_up::KeyedSmoothWarmingUp, ConfigError};
     /// let k = KeyedSmoothWarmingUp::new(5.0, Duration::from_secs(1)).unwrap();
     /// assert!(k.check(&42u64).is_ok());
     /// let err = KeyedSmoothWarmingUp::<u64>::new(5.0, Duration::ZERO).unwrap_err();
@@ -283,7 +283,7 @@ where
     ///
     /// ```
     /// use std::time::Duration;
-    /// use turnstile::keyed_warming::{KeyedSmoothWarmingUp, WhenFull};
+    /// use turnstile::keyed::smooth_warming_up::{KeyedSmoothWarmingUp, WhenFull};
     /// let k = KeyedSmoothWarmingUp::<u32>::builder(5.0, Duration::from_secs(2))
     ///     .cold_factor(4.0)
     ///     .max_keys(100_000)
@@ -300,9 +300,9 @@ where
     }
 }
 
-crate::word_map::front_methods!(
+crate::keyed::word_map::front_methods!(
     KeyedSmoothWarmingUp,
-    "keyed_warming",
+    "keyed::smooth_warming_up",
     extra "",
     new "KeyedSmoothWarmingUp::new(1.0, std::time::Duration::from_secs(1)).unwrap()",
     builder "KeyedSmoothWarmingUp::builder(1.0, std::time::Duration::from_secs(1))"
@@ -326,7 +326,7 @@ where
     ///
     /// ```
     /// use std::time::Duration;
-    /// use turnstile::{keyed_warming::KeyedSmoothWarmingUp, ManualClock, Nanos};
+    /// use turnstile::{keyed::smooth_warming_up::KeyedSmoothWarmingUp, ManualClock, Nanos};
     /// // Guava's example: 2 per second after a 4 s warm-up, cold factor 3.
     /// let k = KeyedSmoothWarmingUp::<u8, _, _>::builder(2.0, Duration::from_secs(4))
     ///     .clock(ManualClock::default())
@@ -360,7 +360,7 @@ where
     ///
     /// ```
     /// use std::time::Duration;
-    /// use turnstile::{keyed_warming::KeyedSmoothWarmingUp, ManualClock, Nanos};
+    /// use turnstile::{keyed::smooth_warming_up::KeyedSmoothWarmingUp, ManualClock, Nanos};
     /// let k = KeyedSmoothWarmingUp::<u8, _, _>::builder(2.0, Duration::from_secs(4))
     ///     .clock(ManualClock::default())
     ///     .build()
@@ -403,7 +403,7 @@ where
 ///
 /// ```
 /// use std::time::Duration;
-/// use turnstile::keyed_warming::KeyedSmoothWarmingUp;
+/// use turnstile::keyed::smooth_warming_up::KeyedSmoothWarmingUp;
 /// let k = KeyedSmoothWarmingUp::builder(10.0, Duration::from_secs(2))
 ///     .cold_factor(4.0)
 ///     .quota(100.0, Duration::from_secs(1), 3.0)
@@ -420,14 +420,14 @@ pub struct KeyedSmoothWarmingUpBuilder<K, S = RandomState, C: Clock = QuantaCloc
     settings: Settings<K, S, C>,
 }
 
-crate::word_map::builder_methods!(
+crate::keyed::word_map::builder_methods!(
     KeyedSmoothWarmingUpBuilder,
     KeyedSmoothWarmingUp,
-    "keyed_warming",
+    "keyed::smooth_warming_up",
     extra "",
     builder "KeyedSmoothWarmingUp::builder(1.0, std::time::Duration::from_secs(1))"
 );
-crate::word_map::builder_debug!(KeyedSmoothWarmingUpBuilder);
+crate::keyed::word_map::builder_debug!(KeyedSmoothWarmingUpBuilder);
 
 impl<K, S, C> KeyedSmoothWarmingUpBuilder<K, S, C>
 where
@@ -442,7 +442,7 @@ where
     ///
     /// ```
     /// use std::time::Duration;
-    /// use turnstile::{keyed_warming::KeyedSmoothWarmingUp, ConfigError, ManualClock, Nanos};
+    /// use turnstile::{keyed::smooth_warming_up::KeyedSmoothWarmingUp, ConfigError, ManualClock, Nanos};
     /// let k = KeyedSmoothWarmingUp::builder(1.0, Duration::from_secs(2))
     ///     .cold_factor(1.0) // no warm-up premium: every permit costs 1 s
     ///     .clock(ManualClock::default())
@@ -468,7 +468,7 @@ where
     ///
     /// ```
     /// use std::time::Duration;
-    /// use turnstile::keyed_warming::KeyedSmoothWarmingUp;
+    /// use turnstile::keyed::smooth_warming_up::KeyedSmoothWarmingUp;
     /// let k = KeyedSmoothWarmingUp::builder(1.0, Duration::from_secs(1))
     ///     .quota(1000.0, Duration::from_millis(100), 3.0) // quota 1
     ///     .classify(|ip: &[u8; 4]| usize::from(ip[0] == 10))
@@ -489,7 +489,7 @@ where
     ///
     /// ```
     /// use std::time::Duration;
-    /// use turnstile::{keyed_warming::KeyedSmoothWarmingUp, ConfigError};
+    /// use turnstile::{keyed::smooth_warming_up::KeyedSmoothWarmingUp, ConfigError};
     /// let sec = Duration::from_secs(1);
     /// let err = KeyedSmoothWarmingUp::<u8>::builder(f64::NAN, sec).build().unwrap_err();
     /// assert!(matches!(err, ConfigError::RateNotPositive(r) if r.is_nan()));
@@ -511,7 +511,7 @@ where
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
-    use crate::word_rule::Word;
+    use crate::keyed::word_rule::Word;
     use crate::{Idle, Limiter, ManualClock, SmoothWarmingUp};
 
     /// `(rate, warm-up ms, cold factor)`: Guava's test configurations, and others.

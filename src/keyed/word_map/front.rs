@@ -1,7 +1,7 @@
 //! The part of an inline map's public front that is the same for every algorithm: the
 //! methods that delegate to its [`WordMap`](super::WordMap) (the front's field `map`) and
 //! its builder's shared settings (the builder's fields `quotas` and `settings`), with their
-//! docs. Written once here so that [`KeyedTokenBucket`](crate::KeyedTokenBucket) and its
+//! docs. Written once here so that [`KeyedTokenBucket`] and its
 //! siblings cannot drift apart; each front keeps the methods whose meaning is its
 //! algorithm's (checks, eviction, its own readings) and its constructors.
 //!
@@ -227,7 +227,7 @@ macro_rules! front_methods {
                 S: Send + Sync + 'static,
                 C: 'static,
             {
-                crate::sweeper::Sweeper::spawn(
+                crate::keyed::sweeper::Sweeper::spawn(
                     self,
                     self.map.sweep_every(),
                     |k| k.map.sweeper(),

@@ -51,7 +51,7 @@
 //!
 //! **Orderings.** The rule has no atomics of its own: it computes the next word from the one
 //! the map loaded, and the map's CASes (and why their orderings are enough) are the whole
-//! protocol (`src/word_map.rs`). All the rule needs from them is that a grant is applied
+//! protocol (`src/keyed/word_map.rs`). All the rule needs from them is that a grant is applied
 //! with one CAS from the word it was computed from, which every ordering gives.
 //!
 //! # A key's birth, and eviction
@@ -99,15 +99,15 @@ use std::fmt;
 use std::hash::{BuildHasher, Hash};
 use std::time::Duration;
 
+pub use crate::keyed::word_map::MAX_QUOTAS;
 pub use crate::keyed::{WhenFull, DEFAULT_MAX_KEYS, DEFAULT_SWEEP_EVERY};
 pub use crate::leaky_bucket::{DEFAULT_PER, DEFAULT_SLACK};
-pub use crate::word_map::MAX_QUOTAS;
 
 use crate::clock::{Clock, Nanos, QuantaClock};
 use crate::error::ConfigError;
+use crate::keyed::word_map::{Settings, WordMap};
+use crate::keyed::word_rule::{WordRule, RANGE_MIN, X_MASK};
 use crate::limiter::Denied;
-use crate::word_map::{Settings, WordMap};
-use crate::word_rule::{WordRule, RANGE_MIN, X_MASK};
 
 /// The longest `M + T` (ns) that leaves [`RANGE_MIN`] of readings in the word.
 const CAP_MAX: u64 = X_MASK - RANGE_MIN;
@@ -225,7 +225,7 @@ impl WordRule for Quota {
 ///
 /// ```
 /// use std::net::IpAddr;
-/// use turnstile::keyed_leaky::KeyedLeakyBucket;
+/// use turnstile::keyed::leaky_bucket::KeyedLeakyBucket;
 ///
 /// // 10 requests per second per client IP, 100 ms apart, 10 of credit after idling.
 /// let per_ip = KeyedLeakyBucket::new(10).unwrap();
@@ -239,7 +239,7 @@ impl WordRule for Quota {
 ///
 /// ```
 /// use std::time::Duration;
-/// use turnstile::{keyed_leaky::KeyedLeakyBucket, ManualClock, Nanos};
+/// use turnstile::{keyed::leaky_bucket::KeyedLeakyBucket, ManualClock, Nanos};
 ///
 /// let per_user = KeyedLeakyBucket::builder(1) // quota 0: 1 per second, no slack
 ///     .without_slack()
@@ -271,7 +271,7 @@ where
     /// sweeps every 10 s. A rate of 0 is [`ConfigError::ZeroRate`].
     ///
     /// ```
-    /// use turnstile::{keyed_leaky::KeyedLeakyBucket, ConfigError};
+    /// use turnstile::{keyed::leaky_bucket::KeyedLeakyBucket, ConfigError};
     /// let k = KeyedLeakyBucket::new(5).unwrap();
     /// assert!(k.check(&42u64).is_ok());
     /// assert_eq!(KeyedLeakyBucket::<u64>::new(0).unwrap_err(), ConfigError::ZeroRate);
@@ -288,7 +288,7 @@ where
     ///
     /// ```
     /// use std::time::Duration;
-    /// use turnstile::keyed_leaky::{KeyedLeakyBucket, WhenFull};
+    /// use turnstile::keyed::leaky_bucket::{KeyedLeakyBucket, WhenFull};
     /// let k = KeyedLeakyBucket::<u32>::builder(5)
     ///     .per(Duration::from_secs(60))
     ///     .slack(2)
@@ -306,9 +306,9 @@ where
     }
 }
 
-crate::word_map::front_methods!(
+crate::keyed::word_map::front_methods!(
     KeyedLeakyBucket,
-    "keyed_leaky",
+    "keyed::leaky_bucket",
     extra "",
     new "KeyedLeakyBucket::new(1).unwrap()",
     builder "KeyedLeakyBucket::builder(1)"
@@ -329,7 +329,7 @@ where
     ///
     /// ```
     /// use std::time::Duration;
-    /// use turnstile::{keyed_leaky::KeyedLeakyBucket, ManualClock, Nanos};
+    /// use turnstile::{keyed::leaky_bucket::KeyedLeakyBucket, ManualClock, Nanos};
     /// let k = KeyedLeakyBucket::<u8, _, _>::builder(10)
     ///     .slack(3)
     ///     .clock(ManualClock::default())
@@ -360,7 +360,7 @@ where
     ///
     /// ```
     /// use std::time::Duration;
-    /// use turnstile::{keyed_leaky::KeyedLeakyBucket, ManualClock, Nanos};
+    /// use turnstile::{keyed::leaky_bucket::KeyedLeakyBucket, ManualClock, Nanos};
     /// let k = KeyedLeakyBucket::<u8, _, _>::builder(10) // 100 ms apart
     ///     .slack(1)
     ///     .clock(ManualClock::default())
@@ -410,14 +410,14 @@ pub struct KeyedLeakyBucketBuilder<K, S = RandomState, C: Clock = QuantaClock> {
     settings: Settings<K, S, C>,
 }
 
-crate::word_map::builder_methods!(
+crate::keyed::word_map::builder_methods!(
     KeyedLeakyBucketBuilder,
     KeyedLeakyBucket,
-    "keyed_leaky",
+    "keyed::leaky_bucket",
     extra "",
     builder "KeyedLeakyBucket::builder(1)"
 );
-crate::word_map::builder_debug!(KeyedLeakyBucketBuilder);
+crate::keyed::word_map::builder_debug!(KeyedLeakyBucketBuilder);
 
 impl<K, S, C> KeyedLeakyBucketBuilder<K, S, C>
 where
@@ -430,7 +430,7 @@ where
     ///
     /// ```
     /// use std::time::Duration;
-    /// use turnstile::{keyed_leaky::KeyedLeakyBucket, ManualClock, Nanos};
+    /// use turnstile::{keyed::leaky_bucket::KeyedLeakyBucket, ManualClock, Nanos};
     /// let k = KeyedLeakyBucket::builder(2)
     ///     .per(Duration::from_millis(10)) // 5 ms apart
     ///     .without_slack()
@@ -452,7 +452,7 @@ where
     ///
     /// ```
     /// use std::time::Duration;
-    /// use turnstile::{keyed_leaky::KeyedLeakyBucket, ManualClock, Nanos};
+    /// use turnstile::{keyed::leaky_bucket::KeyedLeakyBucket, ManualClock, Nanos};
     /// let k = KeyedLeakyBucket::builder(10).slack(4).clock(ManualClock::default()).build().unwrap();
     /// let t = Nanos::new(1_000_000_000);
     /// assert!(k.check_n_at(&1u8, t, 1).is_ok());
@@ -466,7 +466,7 @@ where
     /// No credit at all in quota 0 (upstream's `WithoutSlack`, i.e. slack 0).
     ///
     /// ```
-    /// use turnstile::keyed_leaky::KeyedLeakyBucket;
+    /// use turnstile::keyed::leaky_bucket::KeyedLeakyBucket;
     /// let k = KeyedLeakyBucket::builder(1).without_slack().build().unwrap();
     /// assert!(k.check(&1u8).is_ok());
     /// assert_eq!(k.check_n(&2u8, 2).unwrap_err().retry_at(), None);
@@ -481,7 +481,7 @@ where
     ///
     /// ```
     /// use std::time::Duration;
-    /// use turnstile::keyed_leaky::KeyedLeakyBucket;
+    /// use turnstile::keyed::leaky_bucket::KeyedLeakyBucket;
     /// let k = KeyedLeakyBucket::builder(1)
     ///     .quota(1000, Duration::from_secs(1), 100) // quota 1
     ///     .classify(|ip: &[u8; 4]| usize::from(ip[0] == 10))
@@ -501,7 +501,7 @@ where
     ///
     /// ```
     /// use std::time::Duration;
-    /// use turnstile::{keyed_leaky::KeyedLeakyBucket, ConfigError};
+    /// use turnstile::{keyed::leaky_bucket::KeyedLeakyBucket, ConfigError};
     /// let year = Duration::from_secs(365 * 86_400);
     /// let err = KeyedLeakyBucket::<u8>::builder(1).per(year).build().unwrap_err();
     /// assert!(matches!(err, ConfigError::PacesTooLong(_))); // 11 paces of a year

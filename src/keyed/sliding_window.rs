@@ -53,7 +53,7 @@
 //! any number of evictions (below).
 //!
 //! **Orderings.** The rule has no atomics of its own: it computes the next word from the one
-//! the map loaded, and the map's CASes are the whole protocol (`src/word_map.rs`).
+//! the map loaded, and the map's CASes are the whole protocol (`src/keyed/word_map.rs`).
 //!
 //! # A key's birth, and eviction
 //! A key is **born** at `B` (inserted, or revived after a sweep at `J <= B` evicted it; `B` is
@@ -102,16 +102,16 @@ use std::fmt;
 use std::hash::{BuildHasher, Hash};
 use std::time::Duration;
 
+pub use crate::keyed::word_map::MAX_QUOTAS;
 pub use crate::keyed::{WhenFull, DEFAULT_MAX_KEYS, DEFAULT_SWEEP_EVERY};
-pub use crate::word_map::MAX_QUOTAS;
 
 use crate::clock::{Clock, Nanos, QuantaClock};
 use crate::error::ConfigError;
+use crate::fixed_window::WindowStatus;
+use crate::keyed::word_map::{Settings, WordMap};
+use crate::keyed::word_rule::{WordRule, RANGE_MIN, X_MASK};
 use crate::limiter::{Denied, QuotaStatus};
 use crate::sliding_window::{quota_status, validate, Counts, Rule, View};
-use crate::window::WindowStatus;
-use crate::word_map::{Settings, WordMap};
-use crate::word_rule::{WordRule, RANGE_MIN, X_MASK};
 
 /// The bits of `x`.
 const X_BITS: u32 = X_MASK.count_ones();
@@ -278,7 +278,7 @@ impl Quota {
 /// ```
 /// use std::net::IpAddr;
 /// use std::time::Duration;
-/// use turnstile::keyed_sliding::KeyedSlidingWindow;
+/// use turnstile::keyed::sliding_window::KeyedSlidingWindow;
 ///
 /// // 100 requests per client IP per minute, sliding.
 /// let per_ip = KeyedSlidingWindow::new(100, Duration::from_secs(60)).unwrap();
@@ -291,7 +291,7 @@ impl Quota {
 ///
 /// ```
 /// use std::time::Duration;
-/// use turnstile::{keyed_sliding::KeyedSlidingWindow, ManualClock, Nanos};
+/// use turnstile::{keyed::sliding_window::KeyedSlidingWindow, ManualClock, Nanos};
 ///
 /// let per_user = KeyedSlidingWindow::builder(4, Duration::from_secs(1)) // quota 0
 ///     .quota(1_000, Duration::from_secs(1)) // quota 1
@@ -327,7 +327,7 @@ where
     ///
     /// ```
     /// use std::time::Duration;
-    /// use turnstile::{keyed_sliding::KeyedSlidingWindow, ConfigError};
+    /// use turnstile::{keyed::sliding_window::KeyedSlidingWindow, ConfigError};
     /// let k = KeyedSlidingWindow::new(2, Duration::from_secs(1)).unwrap();
     /// assert!(k.check(&"alice").is_ok());
     /// assert!(k.check(&"alice").is_ok());
@@ -346,7 +346,7 @@ where
     ///
     /// ```
     /// use std::time::Duration;
-    /// use turnstile::keyed_sliding::KeyedSlidingWindow;
+    /// use turnstile::keyed::sliding_window::KeyedSlidingWindow;
     /// let k = KeyedSlidingWindow::<u32>::builder(10, Duration::from_secs(1))
     ///     .max_keys(100_000)
     ///     .build()
@@ -361,9 +361,9 @@ where
     }
 }
 
-crate::word_map::front_methods!(
+crate::keyed::word_map::front_methods!(
     KeyedSlidingWindow,
-    "keyed_sliding",
+    "keyed::sliding_window",
     extra "",
     new "KeyedSlidingWindow::new(5, std::time::Duration::from_secs(1)).unwrap()",
     builder "KeyedSlidingWindow::builder(5, std::time::Duration::from_secs(1))"
@@ -385,7 +385,7 @@ where
     ///
     /// ```
     /// use std::time::Duration;
-    /// use turnstile::{keyed_sliding::KeyedSlidingWindow, ManualClock, Nanos};
+    /// use turnstile::{keyed::sliding_window::KeyedSlidingWindow, ManualClock, Nanos};
     /// let k = KeyedSlidingWindow::<u8, _, _>::builder(5, Duration::from_secs(1))
     ///     .clock(ManualClock::default())
     ///     .build()
@@ -409,7 +409,7 @@ where
     ///
     /// ```
     /// use std::time::Duration;
-    /// use turnstile::keyed_sliding::KeyedSlidingWindow;
+    /// use turnstile::keyed::sliding_window::KeyedSlidingWindow;
     /// let k = KeyedSlidingWindow::new(5, Duration::from_secs(60)).unwrap();
     /// k.check_n(&1u8, 2).unwrap();
     /// assert_eq!(k.status(&1u8).remaining, 3);
@@ -430,7 +430,7 @@ where
     ///
     /// ```
     /// use std::time::Duration;
-    /// use turnstile::{keyed_sliding::KeyedSlidingWindow, ManualClock, Nanos, WindowStatus};
+    /// use turnstile::{keyed::sliding_window::KeyedSlidingWindow, ManualClock, Nanos, WindowStatus};
     /// let k = KeyedSlidingWindow::<u8, _, _>::builder(5, Duration::from_secs(1))
     ///     .clock(ManualClock::default())
     ///     .build()
@@ -461,7 +461,7 @@ where
     ///
     /// ```
     /// use std::time::Duration;
-    /// use turnstile::{keyed_sliding::KeyedSlidingWindow, ManualClock, Nanos, QuotaStatus};
+    /// use turnstile::{keyed::sliding_window::KeyedSlidingWindow, ManualClock, Nanos, QuotaStatus};
     /// let k = KeyedSlidingWindow::<u8, _, _>::builder(5, Duration::from_secs(1))
     ///     .clock(ManualClock::default())
     ///     .build()
@@ -506,7 +506,7 @@ where
     ///
     /// ```
     /// use std::time::Duration;
-    /// use turnstile::{keyed_sliding::KeyedSlidingWindow, ManualClock, Nanos};
+    /// use turnstile::{keyed::sliding_window::KeyedSlidingWindow, ManualClock, Nanos};
     /// let k = KeyedSlidingWindow::<u8, _, _>::builder(10, Duration::from_secs(1))
     ///     .clock(ManualClock::default())
     ///     .build()
@@ -553,14 +553,14 @@ pub struct KeyedSlidingWindowBuilder<K, S = RandomState, C: Clock = QuantaClock>
     settings: Settings<K, S, C>,
 }
 
-crate::word_map::builder_methods!(
+crate::keyed::word_map::builder_methods!(
     KeyedSlidingWindowBuilder,
     KeyedSlidingWindow,
-    "keyed_sliding",
+    "keyed::sliding_window",
     extra "",
     builder "KeyedSlidingWindow::builder(5, std::time::Duration::from_secs(1))"
 );
-crate::word_map::builder_debug!(KeyedSlidingWindowBuilder);
+crate::keyed::word_map::builder_debug!(KeyedSlidingWindowBuilder);
 
 impl<K, S, C> KeyedSlidingWindowBuilder<K, S, C>
 where
@@ -574,7 +574,7 @@ where
     ///
     /// ```
     /// use std::time::Duration;
-    /// use turnstile::keyed_sliding::KeyedSlidingWindow;
+    /// use turnstile::keyed::sliding_window::KeyedSlidingWindow;
     /// let k = KeyedSlidingWindow::builder(10, Duration::from_secs(60))
     ///     .quota(1000, Duration::from_secs(60)) // quota 1
     ///     .classify(|ip: &[u8; 4]| usize::from(ip[0] == 10))
@@ -594,7 +594,7 @@ where
     ///
     /// ```
     /// use std::time::Duration;
-    /// use turnstile::{keyed_sliding::KeyedSlidingWindow, ConfigError};
+    /// use turnstile::{keyed::sliding_window::KeyedSlidingWindow, ConfigError};
     /// let err = KeyedSlidingWindow::<u8>::builder(1024, Duration::from_millis(1)).build();
     /// assert_eq!(
     ///     err.unwrap_err(),

@@ -1,7 +1,19 @@
-//! Per-key limiters: one turnstile limiter per client (per IP, user, API key), built on first
-//! use by a configuration function and dropped again once it is idle.
+//! Per-key limiters: one limit per client (per IP, user, API key), for a key space no one
+//! bounds in advance. Two kinds of map:
 //!
-//! # The map
+//! - [`Keyed`]`<K, L>` holds any limiter `L` per key, built on first use by a configuration
+//!   function and dropped again once it is idle: every limiter's full API per key, and
+//!   different limiter types per key through `Box<dyn PerKeyLimiter>`.
+//! - A map per limiter with the limiter's state inline, one word per key, cheaper per check
+//!   and per key: [`KeyedTokenBucket`], [`KeyedLeakyBucket`], [`KeyedLeakyMeter`],
+//!   [`KeyedWindow`], [`KeyedSlidingWindow`], [`KeyedSmoothBursty`] and
+//!   [`KeyedSmoothWarmingUp`], each in its module here, with up to
+//!   [`MAX_QUOTAS`](fixed_window::MAX_QUOTAS) quota classes per map.
+//!
+//! Both bound the keys they hold ([`KeyedBuilder::max_keys`], [`WhenFull`]) and sweep idle
+//! keys in the background, so a flood of new clients costs bounded memory.
+//!
+//! # `Keyed`: the map
 //! Keys live in an open-addressing table of its own (`src/keyed/table.rs`, whose header gives
 //! the protocol): each entry is the key and a pointer to the key's slot, one heap allocation
 //! holding the eviction state and the limiter, aligned to a cache line with the state first
@@ -120,10 +132,10 @@ use std::time::Duration;
 use crossbeam_utils::Backoff;
 
 use crate::clock::{Clock, Nanos, QuantaClock};
-use crate::key_bound::KeyBound;
-use crate::limiter::{Denied, Idle, Limiter, QuotaStatus};
+use crate::keyed::key_bound::KeyBound;
 #[cfg(not(loom))]
-use crate::sweeper::Sweeper;
+use crate::keyed::sweeper::Sweeper;
+use crate::limiter::{Denied, Idle, Limiter, QuotaStatus};
 use crate::sync::Ordering;
 
 /// A map's configuration function, fallible or (with `E = Infallible`) not.
@@ -318,7 +330,7 @@ where
 pub const DEFAULT_SWEEP_EVERY: Duration = Duration::from_secs(10);
 
 /// The key bound of a map built without [`KeyedBuilder::max_keys`]
-/// (or [`KeyedTokenBucketBuilder::max_keys`](crate::keyed_bucket::KeyedTokenBucketBuilder::max_keys)):
+/// (or [`KeyedTokenBucketBuilder::max_keys`](crate::keyed::token_bucket::KeyedTokenBucketBuilder::max_keys)):
 /// 2^20, a little over a million keys.
 ///
 /// Keys usually come from clients (addresses, API keys, headers), so a map without a bound
@@ -326,7 +338,7 @@ pub const DEFAULT_SWEEP_EVERY: Duration = Duration::from_secs(10);
 /// [`WhenFull::Deny`], a flood beyond it cannot hand anyone a fresh limit (new keys are
 /// refused until a sweep frees room; held keys are never evicted to make room). A million
 /// is well above the keys one process sees active within a sweep period, and its cost is
-/// modest: a [`KeyedTokenBucket`](crate::KeyedTokenBucket) holds its table of
+/// modest: a [`KeyedTokenBucket`] holds its table of
 /// `2^21 * (8 + size_of::<K>())` bytes rounded up to 8 (32 MiB for `u64` keys, 64 MiB for
 /// `IpAddr`); a `Keyed` its entry (~60 bytes) plus the limiter per key (~300 MiB in all for
 /// compact token buckets; module docs, "Memory"). Raise or lower it with `max_keys`;
@@ -941,10 +953,32 @@ mod builder;
 mod slot;
 mod table;
 
+// The maps with their limiter's state inline, one word per key, each a front over the shared
+// word-map engine (`word_map`, with a `word_rule` per limiter), and what every map shares: the
+// key bound and the sweeper.
+pub mod fixed_window;
+pub(crate) mod key_bound;
+pub mod leaky_bucket;
+pub mod leaky_meter;
+pub mod sliding_window;
+pub mod smooth_bursty;
+pub mod smooth_warming_up;
+pub(crate) mod sweeper;
+pub mod token_bucket;
+pub(crate) mod word_map;
+pub(crate) mod word_rule;
+
 pub use builder::KeyedBuilder;
+pub use fixed_window::KeyedWindow;
+pub use leaky_bucket::KeyedLeakyBucket;
+pub use leaky_meter::KeyedLeakyMeter;
+pub use sliding_window::KeyedSlidingWindow;
 pub(crate) use slot::Slot;
 use slot::DEAD;
+pub use smooth_bursty::KeyedSmoothBursty;
+pub use smooth_warming_up::KeyedSmoothWarmingUp;
 use table as map;
+pub use token_bucket::KeyedTokenBucket;
 
 /// For the limiters' layout tests: where each of `words(limiter)` (a name, an address in the
 /// limiter and a size) ends, in bytes from the start of the cache line where a `Keyed` slot

@@ -1,7 +1,7 @@
 //! What every keyed map keeps beside its table: the key bound (live keys plus reservations,
 //! never above `max_keys`, and what a new key gets when the map is full) and the sweep
 //! schedule (when the last sweep ran, the latest time any sweep judged at, and the sweeper
-//! thread if there is one). [`Keyed`](crate::Keyed) and the inline maps (`src/word_map.rs`)
+//! thread if there is one). [`Keyed`] and the inline maps (`src/keyed/word_map.rs`)
 //! hold one each; the eviction protocol that uses it is theirs.
 //!
 //! # Orderings
@@ -16,9 +16,9 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::clock::{Clock, Nanos};
+use crate::keyed::sweeper::Sweeper;
 use crate::keyed::WhenFull;
 use crate::limiter::Denied;
-use crate::sweeper::Sweeper;
 use crate::sync::{AtomicU64, Ordering};
 
 /// The key bound and the sweep schedule of one keyed map: see the [module docs](self).
