@@ -35,6 +35,21 @@
 //! command's calls): 1 everywhere but the coalesced cell. The machinery is in `examples/redis/bench.rs`, which
 //! `tests/redis_example_smoke.rs` also runs (briefly).
 //!
+//! `--fault stall` runs, instead of the cells, a stalled server: tasks (the largest `--tasks`
+//! count per limiter, each checking once a millisecond) check through `Fallback<Gcra>` (its
+//! default 100 ms timeout) and the bare `Gcra` (its connection's default 250 ms response
+//! timeout) for `--seconds`, then while the example's own server is stopped (SIGSTOP) for
+//! `--stall` seconds (default 3), then `--seconds` more after SIGCONT. Per limiter and phase
+//! (before, stall, after) it prints the checks, the answered ones, p50/p99/max latency,
+//! answers by kind (Redis allowed/denied, fallback allowed/denied, errors), and when the
+//! fallback switched over and back (`examples/redis/stall.rs`; `--json` schema
+//! `turnstile-redis-stall/1`). Exit status 1 if the `Fallback` failed a check, gave no answer in
+//! process during the stall or none from Redis after it. Never with `--url`.
+//!
+//! ```text
+//! cargo run --release --example redis --features redis -- --fault stall --stall 3 --seconds 2 --tasks 4
+//! ```
+//!
 //! `--json FILE` writes every cell (schema `turnstile-redis-bench/2`: `cell`, `tasks`, `round`,
 //! `ops`, `seconds`, `ops_per_sec`, `p50_ns`, `p99_ns`, `granted`, `denied`, `errors`,
 //! `first_error`, `ratio_to_ping`, `p50_ratio_to_ping`, `server_us_per_call`, `server_busy`,
@@ -194,6 +209,48 @@ fn main() -> ExitCode {
         }
     };
     let mut out = std::io::stdout().lock();
+    if args.fault == Some(bench::Fault::Stall) {
+        // `parse_args` refuses `--fault` with `--url`: the server is the example's own.
+        let Some(server) = &_server else {
+            return ExitCode::from(2);
+        };
+        let pid = server.child.id().to_string();
+        let signal = |s: bench::stall::Signal| {
+            let sig = match s {
+                bench::stall::Signal::Stop => "-STOP",
+                bench::stall::Signal::Continue => "-CONT",
+            };
+            match Command::new("kill").args([sig, &pid]).status() {
+                Ok(st) if st.success() => Ok(()),
+                Ok(st) => Err(format!("kill {sig} {pid}: {st}")),
+                Err(e) => Err(format!("kill {sig} {pid}: {e}")),
+            }
+        };
+        let report = match runtime.block_on(bench::stall::run_stall(
+            &args, &url, &what, &signal, &mut out,
+        )) {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!("{WHO}: {e}");
+                return ExitCode::from(2);
+            }
+        };
+        let _ = out.flush();
+        drop(out);
+        drop(runtime);
+        if let Err(code) =
+            bench::report::write_json(WHO, args.json.as_deref(), json_file.as_mut(), || {
+                bench::stall::stall_json(&report)
+            })
+        {
+            return code;
+        }
+        return if report.fallback_held() {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        };
+    }
     let report = match runtime.block_on(bench::run_all(&args, &url, &what, cores, &mut out)) {
         Ok(r) => r,
         Err(e) => {

@@ -1,7 +1,9 @@
 //! The Redis example's machinery (`examples/redis/bench.rs`, included here as a module) run
 //! briefly against a redis-server of the test's own: its command line and defaults, every cell
-//! at 1 and 16 tasks for 0.05 s, the verdict and the JSON. It asserts structure (every cell
-//! ran, no call failed), never timings. Skipped loudly without redis-server, unless
+//! at 1 and 16 tasks for 0.05 s, the verdict and the JSON; and its fault phase
+//! (`--fault stall`, `examples/redis/stall.rs`) with a stall of 0.6 s. It asserts structure
+//! (every cell ran, no call failed; the fallback answered through the stall), never timings
+//! beyond a deadline plus a loaded machine's slack. Skipped loudly without redis-server, unless
 //! `TURNSTILE_REQUIRE_REDIS=1`.
 #![cfg(feature = "redis")]
 
@@ -47,6 +49,10 @@ fn flags_parse() {
     assert_eq!(a.keys, 7);
     assert_eq!(a.url.as_deref(), Some("redis://127.0.0.1:7000/"));
     assert_eq!(a.json.as_deref(), Some("out.json"));
+    assert_eq!(a.fault, None);
+    let a = parse(&["--fault", "stall", "--stall", "2.5"]).unwrap();
+    assert_eq!(a.fault, Some(bench::Fault::Stall));
+    assert_eq!(a.stall, 2.5);
     assert_eq!(parse(&["--help"]).unwrap_err(), "");
     for bad in [
         &["--tasks", "0"][..],
@@ -56,6 +62,9 @@ fn flags_parse() {
         &["--keys", "0"],
         &["--seconds"],
         &["--bogus"],
+        &["--fault", "crash"],
+        &["--stall", "0"],
+        &["--fault", "stall", "--url", "redis://127.0.0.1:7000/"],
     ] {
         let e = parse(bad).unwrap_err();
         assert!(!e.is_empty(), "{bad:?}");
@@ -169,4 +178,77 @@ fn every_cell_runs_against_a_real_server() {
             assert!(c["ratio_to_ping"].as_f64().unwrap() > 0.0);
         }
     }
+}
+
+#[test]
+fn stall_phase_against_a_real_server() {
+    use bench::stall::{Signal, BARE, FALLBACK, PHASES};
+    use turnstile::redis::{DEFAULT_DEADLINE, DEFAULT_TIMEOUT};
+
+    let Some(server) = RedisServer::start("redis_example_smoke_stall") else {
+        return;
+    };
+    let args = parse(&[
+        "--fault",
+        "stall",
+        "--seconds",
+        "0.5",
+        "--stall",
+        "0.6",
+        "--tasks",
+        "2",
+    ])
+    .unwrap();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let signal = |s: Signal| {
+        match s {
+            Signal::Stop => server.pause(),
+            Signal::Continue => server.resume(),
+        }
+        Ok(())
+    };
+    let mut out = Vec::new();
+    let report = runtime
+        .block_on(bench::stall::run_stall(
+            &args,
+            &server.url(),
+            "the smoke test's server",
+            &signal,
+            &mut out,
+        ))
+        .unwrap();
+    drop(runtime);
+    let text = String::from_utf8(out).unwrap();
+
+    assert_eq!(report.phases.len(), 6, "{text}");
+    assert!(report.fallback_held(), "{text}");
+    assert!(
+        text.contains("result: fallback_gcra answered every check"),
+        "{text}"
+    );
+    // A second of slack over each deadline: a loaded machine, not a hang.
+    let slack = std::time::Duration::from_secs(1);
+    for phase in PHASES {
+        let f = report.phase(FALLBACK, phase).unwrap();
+        assert!(f.checks > 0 && f.errors == 0, "{phase}\n{text}");
+        assert!(f.max <= DEFAULT_TIMEOUT + slack, "{phase}\n{text}");
+        let g = report.phase(BARE, phase).unwrap();
+        assert!(g.max <= DEFAULT_DEADLINE + slack, "{phase}\n{text}");
+    }
+    let stall = report.phase(FALLBACK, "stall").unwrap();
+    assert!(stall.fallback_allowed > 0, "{text}");
+    assert!(report.phase(BARE, "stall").unwrap().errors > 0, "{text}");
+    assert!(
+        report.phase(BARE, "after").unwrap().answered() > 0,
+        "{text}"
+    );
+
+    let json: serde_json::Value = serde_json::from_str(&bench::stall::stall_json(&report)).unwrap();
+    assert_eq!(json["schema"], "turnstile-redis-stall/1");
+    assert_eq!(json["phases"].as_array().unwrap().len(), 6);
+    assert_eq!(json["fallback_held"], true);
 }

@@ -16,6 +16,8 @@ use turnstile::Limit;
 
 #[path = "../common/report.rs"]
 pub mod report;
+#[path = "stall.rs"]
+pub mod stall;
 pub use report::{busy_note, fmt_dur, fmt_load, load_average, percentile, thousands};
 use report::{json_f64, json_opt_f64, json_str};
 
@@ -104,7 +106,21 @@ pub struct Args {
     pub keys: usize,
     /// `--json FILE`.
     pub json: Option<String>,
+    /// `--fault stall`: run the fault phase (`stall.rs`) instead of the cells.
+    pub fault: Option<Fault>,
+    /// `--stall S`: how long the fault phase stops the server.
+    pub stall: f64,
 }
+
+/// A fault the example can put under the limiters (`--fault`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// The example's own server stopped (SIGSTOP) for `--stall` seconds, then continued.
+    Stall,
+}
+
+/// The default `--stall`, in seconds.
+pub const DEFAULT_STALL: f64 = 3.0;
 
 /// Cells per concurrency level: PING before and after the others, the no-op script and the
 /// limiter cells.
@@ -144,6 +160,12 @@ options:
   --tasks LIST      concurrent tasks per cell, comma-separated (default 1,16)
   --keys N          keys the random-keys cell picks from (default 10000)
   --json FILE       also write every cell and the verdict as JSON to FILE
+  --fault stall     instead of the cells, a stalled server: checks through Fallback<Gcra> and
+                    the bare Gcra, paced at one a millisecond per task (the largest --tasks
+                    count per limiter), for --seconds, then with the example's own server
+                    stopped (SIGSTOP) for --stall seconds, then --seconds more after SIGCONT;
+                    answers and latency per phase. Needs the example's own server (no --url)
+  --stall S         seconds the server stays stopped (default {DEFAULT_STALL})
   -h, --help        this text",
         DEFAULT_SECONDS * (CELLS_PER_LEVEL * 2) as f64
     )
@@ -157,6 +179,8 @@ pub fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Args, String
         tasks: vec![1, 16],
         keys: 10_000,
         json: None,
+        fault: None,
+        stall: DEFAULT_STALL,
     };
     let mut it = args.into_iter();
     while let Some(flag) = it.next() {
@@ -197,8 +221,23 @@ pub fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Args, String
                     .ok_or(format!("--keys {v}: from 1 to 10000000"))?;
             }
             "--json" => a.json = Some(value("--json")?),
+            "--fault" => match value("--fault")?.as_str() {
+                "stall" => a.fault = Some(Fault::Stall),
+                v => return Err(format!("--fault {v}: the one fault is `stall`")),
+            },
+            "--stall" => {
+                let v = value("--stall")?;
+                a.stall = v
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|s| s.is_finite() && *s > 0.0 && *s <= 600.0)
+                    .ok_or(format!("--stall {v}: a number of seconds in (0, 600]"))?;
+            }
             other => return Err(format!("unknown argument {other}")),
         }
+    }
+    if a.fault.is_some() && a.url.is_some() {
+        return Err("--fault stops the example's own server: not with --url".to_string());
     }
     Ok(a)
 }
