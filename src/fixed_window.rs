@@ -593,6 +593,9 @@ impl<C: Clock, P: Layout> Limiter for FixedWindow<C, P> {
     }
 }
 
+/// [`Limiter::refund_n_at`] gives a grant back (see there).
+impl<C: Clock, P: Layout> crate::limiter::Refund for FixedWindow<C, P> {}
+
 /// What a refund of `n` at `now` does to the window `(end, count)` (see `refund_n_at` for
 /// `FixedWindow`; the twin decides with the same function on its key).
 pub(crate) enum Refund {

@@ -413,6 +413,9 @@ impl<C: Clock, P: Layout> Limiter for LeakyMeter<C, P> {
     }
 }
 
+/// [`Limiter::refund_n_at`] gives a grant back (see there).
+impl<C: Clock, P: Layout> crate::limiter::Refund for LeakyMeter<C, P> {}
+
 /// Idle exactly when the bucket is empty of water at `now` (the token bucket underneath is
 /// full; see its [`Idle`] impl): a fresh meter is then **identical** from `now` on.
 ///

@@ -109,7 +109,7 @@ pub use deadline::Deadline;
 pub use error::{ConfigError, WaitError};
 pub use layout::{Compact, Layout, Padded};
 pub use limit::Limit;
-pub use limiter::{Denied, Idle, Limiter, PerKeyLimiter, QuotaStatus};
+pub use limiter::{Denied, Idle, Limiter, PerKeyLimiter, QuotaStatus, Refund};
 
 pub use fixed_window::{FixedWindow, Outcome, WindowStatus};
 pub use leaky_bucket::LeakyBucket;

@@ -145,6 +145,39 @@ pub trait Limiter: Send + Sync {
     }
 }
 
+/// A limiter whose [`Limiter::refund_n_at`] gives back what a check granted, so that a request
+/// another limit refuses takes nothing from this one: [`TokenBucket`](crate::TokenBucket),
+/// [`LeakyMeter`](crate::LeakyMeter), and the windows, [`FixedWindow`](crate::FixedWindow)
+/// and [`SlidingWindow`](crate::SlidingWindow), which refund into the window the grant was
+/// counted in while it lasts. The others ([`LeakyBucket`](crate::LeakyBucket), the smooth
+/// limiters) keep what they give: their `refund_n_at` is `false`, and they do not implement
+/// this. What the tower layer's `PolicyExt::and` (feature `tower`) requires of its first
+/// policy's limiter.
+///
+/// ```
+/// use turnstile::{Limit, Limiter, ManualClock, Nanos, Refund, TokenBucket};
+///
+/// fn check_both(a: &impl Refund, b: &impl Limiter, now: Nanos) -> bool {
+///     if a.check_n_at(now, 1).is_err() {
+///         return false;
+///     }
+///     if b.check_n_at(now, 1).is_err() {
+///         a.refund_n_at(now, 1); // b refused: a gives its permit back
+///         return false;
+///     }
+///     true
+/// }
+/// let limit = Limit::per_second(1.0).unwrap();
+/// let a = TokenBucket::builder(limit, 1).clock(ManualClock::default()).build();
+/// let b = TokenBucket::builder(Limit::ZERO, 0).clock(ManualClock::default()).build();
+/// assert!(!check_both(&a, &b, Nanos::ZERO));
+/// assert_eq!(a.tokens_at(Nanos::ZERO), 1.0); // still there
+/// ```
+pub trait Refund: Limiter {}
+
+impl<L: Refund + ?Sized> Refund for Box<L> {}
+impl<L: Refund + ?Sized> Refund for Arc<L> {}
+
 /// A limit as a client may be told of it: the fields of the IETF RateLimit header fields
 /// (draft-ietf-httpapi-ratelimit-headers): `RateLimit-Policy: "name";q=quota;w=window` and
 /// `RateLimit: "name";r=remaining;t=reset`. What each field means for each limiter is in its

@@ -599,6 +599,9 @@ impl<C: Clock> Limiter for TokenBucket<C> {
     }
 }
 
+/// [`Limiter::refund_n_at`] gives a grant back (see there).
+impl<C: Clock> crate::limiter::Refund for TokenBucket<C> {}
+
 impl<C: Clock> fmt::Debug for TokenBucket<C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // As the lock-free bucket's Debug: the tokens at the clock's reading.

@@ -557,6 +557,9 @@ impl<C: Clock, P: Layout> Limiter for SlidingWindow<C, P> {
     }
 }
 
+/// [`Limiter::refund_n_at`] gives a grant back (see there).
+impl<C: Clock, P: Layout> crate::limiter::Refund for SlidingWindow<C, P> {}
+
 impl<C: Clock, P: Layout> Idle for SlidingWindow<C, P> {
     /// True when the weighted count at `now` is 0: both counts have rolled out, and a fresh
     /// limiter decides every check from `now` on exactly as this one would. (A `now` before

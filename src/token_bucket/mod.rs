@@ -628,6 +628,9 @@ impl<C: Clock, P: Layout> Limiter for TokenBucket<C, P> {
     }
 }
 
+/// [`Limiter::refund_n_at`] gives a grant back (see there).
+impl<C: Clock, P: Layout> crate::limiter::Refund for TokenBucket<C, P> {}
+
 /// Idle exactly when the bucket is full at `now`: its tokens at `now` equal its burst, which
 /// is what a fresh bucket holds, so the two are **identical** from `now` on (a full bucket
 /// has no outstanding reservation holding tokens, and a cancel can never fill it past full).

@@ -146,3 +146,5 @@ impl<Body, A: Policy<Body>, B: Policy<Body>> Future for AndFuture<Body, A, B> {
         }
     }
 }
+
+impl<A: Refunds, B: Refunds> Refunds for And<A, B> {}

@@ -66,3 +66,5 @@ impl<B, L: Limiter + 'static> Policy<B> for Global<L> {
         let _ = self.limiter.refund_n_at(at, 1);
     }
 }
+
+impl<L: Refund> Refunds for Global<L> {}

@@ -34,7 +34,7 @@ use std::time::Duration;
 
 use http::Request;
 
-use crate::{Denied, Limiter, QuotaStatus};
+use crate::{Denied, Limiter, QuotaStatus, Refund};
 
 /// One policy's answer.
 #[derive(Debug)]
@@ -110,14 +110,33 @@ pub trait Policy<B>: Send + Sync + 'static {
     fn refund(&self, grant: Self::Grant);
 }
 
+/// A policy whose [`Policy::refund`] gives a grant back, as [`PolicyExt::and`] needs of the
+/// policy it asks first: [`Global`] over a [`Refund`] limiter, [`PerKey`] over a
+/// [`Keyed`](crate::Keyed) of [`Refund`] limiters or a
+/// [`KeyedTokenBucket`](crate::KeyedTokenBucket), and [`And`] of two such policies.
+pub trait Refunds {}
+
 /// [`PolicyExt::and`] for every policy. A trait of its own, not a method of [`Policy`], so
 /// that combining two policies needs no request body type to be inferred.
 pub trait PolicyExt: Sized {
     /// This policy, then `other`: a request passes only if both pass, and a request `other`
     /// refuses gives back what this one granted ([`Policy::refund`]), so it takes nothing
-    /// from either. Put limiters that cannot refund ([`Limiter::refund_n_at`] returns
-    /// `false`, a Redis limiter) last.
-    fn and<Q>(self, other: Q) -> And<Self, Q> {
+    /// from either. This policy must be able to give a grant back ([`Refunds`]); `other` may
+    /// be any policy, so a limiter that keeps what it grants (a Redis limiter, a
+    /// [`LeakyBucket`](crate::LeakyBucket)) goes last:
+    ///
+    /// ```compile_fail,E0277
+    /// use turnstile::tower::{global, PolicyExt};
+    /// use turnstile::{LeakyBucket, Limit, TokenBucket};
+    ///
+    /// let paced = global("paced", LeakyBucket::new(100).unwrap());
+    /// let bucket = global("all", TokenBucket::new(Limit::per_second(100.0).unwrap(), 10));
+    /// let both = paced.and(bucket); // error: a leaky bucket cannot give a grant back
+    /// ```
+    fn and<Q>(self, other: Q) -> And<Self, Q>
+    where
+        Self: Refunds,
+    {
         And {
             first: Arc::new(self),
             second: Arc::new(other),

@@ -328,3 +328,19 @@ where
         }
     }
 }
+
+impl<K, X, L, C> Refunds for PerKey<K, X, Keyed<K, L, C>>
+where
+    K: Eq + Hash + Clone + Send + Sync + 'static,
+    L: Refund + Idle + 'static,
+    C: Clock,
+{
+}
+
+impl<K, X, S, C> Refunds for PerKey<K, X, KeyedTokenBucket<K, S, C>>
+where
+    K: Eq + Hash + Clone + Send + Sync + 'static,
+    S: BuildHasher,
+    C: Clock,
+{
+}
