@@ -57,6 +57,16 @@
 //!   `count_run_at_an_earlier_time_never_moves_the_interval_back`; `fetch_add -> load + store`:
 //!   all six others.
 //!
+//! **`Keyed`'s eviction protocol** (`src/keyed/slot.rs`, `src/keyed.rs`; its models are in
+//! `tests/keyed.rs`, whose header lists the mutations with the models that catch each)
+//! * either `SeqCst` fence, the post-grant state check, the `RETIRING` veto, the replay after
+//!   `DEAD`, the evictor's second idleness check, its `RETIRING -> DEAD` CAS (made a store):
+//!   every `keyed` model but the stale one, and `keyed_table`'s two eviction models. A veto
+//!   that replays the check (the grant counted twice): some of those (`keyed.rs`' header).
+//! * the newborn's `born_at` dropped or dated before the writer lock, or the sweep's
+//!   publication of the time it judged at dropped:
+//!   `keyed::stale_check_vs_check_vs_evict_never_grants_twice`.
+//!
 //! **`Keyed`'s table** (`src/keyed/table.rs`; its models are in `tests/keyed_table.rs`, whose
 //! header lists the mutations with the loom report each gives)
 //! * table pointer load `Acquire -> Relaxed`, or the resize's swap `Release -> Relaxed`:
