@@ -14,26 +14,13 @@
 //! keys in the background, so a flood of new clients costs bounded memory.
 //!
 //! # `Keyed`: the map
-//! Keys live in an open-addressing table of its own (`src/keyed/table.rs`, whose header gives
-//! the protocol): each entry is the key and a pointer to the key's slot, one heap allocation
-//! holding the eviction state and the limiter, aligned to a cache line with the state first
-//! so that a compact limiter's first line holds both. A check of a held key takes no lock
-//! and writes no shared memory but the limiter's (it pins an epoch in a thread-local slot):
-//! one hash, a probe of the table (four `u64` entries to a cache line) and the slot, so two
-//! threads checking one hot key contend only on that key's limiter word. Inserting a new
-//! key, removing one and resizing the table take the map's writer lock, which no check of a
-//! held key takes; a resize copies slot *pointers*, never a limiter, so a check still
-//! running on the old table writes the same limiter as one on the new. Removed slots and old
-//! tables are freed once no reader can still hold them (epoch reclamation), and the table
-//! shrinks again after a sweep leaves it mostly empty.
-//!
-//! Why not a general concurrent map: `scc::HashIndex` relocates values on resize (so the
-//! limiter has to sit behind an `Arc`) and keeps its buckets' metadata and entries in
-//! separate arrays: a random key costs three misses before the limiter's own there, one in
-//! this table (`scripts/instructions`' `keyed-random-*` cells count them with callgrind's
-//! cache simulator, beside governor's dashmap and `KeyedTokenBucket`, whose state is inline).
-//! What is left is the limiter's own lines: a limiter larger than a cache line, or one
-//! aligned to 128 bytes (the padded layout), costs a line more.
+//! A check of a held key takes no lock and writes no shared memory but the limiter's: one
+//! hash, a probe of the map's table and the key's slot (its eviction state and limiter, one
+//! allocation that never moves), so two threads checking one hot key contend only on that
+//! key's limiter. Inserting a key, evicting one and resizing take the map's writer lock,
+//! which no check of a held key takes; removed slots and old tables are freed once no reader
+//! can still hold them. The table's protocol, and why it is not a general concurrent map,
+//! are in `src/keyed/table.rs`.
 //!
 //! # Memory
 //! Each key costs its table entry (8 bytes plus the key, at a load between seven sixteenths

@@ -93,7 +93,7 @@ pub use policy::{
 };
 pub use policy::{
     global, per_key, And, AndFuture, Ask, Decision, Global, KeyGrant, MissingKey, PerKey,
-    PerKeyMap, Policy, PolicyExt, Report, Taken,
+    PerKeyMap, Policy, PolicyExt, Refunds, Report, Taken,
 };
 
 use std::future::Future;
