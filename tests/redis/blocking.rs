@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Barrier};
 use std::time::Duration;
 
-use common::redis_server::{free_port, wait_until, RedisServer};
+use common::redis_server::{wait_until, RedisServer};
 use turnstile::redis::{
     self, Blocking, ConnectionManager, Fallback, FixedWindow, Gcra, Mode, RedisLimitError,
     TokenBucket,
@@ -371,7 +371,12 @@ fn bad_input_is_a_typed_error() {
         e.downcast_ref::<ConfigError>(),
         Some(&ConfigError::ZeroCapacity)
     );
-    let nobody = format!("redis://127.0.0.1:{}/", free_port());
+    // A port bound and held, never listened on: connecting to it is refused, and no other
+    // test's server can take it while the connection manager retries (a port found free and
+    // let go could be, by a server starting in the same test binary meanwhile).
+    let held = tokio::net::TcpSocket::new_v4().unwrap();
+    held.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let nobody = format!("redis://127.0.0.1:{}/", held.local_addr().unwrap().port());
     let e = within(Duration::from_secs(20), "connect to nobody", move || {
         Blocking::new(|| async move {
             let con = redis::connect(&nobody).await?;
@@ -379,6 +384,7 @@ fn bad_input_is_a_typed_error() {
         })
         .unwrap_err()
     });
+    drop(held);
     let e = e
         .downcast_ref::<RedisLimitError>()
         .expect("connect's error");
