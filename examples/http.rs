@@ -40,7 +40,7 @@
 //! no_layer agrees, else inconclusive), the spread of the per-round ratios, the server's CPU time per
 //! request against no_layer's, turnstile over tower_governor where both ran, and what a good
 //! result looks like. The machinery is in `examples/http/bench.rs`, which
-//! `tests/http_example_smoke.rs` also runs (briefly).
+//! `tests/tower/http_example_smoke.rs` also runs (briefly).
 //!
 //! `--json FILE` writes the run (schema `turnstile-http-bench/1`): the settings, the load
 //! averages, `summary` (per cell: `requests_per_sec`, `p50_ns`, `p99_ns`, `ratio_to_no_layer`,

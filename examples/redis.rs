@@ -33,7 +33,7 @@
 //! mean of PING's two runs) against issue #11's target of 0.8, and what a good result looks
 //! like, and each cell's checks per round trip (its checks over the server's count of its
 //! command's calls): 1 everywhere but the coalesced cell. The machinery is in `examples/redis/bench.rs`, which
-//! `tests/redis_example_smoke.rs` also runs (briefly).
+//! `tests/redis/example_smoke.rs` also runs (briefly).
 //!
 //! `--fault stall` runs, instead of the cells, a stalled server: tasks (the largest `--tasks`
 //! count per limiter, each checking once a millisecond) check through `Fallback<Gcra>` (its

@@ -58,7 +58,7 @@
 //! The verdict gives, per turnstile limiter, its ops/s over its mutex twin's, over governor's
 //! and over the floors' at each thread count, whether its budget held at each, and what a good
 //! result looks like. The machinery lives in `examples/shootout/harness.rs`, which
-//! `tests/shootout_smoke.rs` also runs (briefly).
+//! `tests/api/shootout_smoke.rs` also runs (briefly).
 //!
 //! `--json FILE` (or `--json -` for stdout, the report then going to stderr) writes:
 //!

@@ -1,8 +1,8 @@
 //! The HTTP example's machinery: the command line, the cells (each an axum `Router` built by a
 //! function), the server, the load generator, the report, the verdict and the JSON.
-//! `examples/http.rs` runs it; `tests/http_example_smoke.rs` includes this file as a module and
-//! runs it briefly. Nothing here writes to stdout directly: every report line goes to the `out`
-//! it is given.
+//! `examples/http.rs` runs it; `tests/tower/http_example_smoke.rs` includes this file as a
+//! module and runs it briefly. Nothing here writes to stdout directly: every report line goes
+//! to the `out` it is given.
 
 use std::io::{self, Write};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};

@@ -1,6 +1,6 @@
 //! The Redis example's machinery: the command line, the cells, the report, the verdict and the
 //! JSON. `examples/redis.rs` runs it against a server it starts (or `--url`);
-//! `tests/redis_example_smoke.rs` includes this file as a module and runs it briefly. Nothing
+//! `tests/redis/example_smoke.rs` includes this file as a module and runs it briefly. Nothing
 //! here writes to stdout directly: every report line goes to the `out` it is given.
 
 use std::fmt::Write as _;

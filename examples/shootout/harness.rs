@@ -1,4 +1,4 @@
-//! The shootout's machinery, shared by `examples/shootout.rs` and `tests/shootout_smoke.rs`
+//! The shootout's machinery, shared by `examples/shootout.rs` and `tests/api/shootout_smoke.rs`
 //! (which includes this file with `#[path]`): the command line, the four phases, the tables,
 //! the verdict and the JSON writer. Nothing here writes to stdout directly: every report line
 //! goes to the `out` it is given, so `--json -` can keep stdout for the JSON alone.

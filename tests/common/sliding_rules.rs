@@ -1,7 +1,7 @@
 //! The rules of the sliding-window counter (src/sliding_window.rs module docs) as tests on
 //! any limiter with `SlidingWindow`'s methods: the lock-free `SlidingWindow` and its mutex
-//! twin (`tests/sliding_window_semantics.rs`), and one key of a `KeyedSlidingWindow`
-//! (`tests/keyed_sliding.rs`). One test per rule, with vectors computed by hand; times are
+//! twin (`tests/sliding_window/semantics.rs`), and one key of a `KeyedSlidingWindow`
+//! (`tests/keyed/sliding.rs`). One test per rule, with vectors computed by hand; times are
 //! explicit (`_at` forms) unless the test is about the clock.
 //!
 //! The invoking file defines `at`, `MS`, `SEC`, `T0` (the start of window 1000, period 1 s,
