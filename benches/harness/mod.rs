@@ -107,10 +107,7 @@ pub fn stepped_cell(
     g.bench_function(id, |b| {
         b.iter_custom(|iters| {
             let start = Instant::now();
-            for _ in 0..iters {
-                let (t, moved) = s.next();
-                black_box(op(t, moved));
-            }
+            black_box(saturated::run_checks(&mut s, &mut op, iters));
             start.elapsed()
         })
     });
