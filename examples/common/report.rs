@@ -1,4 +1,4 @@
-//! What the benchmark examples share (`examples/redis/bench.rs`, `examples/http/bench.rs`):
+//! What the benchmark examples share (`bench/examples/redis/bench.rs`, `bench/examples/http/bench.rs`):
 //! number and latency formatting, percentiles, the machine's load average (and the
 //! busy-machine note), the JSON writer's escaping and its `--json` file, and the exits for
 //! `--help` and a bad argument. Each includes this file as a module with `#[path]`.

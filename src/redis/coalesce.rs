@@ -31,7 +31,7 @@
 //! waits on a `tokio::sync::oneshot`; each batch after the first runs in a spawned task, so
 //! a check whose future is dropped (a client gone, [`Fallback`](super::Fallback)'s timeout)
 //! never strands the checks queued behind it. A check dropped while queued is left out of its
-//! batch and takes nothing. `examples/redis.rs` measures the checks per round trip.
+//! batch and takes nothing. `bench/examples/redis.rs` measures the checks per round trip.
 //!
 //! # Bounded: a deadline on every call, and on the queue
 //! Every round trip a `Coalesce` sends (a check's own, and each batch) is bounded by a

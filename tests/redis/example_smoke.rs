@@ -1,7 +1,7 @@
-//! The Redis example's machinery (`examples/redis/bench.rs`, included here as a module) run
+//! The Redis example's machinery (`bench/examples/redis/bench.rs`, included here as a module) run
 //! briefly against a redis-server of the test's own: its command line and defaults, every cell
 //! at 1 and 16 tasks for 0.05 s, the verdict and the JSON; and its fault phase
-//! (`--fault stall`, `examples/redis/stall.rs`) with a stall of 0.6 s. It asserts structure
+//! (`--fault stall`, `bench/examples/redis/stall.rs`) with a stall of 0.6 s. It asserts structure
 //! (every cell ran, no call failed; the fallback answered through the stall), never timings
 //! beyond a deadline plus a loaded machine's slack. Skipped loudly without redis-server, unless
 //! `TURNSTILE_REQUIRE_REDIS=1`.
@@ -10,7 +10,7 @@
 use crate::common;
 
 #[allow(dead_code)]
-#[path = "../../examples/redis/bench.rs"]
+#[path = "../../bench/examples/redis/bench.rs"]
 mod bench;
 
 use bench::{parse_args, Op};

@@ -1,4 +1,4 @@
-//! The HTTP example's machinery (`examples/http/bench.rs`, included here as a module) run
+//! The HTTP example's machinery (`bench/examples/http/bench.rs`, included here as a module) run
 //! briefly: its command line and defaults, every available cell for two short rounds, the
 //! verdict and the JSON. It asserts structure (every cell ran in every round, no request
 //! failed, the allowing cells got only 200s, the denying cells 429s), never timings.
@@ -6,7 +6,7 @@
 #![cfg(all(feature = "tower", feature = "axum"))]
 
 #[allow(dead_code)]
-#[path = "../../examples/http/bench.rs"]
+#[path = "../../bench/examples/http/bench.rs"]
 mod bench;
 
 use bench::{parse_args, Kind, CELLS};

@@ -1,5 +1,5 @@
 //! The Redis example's machinery: the command line, the cells, the report, the verdict and the
-//! JSON. `examples/redis.rs` runs it against a server it starts (or `--url`);
+//! JSON. `bench/examples/redis.rs` runs it against a server it starts (or `--url`);
 //! `tests/redis/example_smoke.rs` includes this file as a module and runs it briefly. Nothing
 //! here writes to stdout directly: every report line goes to the `out` it is given.
 
@@ -14,7 +14,7 @@ use turnstile::redis::{
 };
 use turnstile::Limit;
 
-#[path = "../common/report.rs"]
+#[path = "../../../examples/common/report.rs"]
 pub mod report;
 #[path = "stall.rs"]
 pub mod stall;
@@ -144,7 +144,7 @@ impl Args {
 /// The usage text.
 pub fn usage() -> String {
     format!(
-        "usage: cargo run --release --example redis --features redis -- [OPTIONS]
+        "usage: cargo run --release -p turnstile-bench --example redis -- [OPTIONS]
 
 Checks per second and p50/p99 latency of turnstile's Redis limiters on one multiplexed
 connection (redis-rs ConnectionManager), against PING on the same connection in the same run.

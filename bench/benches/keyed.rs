@@ -28,7 +28,7 @@
 //!   read and one CAS, no table).
 //!
 //! * `keyed_saturated_hot`, `keyed_saturated_random`: the state a keyed limiter lives in,
-//!   **saturated** (`benches/harness/saturated.rs` has the configuration, the shootout's phase
+//!   **saturated** (`bench/benches/harness/saturated.rs` has the configuration, the shootout's phase
 //!   4): one hot key at 1e6/s with a burst of 1000, or 10 000 keys picked at random, each at
 //!   100/s with a burst of 10 (the same total rate), so that most checks are refused.
 //!   `check(&key)` with the refusal's retry time black-boxed, on `Keyed<u64, TokenBucket>`
@@ -58,7 +58,7 @@
 //!   `keyed_smooth_warming_up` (`KeyedSmoothWarmingUp`, as `smooth_warming_up`),
 //!   `keyed_sliding_window` (`KeyedSlidingWindow`, as `sliding_window`) and
 //!   `governor`, each over 100 000 keys at 1/s with a capacity of one (the many-keys
-//!   workload of `benches/harness/saturated.rs` at `MANY_RATE_CLOCK`), every key inserted
+//!   workload of `bench/benches/harness/saturated.rs` at `MANY_RATE_CLOCK`), every key inserted
 //!   before measuring, then `check(&key)` with the refusal's retry time on random keys
 //!   (xorshift, per thread): a key comes round every ~30-100 ms, so most checks are refused. Each cell then asserts saturation
 //!   as the `keyed_saturated_*` cells do. Beside them, the floors of the two designs over the
@@ -69,7 +69,7 @@
 //!   `keyed_token_bucket` and to `governor`; `scripts/instructions keyed-random-<limiter>`
 //!   counts the same clock-free.
 //!
-//! Per-operation figures as in every turnstile bench (`benches/harness`): the slowest thread's
+//! Per-operation figures as in every turnstile bench (`bench/benches/harness`): the slowest thread's
 //! time per operation, clock read included. Summarize with `scripts/bench-ratios`. Bytes per
 //! key are measured by `tests/keyed_memory.rs`.
 

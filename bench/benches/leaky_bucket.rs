@@ -20,10 +20,10 @@
 //!
 //! The groups above hold the bucket still (never behind, or never refilling). A bucket in use
 //! lives **saturated**: it drains continuously and refuses most takes, each refusal with its
-//! retry time. Those groups (`saturated_benches!` in `benches/harness/mod.rs` defines them,
-//! `benches/harness/saturated.rs` has the configuration, the shootout's phase 3: 1e6/s, slack
+//! retry time. Those groups (`saturated_benches!` in `bench/benches/harness/mod.rs` defines them,
+//! `bench/benches/harness/saturated.rs` has the configuration, the shootout's phase 3: 1e6/s, slack
 //! 1000), ids `turnstile`, `mutex_twin` and `floor` (a clock read plus one load; no governor
-//! cell: governor's GCRA is the token bucket's counterpart, in `benches/token_bucket.rs`):
+//! cell: governor's GCRA is the token bucket's counterpart, in `bench/benches/token_bucket.rs`):
 //! * `leaky_saturated_check/<threads>t`: `Limiter::check()`, the refusal's retry time
 //!   black-boxed; `leaky_saturated_allow`: `try_take()`. Checks arrive far faster than 1e6/s,
 //!   so ~all are refused; each cell then asserts that checking at full speed saturates it
@@ -37,7 +37,7 @@
 //!   leaking 1e6/s; `allow()` / `allow_at(t)`), ids `turnstile` and `floor` (no twin).
 //!
 //! # What the reported time means
-//! As in `benches/token_bucket.rs`: every cell uses `iter_custom`. With `T` threads (1 or 2),
+//! As in `bench/benches/token_bucket.rs`: every cell uses `iter_custom`. With `T` threads (1 or 2),
 //! each thread waits on a `Barrier`, reads its own `Instant`, performs `iters` operations on
 //! the one shared limiter, and reads the time again. The sample is the **largest** of the `T`
 //! per-thread elapsed times, which criterion divides by `iters`: the figure is the time per

@@ -14,8 +14,8 @@
 //! The groups above never fill a window or never leave one. A window in use lives
 //! **saturated**: each window's quota is spent at its start and the rest of its checks are
 //! refused, each refusal with its retry time (the next window). Those groups
-//! (`saturated_benches!` in `benches/harness/mod.rs` defines them,
-//! `benches/harness/saturated.rs` has the configuration, the shootout's phase 3: 10 000 per
+//! (`saturated_benches!` in `bench/benches/harness/mod.rs` defines them,
+//! `bench/benches/harness/saturated.rs` has the configuration, the shootout's phase 3: 10 000 per
 //! 10 ms window, the phase-1 rate), ids `turnstile`, `mutex_twin` and `floor` (a clock read
 //! plus one load):
 //! * `fixed_saturated_check/<threads>t`: `Limiter::check()`, the refusal's retry time
@@ -28,7 +28,7 @@
 //! * `fixed_burst_check/1t`: clock-free, 20 000 checks (twice the quota) at one instant, then a
 //!   jump of two windows, over and over.
 //!
-//! Per-operation figures as in every turnstile bench (`benches/harness`): the slowest thread's
+//! Per-operation figures as in every turnstile bench (`bench/benches/harness`): the slowest thread's
 //! time per operation, clock read included. Summarize with `scripts/bench-ratios`.
 
 use std::time::Duration;

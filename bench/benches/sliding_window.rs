@@ -13,8 +13,8 @@
 //!
 //! The groups above never fill the window or never leave it. A limiter in use lives
 //! **saturated**: most checks are refused, each refusal with its retry time. Those groups
-//! (`saturated_benches!` in `benches/harness/mod.rs` defines them,
-//! `benches/harness/saturated.rs` has the configuration, the shootout's phase 3: 10 000 per
+//! (`saturated_benches!` in `bench/benches/harness/mod.rs` defines them,
+//! `bench/benches/harness/saturated.rs` has the configuration, the shootout's phase 3: 10 000 per
 //! 10 ms, the phase-1 rate), ids `turnstile`, `mutex_twin` and `floor` (a clock read plus one
 //! load):
 //! * `sliding_saturated_check/<threads>t`: `Limiter::check()`, the refusal's retry time
@@ -29,7 +29,7 @@
 //!   a jump of two windows (the previous window forgotten), over and over.
 //!
 //! # What the reported time means
-//! As in `benches/token_bucket.rs` (see `benches/harness/mod.rs`): with `T` threads each
+//! As in `bench/benches/token_bucket.rs` (see `bench/benches/harness/mod.rs`): with `T` threads each
 //! thread performs `iters` operations on the one shared limiter and the sample is the slowest
 //! thread's elapsed time, divided by `iters` by criterion: the time per operation as seen by
 //! one thread while `T` threads contend. Every operation includes its clock read.

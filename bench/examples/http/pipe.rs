@@ -5,8 +5,8 @@
 //! Everything a request costs in user space is here (hyper parsing the request and writing the
 //! response, axum routing, the layer, the handler, the runtime waking the connection's task),
 //! and nothing else: no socket, no syscall, no second thread. So the instruction count of a
-//! request is the same from run to run (`examples/http_instructions.rs`, under callgrind), and
-//! its time has none of loopback TCP's scheduling noise (`benches/tower.rs`). A layer's
+//! request is the same from run to run (`bench/examples/http_instructions.rs`, under callgrind), and
+//! its time has none of loopback TCP's scheduling noise (`bench/benches/tower.rs`). A layer's
 //! overhead measured here is an upper bound of its overhead in a real server, whose requests
 //! also pay for the kernel's side of the socket.
 

@@ -4,14 +4,14 @@
 //! divides the difference of the totals by the difference of the op counts.
 //!
 //! ```text
-//! cargo run --release --example instructions -- <cell> <turnstile|governor> <ops>
+//! cargo run --release -p turnstile-bench --example instructions -- <cell> <turnstile|governor> <ops>
 //! ```
 //!
 //! Cells (turnstile goes through its public API only: `TokenBucket::builder`, `allow_n_at`,
 //! `Keyed`, `check_n_at`, `ManualClock`, `Nanos`, `Limit`):
 //! * `tb-allow`: one limiter that grants every check. turnstile: `allow_n_at(now, 1)` at a
 //!   fixed time on a `ManualClock` (clock-free), 1e10/s with a burst of `u32::MAX` as in
-//!   `benches/token_bucket.rs`. governor: `check()` on `direct_with_clock(.., FakeRelativeClock)`
+//!   `bench/benches/token_bucket.rs`. governor: `check()` on `direct_with_clock(.., FakeRelativeClock)`
 //!   (its clock read is one relaxed load), 1e9/s (its finest) with a burst of `u32::MAX`.
 //! * `tb-deny`: one limiter that denies every check: turnstile 1e-3/s, governor 1 per hour,
 //!   both with a burst of 1, drained during setup.
@@ -40,7 +40,7 @@
 //!   `bursty`; `inline-warming`: `KeyedSmoothWarmingUp`, as `warming`; `inline-sliding`:
 //!   `KeyedSlidingWindow`, as `sliding`;
 //!   `governor`: its keyed limiter) over 100 000 keys, **saturated**: each
-//!   key at 10/s with a capacity of one (`benches/harness/saturated.rs`, "every limiter per
+//!   key at 10/s with a capacity of one (`bench/benches/harness/saturated.rs`, "every limiter per
 //!   key"), inserted and emptied during setup, then `check_n_at(&key, t, 1)` with the retry
 //!   time, `t` advancing 50 ns a check, keys from the xorshift sequence; see [`many_keys`].
 //!   Beside them the floors of the two designs over the same keys (`floor`: the word in a
@@ -175,7 +175,7 @@ fn inline_random<S: std::hash::BuildHasher>(hasher: S, ops: u64) {
     random_keys(ops, check, || k.len(), "inline-random");
 }
 
-// ---- the saturated and burst cells (benches/harness/saturated.rs) ---------------------------
+// ---- the saturated and burst cells (bench/benches/harness/saturated.rs) ---------------------------
 
 /// The clock-free cells of the saturated workload (`sat-<limiter>-<op>`) and of the burst
 /// workload (`burst-<limiter>-check`), each with the implementations it compares. `twin` is

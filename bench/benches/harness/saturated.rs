@@ -1,5 +1,5 @@
-//! The saturated workload, shared by the criterion benches (`benches/harness/mod.rs` declares
-//! it) and by `examples/instructions.rs` (which includes this file with `#[path]`), so that
+//! The saturated workload, shared by the criterion benches (`bench/benches/harness/mod.rs` declares
+//! it) and by `bench/examples/instructions.rs` (which includes this file with `#[path]`), so that
 //! the wall-clock cells and the instruction counts measure one configuration.
 //!
 //! **Saturated** is the state a limiter spends its life in: the bucket refills continuously

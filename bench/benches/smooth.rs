@@ -20,8 +20,8 @@
 //!
 //! The groups above run at a huge rate or against a debt no check sees paid. A limiter in use
 //! lives **saturated**: its debt is paid continuously and most acquires are refused, each
-//! refusal with its retry time. Those groups (`saturated_benches!` in `benches/harness/mod.rs`
-//! defines them, `benches/harness/saturated.rs` has the configuration, the shootout's phase 3:
+//! refusal with its retry time. Those groups (`saturated_benches!` in `bench/benches/harness/mod.rs`
+//! defines them, `bench/benches/harness/saturated.rs` has the configuration, the shootout's phase 3:
 //! 1e6/s, `bursty` with 1 s of burst, `warming` with a 100 ms warm-up), ids `turnstile`,
 //! `mutex_twin` and `floor` (a clock read plus one load; no governor cell: governor has no
 //! smooth limiter):
@@ -41,7 +41,7 @@
 //!   burst finds it cold), over and over.
 //!
 //! # What the reported time means
-//! As in `benches/token_bucket.rs`: every cell uses `iter_custom`. With `T` threads (1 or 2),
+//! As in `bench/benches/token_bucket.rs`: every cell uses `iter_custom`. With `T` threads (1 or 2),
 //! each thread waits on a `Barrier`, reads its own `Instant`, performs `iters` operations on
 //! the one shared limiter (clock read included), and reads the time again. The sample is the
 //! **largest** of the `T` per-thread elapsed times, which criterion divides by `iters`: the

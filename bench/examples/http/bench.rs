@@ -1,6 +1,6 @@
 //! The HTTP example's machinery: the command line, the cells (each an axum `Router` built by a
 //! function), the server, the load generator, the report, the verdict and the JSON.
-//! `examples/http.rs` runs it; `tests/tower/http_example_smoke.rs` includes this file as a
+//! `bench/examples/http.rs` runs it; `tests/tower/http_example_smoke.rs` includes this file as a
 //! module and runs it briefly. Nothing here writes to stdout directly: every report line goes
 //! to the `out` it is given.
 
@@ -17,11 +17,11 @@ use hyper::Request;
 use hyper_util::rt::TokioIo;
 use tokio::net::{TcpListener, TcpSocket};
 
-#[path = "../common/report.rs"]
+#[path = "../../../examples/common/report.rs"]
 pub mod report;
 pub use report::{busy_note, fmt_dur, fmt_load, load_average, percentile, thousands};
 
-// Shared with examples/http_instructions.rs, which counts one more cell than this run has.
+// Shared with bench/examples/http_instructions.rs, which counts one more cell than this run has.
 #[allow(dead_code)]
 #[path = "cells.rs"]
 mod cells;
@@ -156,7 +156,7 @@ pub fn usage() -> String {
     let all: Vec<&str> = CELLS.iter().map(|c| c.name).collect();
     let defaults = parse_args(Vec::new()).expect("the defaults parse");
     format!(
-        "usage: cargo run --release --example http -- [OPTIONS]
+        "usage: cargo run --release -p turnstile-bench --example http -- [OPTIONS]
 
 Requests per second and p50/p99 latency of a trivial axum handler (GET / -> \"ok\") on loopback,
 without a layer, behind tower_governor's layer and behind turnstile's, in one run: the server
@@ -963,7 +963,7 @@ pub fn run_all(args: &Args, out: &mut dyn Write) -> Result<Report, String> {
             "cell {name}: skipped (its function returns None{})",
             if name.starts_with("turnstile") {
                 ": turnstile's tower layer is not wired in yet, see turnstile_router() in \
-                 examples/http/bench.rs"
+                 bench/examples/http/bench.rs"
             } else {
                 ""
             }

@@ -4,7 +4,7 @@
 //! HTTP: `Policy::decide` on the policy, with the key the extractor would have read.
 //!
 //! ```text
-//! cargo run --release --example flood --all-features -- [--keys N] [--rate KEYS_PER_S]
+//! cargo run --release -p turnstile-bench --example flood -- [--keys N] [--rate KEYS_PER_S]
 //!     [--map inline|keyed] [--max-keys N] [--capacity N] [--interval-us US] [--limit PER_S]
 //!     [--burst B]
 //! ```

@@ -25,7 +25,7 @@
 //!
 //! The groups above hold the word still (always granted, or a bucket that never refills). A
 //! bucket in use lives **saturated**: it refills continuously and refuses most checks, each
-//! refusal with its retry time. Those groups (`benches/harness/saturated.rs` has the
+//! refusal with its retry time. Those groups (`bench/benches/harness/saturated.rs` has the
 //! configuration, the shootout's phase 1: 1e6/s, burst 1000; governor the same quota), with
 //! the ids `turnstile`, `mutex_twin`, `governor` and `floor`:
 //! * `saturated_check`: `Limiter::check()` on the real clock, the refusal's

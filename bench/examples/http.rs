@@ -3,10 +3,10 @@
 //! behind turnstile's, in one run (issue #12's benchmark).
 //!
 //! ```text
-//! cargo run --release --example http
-//! cargo run --release --example http -- --rounds 5 --seconds 4
-//! cargo run --release --example http -- --connections 64 --peers 16 --client raw
-//! cargo run --release --example http -- --cells governor_allow --json http-bench.json
+//! cargo run --release -p turnstile-bench --example http
+//! cargo run --release -p turnstile-bench --example http -- --rounds 5 --seconds 4
+//! cargo run --release -p turnstile-bench --example http -- --connections 64 --peers 16 --client raw
+//! cargo run --release -p turnstile-bench --example http -- --cells governor_allow --json http-bench.json
 //! ```
 //!
 //! Each cell serves `GET /` → `ok` with `axum::serve` on 127.0.0.1 (port 0), through
@@ -27,7 +27,7 @@
 //!
 //! The cells: `no_layer` (the reference); `governor_allow` (tower_governor's `GovernorLayer`
 //! keyed by peer IP, 1e6/s with a burst of 1e7, never denying: the layer's overhead); `turnstile_allow` (the same
-//! with turnstile's layer, `turnstile_router()` in `examples/http/bench.rs`, skipped while it
+//! with turnstile's layer, `turnstile_router()` in `bench/examples/http/bench.rs`, skipped while it
 //! returns `None`); `governor_deny` and `turnstile_deny` (a burst of 1 per peer replenished
 //! hourly: 429 for all but the first request, the denial path's cost). They run round-robin,
 //! `--rounds` times (default 3, about 25 s with three cells, 42 s with five), each round
@@ -39,7 +39,7 @@
 //! #12's target of at most 5% (meets or above only when every round's own ratio to its
 //! no_layer agrees, else inconclusive), the spread of the per-round ratios, the server's CPU time per
 //! request against no_layer's, turnstile over tower_governor where both ran, and what a good
-//! result looks like. The machinery is in `examples/http/bench.rs`, which
+//! result looks like. The machinery is in `bench/examples/http/bench.rs`, which
 //! `tests/tower/http_example_smoke.rs` also runs (briefly).
 //!
 //! `--json FILE` writes the run (schema `turnstile-http-bench/1`): the settings, the load

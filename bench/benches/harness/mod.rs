@@ -8,7 +8,7 @@
 //! the barrier are outside the timed region. `scripts/bench-ratios` prints the ratios.
 //!
 //! [`saturated`] holds the saturated and burst workloads' configuration (the shootout's), their
-//! clock-free schedules and their floors, shared with `examples/instructions.rs` so that the
+//! clock-free schedules and their floors, shared with `bench/examples/instructions.rs` so that the
 //! criterion cells and the instruction counts measure the same thing. Its cells are built
 //! here: [`sat_cell`] on the real clock at 1 and 2 threads, [`stepped_cell`] clock-free at 1
 //! thread, the times passed in.
@@ -144,7 +144,7 @@ pub fn config() -> Criterion {
 
 /// Defines `fn $name(c: &mut Criterion)`, the saturated and burst groups of one limiter
 /// (ids `turnstile`, `mutex_twin` where a `twin` is given, `floor`; see
-/// `benches/harness/saturated.rs` for the configuration):
+/// `bench/benches/harness/saturated.rs` for the configuration):
 /// * `<prefix>_saturated_check/<threads>t`: `Limiter::check()` on the real clock, the
 ///   refusal's retry time black-boxed, then [`sat_cell`]'s saturation probe (rounds of
 ///   `probe` checks);

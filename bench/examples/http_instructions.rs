@@ -1,13 +1,13 @@
 //! The measurement binary behind `scripts/instructions`' HTTP cells: serves one cell's axum
-//! router (`examples/http/cells.rs`, the servers of `examples/http.rs`) on an in-memory
-//! connection (`examples/http/pipe.rs`: hyper's HTTP/1.1 server, axum, the layer, the handler,
+//! router (`bench/examples/http/cells.rs`, the servers of `bench/examples/http.rs`) on an in-memory
+//! connection (`bench/examples/http/pipe.rs`: hyper's HTTP/1.1 server, axum, the layer, the handler,
 //! all in user space on one thread), then sends `ops` requests through it in [`measured`]. On
 //! its own it measures nothing; the script runs it under callgrind, counting only inside
 //! `measured`, with two op counts, and divides the difference of the totals by the difference
 //! of the op counts: the instructions of one whole request, client end included.
 //!
 //! ```text
-//! cargo run --release --example http_instructions --features tower,axum -- <cell> <none|pass-through|turnstile|turnstile-inline|governor> <ops>
+//! cargo run --release -p turnstile-bench --example http_instructions -- <cell> <none|pass-through|turnstile|turnstile-inline|governor> <ops>
 //! ```
 //!
 //! Cells:

@@ -1,9 +1,9 @@
 //! turnstile's tower layer beside tower_governor's and no layer at all, in one run: the time
 //! of one whole HTTP/1.1 request (hyper's server as `axum::serve` runs it, axum, the layer,
 //! the handler, and a minimal client) over an in-memory connection
-//! (`examples/http/pipe.rs`), so that loopback TCP's scheduling noise, which swamps a layer's
-//! cost in the load example (`examples/http.rs`), is out of the figure. The servers are the
-//! load example's (`examples/http/cells.rs`): a layer keyed by peer IP.
+//! (`bench/examples/http/pipe.rs`), so that loopback TCP's scheduling noise, which swamps a layer's
+//! cost in the load example (`bench/examples/http.rs`), is out of the figure. The servers are the
+//! load example's (`bench/examples/http/cells.rs`): a layer keyed by peer IP.
 //!
 //! Groups, ids `no_layer`, `turnstile` (per-IP buckets in a `Keyed` map), `turnstile_inline`
 //! (in a `KeyedTokenBucket`, one word per key) and `governor`:

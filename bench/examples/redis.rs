@@ -3,10 +3,10 @@
 //! same run (issue #11's benchmark).
 //!
 //! ```text
-//! cargo run --release --example redis --features redis
-//! cargo run --release --example redis --features redis -- --seconds 1 --tasks 1,4,16
-//! cargo run --release --example redis --features redis -- --url redis://127.0.0.1:6380/
-//! cargo run --release --example redis --features redis -- --json redis-bench.json
+//! cargo run --release -p turnstile-bench --example redis
+//! cargo run --release -p turnstile-bench --example redis -- --seconds 1 --tasks 1,4,16
+//! cargo run --release -p turnstile-bench --example redis -- --url redis://127.0.0.1:6380/
+//! cargo run --release -p turnstile-bench --example redis -- --json redis-bench.json
 //! ```
 //!
 //! Without `--url` the example starts its own `redis-server` on a free loopback port (never
@@ -32,7 +32,7 @@
 //! The verdict gives each limiter cell's throughput over PING's at the same concurrency (the
 //! mean of PING's two runs) against issue #11's target of 0.8, and what a good result looks
 //! like, and each cell's checks per round trip (its checks over the server's count of its
-//! command's calls): 1 everywhere but the coalesced cell. The machinery is in `examples/redis/bench.rs`, which
+//! command's calls): 1 everywhere but the coalesced cell. The machinery is in `bench/examples/redis/bench.rs`, which
 //! `tests/redis/example_smoke.rs` also runs (briefly).
 //!
 //! `--fault stall` runs, instead of the cells, a stalled server: tasks (the largest `--tasks`
@@ -42,12 +42,12 @@
 //! `--stall` seconds (default 3), then `--seconds` more after SIGCONT. Per limiter and phase
 //! (before, stall, after) it prints the checks, the answered ones, p50/p99/max latency,
 //! answers by kind (Redis allowed/denied, fallback allowed/denied, errors), and when the
-//! fallback switched over and back (`examples/redis/stall.rs`; `--json` schema
+//! fallback switched over and back (`bench/examples/redis/stall.rs`; `--json` schema
 //! `turnstile-redis-stall/1`). Exit status 1 if the `Fallback` failed a check, gave no answer in
 //! process during the stall or none from Redis after it. Never with `--url`.
 //!
 //! ```text
-//! cargo run --release --example redis --features redis -- --fault stall --stall 3 --seconds 2 --tasks 4
+//! cargo run --release -p turnstile-bench --example redis -- --fault stall --stall 3 --seconds 2 --tasks 4
 //! ```
 //!
 //! `--json FILE` writes every cell (schema `turnstile-redis-bench/2`: `cell`, `tasks`, `round`,

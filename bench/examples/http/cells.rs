@@ -1,7 +1,7 @@
 //! The servers of the HTTP benchmarks: one axum `Router` per cell (no layer, tower_governor's
 //! layer, turnstile's), each allowing every request or denying all but the first of each peer.
-//! `examples/http/bench.rs` (the load generator over loopback TCP), `benches/tower.rs` and
-//! `examples/http_instructions.rs` (one connection over an in-memory pipe) include this file,
+//! `bench/examples/http/bench.rs` (the load generator over loopback TCP), `bench/benches/tower.rs` and
+//! `bench/examples/http_instructions.rs` (one connection over an in-memory pipe) include this file,
 //! so every measure runs the same servers.
 
 use std::time::Duration;
@@ -147,7 +147,7 @@ fn turnstile_inline_layer(
     ))
 }
 
-/// Cell `pass_through` (instruction counts and `benches/tower.rs` only): a layer that does
+/// Cell `pass_through` (instruction counts and `bench/benches/tower.rs` only): a layer that does
 /// nothing but call the inner service, so that what any layer costs under axum's
 /// `Router::layer` (which boxes and clones the layered route for every request) shows apart
 /// from what a rate-limit layer adds to it.
