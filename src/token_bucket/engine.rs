@@ -422,8 +422,52 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
     /// whole configuration (read before the CAS, so the CAS validates it).
     #[inline(always)]
     pub(super) fn take<const MODE: u8>(&self, now: Nanos, n: u32, max_wait: u64) -> Decision {
+        self.take_then::<MODE, _>(now, n, max_wait, |d| d)
+    }
+
+    /// [`take`](Self::take), its decision handed to `then` in each branch of the parity, so
+    /// that the branches join on `then`'s (small) answer rather than on a `Decision`, which
+    /// the compiler would otherwise merge through memory.
+    #[inline(always)]
+    pub(super) fn take_then<const MODE: u8, R>(
+        &self,
+        now: Nanos,
+        n: u32,
+        max_wait: u64,
+        then: impl FnOnce(Decision) -> R,
+    ) -> R {
         let word = self.core.state.load(Ordering::Acquire);
-        let slot = self.slot(word);
+        // A branch on the parity, not the shift of `slot`: the processor predicts it (the
+        // parity changes only on reconfiguration) and reads the slot, and computes the
+        // reading's units, while the word is still being loaded. With the slot's address
+        // computed from the word, each grant's next load waited on a chain of word, slot
+        // and multiply behind the previous grant's CAS.
+        if word & (1 << PARITY_SHIFT) == 0 {
+            then(self.take_in::<MODE>(word, self.slot_at(0), now, n, max_wait))
+        } else {
+            then(self.take_in::<MODE>(word, self.slot_at(1), now, n, max_wait))
+        }
+    }
+
+    /// Slot `i`'s two halves.
+    #[inline(always)]
+    fn slot_at(&self, i: usize) -> SlotRef<'_> {
+        SlotRef {
+            slot: &self.core.slots[i],
+            cold: &self.colds[i],
+        }
+    }
+
+    /// [`take`](Self::take) of `word`, whose generation's slot is `slot`.
+    #[inline(always)]
+    fn take_in<const MODE: u8>(
+        &self,
+        word: u64,
+        slot: SlotRef<'_>,
+        now: Nanos,
+        n: u32,
+        max_wait: u64,
+    ) -> Decision {
         let hot = slot.hot();
         let d = now.as_u64().wrapping_sub(hot.base);
         // Also sends readings before the base, and every check under an infinite limit

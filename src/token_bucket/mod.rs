@@ -293,7 +293,7 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
     /// ```
     #[must_use = "a denied request must not go ahead: check the result"]
     pub fn allow_n_at(&self, now: Nanos, n: u32) -> bool {
-        matches!(self.take::<ALLOW>(now, n, 0), Decision::Granted { .. })
+        self.take_then::<ALLOW, _>(now, n, 0, |d| matches!(d, Decision::Granted { .. }))
     }
 
     /// Reserves one token; see [`TokenBucket::reserve_n_at`].
@@ -506,10 +506,10 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
 impl<C: Clock, P: Layout> Limiter for TokenBucket<C, P> {
     #[inline]
     fn check_n_at(&self, now: Nanos, n: u32) -> Result<(), Denied> {
-        match self.take::<CHECK>(now, n, 0) {
+        self.take_then::<CHECK, _>(now, n, 0, |d| match d {
             Decision::Granted { .. } => Ok(()),
             Decision::Denied { retry_at, .. } => Err(Denied::new(now, retry_at)),
-        }
+        })
     }
 
     /// x/time/rate's `ReserveN` with a deadline: the tokens are taken at once (the bucket
