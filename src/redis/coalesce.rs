@@ -243,15 +243,6 @@ impl<L: RedisBatch + 'static> Coalesce<L> {
             .unwrap_or_else(|_| unreachable!("the defaults are valid"))
     }
 
-    /// Coalesces `limiter`'s checks, at most `max_batch` (at least 1) per round trip, the
-    /// other settings the defaults.
-    pub fn with_max_batch(limiter: L, max_batch: usize) -> Self {
-        Coalesce::builder(limiter)
-            .max_batch(max_batch)
-            .build()
-            .unwrap_or_else(|_| unreachable!("the defaults are valid"))
-    }
-
     /// A builder, for the batch size, the queue bound and the deadline.
     pub fn builder(limiter: L) -> CoalesceBuilder<L> {
         CoalesceBuilder {
