@@ -171,13 +171,22 @@ impl Scale {
 #[inline(always)]
 pub(crate) fn nanos_ceil_pos(u: u64, per: u64, per_shift: u32) -> Option<u64> {
     debug_assert!(u != 0 && per != 0);
-    let p = (u as u128 * per as u128).wrapping_sub(1);
     let floor = if per_shift >= 64 {
-        ((p >> 64) as u64) >> ((per_shift - 64) & 63)
+        nanos_ceil_pos_fine(u, per, per_shift) - 1
     } else {
+        let p = (u as u128 * per as u128).wrapping_sub(1);
         u64::try_from(p >> per_shift).ok()?
     };
     floor.checked_add(1)
+}
+
+/// [`nanos_ceil_pos`] where a unit is under a nanosecond (`per_shift >= 64`), which never
+/// passes `u64` there: `u < 2^64` units of at most 2^-4 ns are under 2^60 ns.
+#[inline(always)]
+pub(crate) fn nanos_ceil_pos_fine(u: u64, per: u64, per_shift: u32) -> u64 {
+    debug_assert!(u != 0 && per != 0 && per_shift >= 64);
+    let p = (u as u128 * per as u128).wrapping_sub(1);
+    (((p >> 64) as u64) >> ((per_shift - 64) & 63)) + 1
 }
 
 /// Units in `d <= D_MAX` nanoseconds at multiplier `mul`, rounded down: the high half of

@@ -300,13 +300,18 @@ impl SlotRef<'_> {
         }
     }
 
+    /// The scale's inverse, `per`: the hot word a refusal's retry time reads last.
+    #[inline(always)]
+    pub(super) fn per(&self) -> u64 {
+        self.slot.per.load(Ordering::Relaxed)
+    }
+
     /// [`Config::time_of`] from the hot words (`per` and `per_shift` among them), for the
     /// inline refusal of a check (`x > tau`, under a limit that refills): the same instant,
     /// or `None` past the end of time.
     #[inline(always)]
     pub(super) fn time_of(&self, hot: &Hot, x: u64) -> Option<Nanos> {
-        let per = self.slot.per.load(Ordering::Relaxed);
-        let ns = crate::scale::nanos_ceil_pos(x - hot.tau, per, hot.per_shift)?;
+        let ns = crate::scale::nanos_ceil_pos(x - hot.tau, self.per(), hot.per_shift)?;
         ns.checked_add(hot.base).map(Nanos::new)
     }
 
@@ -488,28 +493,33 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
             // would retry against.) `None` past the end of time, and for a request no burst
             // holds: those go the slow way, which says "never".
             let retry = if MODE == CHECK && x2 > hot.tau && x2 <= X_MAX && need <= hot.tau {
-                slot.time_of(&hot, x2)
+                if hot.per_shift >= 64 {
+                    // `time_of`, split where a unit is under a nanosecond: `ns` is the
+                    // ceiling of the exact instant after the base (`per` is exact or high by
+                    // 2^-63 of itself), and `units` overshoots by under a quarter unit for
+                    // `d < lim` (`d * 2^-58` units, `src/scale.rs`). A reading two
+                    // nanoseconds or more before the retry time, `d < ns - 1` (`d` is
+                    // `now - base` exactly here, and the comparison cannot overflow where
+                    // `base + ns` would), therefore holds fewer units than `x2 - tau`:
+                    // refused, with no units computed. The last nanosecond takes the exact
+                    // comparison below.
+                    let per = slot.per();
+                    let ns = crate::scale::nanos_ceil_pos_fine(x2 - hot.tau, per, hot.per_shift);
+                    let retry = ns.checked_add(hot.base).map(Nanos::new);
+                    if d < ns - 1 && retry.is_some() && self.unchanged(word) {
+                        return Decision::Denied {
+                            retry_at: retry,
+                            limit: 0.0,
+                        };
+                    }
+                    retry
+                } else {
+                    // Coarser units: the exact comparison below decides.
+                    slot.time_of(&hot, x2)
+                }
             } else {
                 None
             };
-            if let Some(retry_at) = retry {
-                // `time_of` is the ceiling of the exact instant (`per` is exact or high by
-                // 2^-63 of itself), and `units` overshoots by under a quarter unit for
-                // `d < lim` (`d * 2^-58` units, `src/scale.rs`). Where a unit is under a
-                // nanosecond (`per_shift >= 64`), a reading two nanoseconds or more before the
-                // retry time therefore holds fewer units than `x2 - tau`: refused, with no
-                // units computed. The last nanosecond, and coarser units, take the exact
-                // comparison below.
-                if hot.per_shift >= 64
-                    && now.as_u64() < retry_at.as_u64() - 1
-                    && self.unchanged(word)
-                {
-                    return Decision::Denied {
-                        retry_at: Some(retry_at),
-                        limit: 0.0,
-                    };
-                }
-            }
             let v = hot.units(d);
             let fits = x2 <= v + hot.tau && need <= hot.tau;
             if fits && n != 0 {
