@@ -254,7 +254,8 @@ fn imps(cell: &str) -> Option<Vec<&'static str>> {
 }
 
 /// A clock-free cell: `op(t, moved)` (true if granted; `moved` is how far `t` is after the
-/// previous check's time) at the times of `s`, `ops` times in [`measured`]; then
+/// previous check's time) at the times of `s`, `ops` times through [`sat::run_checks`]
+/// inside [`measured`]; then
 /// [`sat::verify`]: [`sat::VERIFY`] more, whose grants must be as `expect` says.
 fn stepped(
     ops: u64,

@@ -787,7 +787,7 @@ pub const VERIFY: u64 = 200_000;
 /// were granted. Every clock-free cell measures and verifies through this one function, never
 /// inlined, so that `op` has a single call site, is inlined into it, and is compiled the same
 /// way for every limiter: with a second call site, LLVM outlines a large closure (and its
-/// prologue, epilogue and call cost ~20 instructions a check) but inlines a small one, which
+/// prologue, epilogue and call cost about 17 instructions a check) but inlines a small one, which
 /// measured the inliner instead of the limiters.
 #[inline(never)]
 pub fn run_checks(s: &mut Schedule, op: &mut impl FnMut(Nanos, u64) -> bool, n: u64) -> u64 {
