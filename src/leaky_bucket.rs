@@ -289,28 +289,10 @@ impl LeakyBucket<QuantaClock> {
     /// assert!(lb.check_n(u32::MAX).is_ok());
     /// ```
     pub fn unlimited() -> LeakyBucket {
-        LeakyBucket::unlimited_with_clock(QuantaClock::new())
-    }
-}
-
-impl<C: Clock> LeakyBucket<C> {
-    /// [`LeakyBucket::unlimited`] on the given clock (which only `take`'s return value and
-    /// [`Limiter::now`] read).
-    ///
-    /// ```
-    /// use turnstile::{LeakyBucket, ManualClock, Nanos};
-    ///
-    /// let lb = LeakyBucket::unlimited_with_clock(ManualClock::new(Nanos::new(5)));
-    /// assert_eq!(lb.take(), Nanos::new(5));
-    /// assert_eq!(lb.take_at(Nanos::new(7)), Nanos::new(7));
-    /// ```
-    pub fn unlimited_with_clock(clock: C) -> LeakyBucket<C> {
-        let pace = Pace {
-            per_request: 0,
-            max_slack: 0,
-            cap: 0,
-        };
-        LeakyBucket::from_parts(pace, 0, Duration::ZERO, 0, true, clock)
+        LeakyBucket::builder(1)
+            .unlimited()
+            .build()
+            .unwrap_or_else(|_| unreachable!("an unlimited bucket has no setting to refuse"))
     }
 }
 
@@ -337,6 +319,21 @@ impl<C: Clock, P: Layout> LeakyBucket<C, P> {
     }
 
     fn from_builder(b: LeakyBucketBuilder<C>) -> Result<LeakyBucket<C, P>, ConfigError> {
+        if b.unlimited {
+            let pace = Pace {
+                per_request: 0,
+                max_slack: 0,
+                cap: 0,
+            };
+            return Ok(LeakyBucket::from_parts(
+                pace,
+                0,
+                Duration::ZERO,
+                0,
+                true,
+                b.clock,
+            ));
+        }
         b.validate()?;
         let pace = Pace::new(b.rate, b.per, b.slack);
         Ok(LeakyBucket::from_parts(
@@ -765,6 +762,8 @@ pub struct LeakyBucketBuilder<C: Clock = QuantaClock> {
     pub(crate) rate: u32,
     pub(crate) per: Duration,
     pub(crate) slack: u32,
+    /// Set by [`LeakyBucketBuilder::unlimited`]: the other settings are then not used.
+    pub(crate) unlimited: bool,
     pub(crate) clock: C,
 }
 
@@ -775,6 +774,7 @@ impl LeakyBucketBuilder<QuantaClock> {
             rate,
             per: DEFAULT_PER,
             slack: DEFAULT_SLACK,
+            unlimited: false,
             clock: QuantaClock::new(),
         }
     }
@@ -819,6 +819,28 @@ impl<C: Clock> LeakyBucketBuilder<C> {
         self.slack(0)
     }
 
+    /// Builds a bucket that never limits (upstream's `NewUnlimited`, as
+    /// [`LeakyBucket::unlimited`]): every take returns its time at once and touches no state.
+    /// The rate, `per` and slack are then neither used nor checked, and the bucket reports
+    /// them as 0. Only the clock still matters: `take` returns its reading.
+    ///
+    /// ```
+    /// use turnstile::{LeakyBucket, ManualClock, Nanos};
+    ///
+    /// let lb = LeakyBucket::builder(1)
+    ///     .unlimited()
+    ///     .clock(ManualClock::new(Nanos::new(5)))
+    ///     .build()
+    ///     .unwrap();
+    /// assert!(lb.is_unlimited());
+    /// assert_eq!(lb.take(), Nanos::new(5));
+    /// assert_eq!(lb.take_at(Nanos::new(7)), Nanos::new(7));
+    /// ```
+    pub fn unlimited(mut self) -> Self {
+        self.unlimited = true;
+        self
+    }
+
     /// Reads time from `clock` (upstream's `WithClock`).
     ///
     /// ```
@@ -831,6 +853,7 @@ impl<C: Clock> LeakyBucketBuilder<C> {
             rate: self.rate,
             per: self.per,
             slack: self.slack,
+            unlimited: self.unlimited,
             clock,
         }
     }

@@ -138,4 +138,5 @@ pub use keyed::{
     feature = "axum"
 ))]
 #[doc = include_str!("../README.md")]
-pub struct ReadmeDoctests;
+#[allow(dead_code)] // it only carries the README for rustdoc
+struct ReadmeDoctests;

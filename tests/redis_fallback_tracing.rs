@@ -103,7 +103,7 @@ async fn each_switch_is_a_tracing_event() {
             })
             .sum();
         assert_eq!(seen.len() as u64 + suppressed, 31, "{seen:?}");
-        assert_eq!(fb.misconfigurations(), 31);
+        assert_eq!(fb.stats().misconfigurations, 31);
         assert!(
             seen.len() as u64 <= took.as_secs() + 2,
             "{} events for 31 errors in {took:?}: not rate-limited",

@@ -263,7 +263,7 @@ impl<L> Blocking<L> {
     /// # fn f(limiter: turnstile::redis::Blocking<turnstile::redis::Fallback<
     /// #     turnstile::redis::Gcra<turnstile::redis::ConnectionManager>>>) {
     /// if limiter.limiter().mode() == turnstile::redis::Mode::Fallback {
-    ///     eprintln!("Redis unreachable since {:?}", limiter.limiter().last_switch());
+    ///     eprintln!("Redis unreachable since {:?}", limiter.limiter().stats().last_switch);
     /// }
     /// # }
     /// ```

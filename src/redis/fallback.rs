@@ -20,7 +20,7 @@
 //!   limiter is back on Redis as soon as an operator fixes the cause. Such errors last until
 //!   someone acts, so they are logged with `tracing::error!` at most once a second per
 //!   limiter (the event counts the ones it suppressed) and counted
-//!   ([`Fallback::misconfigurations`]). Passing them on instead would turn every request
+//!   ([`FallbackStats::misconfigurations`]). Passing them on instead would turn every request
 //!   into an error for as long as the misconfiguration lasts; switching to fallback mode
 //!   would hide them behind a health check that passes (go-zero's rescue mode *flaps* so on
 //!   a script that always fails, seed semantics §4.3, the ttl = 0 case).
@@ -89,7 +89,7 @@
 //! }
 //! assert_eq!(granted, 5);
 //! assert_eq!(limiter.mode(), Mode::Fallback);
-//! assert_eq!(limiter.switches_to_fallback(), 1);
+//! assert_eq!(limiter.stats().switches_to_fallback, 1);
 //! # }
 //! ```
 //!
@@ -172,6 +172,22 @@ pub enum Mode {
     Fallback,
 }
 
+/// What a [`Fallback`] has done so far: [`Fallback::stats`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct FallbackStats {
+    /// How many times the limiter has switched from Redis to fallback mode.
+    pub switches_to_fallback: u64,
+    /// How many times it has switched back from fallback to Redis mode.
+    pub switches_to_redis: u64,
+    /// When the mode last changed (either way); `None` if it never has.
+    pub last_switch: Option<Instant>,
+    /// How many checks Redis answered with a misconfiguration
+    /// ([`RedisLimitError::is_misconfiguration`]), each answered in process (and logged, at
+    /// most once a second).
+    pub misconfigurations: u64,
+}
+
 /// A [`RedisLimiter`] that answers from in-process limiters while Redis is unreachable, and
 /// goes back to Redis as soon as it answers `PING` again. See the [module docs](self) for
 /// what the caller sees in each mode and the error bound in fallback mode.
@@ -202,7 +218,7 @@ where
     to_redis: AtomicU64,
     // The two mutexes below are off the hot path: a check reads only `mode` (one atomic
     // load); they are taken only by the one call that wins the switch's CAS, by the health
-    // check when it switches back, and by `last_switch()` and drop, so a handful of times per
+    // check when it switches back, and by `stats()` and drop, so a handful of times per
     // outage, never per check.
     /// When the mode last changed.
     last_switch: Mutex<Option<Instant>>, // off the hot path: taken on a mode switch only
@@ -237,9 +253,7 @@ impl<L: RedisLimiter + 'static> std::fmt::Debug for Fallback<L> {
             .field("timeout", &self.inner.timeout)
             .field("ping_every", &self.inner.ping_every)
             .field("share", &self.inner.share)
-            .field("switches_to_fallback", &self.switches_to_fallback())
-            .field("switches_to_redis", &self.switches_to_redis())
-            .field("last_switch", &self.last_switch())
+            .field("stats", &self.stats())
             .field("local_keys", &self.inner.local.len())
             .finish_non_exhaustive()
     }
@@ -387,31 +401,22 @@ impl<L: RedisLimiter + 'static> Fallback<L> {
         }
     }
 
-    /// How many times this limiter has switched from Redis to fallback mode.
-    pub fn switches_to_fallback(&self) -> u64 {
-        self.inner.to_fallback.load(Ordering::Relaxed)
-    }
-
-    /// How many checks Redis answered with a misconfiguration
-    /// ([`RedisLimitError::is_misconfiguration`]), each answered in process (and logged, at
-    /// most once a second).
-    pub fn misconfigurations(&self) -> u64 {
-        self.inner.misconfigured.total()
-    }
-
-    /// How many times this limiter has switched back from fallback to Redis mode.
-    pub fn switches_to_redis(&self) -> u64 {
-        self.inner.to_redis.load(Ordering::Relaxed)
-    }
-
-    /// When the mode last changed (either way); `None` if it never has. With [`Fallback::mode`],
-    /// what a health endpoint reports: "in fallback since".
-    pub fn last_switch(&self) -> Option<Instant> {
-        *self
-            .inner
-            .last_switch
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+    /// What this limiter has done so far: its mode switches, when it last switched and the
+    /// misconfigurations it answered in process. A snapshot: each field is read once,
+    /// separately, so a switch racing the call may show in one field and not yet in another.
+    ///
+    /// With [`Fallback::mode`], what a health endpoint reports: "in fallback since".
+    pub fn stats(&self) -> FallbackStats {
+        FallbackStats {
+            switches_to_fallback: self.inner.to_fallback.load(Ordering::Relaxed),
+            switches_to_redis: self.inner.to_redis.load(Ordering::Relaxed),
+            last_switch: *self
+                .inner
+                .last_switch
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()),
+            misconfigurations: self.inner.misconfigured.total(),
+        }
     }
 
     /// The wrapped Redis limiter.

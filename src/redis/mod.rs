@@ -63,7 +63,8 @@ pub use coalesce::{
 };
 pub use connection::{connect, connect_with, ConnectOptions, Connection};
 pub use fallback::{
-    Fallback, FallbackBuilder, Mode, DEFAULT_MAX_LOCAL_KEYS, DEFAULT_PING_EVERY, DEFAULT_TIMEOUT,
+    Fallback, FallbackBuilder, FallbackStats, Mode, DEFAULT_MAX_LOCAL_KEYS, DEFAULT_PING_EVERY,
+    DEFAULT_TIMEOUT,
 };
 pub use fixed_window::{FixedWindow, FixedWindowBuilder};
 pub use gcra::{Gcra, GcraBuilder, Throttle};

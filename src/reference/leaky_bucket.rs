@@ -127,36 +127,29 @@ impl LeakyBucket<QuantaClock> {
     /// assert!(lb.try_take() && lb.try_take() && lb.is_unlimited());
     /// ```
     pub fn unlimited() -> LeakyBucket {
-        LeakyBucket::unlimited_with_clock(QuantaClock::new())
+        LeakyBucket::try_from(crate::LeakyBucket::builder(1).unlimited())
+            .unwrap_or_else(|_| unreachable!("an unlimited bucket has no setting to refuse"))
     }
 }
 
 impl<C: Clock> LeakyBucket<C> {
-    /// [`LeakyBucket::unlimited`] on the given clock.
-    ///
-    /// ```
-    /// use turnstile::reference::LeakyBucket;
-    /// use turnstile::{ManualClock, Nanos};
-    /// let lb = LeakyBucket::unlimited_with_clock(ManualClock::new(Nanos::new(5)));
-    /// assert_eq!(lb.take(), Nanos::new(5));
-    /// ```
-    pub fn unlimited_with_clock(clock: C) -> LeakyBucket<C> {
-        LeakyBucket {
-            inner: Mutex::new(Inner {
-                state: 0,
-                per_request: 0,
-                max_slack: 0,
-            }),
-            rate: 0,
-            per: Duration::ZERO,
-            slack: 0,
-            unlimited: true,
-            clock,
-        }
-    }
-
     /// Go's `newAtomicInt64Based(rate, opts...)` after `buildConfig`.
     fn from_builder(b: LeakyBucketBuilder<C>) -> Result<LeakyBucket<C>, ConfigError> {
+        if b.unlimited {
+            // Go's `NewUnlimited()`.
+            return Ok(LeakyBucket {
+                inner: Mutex::new(Inner {
+                    state: 0,
+                    per_request: 0,
+                    max_slack: 0,
+                }),
+                rate: 0,
+                per: Duration::ZERO,
+                slack: 0,
+                unlimited: true,
+                clock: b.clock,
+            });
+        }
         b.validate()?;
         // perRequest := config.per / time.Duration(rate)
         let per_request = i128::try_from(b.per.as_nanos() / u128::from(b.rate))

@@ -174,7 +174,7 @@ fn a_blocking_fallback_answers_through_a_kill_and_returns_to_redis_after_a_resta
         limiter.try_check(""),
         Err(RedisLimitError::EmptyKey)
     ));
-    assert_eq!(limiter.limiter().switches_to_fallback(), 1);
+    assert_eq!(limiter.limiter().stats().switches_to_fallback, 1);
 
     s.restart();
     // Nobody calls: the health check runs on the wrapper's runtime between calls.
@@ -183,7 +183,7 @@ fn a_blocking_fallback_answers_through_a_kill_and_returns_to_redis_after_a_resta
         || limiter.limiter().mode() == Mode::Redis,
         "the blocking fallback to go back to Redis",
     );
-    assert_eq!(limiter.limiter().switches_to_redis(), 1);
+    assert_eq!(limiter.limiter().stats().switches_to_redis, 1);
     assert_eq!(
         s.cli(&["exists", "fb:k"]),
         "0",

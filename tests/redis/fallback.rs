@@ -44,8 +44,8 @@ async fn redis_mode_answers_from_redis() {
         assert_eq!(fb.check_n("b", 2).await.unwrap(), Ok(()));
         assert_eq!(get(&server, "b"), "2");
         assert_eq!(fb.mode(), Mode::Redis);
-        assert_eq!(fb.switches_to_fallback(), 0);
-        assert_eq!(fb.last_switch(), None);
+        assert_eq!(fb.stats().switches_to_fallback, 0);
+        assert_eq!(fb.stats().last_switch, None);
         assert!(
             fb.local().is_empty(),
             "no local limiter while Redis answers"
@@ -77,8 +77,11 @@ async fn a_killed_server_is_answered_in_process_and_a_restarted_one_takes_over_a
         // Every call answers, from the fallback: a fresh local window of 5 (share 1).
         assert_eq!(granted(&fb, "k", 12).await, 5);
         assert_eq!(fb.mode(), Mode::Fallback);
-        assert_eq!(fb.switches_to_fallback(), 1);
-        let down = fb.last_switch().expect("the switch to fallback is dated");
+        assert_eq!(fb.stats().switches_to_fallback, 1);
+        let down = fb
+            .stats()
+            .last_switch
+            .expect("the switch to fallback is dated");
         assert!(down >= killed && down <= Instant::now());
         assert_eq!(fb.local().len(), 1);
         // Bad input is still bad input in fallback mode.
@@ -87,8 +90,11 @@ async fn a_killed_server_is_answered_in_process_and_a_restarted_one_takes_over_a
         server.restart();
         let took = wait_for(&fb, Mode::Redis, BACK_WITHIN).await;
         eprintln!("back on Redis {took:?} after the restart answered");
-        assert_eq!(fb.switches_to_redis(), 1);
-        assert!(fb.last_switch().unwrap() > down, "the return is dated");
+        assert_eq!(fb.stats().switches_to_redis, 1);
+        assert!(
+            fb.stats().last_switch.unwrap() > down,
+            "the return is dated"
+        );
         assert_eq!(granted(&fb, "k", 1).await, 1);
         assert_eq!(
             get(&server, "k"),
@@ -101,7 +107,7 @@ async fn a_killed_server_is_answered_in_process_and_a_restarted_one_takes_over_a
         assert_eq!(granted(&fb, "k", 3).await, 0);
         assert_eq!(granted(&fb, "fresh", 6).await, 5);
         assert_eq!(fb.mode(), Mode::Fallback);
-        assert_eq!(fb.switches_to_fallback(), 2);
+        assert_eq!(fb.stats().switches_to_fallback, 2);
     })
     .await;
 }
@@ -121,7 +127,7 @@ async fn a_stalled_server_times_out_into_the_fallback_and_back() {
         // The first call waits out the timeout, then it and the rest answer in process.
         assert_eq!(granted(&fb, "s", 8).await, 5);
         assert_eq!(fb.mode(), Mode::Fallback);
-        assert_eq!(fb.switches_to_fallback(), 1);
+        assert_eq!(fb.stats().switches_to_fallback, 1);
         // Pings time out too (each within the timeout, so they keep coming): still in
         // fallback a few intervals later.
         tokio::time::sleep(Duration::from_millis(1000)).await;
@@ -134,7 +140,7 @@ async fn a_stalled_server_times_out_into_the_fallback_and_back() {
 
         server.resume();
         wait_for(&fb, Mode::Redis, BACK_WITHIN).await;
-        assert_eq!(fb.switches_to_redis(), 1);
+        assert_eq!(fb.stats().switches_to_redis, 1);
         let before: u32 = get(&server, "s").parse().unwrap();
         assert_eq!(granted(&fb, "s", 1).await, 1);
         let after: u32 = get(&server, "s").parse().unwrap();
@@ -165,13 +171,13 @@ async fn misconfigurations_are_answered_in_process_without_leaving_redis_mode() 
             v
         };
         assert_eq!(verdicts, [true, true, true, true, true, false, false]);
-        assert_eq!(fb.misconfigurations(), 7);
+        assert_eq!(fb.stats().misconfigurations, 7);
         assert_eq!(fb.local().len(), 1, "the key's local limiter answered");
 
         let odd = Counter::new(&server, 5, window, Kind::Unexpected).await;
         let fb2 = Fallback::builder(odd).timeout(TIMEOUT).build().unwrap();
         assert!(fb2.check("x").await.unwrap().is_ok());
-        assert_eq!(fb2.misconfigurations(), 1);
+        assert_eq!(fb2.stats().misconfigurations, 1);
 
         // Bad input is still the caller's.
         let good = Counter::new(&server, 5, window, Kind::Count).await;
@@ -185,11 +191,11 @@ async fn misconfigurations_are_answered_in_process_without_leaving_redis_mode() 
             Err(RedisLimitError::ExceedsBurst { n: 6, burst: 5 })
         ));
         assert!(fb3.local().is_empty(), "nothing was answered in process");
-        assert_eq!(fb3.misconfigurations(), 0);
+        assert_eq!(fb3.stats().misconfigurations, 0);
 
         for f in [&fb, &fb2, &fb3] {
             assert_eq!(f.mode(), Mode::Redis, "a misconfiguration is not an outage");
-            assert_eq!(f.switches_to_fallback(), 0);
+            assert_eq!(f.stats().switches_to_fallback, 0);
         }
         // No health check was started (it would have pinged by now).
         tokio::time::sleep(Duration::from_millis(250)).await;
@@ -262,7 +268,7 @@ async fn one_health_check_however_many_calls_fail_at_once() {
         assert_eq!(g, 20);
         assert_eq!(fb.mode(), Mode::Fallback);
         assert_eq!(
-            fb.switches_to_fallback(),
+            fb.stats().switches_to_fallback,
             1,
             "one switch, however many failed"
         );

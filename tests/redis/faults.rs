@@ -120,7 +120,7 @@ impl<L: RedisLimiter + 'static> Probe for OnRuntime<L> {
         self.fb().mode()
     }
     fn switches(&self) -> u64 {
-        self.fb().switches_to_fallback()
+        self.fb().stats().switches_to_fallback
     }
 }
 
@@ -132,7 +132,7 @@ impl<L: RedisLimiter + 'static> Probe for Blocking<Fallback<L>> {
         self.limiter().mode()
     }
     fn switches(&self) -> u64 {
-        self.limiter().switches_to_fallback()
+        self.limiter().stats().switches_to_fallback
     }
 }
 
@@ -816,19 +816,19 @@ async fn misconfigurations_are_answered_in_process_and_recover_at_once() {
         ),
     ] {
         server.cli(&set);
-        let before = fb.misconfigurations();
+        let before = fb.stats().misconfigurations;
         for _ in 0..6 {
             let v = fb.check("k").await;
             granted += u32::from(matches!(v, Ok(Ok(()))));
             assert!(v.is_ok(), "{fault}: {v:?}");
         }
-        assert_eq!(fb.misconfigurations(), before + 6, "{fault}");
+        assert_eq!(fb.stats().misconfigurations, before + 6, "{fault}");
         assert_eq!(fb.mode(), Mode::Redis, "{fault} is no outage");
         server.cli(&clear);
-        let before = fb.misconfigurations();
+        let before = fb.stats().misconfigurations;
         let _ = fb.check("k").await.unwrap();
         assert_eq!(
-            fb.misconfigurations(),
+            fb.stats().misconfigurations,
             before,
             "{fault}: answered by Redis at once"
         );
@@ -836,7 +836,7 @@ async fn misconfigurations_are_answered_in_process_and_recover_at_once() {
     }
     // Redis's 5, plus the key's local share of 3.
     assert!(granted <= BURST + LOCAL_BURST as u32, "{granted}");
-    assert_eq!(fb.switches_to_fallback(), 0);
+    assert_eq!(fb.stats().switches_to_fallback, 0);
 }
 
 /// The connection's `READONLY` reconnect is counted, and once per failover.

@@ -874,7 +874,7 @@ async fn in_a_fallback_d12_limits_stay_on_redis() {
     for _ in 0..20 {
         let _verdict = f.check("k").await.expect("answered by Redis");
     }
-    assert_eq!((f.mode(), f.switches_to_fallback()), (Mode::Redis, 0));
+    assert_eq!((f.mode(), f.stats().switches_to_fallback), (Mode::Redis, 0));
     assert_eq!(s.cli(&["ttl", "{k}.tokens"]), "1", "D12: a TTL of 1 s");
 
     s.kill();

@@ -682,12 +682,12 @@ pub async fn run_all(
             cells.push(c);
         }
     }
-    if targets.fallback.switches_to_fallback() > 0 {
+    if targets.fallback.stats().switches_to_fallback > 0 {
         writeln!(
             out,
             "note: the Fallback cell switched to fallback mode {} time(s): part of it measured \
              the local limiter, not Redis",
-            targets.fallback.switches_to_fallback()
+            targets.fallback.stats().switches_to_fallback
         )
         .map_err(w)?;
     }

@@ -242,7 +242,7 @@ pub async fn run_stall(
     signal(Signal::Stop)?;
     tokio::time::sleep_until((stopped + Duration::from_secs_f64(args.stall)).into()).await;
     // Read before the SIGCONT: the one switch so far is the one to fallback.
-    let to_fallback = fallback.last_switch();
+    let to_fallback = fallback.stats().last_switch;
     let resumed = Instant::now();
     // On an error the server stays stopped: the example's drop kills it.
     signal(Signal::Continue)?;
@@ -295,7 +295,7 @@ pub async fn run_stall(
             phases.push(p);
         }
     }
-    let back = fallback.last_switch();
+    let back = fallback.stats().last_switch;
     let report = StallReport {
         phases,
         tasks,
@@ -304,10 +304,10 @@ pub async fn run_stall(
         after: (finished - resumed).as_secs_f64(),
         to_fallback_after_stop: to_fallback.filter(|&t| t >= stopped).map(|t| t - stopped),
         to_redis_after_continue: back
-            .filter(|&t| t >= resumed && fallback.switches_to_redis() > 0)
+            .filter(|&t| t >= resumed && fallback.stats().switches_to_redis > 0)
             .map(|t| t - resumed),
-        switches_to_fallback: fallback.switches_to_fallback(),
-        switches_to_redis: fallback.switches_to_redis(),
+        switches_to_fallback: fallback.stats().switches_to_fallback,
+        switches_to_redis: fallback.stats().switches_to_redis,
     };
     print_stall(&report, out).map_err(w)?;
     Ok(report)
