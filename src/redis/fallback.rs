@@ -330,10 +330,10 @@ impl<L: RedisLimiter + 'static> Fallback<L> {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
     /// let limiter = Fallback::builder(Unreachable).fleet_size(2).build().unwrap();
-    /// let (verdict, status) = limiter.check_n_status("client-42", 2).await.unwrap();
-    /// assert!(verdict.is_ok());
+    /// let answer = limiter.check_n_status("client-42", 2).await.unwrap();
+    /// assert!(answer.result.is_ok());
     /// // The local window: half of the 10 a minute, 2 of them taken.
-    /// let status = status.unwrap();
+    /// let status = answer.status.unwrap();
     /// assert_eq!((status.quota, status.remaining), (5, 3));
     /// assert_eq!((status.window_secs(), status.reset_secs()), (60, 60));
     /// # }
@@ -353,8 +353,14 @@ impl<L: RedisLimiter + 'static> Fallback<L> {
                 // new key's limiter; a full map with a new key is answered as `check_n`
                 // answers it, with nothing to report.
                 local
-                    .with_at(key, now, |l| (l.check_n_at(now, n), l.quota_at(now)))
-                    .unwrap_or_else(|| (local.check_n_at(key, now, n), None))
+                    .with_at(key, now, |l| super::StatusVerdict {
+                        result: l.check_n_at(now, n),
+                        status: l.quota_at(now),
+                    })
+                    .unwrap_or_else(|| super::StatusVerdict {
+                        result: local.check_n_at(key, now, n),
+                        status: None,
+                    })
             },
         )
         .await

@@ -711,9 +711,9 @@ where
     ///
     /// let con = turnstile::redis::connect("redis://127.0.0.1:6380/").await?;
     /// let limiter = FixedWindow::builder(con, 5, Duration::from_secs(60)).build()?;
-    /// let (verdict, status) = limiter.try_check_n_status_at("dave", 1_700_000_000, 2).await?;
-    /// assert!(verdict.is_ok());
-    /// let s = status.unwrap();
+    /// let answer = limiter.try_check_n_status_at("dave", 1_700_000_000, 2).await?;
+    /// assert!(answer.result.is_ok());
+    /// let s = answer.status.unwrap();
     /// assert_eq!((s.quota, s.window, s.remaining), (5, Duration::from_secs(60), 3));
     /// assert!(s.reset <= Duration::from_secs(60)); // the key's TTL
     /// # Ok(()) }
@@ -726,7 +726,10 @@ where
     ) -> Result<super::StatusVerdict, RedisLimitError> {
         self.check_input(key, n)?;
         if n == 0 {
-            return Ok((Ok(()), None));
+            return Ok(super::StatusVerdict {
+                result: Ok(()),
+                status: None,
+            });
         }
         let (count, ttl) = self.incr(key, u64::from(n), now_unix_secs).await?;
         let status = crate::QuotaStatus {
@@ -735,7 +738,10 @@ where
             remaining: i64::from(self.quota).saturating_sub(count).max(0) as u64,
             reset: ttl,
         };
-        Ok((verdict(outcome(count, self.quota), ttl), Some(status)))
+        Ok(super::StatusVerdict {
+            result: verdict(outcome(count, self.quota), ttl),
+            status: Some(status),
+        })
     }
 }
 

@@ -513,7 +513,10 @@ where
         n: u32,
     ) -> Result<super::StatusVerdict, RedisLimitError> {
         let t = self.throttle(key, n).await?;
-        Ok((verdict(t), Some(self.quota_status(&t))))
+        Ok(super::StatusVerdict {
+            result: verdict(t),
+            status: Some(self.quota_status(&t)),
+        })
     }
 }
 

@@ -291,31 +291,31 @@ pub trait RedisLimiter: Send + Sync {
         n: u32,
     ) -> impl std::future::Future<Output = Result<Result<(), crate::Denied>, RedisLimitError>> + Send;
 
-    /// [`RedisLimiter::try_check_n`], answered with the key's [`QuotaStatus`](crate::QuotaStatus)
-    /// right after the check (the IETF `RateLimit` fields: what the tower policy `fleet`
-    /// sends in its headers, feature `tower`), from the **same** answer: no
-    /// other command, no second round trip, so the status is the one this check left (its
-    /// `remaining` counts this check's permits out if granted).
+    /// [`RedisLimiter::try_check_n`], answered as a [`StatusVerdict`]: the verdict with the
+    /// key's [`QuotaStatus`](crate::QuotaStatus) right after the check (the IETF `RateLimit`
+    /// fields: what the tower policy `fleet` sends in its headers, feature `tower`), from the
+    /// **same** answer: no other command, no second round trip, so the status is the one this
+    /// check left (its `remaining` counts this check's permits out if granted).
     ///
-    /// `None` when the limiter cannot say exactly from that answer. The default checks with
-    /// [`RedisLimiter::try_check_n`] and answers `None`; [`Gcra`] (from its [`Throttle`]),
-    /// [`TokenBucket`] and [`FixedWindow`] (from what their scripts already return) and
-    /// [`Fallback`] (the wrapped limiter's while Redis answers, the key's local limiter's in
-    /// fallback mode) override it. [`Coalesce`] keeps the default: its batch calls return
-    /// verdicts only.
+    /// The status is `None` when the limiter cannot say exactly from that answer. The default
+    /// checks with [`RedisLimiter::try_check_n`] and answers `None`; [`Gcra`] (from its
+    /// [`Throttle`]), [`TokenBucket`] and [`FixedWindow`] (from what their scripts already
+    /// return) and [`Fallback`] (the wrapped limiter's while Redis answers, the key's local
+    /// limiter's in fallback mode) override it. [`Coalesce`] keeps the default: its batch
+    /// calls return verdicts only.
     ///
     /// ```no_run
     /// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
-    /// use turnstile::redis::{Gcra, RedisLimiter};
+    /// use turnstile::redis::{Gcra, RedisLimiter, StatusVerdict};
     /// use turnstile::Limit;
     ///
     /// let con = turnstile::redis::connect("redis://127.0.0.1:6379/").await?;
     /// let per_user = Gcra::new(con, Limit::per_second(10.0)?, 20)?;
-    /// let (verdict, status) = per_user.try_check_n_status("alice", 1).await?;
+    /// let StatusVerdict { result, status } = per_user.try_check_n_status("alice", 1).await?;
     /// let status = status.expect("a GCRA always knows its status");
     /// // RateLimit-Policy: "per-user";q=20;w=2
     /// assert_eq!((status.quota, status.window_secs()), (20, 2));
-    /// if verdict.is_ok() {
+    /// if result.is_ok() {
     ///     println!("RateLimit: \"per-user\";r={};t={}", status.remaining, status.reset_secs());
     /// }
     /// # Ok(()) }
@@ -326,13 +326,50 @@ pub trait RedisLimiter: Send + Sync {
         n: u32,
     ) -> impl std::future::Future<Output = Result<StatusVerdict, RedisLimitError>> + Send {
         let check = self.try_check_n(key, n);
-        async move { Ok((check.await?, None)) }
+        async move {
+            Ok(StatusVerdict {
+                result: check.await?,
+                status: None,
+            })
+        }
     }
 }
 
 /// What [`RedisLimiter::try_check_n_status`] answers: the verdict, and the key's status after
 /// the check when the limiter can say it exactly.
-pub type StatusVerdict = (Result<(), crate::Denied>, Option<crate::QuotaStatus>);
+///
+/// ```
+/// use std::time::Duration;
+/// use turnstile::redis::StatusVerdict;
+/// use turnstile::QuotaStatus;
+///
+/// /// The `RateLimit` header field for an answer, when the limiter could say.
+/// fn rate_limit(answer: &StatusVerdict) -> Option<String> {
+///     let s = answer.status?;
+///     Some(format!("\"per-user\";r={};t={}", s.remaining, s.reset_secs()))
+/// }
+///
+/// let answer = StatusVerdict {
+///     result: Ok(()),
+///     status: Some(QuotaStatus {
+///         quota: 20,
+///         window: Duration::from_secs(2),
+///         remaining: 19,
+///         reset: Duration::from_millis(100),
+///     }),
+/// };
+/// assert!(answer.result.is_ok());
+/// assert_eq!(rate_limit(&answer).as_deref(), Some("\"per-user\";r=19;t=1"));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[must_use = "the verdict says whether the permits were granted"]
+pub struct StatusVerdict {
+    /// The permits, or the refusal with its retry time.
+    pub result: Result<(), crate::Denied>,
+    /// The key's status after the check (its `remaining` counts this check's permits out if
+    /// granted), when the limiter can say it exactly from the check's own answer.
+    pub status: Option<crate::QuotaStatus>,
+}
 
 /// A [`Denied`](crate::Denied) from a server's retry-after, dated on the process's clock.
 pub(crate) fn denied_after(retry_after: Option<Duration>) -> crate::Denied {

@@ -525,8 +525,10 @@ where
         n: u32,
     ) -> Result<super::StatusVerdict, RedisLimitError> {
         let reply = self.run(key, now, n).await?;
-        let verdict = self.verdict(now, n, &reply)?;
-        Ok((verdict, Some(self.status(now, reply[1], reply[2]))))
+        Ok(super::StatusVerdict {
+            result: self.verdict(now, n, &reply)?,
+            status: Some(self.status(now, reply[1], reply[2])),
+        })
     }
 
     /// [`RedisLimiter::try_check_n_status`] at `now_unix_secs` (the caller's clock in whole
@@ -544,9 +546,9 @@ where
     ///
     /// let con = turnstile::redis::connect("redis://127.0.0.1:6380/").await?;
     /// let limiter = TokenBucket::new(con, 2, 5)?; // 2 a second, bursts of 5
-    /// let (verdict, status) = limiter.try_check_n_status_at("carol", 1_700_000_000, 4).await?;
-    /// assert!(verdict.is_ok());
-    /// let s = status.unwrap();
+    /// let answer = limiter.try_check_n_status_at("carol", 1_700_000_000, 4).await?;
+    /// assert!(answer.result.is_ok());
+    /// let s = answer.status.unwrap();
     /// // 1 token left; 4 more arrive at the next 2 whole seconds; empty to full in 3 s.
     /// assert_eq!((s.quota, s.remaining, s.reset, s.window), (5, 1, Duration::from_secs(2), Duration::from_secs(3)));
     /// # Ok(()) }

@@ -9,7 +9,7 @@ use crate::common;
 use std::time::Duration;
 
 use common::redis_server::RedisServer;
-use turnstile::redis::{self, Fallback, FixedWindow, Gcra, Mode, RedisLimiter};
+use turnstile::redis::{self, Fallback, FixedWindow, Gcra, Mode, RedisLimiter, StatusVerdict};
 use turnstile::{Limit, QuotaStatus};
 
 /// Kill, answer in process, restart, back on Redis: the same steps for any limiter whose
@@ -109,24 +109,28 @@ async fn the_status_comes_from_redis_then_from_the_local_limiter() {
             .build()
             .unwrap();
         // Redis mode: the GCRA's answer, from a full bucket (reset exactly one T).
-        let gcra = |remaining, secs| QuotaStatus {
-            quota: 6,
-            window: Duration::from_secs(360),
-            remaining,
-            reset: Duration::from_secs(secs),
+        let gcra = |remaining, secs| StatusVerdict {
+            result: Ok(()),
+            status: Some(QuotaStatus {
+                quota: 6,
+                window: Duration::from_secs(360),
+                remaining,
+                reset: Duration::from_secs(secs),
+            }),
         };
         assert_eq!(
             RedisLimiter::try_check_n_status(&f, "k", 1).await.unwrap(),
-            (Ok(()), Some(gcra(5, 60)))
+            gcra(5, 60)
         );
 
         s.kill();
         let key = "k".to_string();
         for (left, minutes) in [(2, 2), (1, 4), (0, 6)] {
-            let (v, st) = RedisLimiter::try_check_n_status(&f, "k", 1).await.unwrap();
-            assert_eq!(v, Ok(()), "local grant, {left} left");
+            let StatusVerdict { result, status } =
+                RedisLimiter::try_check_n_status(&f, "k", 1).await.unwrap();
+            assert_eq!(result, Ok(()), "local grant, {left} left");
             assert_eq!(f.mode(), Mode::Fallback);
-            let st = st.expect("the local limiter's status");
+            let st = status.expect("the local limiter's status");
             assert_eq!((st.quota, st.remaining), (3, left), "{st:?}");
             assert_eq!(
                 (st.window_secs(), st.reset_secs()),
@@ -145,9 +149,10 @@ async fn the_status_comes_from_redis_then_from_the_local_limiter() {
             );
         }
         // The local refusal: nothing left, full in 6 minutes (the window of the share).
-        let (v, st) = RedisLimiter::try_check_n_status(&f, "k", 1).await.unwrap();
-        assert!(v.is_err());
-        let st = st.unwrap();
+        let StatusVerdict { result, status } =
+            RedisLimiter::try_check_n_status(&f, "k", 1).await.unwrap();
+        assert!(result.is_err());
+        let st = status.unwrap();
         assert_eq!(
             (st.quota, st.remaining, st.reset_secs()),
             (3, 0, 360),
@@ -159,7 +164,7 @@ async fn the_status_comes_from_redis_then_from_the_local_limiter() {
         // A fresh server: the GCRA's full bucket less one.
         assert_eq!(
             RedisLimiter::try_check_n_status(&f, "k", 1).await.unwrap(),
-            (Ok(()), Some(gcra(5, 60)))
+            gcra(5, 60)
         );
     })
     .await

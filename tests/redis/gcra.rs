@@ -17,7 +17,9 @@ use std::time::Duration;
 use common::redis_server::RedisServer;
 use common::redis_shared;
 use redis::aio::ConnectionLike;
-use turnstile::redis::{ConnectionManager, Gcra, RedisLimitError, RedisLimiter, Throttle};
+use turnstile::redis::{
+    ConnectionManager, Gcra, RedisLimitError, RedisLimiter, StatusVerdict, Throttle,
+};
 use turnstile::{ConfigError, Limit, Limiter, QuotaStatus};
 
 const MINUTE: Duration = Duration::from_secs(60);
@@ -443,39 +445,46 @@ async fn the_status_of_a_check_is_its_throttles_exactly() {
         remaining,
         reset,
     };
-    let (v, st) = g.try_check_n_status("st", 1).await.unwrap();
-    assert_eq!((v, st), (Ok(()), Some(status(2, MINUTE))));
+    let granted = |remaining, reset| StatusVerdict {
+        result: Ok(()),
+        status: Some(status(remaining, reset)),
+    };
+    assert_eq!(
+        g.try_check_n_status("st", 1).await.unwrap(),
+        granted(2, MINUTE)
+    );
     for (left, minutes) in [(1, 2), (0, 3)] {
-        let (v, st) = g.try_check_n_status("st", 1).await.unwrap();
-        assert_eq!(v, Ok(()));
-        let st = st.unwrap();
+        let answer = g.try_check_n_status("st", 1).await.unwrap();
+        assert_eq!(answer.result, Ok(()));
+        let st = answer.status.unwrap();
         assert_eq!(st, status(left, st.reset), "{st:?}");
         assert!(about(st.reset, MINUTE * minutes), "{st:?}");
         assert_eq!(st.reset_secs(), 60 * u64::from(minutes), "{st:?}");
     }
     // The refusal's status: nothing left, full again in 3 minutes (less the time spent).
-    let (v, st) = g.try_check_n_status("st", 1).await.unwrap();
-    let retry = v.unwrap_err().retry_after().unwrap();
-    let st = st.unwrap();
+    let answer = g.try_check_n_status("st", 1).await.unwrap();
+    let retry = answer.result.unwrap_err().retry_after().unwrap();
+    let st = answer.status.unwrap();
     assert_eq!(st, status(0, st.reset), "{st:?}");
     assert_eq!((st.window_secs(), st.reset_secs()), (180, 180), "{st:?}");
     // Exactly: reset = d and retry = d + T - tau, so reset - retry = 2 minutes, to within
     // the local clock's reading between the reply and the Denied (retry is re-dated on it).
     assert!(st.reset - retry >= 2 * MINUTE, "{st:?} {retry:?}");
     // n permits from a full bucket: reset n × T exactly, r = burst - n.
-    let (v, st) = g.try_check_n_status("two", 2).await.unwrap();
-    assert_eq!((v, st), (Ok(()), Some(status(1, 2 * MINUTE))));
+    assert_eq!(
+        g.try_check_n_status("two", 2).await.unwrap(),
+        granted(1, 2 * MINUTE)
+    );
     // A denied n > remaining still tells the permits there are: 1 of the 3 needed.
-    let (v, st) = g.try_check_n_status("two", 3).await.unwrap();
-    assert!(v.is_err());
-    assert_eq!(st.unwrap().remaining, 1);
+    let answer = g.try_check_n_status("two", 3).await.unwrap();
+    assert!(answer.result.is_err());
+    assert_eq!(answer.status.unwrap().remaining, 1);
 
     // A T that is no whole number of ns: the window is burst × T in the limiter's units,
     // rounded up once (7 × 333_333_333.333333333 ns = 2_333_333_333.333333331 ns).
     let odd = Gcra::new(connect(&s).await, Limit::per_second(3.0).unwrap(), 7).unwrap();
-    let (_, st) = odd.try_check_n_status("odd", 1).await.unwrap();
     assert_eq!(
-        st,
+        odd.try_check_n_status("odd", 1).await.unwrap().status,
         Some(QuotaStatus {
             quota: 7,
             window: Duration::from_nanos(2_333_333_334),
@@ -489,7 +498,12 @@ async fn the_status_of_a_check_is_its_throttles_exactly() {
     assert_eq!(g.try_check_n("cmd-a", 1).await.unwrap(), Ok(()));
     let plain = ran(&before, &commands(&s));
     let before = commands(&s);
-    assert!(g.try_check_n_status("cmd-b", 1).await.unwrap().1.is_some());
+    assert!(g
+        .try_check_n_status("cmd-b", 1)
+        .await
+        .unwrap()
+        .status
+        .is_some());
     assert_eq!(ran(&before, &commands(&s)), plain);
     assert_eq!(
         plain.iter().find(|(c, _)| c == "evalsha").map(|c| c.1),
@@ -503,15 +517,15 @@ async fn the_status_of_a_check_is_its_throttles_exactly() {
     let inf = Gcra::new(con, Limit::INF, 4).unwrap();
     assert_eq!(
         inf.try_check_n_status("k", 2).await.unwrap(),
-        (
-            Ok(()),
-            Some(QuotaStatus {
+        StatusVerdict {
+            result: Ok(()),
+            status: Some(QuotaStatus {
                 quota: 4,
                 window: Duration::ZERO,
                 remaining: 4,
                 reset: Duration::ZERO,
-            })
-        )
+            }),
+        }
     );
     assert_eq!(sent.load(Ordering::SeqCst), 0, "nothing was sent");
 }

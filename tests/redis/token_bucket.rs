@@ -12,7 +12,7 @@ use std::time::Duration;
 use common::redis_server::{RedisCluster, RedisServer};
 use redis::aio::{ConnectionLike, ConnectionManager};
 use turnstile::redis::token_bucket::{keys, ttl, SCRIPT};
-use turnstile::redis::{Fallback, Mode, RedisLimitError, RedisLimiter, TokenBucket};
+use turnstile::redis::{Fallback, Mode, RedisLimitError, RedisLimiter, StatusVerdict, TokenBucket};
 use turnstile::{ConfigError, Denied, Limiter, QuotaStatus};
 
 /// go-zero's `core/limit/tokenscript.lua`, verbatim.
@@ -449,9 +449,10 @@ async fn checks_at(
         }
         Path::Status => {
             for _ in 0..checks {
-                let (v, status) = tb.try_check_n_status_at(key, now, 1).await.unwrap();
+                let StatusVerdict { result, status } =
+                    tb.try_check_n_status_at(key, now, 1).await.unwrap();
                 assert!(status.is_some());
-                verdicts.push(v);
+                verdicts.push(result);
             }
         }
         Path::Batch => {
@@ -966,25 +967,29 @@ async fn the_status_of_a_check_is_the_scripts_tokens_and_timestamp() {
             reset: Duration::from_secs(reset_secs),
         })
     };
+    let granted = |remaining, reset_secs| StatusVerdict {
+        result: Ok(()),
+        status: st(remaining, reset_secs),
+    };
     const T: u64 = 1_000_000;
     // 1 left; 4 missing arrive 2 a second: full at T + 2.
-    let (v, status) = tb.try_check_n_status_at("st", T, 4).await.unwrap();
-    assert_eq!((v, status), (Ok(()), st(1, 2)));
+    let answer = tb.try_check_n_status_at("st", T, 4).await.unwrap();
+    assert_eq!(answer, granted(1, 2));
     // A denial takes nothing and says the same.
-    let (v, status) = tb.try_check_n_status_at("st", T, 2).await.unwrap();
-    assert!(v.is_err());
-    assert_eq!(status, st(1, 2));
+    let answer = tb.try_check_n_status_at("st", T, 2).await.unwrap();
+    assert!(answer.result.is_err());
+    assert_eq!(answer.status, st(1, 2));
     // A second later: 3, one taken; 3 missing need 2 more seconds.
-    let (v, status) = tb.try_check_n_status_at("st", T + 1, 1).await.unwrap();
-    assert_eq!((v, status), (Ok(()), st(2, 2)));
+    let answer = tb.try_check_n_status_at("st", T + 1, 1).await.unwrap();
+    assert_eq!(answer, granted(2, 2));
     // 2 more seconds: full, and a peek says so.
-    let (v, status) = tb.try_check_n_status_at("st", T + 3, 0).await.unwrap();
-    assert_eq!((v, status), (Ok(()), st(5, 0)));
+    let answer = tb.try_check_n_status_at("st", T + 3, 0).await.unwrap();
+    assert_eq!(answer, granted(5, 0));
     // The window is whole seconds, rounded up: 7 at 3 a second fill in 3 s.
     let odd = TokenBucket::new(con, 3, 7).unwrap();
-    let (_, status) = odd.try_check_n_status_at("odd", T, 7).await.unwrap();
+    let answer = odd.try_check_n_status_at("odd", T, 7).await.unwrap();
     assert_eq!(
-        status,
+        answer.status,
         Some(QuotaStatus {
             quota: 7,
             window: Duration::from_secs(3),
@@ -1005,14 +1010,14 @@ async fn the_status_of_a_check_is_the_scripts_tokens_and_timestamp() {
         assert!(attempt < 5, "every call straddled a second boundary");
         let key = format!("now{attempt}");
         let before = unix();
-        let (v, status) = RedisLimiter::try_check_n_status(&tb, &key, 1)
+        let StatusVerdict { result, status } = RedisLimiter::try_check_n_status(&tb, &key, 1)
             .await
             .unwrap();
         let after = unix();
         if before.as_secs() != after.as_secs() {
             continue;
         }
-        assert_eq!(v, Ok(()));
+        assert_eq!(result, Ok(()));
         let status = status.unwrap();
         assert_eq!((status.quota, status.remaining), (5, 4));
         let next = Duration::from_secs(before.as_secs() + 1);

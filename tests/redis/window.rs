@@ -11,7 +11,9 @@ use std::time::Duration;
 use common::redis_server::{RedisCluster, RedisServer};
 use redis::aio::ConnectionLike;
 use turnstile::redis::fixed_window::{WindowStatus, STATUS_SCRIPT, TAKE_SCRIPT};
-use turnstile::redis::{ConnectionManager, FixedWindow, RedisLimitError, RedisLimiter};
+use turnstile::redis::{
+    ConnectionManager, FixedWindow, RedisLimitError, RedisLimiter, StatusVerdict,
+};
 use turnstile::{ConfigError, Limiter, Outcome, QuotaStatus};
 
 /// go-zero's `core/limit/periodscript.lua`, verbatim (tests/data/go-zero/README.md).
@@ -373,13 +375,19 @@ async fn the_status_of_a_check_is_the_count_and_ttl_it_left() {
         remaining,
         reset,
     };
-    let (v, status) = w.try_check_n_status_at("k", 1_000_000, 2).await.unwrap();
-    assert_eq!((v, status), (Ok(()), Some(st(3, Duration::from_secs(60)))));
+    assert_eq!(
+        w.try_check_n_status_at("k", 1_000_000, 2).await.unwrap(),
+        StatusVerdict {
+            result: Ok(()),
+            status: Some(st(3, Duration::from_secs(60))),
+        }
+    );
     // The quota-th permit passes (HitQuota) and leaves nothing; the next is refused and
     // counted. The TTL runs on the server's clock: whole seconds are exact.
     for (n, ok, left) in [(3, true, 0), (1, false, 0)] {
-        let (v, status) = RedisLimiter::try_check_n_status(&w, "k", n).await.unwrap();
-        assert_eq!(v.is_ok(), ok, "take {n}");
+        let StatusVerdict { result, status } =
+            RedisLimiter::try_check_n_status(&w, "k", n).await.unwrap();
+        assert_eq!(result.is_ok(), ok, "take {n}");
         let status = status.unwrap();
         assert_eq!(status, st(left, status.reset));
         assert_eq!(status.reset_secs(), 60, "{status:?}");
@@ -394,7 +402,10 @@ async fn the_status_of_a_check_is_the_count_and_ttl_it_left() {
     // n = 0 makes no round trip: nothing to tell.
     assert_eq!(
         w.try_check_n_status_at("k", 1_000_000, 0).await.unwrap(),
-        (Ok(()), None)
+        StatusVerdict {
+            result: Ok(()),
+            status: None,
+        }
     );
     // Aligned to the minute: a window opened 10 s into it ends in 50 s.
     let aligned = FixedWindow::builder(con.clone(), 5, Duration::from_secs(60))
@@ -402,11 +413,11 @@ async fn the_status_of_a_check_is_the_count_and_ttl_it_left() {
         .align(0)
         .build()
         .unwrap();
-    let (_, status) = aligned
+    let answer = aligned
         .try_check_n_status_at("a", 1_699_999_990, 1)
         .await
         .unwrap();
-    assert_eq!(status, Some(st(4, Duration::from_secs(50))));
+    assert_eq!(answer.status, Some(st(4, Duration::from_secs(50))));
 }
 
 #[tokio::test]

@@ -9,6 +9,8 @@ use std::time::Duration;
 use http::Request;
 
 use super::*;
+#[cfg(feature = "redis")]
+use crate::redis::StatusVerdict;
 use crate::tower::key::{KeyExtractor, KeyType};
 use crate::{Clock, Denied, Keyed};
 
@@ -274,12 +276,7 @@ impl<X, R: crate::redis::RedisLimiter + 'static> Fleet<X, R> {
 
     /// The answer of the failure policy to a check of `key` the limiter failed with `error`.
     #[cold]
-    fn failed(
-        &self,
-        key: &str,
-        error: &crate::redis::RedisLimitError,
-        ask: Ask,
-    ) -> crate::redis::StatusVerdict {
+    fn failed(&self, key: &str, error: &crate::redis::RedisLimitError, ask: Ask) -> StatusVerdict {
         if let Some(suppressed) = self.log.admit() {
             tracing::warn!(
                 policy = &*self.name,
@@ -299,13 +296,16 @@ impl<X, R: crate::redis::RedisLimiter + 'static> Fleet<X, R> {
                 };
                 let Taken { result, status, .. } =
                     PerKeyMap::take(local, &key.to_owned(), local.now(), ask);
-                (result, status)
+                StatusVerdict { result, status }
             }
-            (FailurePolicy::Open, _) => (Ok(()), None),
-            _ => (
-                Err(crate::redis::denied_after(Some(FAILURE_RETRY_AFTER))),
-                None,
-            ),
+            (FailurePolicy::Open, _) => StatusVerdict {
+                result: Ok(()),
+                status: None,
+            },
+            _ => StatusVerdict {
+                result: Err(crate::redis::denied_after(Some(FAILURE_RETRY_AFTER))),
+                status: None,
+            },
         }
     }
 }
@@ -353,9 +353,15 @@ where
                 tokio::time::timeout(deadline, this.limiter.try_check_n_status(&key, 1)).await
             } else {
                 let check = this.limiter.try_check_n(&key, 1);
-                tokio::time::timeout(deadline, async move { Ok((check.await?, None)) }).await
+                tokio::time::timeout(deadline, async move {
+                    Ok(StatusVerdict {
+                        result: check.await?,
+                        status: None,
+                    })
+                })
+                .await
             };
-            let (result, status) = match answer {
+            let StatusVerdict { result, status } = match answer {
                 Ok(Ok(verdict)) => verdict,
                 Ok(Err(e)) => this.failed(&key, &e, ask),
                 Err(_elapsed) => {
