@@ -296,6 +296,34 @@ mod tests {
         }
     }
 
+    /// The token bucket refuses a check from its retry time alone when the reading is two
+    /// nanoseconds or more before it: that needs such a reading to hold fewer units than the
+    /// retry time's, wherever a unit is under a nanosecond (`per_shift >= 64`).
+    #[test]
+    fn two_nanoseconds_before_a_ceiling_hold_fewer_units() {
+        let mut next = xorshift(0x2545_F491_4F6C_DD1D);
+        let mut checked = 0;
+        for i in 0..200_000u32 {
+            let l = if i % 4 == 0 {
+                [7.5, 10.0, 1e3, 3e5, 1e6, 1e9, 3e9][i as usize / 4 % 7]
+            } else {
+                10f64.powf(0.8 + (next() % 9_200) as f64 / 1000.0)
+            };
+            let s = scale(l, 1 + (next() % 5000) as u32);
+            if s.per_shift < 64 {
+                continue;
+            }
+            let u = (next() >> (7 + i % 50)).max(1);
+            let ns = s.nanos_ceil(u);
+            if ns < 2 || ns - 2 > 1 << 56 {
+                continue;
+            }
+            checked += 1;
+            assert!(units(ns as u64 - 2, s.mul) < u, "limit {l}, u {u}");
+        }
+        assert!(checked > 100_000, "checked {checked}");
+    }
+
     #[test]
     fn a_ready_time_converts_back_to_at_least_its_units() {
         for l in [1e-3, 0.37, 3.0, 7.0, 3e7, 9.99e7, 1.5e9] {

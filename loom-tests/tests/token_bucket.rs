@@ -316,10 +316,26 @@ fn refund_vs_set_burst_is_linearizable() {
 /// word.
 #[test]
 fn set_limit_twice_vs_a_refused_check_reports_one_configurations_retry() {
-    model_at_bound(1, || {
+    refused_check_vs_set_limit_twice(|l| l.check_n_at(t(10 * SEC), 1));
+}
+
+/// The same race for a check that reads the clock itself (`check_n`), whose inline refusal
+/// computes its retry time before the verdict and refuses from it alone.
+#[test]
+fn set_limit_twice_vs_a_refused_clocked_check_reports_one_configurations_retry() {
+    refused_check_vs_set_limit_twice(|l| l.check_n(1));
+}
+
+/// The model of the two tests above: `check` refuses an empty bucket at 10 s while two limit
+/// changes run.
+fn refused_check_vs_set_limit_twice(
+    check: fn(&TokenBucket<ManualClock>) -> Result<(), turnstile::Denied>,
+) {
+    model_at_bound(1, move || {
         let l = limiter(1e6, 1);
+        l.clock().set(t(10 * SEC));
         assert!(l.check_n_at(t(10 * SEC), 1).is_ok());
-        let a = thread::spawn(move || l.check_n_at(t(10 * SEC), 1));
+        let a = thread::spawn(move || check(l));
         l.set_limit_at(t(10 * SEC), Limit::per_second(1e3).unwrap());
         l.set_limit_at(t(10 * SEC), Limit::per_second(10.0).unwrap());
         let denied = a.join().unwrap().expect_err("an empty bucket refuses");

@@ -119,10 +119,13 @@ pub(super) enum Decision {
     },
 }
 
-/// What `take` needs beyond the verdict (its `MODE`).
+/// What `take` needs beyond the verdict (its `MODE`): nothing, a refusal's retry time
+/// (`CHECK` for a time passed in, `CHECK_NOW` for one the call reads from the clock; see
+/// `take_in` for why the two differ), or the whole configuration.
 pub(super) const ALLOW: u8 = 0;
 pub(super) const CHECK: u8 = 1;
 pub(super) const RESERVE: u8 = 2;
+pub(super) const CHECK_NOW: u8 = 3;
 
 /// The verdict of [`Hot::check`] on one state word.
 pub(super) enum Check {
@@ -470,12 +473,50 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
             // word's path to it is one add and one compare: `x2 = x + n * one` (the state a
             // refusal is retried against) and `need` come from the word, `v + tau` from the
             // reading alone. x < 2^57, n * one < 2^63 and v + tau < 2^57: no sum overflows;
-            // `need <= tau` also proves n <= burst, so no branch tests the burst. The verdict
-            // comes before the retry time, which only a refusal computes: a grant's CAS
-            // issues only once every branch ahead of it has resolved, and a branch on the
-            // retry time (a multiply behind the word's load) held each grant back by it.
+            // `need <= tau` also proves n <= burst, so no branch tests the burst.
             let need = u64::from(n) * hot.one;
             let x2 = x_of(word) + need;
+            // Where a check's refusal computes its retry time depends on when the reading
+            // arrives. A check that reads the clock itself (`CHECK_NOW`) waits for the clock
+            // far longer than for the word: it computes the retry time from the word while
+            // the clock is read, and a reading two nanoseconds or more before it is refused
+            // with one subtract and one compare, no units. A check handed its time (`CHECK`)
+            // has the reading at once: it decides the verdict first and computes the retry
+            // time only when refused, since a grant's CAS issues only once every branch ahead
+            // of it has resolved, and a branch on the retry time (a multiply behind the
+            // word's load) would hold each grant back by it. (A refused `n <= burst` has
+            // `x >= v`, since from `x < v` the take ends at `v + n * one <= v + tau`, granted;
+            // so `x2` is the state the slow path would retry against. A retry time past the
+            // end of time, and a request no burst holds, go the slow way, which says
+            // "never".)
+            let early = if MODE == CHECK_NOW && x2 > hot.tau && x2 <= X_MAX && need <= hot.tau {
+                if hot.per_shift >= 64 {
+                    // `time_of`, split where a unit is under a nanosecond: `ns` is the
+                    // ceiling of the exact instant after the base (`per` is exact or high by
+                    // 2^-63 of itself), and `units` overshoots by under a quarter unit for
+                    // `d < lim` (`d * 2^-58` units, `src/scale.rs`). A reading two
+                    // nanoseconds or more before the retry time, `d < ns - 1` (`d` is
+                    // `now - base` exactly here, and the comparison cannot overflow where
+                    // `base + ns` would), therefore holds fewer units than `x2 - tau`:
+                    // refused, with no units computed. The last nanosecond takes the exact
+                    // comparison below.
+                    let per = slot.per();
+                    let ns = crate::scale::nanos_ceil_pos_fine(x2 - hot.tau, per, hot.per_shift);
+                    let retry = ns.checked_add(hot.base).map(Nanos::new);
+                    if d < ns - 1 && retry.is_some() && self.unchanged(word) {
+                        return Decision::Denied {
+                            retry_at: retry,
+                            limit: 0.0,
+                        };
+                    }
+                    retry
+                } else {
+                    // Coarser units: the exact comparison below decides.
+                    slot.time_of(&hot, x2)
+                }
+            } else {
+                None
+            };
             let v = hot.units(d);
             let fits = x2 <= v + hot.tau && need <= hot.tau;
             if fits && n != 0 {
@@ -507,14 +548,17 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
                     retry_at: None,
                     limit: 0.0,
                 };
-            } else if !fits && MODE == CHECK && need <= hot.tau && x2 <= X_MAX {
-                // Refused (`x2 > v + tau >= tau`, so the retry time's `x2 - tau` is at
-                // least one unit): it is granted once `u` reaches `x2` (`SlotRef::time_of`;
-                // a refused `n <= burst` has `x >= v`, since from `x < v` the take ends at
-                // `v + n * one <= v + tau`, so `x2` is the state the slow path would retry
-                // against). `None` past the end of time, and a request no burst holds, go
-                // the slow way, which says "never".
-                if let Some(retry_at) = slot.time_of(&hot, x2) {
+            } else if !fits && (MODE == CHECK || MODE == CHECK_NOW) {
+                // Refused: granted once `u` reaches `x2` (`SlotRef::time_of`; `x2 > v + tau
+                // >= tau`, so `x2 - tau` is at least one unit).
+                let retry = if MODE == CHECK_NOW {
+                    early
+                } else if need <= hot.tau && x2 <= X_MAX {
+                    slot.time_of(&hot, x2)
+                } else {
+                    None
+                };
+                if let Some(retry_at) = retry {
                     if self.unchanged(word) {
                         return Decision::Denied {
                             retry_at: Some(retry_at),

@@ -512,6 +512,18 @@ impl<C: Clock, P: Layout> Limiter for TokenBucket<C, P> {
         })
     }
 
+    /// The same decision as [`Limiter::check_n_at`] at the clock's reading, ordered for a
+    /// reading that arrives late: the refusal's retry time is computed while the clock is
+    /// read.
+    #[inline]
+    fn check_n(&self, n: u32) -> Result<(), Denied> {
+        let now = self.clock.now();
+        self.take_then::<CHECK_NOW, _>(now, n, 0, |d| match d {
+            Decision::Granted { .. } => Ok(()),
+            Decision::Denied { retry_at, .. } => Err(Denied::new(now, retry_at)),
+        })
+    }
+
     /// x/time/rate's `ReserveN` with a deadline: the tokens are taken at once (the bucket
     /// goes into debt) and may be used from the returned instant, at most `max_wait` on;
     /// [`Limiter::refund_n_at`] gives them back. A refusal's retry time is when the same call

@@ -109,7 +109,9 @@ fn a_jump_to_the_end_of_time_rebases_and_earlier_readings_find_nothing() {
 /// Far from the base, where a reading's units can round up to the next token's, the two agree
 /// at one and two nanoseconds before each retry time and at it, at limits whose units do not
 /// divide a nanosecond, at whole-nanosecond ones, and at limits whose units are coarser than
-/// a nanosecond, where every reading is compared exactly.
+/// a nanosecond, where every reading is compared exactly. A check handed its time
+/// (`check_n_at`) and one reading the clock (`check_n`) take different inline paths to their
+/// refusal; both are checked, reading for reading.
 #[test]
 fn a_check_near_its_retry_time_agrees_with_allow() {
     let mut near = 0;
@@ -123,12 +125,19 @@ fn a_check_near_its_retry_time_agrees_with_allow() {
     ];
     let more = [123_456.7, 1e6, 2.9e7, 3e8].map(|l| (l, 1u64 << 50));
     for (limit, start) in starts.into_iter().chain(more) {
-        let (checked, allowed) = (bucket(limit, 3), bucket(limit, 3));
+        let (checked, clocked, allowed) = (bucket(limit, 3), bucket(limit, 3), bucket(limit, 3));
+        // Both checks at `now`: the same answer, retry time included.
+        let check = |now: Nanos| {
+            let passed = checked.check_n_at(now, 1);
+            clocked.clock().set(now);
+            assert_eq!(clocked.check_n(1), passed, "limit {limit} at {now:?}");
+            passed
+        };
         let mut t = start;
         for _ in 0..20_000 {
             let retry = loop {
                 let now = Nanos::new(t);
-                match checked.check_n_at(now, 1) {
+                match check(now) {
                     Ok(()) => assert!(allowed.allow_at(now), "limit {limit} at {t}"),
                     Err(d) => {
                         assert!(!allowed.allow_at(now), "limit {limit} at {t}");
@@ -138,7 +147,7 @@ fn a_check_near_its_retry_time_agrees_with_allow() {
             };
             for at in [retry - 2, retry - 1, retry] {
                 let now = Nanos::new(at);
-                let granted = checked.check_n_at(now, 1).is_ok();
+                let granted = check(now).is_ok();
                 assert_eq!(granted, allowed.allow_at(now), "limit {limit} at {at}");
                 if granted {
                     near += u32::from(at < retry);
