@@ -3,8 +3,8 @@
 //! of each wake-up (the clock reading after `take` returns minus the permit time) at p50, p99
 //! and max, and the CPU time the thread used, as a share of the wall time.
 //!
-//! `take()` sleeps with `turnstile::clock::sleep_until`: a thread sleep until
-//! `SPIN_BEFORE_DEADLINE` (80 µs) before the permit, then a spin. `--compare` adds, for
+//! `take()` sleeps with `turnstile::clock::sleep_until`: a thread sleep until 80 µs before the
+//! permit, then a spin. `--compare` adds, for
 //! comparison, the same loop with a plain `std::thread::sleep` of the wait (`take_at` + sleep),
 //! each with the default slack (10) and without slack.
 //!
@@ -131,10 +131,9 @@ fn main() {
         }
     }
     let _ = QuantaClock::new().now(); // calibrate before measuring
-    println!(
-        "LeakyBucket::take() pacing, one thread, {seconds} s per row; spin window {:?}",
-        turnstile::clock::SPIN_BEFORE_DEADLINE
-    );
+                                      // sleep_until's spin window: the 80 µs it spins before a deadline.
+    let spin = Duration::from_micros(80);
+    println!("LeakyBucket::take() pacing, one thread, {seconds} s per row; spin window {spin:?}");
     let head = format!(
         "{:>7}  {:<24} {:>11} {:>8}  {:>9} {:>9} {:>9}  {:>6}",
         "rate/s", "sleep", "achieved/s", "error", "p50 µs", "p99 µs", "max µs", "CPU %"

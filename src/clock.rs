@@ -403,28 +403,23 @@ impl Clock for ManualClock {
 /// the scheduler's wake-up latency, typically 50–100 µs in all. Sleeping until this much
 /// before the deadline and spinning the rest makes the wake-up precise to a few microseconds,
 /// at the cost of up to this much busy CPU per wait (`examples/pacing.rs` measures both).
-///
-/// ```
-/// use std::time::Duration;
-/// assert_eq!(turnstile::clock::SPIN_BEFORE_DEADLINE, Duration::from_micros(80));
-/// ```
-pub const SPIN_BEFORE_DEADLINE: Duration = Duration::from_micros(80);
+pub(crate) const SPIN_BEFORE_DEADLINE: Duration = Duration::from_micros(80);
 
 /// The longest single `std::thread::sleep` in [`sleep_until`]: a long wait sleeps in slices
 /// so that it looks at the clock at least this often (a [`ManualClock`] moved past the
 /// deadline releases the sleeper within a slice). 100 wake-ups a second cost nothing
 /// measurable.
-///
-/// ```
-/// use std::time::Duration;
-/// assert_eq!(turnstile::clock::MAX_SLEEP_SLICE, Duration::from_millis(10));
-/// ```
-pub const MAX_SLEEP_SLICE: Duration = Duration::from_millis(10);
+pub(crate) const MAX_SLEEP_SLICE: Duration = Duration::from_millis(10);
 
 /// Blocks the thread until `clock` reads `deadline` or later: `std::thread::sleep` (in slices
-/// of at most [`MAX_SLEEP_SLICE`]) until [`SPIN_BEFORE_DEADLINE`] before it, then a spin
-/// (`std::hint::spin_loop`, re-reading the clock) for the rest. Returns at once if the
-/// deadline has passed.
+/// of at most 10 ms) until 80 µs before it, then a spin (`std::hint::spin_loop`, re-reading
+/// the clock) for the rest. Returns at once if the deadline has passed.
+///
+/// A thread sleep wakes up late by the timer slack plus the scheduler's wake-up latency
+/// (typically 50–100 µs on Linux); the spin makes the wake-up precise to a few microseconds,
+/// at the cost of up to 80 µs of busy CPU per wait. The slices make a long wait look at the
+/// clock at least every 10 ms, so a [`ManualClock`] moved past the deadline releases the
+/// sleeper within one.
 ///
 /// The wait is also bounded in real time by the wait the clock showed at the call, plus a
 /// grace of 1 ms or 1/64 of the wait, whichever is longer: a [`ManualClock`] that nobody

@@ -115,20 +115,10 @@ use crate::sync::{AtomicU64, Ordering};
 const UNSET: u64 = u64::MAX;
 
 /// The default `per`: one second (upstream's default).
-///
-/// ```
-/// use turnstile::{leaky_bucket::DEFAULT_PER, LeakyBucket};
-/// assert_eq!(LeakyBucket::new(1).unwrap().per(), DEFAULT_PER);
-/// ```
-pub const DEFAULT_PER: Duration = Duration::from_secs(1);
+pub(crate) const DEFAULT_PER: Duration = Duration::from_secs(1);
 
 /// The default slack: 10 permits (upstream's default).
-///
-/// ```
-/// use turnstile::{leaky_bucket::DEFAULT_SLACK, LeakyBucket};
-/// assert_eq!(LeakyBucket::new(1).unwrap().slack(), DEFAULT_SLACK);
-/// ```
-pub const DEFAULT_SLACK: u32 = 10;
+pub(crate) const DEFAULT_SLACK: u32 = 10;
 
 /// A lock-free leaky bucket: `rate` permits per `per` (one second by default), spaced
 /// `per / rate` apart, with up to `slack` permits (10 by default) of credit banked while idle,
@@ -426,11 +416,10 @@ impl<C: Clock, P: Layout> LeakyBucket<C, P> {
     /// permit time: the clock reading if no wait was needed, else the scheduled time.
     ///
     /// The sleep is [`crate::clock::sleep_until`] on the limiter's clock: a thread sleep until
-    /// shortly before the permit, then a spin of at most [`crate::clock::SPIN_BEFORE_DEADLINE`],
-    /// so the wake-up is within microseconds of the permit. With a
-    /// [`crate::ManualClock`] it returns once the clock reaches the permit or the wait,
-    /// measured in real time, has elapsed. A refused permit ([`Nanos::MAX`], see
-    /// [`LeakyBucket::take_at`]) returns at once.
+    /// shortly before the permit, then a spin of at most 80 µs, so the wake-up is within
+    /// microseconds of the permit. With a [`crate::ManualClock`] it returns once the clock
+    /// reaches the permit or the wait, measured in real time, has elapsed. A refused permit
+    /// ([`Nanos::MAX`], see [`LeakyBucket::take_at`]) returns at once.
     ///
     /// ```
     /// use turnstile::{Clock, LeakyBucket};
@@ -781,8 +770,9 @@ impl LeakyBucketBuilder<QuantaClock> {
 }
 
 impl<C: Clock> LeakyBucketBuilder<C> {
-    /// Counts the rate per `per` instead of per second (upstream's `Per`). Zero is rejected
-    /// by [`LeakyBucketBuilder::build`] with [`ConfigError::ZeroPeriod`].
+    /// Counts the rate per `per` instead of per second (upstream's `Per`; default one
+    /// second). Zero is rejected by [`LeakyBucketBuilder::build`] with
+    /// [`ConfigError::ZeroPeriod`].
     ///
     /// ```
     /// use std::time::Duration;
@@ -795,8 +785,8 @@ impl<C: Clock> LeakyBucketBuilder<C> {
         self
     }
 
-    /// Lets idling bank up to `slack` permits of credit (upstream's `WithSlack`); after an
-    /// idle stretch `slack + 1` takes are immediate.
+    /// Lets idling bank up to `slack` permits of credit (upstream's `WithSlack`; default 10);
+    /// after an idle stretch `slack + 1` takes are immediate.
     ///
     /// ```
     /// use turnstile::LeakyBucket;

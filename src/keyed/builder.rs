@@ -28,9 +28,16 @@ where
     C: Clock,
     E: 'static,
 {
-    /// Holds at most `max_keys` keys (default [`DEFAULT_MAX_KEYS`](super::DEFAULT_MAX_KEYS); `u64::MAX`: no bound);
-    /// what happens to a new key beyond that is [`KeyedBuilder::when_full`]'s policy. Zero
-    /// is [`ConfigError::ZeroMaxKeys`].
+    /// Holds at most `max_keys` keys (default 2^20, 1 048 576; `u64::MAX`: no bound); what
+    /// happens to a new key beyond that is [`KeyedBuilder::when_full`]'s policy. Zero is
+    /// [`ConfigError::ZeroMaxKeys`].
+    ///
+    /// Keys usually come from clients (addresses, API keys, headers), so a map without a
+    /// bound is memory a client flood can fill; with [`WhenFull::Deny`] a flood beyond the
+    /// bound cannot hand anyone a fresh limit either. The default is well above the keys one
+    /// process sees active within a sweep period, at a modest cost: an entry (~60 bytes) plus
+    /// the limiter per key, about 300 MiB in all for compact token buckets (module docs,
+    /// "Memory").
     ///
     /// ```
     /// use std::time::Duration;
@@ -68,8 +75,8 @@ where
         self
     }
 
-    /// How often idle keys are swept (default [`DEFAULT_SWEEP_EVERY`](super::DEFAULT_SWEEP_EVERY), 10 s). The sweep runs
-    /// inline in the first check after the interval, and visits every key.
+    /// How often idle keys are swept (default 10 s). The sweep runs inline in the first
+    /// check after the interval, and visits every key.
     /// `Duration::MAX` leaves sweeping to [`Keyed::evict_idle`].
     ///
     /// ```

@@ -100,13 +100,13 @@ use std::hash::{BuildHasher, Hash};
 use std::time::Duration;
 
 pub use crate::keyed::word_map::MAX_QUOTAS;
-pub use crate::keyed::{WhenFull, DEFAULT_MAX_KEYS, DEFAULT_SWEEP_EVERY};
-pub use crate::leaky_bucket::{DEFAULT_PER, DEFAULT_SLACK};
+pub use crate::keyed::WhenFull;
 
 use crate::clock::{Clock, Nanos, QuantaClock};
 use crate::error::ConfigError;
 use crate::keyed::word_map::{Settings, WordMap};
 use crate::keyed::word_rule::{WordRule, RANGE_MIN, X_MASK};
+use crate::leaky_bucket::{DEFAULT_PER, DEFAULT_SLACK};
 use crate::limiter::Denied;
 
 /// The longest `M + T` (ns) that leaves [`RANGE_MIN`] of readings in the word.
@@ -267,7 +267,7 @@ where
     K: Eq + Hash + Clone + Send + Sync + 'static,
 {
     /// `rate` permits per second per key with the default slack of 10 (upstream's
-    /// `New(rate)`), on the shared quanta clock, with at most [`DEFAULT_MAX_KEYS`] keys and
+    /// `New(rate)`), on the shared quanta clock, with at most 2^20 (1 048 576) keys and
     /// sweeps every 10 s. A rate of 0 is [`ConfigError::ZeroRate`].
     ///
     /// ```
@@ -425,8 +425,8 @@ where
     S: BuildHasher,
     C: Clock,
 {
-    /// Counts quota 0's rate per `per` instead of per second (upstream's `Per`). Zero is
-    /// [`ConfigError::ZeroPeriod`] at [`KeyedLeakyBucketBuilder::build`].
+    /// Counts quota 0's rate per `per` instead of per second (upstream's `Per`; default one
+    /// second). Zero is [`ConfigError::ZeroPeriod`] at [`KeyedLeakyBucketBuilder::build`].
     ///
     /// ```
     /// use std::time::Duration;
@@ -447,8 +447,8 @@ where
         self
     }
 
-    /// Lets idling bank up to `slack` permits of credit in quota 0 (upstream's `WithSlack`);
-    /// after an idle stretch `slack + 1` checks are immediate.
+    /// Lets idling bank up to `slack` permits of credit in quota 0 (upstream's `WithSlack`;
+    /// default 10); after an idle stretch `slack + 1` checks are immediate.
     ///
     /// ```
     /// use std::time::Duration;

@@ -28,7 +28,7 @@ use std::hash::{BuildHasher, Hash};
 use std::time::Duration;
 
 pub use crate::keyed::word_map::MAX_QUOTAS;
-pub use crate::keyed::{WhenFull, DEFAULT_MAX_KEYS, DEFAULT_SWEEP_EVERY};
+pub use crate::keyed::WhenFull;
 
 use crate::clock::{Clock, Nanos, QuantaClock};
 use crate::error::ConfigError;
@@ -69,7 +69,7 @@ where
     K: Eq + Hash + Clone + Send + Sync + 'static,
 {
     /// `capacity` units of water per key leaking at `leak` units per second, on the shared
-    /// quanta clock, with at most [`DEFAULT_MAX_KEYS`] keys and sweeps every 10 s.
+    /// quanta clock, with at most 2^20 (1 048 576) keys and sweeps every 10 s.
     ///
     /// # Errors
     /// [`ConfigError::ZeroCapacity`] if `capacity` is 0 (no unit could ever fit).

@@ -96,9 +96,9 @@
 //! reads the clock), so one caller's future time cannot evict other keys that are busy at
 //! the present.
 //!
-//! The map holds at most [`KeyedBuilder::max_keys`] keys ([`DEFAULT_MAX_KEYS`], 2^20, by
-//! default: keys usually come from clients, and a flood of distinct ones would otherwise
-//! grow the map without end; `u64::MAX` is no bound). A new key that finds the map full
+//! The map holds at most [`KeyedBuilder::max_keys`] keys (2^20, 1 048 576, by default: keys
+//! usually come from clients, and a flood of distinct ones would otherwise grow the map
+//! without end; `u64::MAX` is no bound). A new key that finds the map full
 //! triggers an early sweep (at most one per tenth of `sweep_every`); if that frees no room,
 //! the request is refused with a retry time of the next such sweep ([`WhenFull::Deny`], the
 //! default: memory stays bounded and an attacker cycling keys cannot reset anyone's limit)
@@ -199,8 +199,8 @@ where
     K: Eq + Hash + Clone + Send + Sync + 'static,
     L: Limiter + Idle + 'static,
 {
-    /// Per-key limiters built by `factory` on each key's first use, at most
-    /// [`DEFAULT_MAX_KEYS`] of them, swept every 10 s, on the shared quanta clock.
+    /// Per-key limiters built by `factory` on each key's first use, at most 2^20 (1 048 576)
+    /// of them, swept every 10 s, on the shared quanta clock.
     ///
     /// ```
     /// use std::time::Duration;
@@ -314,23 +314,13 @@ where
 }
 
 /// How often idle keys are swept by default.
-pub const DEFAULT_SWEEP_EVERY: Duration = Duration::from_secs(10);
+pub(crate) const DEFAULT_SWEEP_EVERY: Duration = Duration::from_secs(10);
 
-/// The key bound of a map built without [`KeyedBuilder::max_keys`]
-/// (or [`KeyedTokenBucketBuilder::max_keys`](crate::keyed::token_bucket::KeyedTokenBucketBuilder::max_keys)):
-/// 2^20, a little over a million keys.
-///
-/// Keys usually come from clients (addresses, API keys, headers), so a map without a bound
-/// is memory a client flood can fill; the bound holds it at the bound's cost, and, with
-/// [`WhenFull::Deny`], a flood beyond it cannot hand anyone a fresh limit (new keys are
-/// refused until a sweep frees room; held keys are never evicted to make room). A million
-/// is well above the keys one process sees active within a sweep period, and its cost is
-/// modest: a [`KeyedTokenBucket`] holds its table of
-/// `2^21 * (8 + size_of::<K>())` bytes rounded up to 8 (32 MiB for `u64` keys, 64 MiB for
-/// `IpAddr`); a `Keyed` its entry (~60 bytes) plus the limiter per key (~300 MiB in all for
-/// compact token buckets; module docs, "Memory"). Raise or lower it with `max_keys`;
-/// `max_keys(u64::MAX)` is no bound.
-pub const DEFAULT_MAX_KEYS: u64 = 1 << 20;
+/// The key bound of a map built without `max_keys`: 2^20, a little over a million keys, well
+/// above the keys one process sees active within a sweep period, at a modest cost (the
+/// builders' `max_keys` docs give it). Keys usually come from clients, so a map without a
+/// bound is memory a client flood can fill.
+pub(crate) const DEFAULT_MAX_KEYS: u64 = 1 << 20;
 
 impl<K, L, C, E> Keyed<K, L, C, E>
 where
@@ -398,13 +388,13 @@ where
         self.len() == 0
     }
 
-    /// The key bound ([`DEFAULT_MAX_KEYS`] unless the builder set one; `u64::MAX`: none).
+    /// The key bound (2^20, 1 048 576, unless the builder set one; `u64::MAX`: none).
     ///
     /// ```
     /// use std::time::Duration;
     /// use turnstile::{FixedWindow, Keyed};
     /// let k = Keyed::new(|_: &u32| FixedWindow::new(1, Duration::from_secs(1)).unwrap());
-    /// assert_eq!(k.max_keys(), turnstile::keyed::DEFAULT_MAX_KEYS);
+    /// assert_eq!(k.max_keys(), 1 << 20);
     /// ```
     pub fn max_keys(&self) -> u64 {
         self.bound.max_keys()

@@ -103,7 +103,7 @@ use std::hash::{BuildHasher, Hash};
 use std::time::Duration;
 
 pub use crate::keyed::word_map::MAX_QUOTAS;
-pub use crate::keyed::{WhenFull, DEFAULT_MAX_KEYS, DEFAULT_SWEEP_EVERY};
+pub use crate::keyed::WhenFull;
 
 use crate::clock::{Clock, Nanos, QuantaClock};
 use crate::error::ConfigError;

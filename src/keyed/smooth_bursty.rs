@@ -134,7 +134,7 @@ use std::hash::{BuildHasher, Hash};
 use std::time::Duration;
 
 pub use crate::keyed::word_map::MAX_QUOTAS;
-pub use crate::keyed::{WhenFull, DEFAULT_MAX_KEYS, DEFAULT_SWEEP_EVERY};
+pub use crate::keyed::WhenFull;
 
 use crate::clock::{Clock, Nanos, QuantaClock};
 use crate::error::ConfigError;
@@ -150,7 +150,7 @@ const U_MAX: u64 = X_MASK - TAU_MAX - 1;
 const _: () = assert!(U_MAX + TAU_MAX < X_MASK);
 
 /// Guava's default `maxBurstSeconds` for `RateLimiter.create(rate)`.
-pub const DEFAULT_MAX_BURST_SECONDS: f64 = 1.0;
+pub(crate) const DEFAULT_MAX_BURST_SECONDS: f64 = 1.0;
 
 /// One configuration of the quota table, precomputed off the hot path.
 #[derive(Clone, Copy, Debug)]
@@ -320,8 +320,8 @@ where
     K: Eq + Hash + Clone + Send + Sync + 'static,
 {
     /// `rate` permits per second per key with a 1-second burst (Guava's
-    /// `RateLimiter.create(rate)`), on the shared quanta clock, with at most
-    /// [`DEFAULT_MAX_KEYS`] keys and sweeps every 10 s. The same errors as
+    /// `RateLimiter.create(rate)`), on the shared quanta clock, with at most 2^20
+    /// (1 048 576) keys and sweeps every 10 s. The same errors as
     /// [`KeyedSmoothBurstyBuilder::build`].
     ///
     /// ```

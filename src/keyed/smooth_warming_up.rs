@@ -100,7 +100,7 @@ use std::hash::{BuildHasher, Hash};
 use std::time::Duration;
 
 pub use crate::keyed::word_map::MAX_QUOTAS;
-pub use crate::keyed::{WhenFull, DEFAULT_MAX_KEYS, DEFAULT_SWEEP_EVERY};
+pub use crate::keyed::WhenFull;
 
 use crate::clock::{Clock, Nanos, QuantaClock};
 use crate::error::ConfigError;
@@ -111,17 +111,7 @@ use crate::smooth::{self, Config as SmoothConfig, EPOCH_BITS, FRAC_ONE};
 
 /// Guava's default cold factor for `RateLimiter.create(rate, warmup)`: a cold key's first
 /// permits cost up to three stable intervals each.
-///
-/// ```
-/// use std::time::Duration;
-/// use turnstile::keyed::smooth_warming_up::{KeyedSmoothWarmingUp, DEFAULT_COLD_FACTOR};
-/// let k = KeyedSmoothWarmingUp::<u8>::builder(2.0, Duration::from_secs(4))
-///     .cold_factor(DEFAULT_COLD_FACTOR) // the same as leaving it out
-///     .build()
-///     .unwrap();
-/// assert!(k.check(&1).is_ok());
-/// ```
-pub const DEFAULT_COLD_FACTOR: f64 = 3.0;
+pub(crate) const DEFAULT_COLD_FACTOR: f64 = 3.0;
 
 /// One configuration of the quota table, precomputed off the hot path.
 #[derive(Clone, Copy, Debug)]
@@ -261,7 +251,7 @@ where
 {
     /// `rate` permits per second per key reached after `warmup` from cold, with cold factor
     /// 3 (Guava's `RateLimiter.create(rate, warmup)`), on the shared quanta clock, with at
-    /// most [`DEFAULT_MAX_KEYS`] keys and sweeps every 10 s. The same errors as
+    /// most 2^20 (1 048 576) keys and sweeps every 10 s. The same errors as
     /// [`KeyedSmoothWarmingUpBuilder::build`].
     ///
     /// ```

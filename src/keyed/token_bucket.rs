@@ -64,7 +64,7 @@
 //! # Memory and the key bound
 //! A slot is `8 + size_of::<K>()` bytes rounded up to `K`'s alignment (16 for `u64`, 32 for
 //! [`IpAddr`](std::net::IpAddr), whose 17 bytes round up to 24 beside the word). The map holds
-//! at most `max_keys` keys ([`DEFAULT_MAX_KEYS`], 2^20, unless the builder says otherwise),
+//! at most `max_keys` keys (2^20, 1 048 576, unless the builder says otherwise),
 //! and its table never grows past what they need: the power of two above `max_keys * 8/7`
 //! slots (2^21 for the default: 32 MiB with `u64` keys, 64 MiB with `IpAddr`). A resize
 //! copies into a new table before it frees the old one, and clones every key first, so while
@@ -131,7 +131,7 @@ use std::hash::{BuildHasher, Hash};
 use std::time::Duration;
 
 pub use crate::keyed::word_map::MAX_QUOTAS;
-pub use crate::keyed::{WhenFull, DEFAULT_MAX_KEYS, DEFAULT_SWEEP_EVERY};
+pub use crate::keyed::WhenFull;
 
 use crate::clock::{Clock, Nanos, QuantaClock};
 use crate::error::ConfigError;
@@ -328,7 +328,7 @@ where
     K: Eq + Hash + Clone + Send + Sync + 'static,
 {
     /// `limit` tokens per second per key, bursts of `burst`, on the shared quanta clock, with
-    /// at most [`DEFAULT_MAX_KEYS`] keys and sweeps every 10 s.
+    /// at most 2^20 (1 048 576) keys and sweeps every 10 s.
     ///
     /// ```
     /// use turnstile::{keyed::token_bucket::KeyedTokenBucket, Limit};

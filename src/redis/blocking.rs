@@ -33,7 +33,7 @@
 //! # A deadline on every call
 //! Every call ([`Blocking::try_check_n`], [`Blocking::ping`], [`Blocking::run`],
 //! [`Blocking::block_on`]) waits at most the wrapper's deadline ([`Blocking::with_deadline`],
-//! default [`DEFAULT_DEADLINE`], 250 ms) and then answers
+//! default 250 ms) and then answers
 //! [`RedisLimitError::Timeout`]: a stalled Redis never holds a caller's thread longer, even
 //! over a connection built without a response timeout. (A [`Fallback`](super::Fallback)
 //! inside answers within its own, shorter, timeout first.)
@@ -222,8 +222,7 @@ impl<L> Blocking<L> {
         Ok(blocking)
     }
 
-    /// The same wrapper with every call bounded by `deadline` instead of
-    /// [`DEFAULT_DEADLINE`].
+    /// The same wrapper with every call bounded by `deadline` instead of the default 250 ms.
     ///
     /// ```no_run
     /// use std::time::Duration;
@@ -251,7 +250,8 @@ impl<L> Blocking<L> {
         Ok(self)
     }
 
-    /// The most a call waits before it answers [`RedisLimitError::Timeout`].
+    /// The most a call waits before it answers [`RedisLimitError::Timeout`] (250 ms unless
+    /// set with [`Blocking::with_deadline`]).
     pub fn deadline(&self) -> Duration {
         self.deadline
     }

@@ -35,18 +35,18 @@
 //!
 //! # Bounded: a deadline on every call, and on the queue
 //! Every round trip a `Coalesce` sends (a check's own, and each batch) is bounded by a
-//! deadline ([`CoalesceBuilder::deadline`], default [`DEFAULT_DEADLINE`],
-//! 250 ms): past it the checks it carried fail with [`RedisLimitError::Timeout`], so a
-//! stalled server holds no key for longer than that. Checks waiting behind calls in flight
-//! are bounded too, over all keys ([`CoalesceBuilder::max_queued`], default
-//! [`DEFAULT_MAX_QUEUED`]): a check that finds the bound reached is answered at once with
-//! [`RedisLimitError::QueueFull`], an outage, which a [`Fallback`](super::Fallback) (or the
-//! tower policy `fleet`) answers by its failure policy. So what a stalled Redis and a flood
-//! of clients can hold is at most that many waiting checks (each its queue entry and a
-//! oneshot channel, a few hundred bytes, plus its key while it leads a call), however long
-//! the stall. A queued check waits at most one deadline for the call ahead of it and one for
-//! its own batch; a call that ends in an outage answers the checks queued behind it with
-//! the same error at once, rather than sending them to a server that just failed.
+//! deadline ([`CoalesceBuilder::deadline`], default 250 ms): past it the checks it carried
+//! fail with [`RedisLimitError::Timeout`], so a stalled server holds no key for longer than
+//! that. Checks waiting behind calls in flight are bounded too, over all keys
+//! ([`CoalesceBuilder::max_queued`], default 16 384): a check that finds the bound reached is
+//! answered at once with [`RedisLimitError::QueueFull`], an outage, which a
+//! [`Fallback`](super::Fallback) (or the tower policy `fleet`) answers by its failure policy.
+//! So what a stalled Redis and a flood of clients can hold is at most that many waiting checks
+//! (each its queue entry and a oneshot channel, a few hundred bytes, plus its key while it
+//! leads a call), however long the stall. A queued check waits at most one deadline for the
+//! call ahead of it and one for its own batch; a call that ends in an outage answers the
+//! checks queued behind it with the same error at once, rather than sending them to a server
+//! that just failed.
 //!
 //! # No status
 //! [`RedisLimiter::try_check_n_status`] keeps its default: a check, answered with no
@@ -106,12 +106,12 @@ pub trait RedisBatch: RedisLimiter {
 }
 
 /// The most requests one batch carries; the rest wait for the next call.
-pub const DEFAULT_MAX_BATCH: usize = 512;
+pub(crate) const DEFAULT_MAX_BATCH: usize = 512;
 
 /// The most checks that wait behind calls in flight, over all keys, by default: a few
 /// megabytes at most, and more than a process checking tens of thousands of times a second
 /// keeps waiting within one deadline.
-pub const DEFAULT_MAX_QUEUED: usize = 16_384;
+pub(crate) const DEFAULT_MAX_QUEUED: usize = 16_384;
 
 /// Concurrent checks of one key coalesced into one round trip (see the
 /// [module docs](self)). Wraps any [`RedisBatch`] limiter ([`Gcra`](super::Gcra),
@@ -188,23 +188,26 @@ pub struct CoalesceBuilder<L> {
 }
 
 impl<L: RedisBatch + 'static> CoalesceBuilder<L> {
-    /// The most requests one batch carries (default [`DEFAULT_MAX_BATCH`]; 0 counts as 1).
+    /// The most requests one batch carries (default 512; 0 counts as 1); the rest wait for
+    /// the next call.
     pub fn max_batch(mut self, max_batch: usize) -> Self {
         self.max_batch = max_batch.max(1);
         self
     }
 
-    /// The most checks waiting behind calls in flight, over all keys (default
-    /// [`DEFAULT_MAX_QUEUED`]); one more is [`RedisLimitError::QueueFull`] at once. 0 queues
-    /// nothing: a check of a key with a call in flight is refused so.
+    /// The most checks waiting behind calls in flight, over all keys (default 16 384); one
+    /// more is [`RedisLimitError::QueueFull`] at once. 0 queues nothing: a check of a key
+    /// with a call in flight is refused so. The default is a few megabytes at most, and more
+    /// than a process checking tens of thousands of times a second keeps waiting within one
+    /// deadline.
     pub fn max_queued(mut self, max_queued: usize) -> Self {
         self.max_queued = max_queued;
         self
     }
 
-    /// The most any round trip (a check's own, a batch) may take (default
-    /// [`DEFAULT_DEADLINE`], 250 ms); past it its checks fail with
-    /// [`RedisLimitError::Timeout`]. Zero is refused by [`CoalesceBuilder::build`].
+    /// The most any round trip (a check's own, a batch) may take (default 250 ms); past it its
+    /// checks fail with [`RedisLimitError::Timeout`]. Zero is refused by
+    /// [`CoalesceBuilder::build`].
     pub fn deadline(mut self, deadline: Duration) -> Self {
         self.deadline = deadline;
         self
@@ -234,9 +237,8 @@ impl<L: RedisBatch + 'static> CoalesceBuilder<L> {
 }
 
 impl<L: RedisBatch + 'static> Coalesce<L> {
-    /// Coalesces `limiter`'s checks with the defaults: at most [`DEFAULT_MAX_BATCH`] per
-    /// round trip, [`DEFAULT_MAX_QUEUED`] waiting, each call within
-    /// [`DEFAULT_DEADLINE`].
+    /// Coalesces `limiter`'s checks with the defaults: at most 512 per round trip, 16 384
+    /// waiting, each call within 250 ms.
     pub fn new(limiter: L) -> Self {
         Coalesce::builder(limiter)
             .build()

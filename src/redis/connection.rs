@@ -51,15 +51,19 @@ impl Default for ConnectOptions {
 }
 
 impl ConnectOptions {
-    /// The defaults: a response timeout of [`DEFAULT_DEADLINE`] (250 ms), a connection
-    /// attempt timeout of 500 ms, and TCP keepalive after 10 s idle.
+    /// The defaults: a response timeout of 250 ms, a connection attempt timeout of 500 ms,
+    /// and TCP keepalive after 10 s idle.
     pub fn new() -> Self {
         ConnectOptions::default()
     }
 
-    /// The most a command waits for its answer (default [`DEFAULT_DEADLINE`]); past it the
-    /// call fails with a timeout ([`RedisLimitError::is_outage`]). Zero is refused by
-    /// [`connect_with`].
+    /// The most a command waits for its answer (default 250 ms); past it the call fails with
+    /// a timeout ([`RedisLimitError::is_outage`]). Zero is refused by [`connect_with`].
+    ///
+    /// The default is longer than a [`Fallback`](super::Fallback)'s per-call timeout
+    /// (100 ms), so that under a `Fallback` its own timer decides, and short enough that a
+    /// bare limiter over a stalled server answers a timeout a quarter of a second later
+    /// rather than never.
     pub fn response_timeout(mut self, timeout: Duration) -> Self {
         self.response_timeout = timeout;
         self
@@ -97,8 +101,8 @@ pub(crate) fn tcp_settings(idle: Option<Duration>) -> TcpSettings {
 /// [`connect_with`]): redis-rs's [`ConnectionManager`] (one multiplexed connection), with
 ///
 /// * a **response timeout** on every command ([`ConnectOptions::response_timeout`], default
-///   [`DEFAULT_DEADLINE`]), so a stalled server (SIGSTOP, a network partition) answers a
-///   timeout instead of nothing;
+///   250 ms), so a stalled server (SIGSTOP, a network partition) answers a timeout instead
+///   of nothing;
 /// * **TCP keepalive** ([`ConnectOptions::keepalive`]);
 /// * a prompt **reconnect**: within 100 ms of a restart or an outage (redis-rs's default
 ///   backoff can wait seconds, which would keep a [`Fallback`](super::Fallback) in fallback
@@ -231,9 +235,8 @@ impl std::fmt::Debug for Connection {
     }
 }
 
-/// [`connect_with`] with the default [`ConnectOptions`]: a response timeout of
-/// [`DEFAULT_DEADLINE`] (250 ms), TCP keepalive, a reconnect within 100 ms, and a reconnect
-/// on `READONLY` (see [`Connection`]).
+/// [`connect_with`] with the default [`ConnectOptions`]: a response timeout of 250 ms, TCP
+/// keepalive, a reconnect within 100 ms, and a reconnect on `READONLY` (see [`Connection`]).
 ///
 /// ```no_run
 /// # async fn f() -> Result<(), turnstile::redis::RedisLimitError> {

@@ -113,19 +113,18 @@
 //! once it is idle (a fresh one would be as strict), at its periodic sweeps.
 //!
 //! # The local map's bound
-//! The map holds at most [`DEFAULT_MAX_LOCAL_KEYS`] keys (100 000) unless
-//! [`FallbackBuilder::max_keys`] says otherwise: a key flood during an outage cannot grow
-//! memory without bound. A new key that finds the map full (and no idle key to sweep) is
-//! refused, with a retry time of the next sweep; keys already in the map keep their limits.
-//! At the measured cost of a key in a [`Keyed`] map (its docs: 302 bytes with a compact
-//! token bucket, the local limiter of [`Gcra`](super::Gcra) and
+//! The map holds at most 100 000 keys unless [`FallbackBuilder::max_keys`] says otherwise: a
+//! key flood during an outage cannot grow memory without bound. A new key that finds the map
+//! full (and no idle key to sweep) is refused, with a retry time of the next sweep; keys
+//! already in the map keep their limits. At the measured cost of a key in a [`Keyed`] map (its
+//! docs: 302 bytes with a compact token bucket, the local limiter of [`Gcra`](super::Gcra) and
 //! [`TokenBucket`](super::TokenBucket); 574 with the padded fixed window of
 //! [`FixedWindow`](super::FixedWindow)) plus the key's own bytes, the default bound costs
 //! about 35 MB (60 MB for a fixed window) with short keys such as an IP address, and at most
-//! about 85 MB (110 MB) with keys at the [`DEFAULT_MAX_KEY_LEN`](super::DEFAULT_MAX_KEY_LEN)
-//! cap. Sweeps run **off the request
-//! path**, on a thread of the map's own ([`Keyed::spawn_sweeper`], started by the first
-//! answer in process), so no check pays for a sweep of the whole map.
+//! about 85 MB (110 MB) with keys at the default cap of 512 bytes
+//! ([`RedisLimiter::max_key_len`]). Sweeps run **off the request path**, on a thread of the
+//! map's own ([`Keyed::spawn_sweeper`], started by the first answer in process), so no check
+//! pays for a sweep of the whole map.
 //!
 //! # Cost and design
 //! The mode is one atomic byte. In Redis mode a call adds one `Acquire` load of it and the
@@ -154,14 +153,14 @@ const REDIS: u8 = 0;
 const FALLBACK: u8 = 1;
 
 /// The default per-call timeout of [`Fallback`].
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(100);
+pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_millis(100);
 
 /// The default interval of [`Fallback`]'s health-check `PING`s (go-zero's `pingInterval`).
-pub const DEFAULT_PING_EVERY: Duration = Duration::from_millis(100);
+pub(crate) const DEFAULT_PING_EVERY: Duration = Duration::from_millis(100);
 
 /// The default bound on [`Fallback`]'s local map ([`FallbackBuilder::max_keys`]); see the
 /// [module docs](self#the-local-maps-bound) for the memory it implies.
-pub const DEFAULT_MAX_LOCAL_KEYS: u64 = 100_000;
+pub(crate) const DEFAULT_MAX_LOCAL_KEYS: u64 = 100_000;
 
 /// Where a [`Fallback`]'s answers come from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -262,7 +261,7 @@ impl<L: RedisLimiter + 'static> std::fmt::Debug for Fallback<L> {
 impl<L: RedisLimiter + 'static> Fallback<L> {
     /// Wraps `limiter` with the defaults: a 100 ms timeout per call, a `PING` every 100 ms
     /// while in fallback, a share of 1 (each process in fallback admits the whole limit) and
-    /// at most [`DEFAULT_MAX_LOCAL_KEYS`] local keys.
+    /// at most 100 000 local keys.
     pub fn new(limiter: L) -> Fallback<L> {
         Fallback::builder(limiter)
             .build()
@@ -436,7 +435,7 @@ impl<L: RedisLimiter + 'static> Fallback<L> {
         &self.inner.local
     }
 
-    /// The per-call timeout.
+    /// The per-call timeout (100 ms unless set with [`FallbackBuilder::timeout`]).
     pub fn timeout(&self) -> Duration {
         self.inner.timeout
     }
@@ -630,8 +629,9 @@ impl<L: RedisLimiter + 'static> FallbackBuilder<L> {
     }
 
     /// The most keys the local map holds ([`crate::keyed::KeyedBuilder::max_keys`]; a new
-    /// key that finds it full is denied with the next sweep's time): default
-    /// [`DEFAULT_MAX_LOCAL_KEYS`]; `u64::MAX` for no bound.
+    /// key that finds it full is denied with the next sweep's time): default 100 000 (the
+    /// [module docs](self#the-local-maps-bound) give the memory it implies); `u64::MAX` for no
+    /// bound.
     pub fn max_keys(mut self, max_keys: u64) -> Self {
         self.max_keys = max_keys;
         self

@@ -196,7 +196,7 @@ pub struct FixedWindow<C = Connection> {
 }
 
 /// The key prefix of a [`FixedWindow`] unless [`FixedWindowBuilder::prefix`] sets another.
-pub const DEFAULT_PREFIX: &str = "turnstile:window:";
+pub(crate) const DEFAULT_PREFIX: &str = "turnstile:window:";
 
 /// Options for a [`FixedWindow`] on Redis: [`FixedWindowBuilder::prefix`], [`FixedWindowBuilder::align`].
 #[derive(Clone, Debug)]
@@ -212,7 +212,7 @@ pub struct FixedWindowBuilder<C = Connection> {
 
 impl<C> FixedWindowBuilder<C> {
     /// Prepends `prefix` to every key (go-zero's `keyPrefix`, plain concatenation; default
-    /// [`DEFAULT_PREFIX`], so that a key taken from a request cannot name another program's
+    /// `"turnstile:window:"`, so that a key taken from a request cannot name another program's
     /// key in a shared database). To share a limit with go-zero services, set go-zero's own
     /// prefix here explicitly (go-zero has no default: its services pass one to
     /// `NewPeriodLimit`), `""` included.
@@ -229,9 +229,8 @@ impl<C> FixedWindowBuilder<C> {
         self
     }
 
-    /// The longest key a check accepts, in bytes, not counting the prefix (default
-    /// [`DEFAULT_MAX_KEY_LEN`](super::DEFAULT_MAX_KEY_LEN), 512): a longer one is
-    /// [`RedisLimitError::KeyTooLong`], before any round trip.
+    /// The longest key a check accepts, in bytes, not counting the prefix (default 512): a
+    /// longer one is [`RedisLimitError::KeyTooLong`], before any round trip.
     pub fn max_key_len(mut self, max: usize) -> Self {
         self.max_key_len = max;
         self
@@ -323,13 +322,14 @@ impl<C> FixedWindowBuilder<C> {
 
 impl<C> FixedWindow<C> {
     /// `quota` requests per `period` per key on `con`, windows from the first hit, the
-    /// default prefix ([`DEFAULT_PREFIX`]): `builder(con, quota, period).build()`.
+    /// default prefix (`"turnstile:window:"`): `builder(con, quota, period).build()`.
     ///
     /// ```
     /// use std::time::Duration;
     /// use turnstile::redis::FixedWindow;
     /// let w = FixedWindow::new((), 100, Duration::from_secs(60)).unwrap();
     /// assert_eq!((w.quota(), w.period()), (100, Duration::from_secs(60)));
+    /// assert_eq!(w.prefix(), "turnstile:window:");
     /// ```
     pub fn new(con: C, quota: u32, period: Duration) -> Result<FixedWindow<C>, ConfigError> {
         FixedWindow::builder(con, quota, period).build()

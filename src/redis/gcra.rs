@@ -239,9 +239,8 @@ impl GcraBuilder {
         self
     }
 
-    /// The longest key a check accepts, in bytes, not counting the prefix (default
-    /// [`DEFAULT_MAX_KEY_LEN`](super::DEFAULT_MAX_KEY_LEN), 512): a longer one is
-    /// [`RedisLimitError::KeyTooLong`], before any round trip.
+    /// The longest key a check accepts, in bytes, not counting the prefix (default 512): a
+    /// longer one is [`RedisLimitError::KeyTooLong`], before any round trip.
     pub fn max_key_len(mut self, max: usize) -> Self {
         self.max_key_len = max;
         self

@@ -28,8 +28,8 @@
 //!
 //! # Deadlines, outages and bad input
 //! * **Every call answers within a deadline**: the connections [`connect`] and
-//!   [`connect_cluster`] build time out a command after [`DEFAULT_DEADLINE`] (250 ms;
-//!   [`ConnectOptions::response_timeout`]), a [`Coalesce`] bounds each round trip it sends
+//!   [`connect_cluster`] build time out a command after 250 ms
+//!   ([`ConnectOptions::response_timeout`]), a [`Coalesce`] bounds each round trip it sends
 //!   ([`CoalesceBuilder::deadline`]), a [`Blocking`] each call
 //!   ([`Blocking::with_deadline`]), and a [`Fallback`] each check by its own timeout
 //!   (100 ms), answering in process past it.
@@ -44,7 +44,7 @@
 //!   `WRONGTYPE`, a script error, an unexpected reply): a [`Fallback`] answers them in
 //!   process too, logs them with `tracing` at most once a second, and stays on Redis.
 //! * **Bad input** is refused before any round trip: an empty key, a key longer than
-//!   [`DEFAULT_MAX_KEY_LEN`] (512 bytes), more permits than the burst.
+//!   512 bytes ([`RedisLimiter::max_key_len`]), more permits than the burst.
 
 pub use ::redis::aio::ConnectionManager;
 
@@ -58,14 +58,9 @@ pub mod gcra;
 pub mod token_bucket;
 
 pub use blocking::Blocking;
-pub use coalesce::{
-    Coalesce, CoalesceBuilder, CoalesceStats, RedisBatch, DEFAULT_MAX_BATCH, DEFAULT_MAX_QUEUED,
-};
+pub use coalesce::{Coalesce, CoalesceBuilder, CoalesceStats, RedisBatch};
 pub use connection::{connect, connect_with, ConnectOptions, Connection};
-pub use fallback::{
-    Fallback, FallbackBuilder, FallbackStats, Mode, DEFAULT_MAX_LOCAL_KEYS, DEFAULT_PING_EVERY,
-    DEFAULT_TIMEOUT,
-};
+pub use fallback::{Fallback, FallbackBuilder, FallbackStats, Mode};
 pub use fixed_window::{FixedWindow, FixedWindowBuilder};
 pub use gcra::{Gcra, GcraBuilder, Throttle};
 pub use token_bucket::TokenBucket;
@@ -78,11 +73,11 @@ use std::time::Duration;
 /// the connections [`connect`] builds ([`ConnectOptions::response_timeout`]), a
 /// [`Coalesce`]'s batch calls ([`CoalesceBuilder::deadline`]) and a [`Blocking`] call
 /// ([`Blocking::with_deadline`]). Longer than [`Fallback`]'s per-call timeout
-/// ([`DEFAULT_TIMEOUT`], 100 ms), so that under a `Fallback` its own timer decides, and short
+/// (100 ms), so that under a `Fallback` its own timer decides, and short
 /// enough that a bare limiter over a stalled server answers
 /// [`RedisLimitError::Timeout`] (or a timed-out [`RedisLimitError::Redis`]) a quarter of a
 /// second later rather than never.
-pub const DEFAULT_DEADLINE: Duration = Duration::from_millis(250);
+pub(crate) const DEFAULT_DEADLINE: Duration = Duration::from_millis(250);
 
 /// The longest key (as passed to a check; the operator's prefix is not counted) every Redis
 /// limiter accepts by default: a longer one is [`RedisLimitError::KeyTooLong`], before any
@@ -90,11 +85,11 @@ pub const DEFAULT_DEADLINE: Duration = Duration::from_millis(250);
 /// address, API key or user id while keeping a client from storing kilobytes per key in
 /// Redis and in a [`Fallback`]'s local map. [`GcraBuilder::max_key_len`] and
 /// [`fixed_window::FixedWindowBuilder::max_key_len`] change it.
-pub const DEFAULT_MAX_KEY_LEN: usize = 512;
+pub(crate) const DEFAULT_MAX_KEY_LEN: usize = 512;
 
 /// A connection to a Redis Cluster, from the URLs of some of its nodes (redis-rs's
-/// `ClusterClient`, which follows `MOVED` and `ASK` redirections), with the
-/// [`DEFAULT_DEADLINE`] as its response timeout. Every turnstile Redis limiter touches one
+/// `ClusterClient`, which follows `MOVED` and `ASK` redirections), with a response timeout
+/// of 250 ms, as [`connect`]'s. Every turnstile Redis limiter touches one
 /// slot per call, so it runs on a cluster unchanged.
 ///
 /// ```no_run
@@ -132,8 +127,8 @@ pub enum RedisLimitError {
     /// The key was empty.
     #[error("empty key: every limited client needs a non-empty key")]
     EmptyKey,
-    /// The key was longer than the limiter accepts ([`DEFAULT_MAX_KEY_LEN`] by default);
-    /// refused before any round trip.
+    /// The key was longer than the limiter accepts (512 bytes by default:
+    /// [`RedisLimiter::max_key_len`]); refused before any round trip.
     #[error("a key of {len} bytes, longer than the {max} a limiter accepts")]
     KeyTooLong {
         /// The key's length in bytes.
@@ -278,8 +273,10 @@ pub trait RedisLimiter: Send + Sync {
     fn ping(&self) -> impl std::future::Future<Output = Result<(), RedisLimitError>> + Send;
 
     /// The longest key (as passed to a check) the limiter accepts: longer is
-    /// [`RedisLimitError::KeyTooLong`] before any round trip. [`DEFAULT_MAX_KEY_LEN`] unless
-    /// the limiter says otherwise.
+    /// [`RedisLimitError::KeyTooLong`] before any round trip. 512 bytes unless the limiter
+    /// says otherwise: that holds any address, API key or user id, while keeping a client
+    /// whose keys come from requests from storing kilobytes per key in Redis and in a
+    /// [`Fallback`]'s local map.
     fn max_key_len(&self) -> usize {
         DEFAULT_MAX_KEY_LEN
     }

@@ -434,7 +434,7 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
     /// it returns without sleeping.
     ///
     /// The sleep is [`crate::clock::sleep_until`] on the limiter's clock: a thread sleep, then
-    /// a spin of at most [`crate::clock::SPIN_BEFORE_DEADLINE`] for a precise wake-up.
+    /// a spin of at most 80 µs for a precise wake-up.
     ///
     /// ```
     /// use std::time::Duration;

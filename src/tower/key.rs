@@ -535,7 +535,7 @@ impl FromStr for Cidr {
 }
 
 /// The value of a request header (e.g. an API key), as a `String`: `Header(name)`, at most
-/// [`Header::DEFAULT_MAX_LEN`] bytes by default ([`Header::max_len`] sets another cap).
+/// 256 bytes by default ([`Header::max_len`] sets another cap).
 /// A request without the header, or whose (first) value is empty, longer than the cap, or
 /// not visible ASCII (spaces allowed), has no key: the policy's
 /// [`MissingKey`](super::MissingKey) choice applies.
@@ -574,8 +574,7 @@ pub struct Header {
     max_len: usize,
 }
 
-/// A [`Header`](struct@Header) extractor of `name`, capped at [`Header::DEFAULT_MAX_LEN`]
-/// bytes.
+/// A [`Header`](struct@Header) extractor of `name`, capped at 256 bytes.
 #[allow(non_snake_case)] // named for its type, as a tuple struct's constructor would be
 pub fn Header(name: HeaderName) -> Header {
     Header {
@@ -587,9 +586,10 @@ pub fn Header(name: HeaderName) -> Header {
 impl Header {
     /// The default cap on a key's length, in bytes: room for any API key or token
     /// identifier, and a bound on what one key costs a map (or a Redis key).
-    pub const DEFAULT_MAX_LEN: usize = 256;
+    pub(crate) const DEFAULT_MAX_LEN: usize = 256;
 
-    /// This extractor with a cap of `max_len` bytes instead.
+    /// This extractor with a cap of `max_len` bytes instead of the default 256: room for any
+    /// API key or token identifier, and a bound on what one key costs a map (or a Redis key).
     pub fn max_len(mut self, max_len: usize) -> Self {
         self.max_len = max_len;
         self

@@ -88,9 +88,7 @@ pub use response::{RATELIMIT, RATELIMIT_POLICY};
 pub use service::RateLimit;
 
 #[cfg(feature = "redis")]
-pub use policy::{
-    fleet, FailurePolicy, Fleet, DEFAULT_DEADLINE, DEFAULT_LOCAL_MAX_KEYS, FAILURE_RETRY_AFTER,
-};
+pub use policy::{fleet, FailurePolicy, Fleet};
 pub use policy::{
     global, per_key, And, AndFuture, Ask, Decision, Global, KeyGrant, MissingKey, PerKey,
     PerKeyMap, Policy, PolicyExt, Refunds, Report, Taken,

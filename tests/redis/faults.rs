@@ -26,7 +26,7 @@ use common::redis_server::{wait_until, Proxy, RedisServer};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use turnstile::redis::{
     self as tr, Blocking, Coalesce, Connection, Fallback, FixedWindow, Gcra, Mode, RedisLimitError,
-    RedisLimiter, TokenBucket, DEFAULT_DEADLINE, DEFAULT_MAX_KEY_LEN, DEFAULT_TIMEOUT,
+    RedisLimiter, TokenBucket,
 };
 use turnstile::{Denied, Limit};
 
@@ -46,6 +46,8 @@ const KEYS: usize = 4;
 const LOADED: Duration = Duration::from_secs(1);
 /// Back on Redis within this of the fault's end.
 const BACK_WITHIN: Duration = Duration::from_secs(1);
+/// The response timeout of the connections `connect` builds: `ConnectOptions`'s default.
+const RESPONSE_TIMEOUT: Duration = Duration::from_millis(250);
 
 /// One fault test at a time (see the file's header).
 fn serial() -> std::sync::MutexGuard<'static, ()> {
@@ -79,6 +81,8 @@ trait Probe: Send + Sync + 'static {
     fn check(&self, key: &str) -> Verdict;
     fn mode(&self) -> Mode;
     fn switches(&self) -> u64;
+    /// The fallback's per-call timeout.
+    fn timeout(&self) -> Duration;
 }
 
 /// An async `Fallback` on a runtime of its own, checked with `block_on` from many threads.
@@ -122,6 +126,9 @@ impl<L: RedisLimiter + 'static> Probe for OnRuntime<L> {
     fn switches(&self) -> u64 {
         self.fb().stats().switches_to_fallback
     }
+    fn timeout(&self) -> Duration {
+        self.fb().timeout()
+    }
 }
 
 impl<L: RedisLimiter + 'static> Probe for Blocking<Fallback<L>> {
@@ -133,6 +140,9 @@ impl<L: RedisLimiter + 'static> Probe for Blocking<Fallback<L>> {
     }
     fn switches(&self) -> u64 {
         self.limiter().stats().switches_to_fallback
+    }
+    fn timeout(&self) -> Duration {
+        self.limiter().timeout()
     }
 }
 
@@ -332,7 +342,7 @@ fn run_fault(
         all.first_error
     );
     assert!(
-        during.slowest <= DEFAULT_TIMEOUT + LOADED,
+        during.slowest <= p.timeout() + LOADED,
         "an answer took {:?} during the fault",
         during.slowest
     );
@@ -508,7 +518,7 @@ fn readonly_after_a_failover_reconnects_to_the_new_primary() {
     ));
     assert_eq!(during.errors + all.errors, 0, "{:?}", during.first_error);
     assert!(
-        during.slowest <= DEFAULT_TIMEOUT + LOADED,
+        during.slowest <= p.timeout() + LOADED,
         "{:?}",
         during.slowest
     );
@@ -557,9 +567,9 @@ async fn a_bare_limiter_answers_a_stalled_server_within_the_response_timeout() {
     common::summary::line(&format!(
         "FAULT bare limiters SIGSTOP: 9 checks, 9 outage errors, slowest {} ms (response timeout {} ms)",
         slowest.as_millis(),
-        DEFAULT_DEADLINE.as_millis()
+        RESPONSE_TIMEOUT.as_millis()
     ));
-    assert!(slowest <= DEFAULT_DEADLINE + LOADED, "{slowest:?}");
+    assert!(slowest <= RESPONSE_TIMEOUT + LOADED, "{slowest:?}");
 }
 
 /// A `Coalesce` over a connection with no timeout of its own: the check in flight and the
@@ -737,8 +747,14 @@ async fn keys_over_the_cap_are_refused_before_any_round_trip() {
         .unwrap();
     let coalesced = Coalesce::new(Gcra::new(con.clone(), limit(), BURST).unwrap());
     let fb = Fallback::new(Gcra::new(con.clone(), limit(), BURST).unwrap());
-    let at_cap = "a".repeat(DEFAULT_MAX_KEY_LEN);
-    let over = "a".repeat(DEFAULT_MAX_KEY_LEN + 1);
+    // Every limiter's default cap: 512 bytes.
+    let max = gcra.max_key_len();
+    assert_eq!(max, 512);
+    assert_eq!(tb.max_key_len(), max);
+    assert_eq!(coalesced.max_key_len(), max);
+    assert_eq!(fb.max_key_len(), max);
+    let at_cap = "a".repeat(max);
+    let over = "a".repeat(max + 1);
     let too_long = |v: Verdict, max: usize| {
         assert!(
             matches!(v, Err(RedisLimitError::KeyTooLong { len, max: m }) if m == max && len > max),
@@ -747,14 +763,14 @@ async fn keys_over_the_cap_are_refused_before_any_round_trip() {
     };
     server.pause();
     let t = Instant::now();
-    too_long(gcra.try_check_n(&over, 1).await, DEFAULT_MAX_KEY_LEN);
-    too_long(tb.try_check_n(&over, 1).await, DEFAULT_MAX_KEY_LEN);
-    too_long(fw.try_check_n(&over, 1).await, DEFAULT_MAX_KEY_LEN);
-    too_long(coalesced.try_check_n(&over, 1).await, DEFAULT_MAX_KEY_LEN);
-    too_long(fb.check(&over).await, DEFAULT_MAX_KEY_LEN);
+    too_long(gcra.try_check_n(&over, 1).await, max);
+    too_long(tb.try_check_n(&over, 1).await, max);
+    too_long(fw.try_check_n(&over, 1).await, max);
+    too_long(coalesced.try_check_n(&over, 1).await, max);
+    too_long(fb.check(&over).await, max);
     too_long(short.try_check_n("123456789", 1).await, 8);
     assert!(
-        t.elapsed() < DEFAULT_DEADLINE,
+        t.elapsed() < RESPONSE_TIMEOUT,
         "{:?}: a round trip was made",
         t.elapsed()
     );
@@ -762,7 +778,7 @@ async fn keys_over_the_cap_are_refused_before_any_round_trip() {
     // In fallback mode too: a long key never enters the local map.
     assert!(fb.check("k").await.unwrap().is_ok());
     assert_eq!(fb.mode(), Mode::Fallback);
-    too_long(fb.check(&over).await, DEFAULT_MAX_KEY_LEN);
+    too_long(fb.check(&over).await, max);
     assert!(!fb.local().contains(over.as_str()));
     server.resume();
     for v in [

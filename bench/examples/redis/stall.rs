@@ -11,7 +11,7 @@ use std::io::{self, Write};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use turnstile::redis::{ConnectOptions, Fallback, Gcra, Mode, DEFAULT_DEADLINE, DEFAULT_TIMEOUT};
+use turnstile::redis::{ConnectOptions, Fallback, Gcra, Mode};
 use turnstile::Limit;
 
 use super::report::{fmt_dur, json_f64, json_str, percentile};
@@ -25,6 +25,10 @@ pub const STALL_BURST: u32 = 100;
 pub const STALL_KEYS: usize = 1000;
 /// How often each task checks.
 pub const PACE: Duration = Duration::from_millis(1);
+/// The fallback's per-call timeout: `Fallback::new`'s default, 100 ms.
+const FALLBACK_TIMEOUT: Duration = Duration::from_millis(100);
+/// The bare limiter's bound: `ConnectOptions::new`'s default response timeout, 250 ms.
+const RESPONSE_TIMEOUT: Duration = Duration::from_millis(250);
 
 /// A signal the fault phase asks for: stop the server, or let it continue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -148,6 +152,8 @@ pub async fn run_stall(
             .build(connect().await?)
             .map_err(|e| e.to_string())?,
     );
+    // The report states the defaults it ran with: they must be these.
+    assert_eq!(fallback.timeout(), FALLBACK_TIMEOUT);
     let bare = Gcra::builder(limit, STALL_BURST)
         .prefix("turnstile:stall:gcra:")
         .build(connect().await?)
@@ -175,8 +181,8 @@ pub async fn run_stall(
         args.seconds,
         if tasks == 1 { "" } else { "s" },
         PACE.as_millis(),
-        DEFAULT_TIMEOUT.as_millis(),
-        DEFAULT_DEADLINE.as_millis(),
+        FALLBACK_TIMEOUT.as_millis(),
+        RESPONSE_TIMEOUT.as_millis(),
     )
     .map_err(w)?;
 
@@ -394,8 +400,8 @@ pub fn print_stall(r: &StallReport, out: &mut dyn Write) -> io::Result<()> {
          interval (100 ms) of the SIGCONT. The bare {BARE} answers nothing during the stall: \
          each check is an error after its {} ms response timeout, never a hang, and Redis \
          answers it again after.",
-        DEFAULT_TIMEOUT.as_millis(),
-        DEFAULT_DEADLINE.as_millis()
+        FALLBACK_TIMEOUT.as_millis(),
+        RESPONSE_TIMEOUT.as_millis()
     )?;
     if r.fallback_held() {
         writeln!(

@@ -133,15 +133,15 @@ macro_rules! front_methods {
                 self.len() == 0
             }
 
-            /// The key bound ([`DEFAULT_MAX_KEYS`] unless the builder set one; `u64::MAX`:
+            /// The key bound (2^20, 1 048 576, unless the builder set one; `u64::MAX`:
             /// none).
             ///
             /// ```
-            #[doc = concat!("use turnstile::", $module, "::{", stringify!($front), ", DEFAULT_MAX_KEYS};")]
+            #[doc = concat!("use turnstile::", $module, "::{", stringify!($front), "};")]
             #[doc = concat!("use turnstile::{", $extra, "};")]
             #[doc = concat!("let k = ", $new, ";")]
             /// # let _ = k.check(&1u32);
-            /// assert_eq!(k.max_keys(), DEFAULT_MAX_KEYS);
+            /// assert_eq!(k.max_keys(), 1 << 20);
             /// ```
             pub fn max_keys(&self) -> u64 {
                 self.map.max_keys()
@@ -294,9 +294,11 @@ macro_rules! builder_methods {
                 self
             }
 
-            /// Holds at most `max_keys` keys (default [`DEFAULT_MAX_KEYS`]; `u64::MAX`: no
-            /// bound; 0 is [`ConfigError::ZeroMaxKeys`]). The table never grows past what
-            /// `max_keys` keys need (module docs, "Memory and the key bound").
+            /// Holds at most `max_keys` keys (default 2^20, 1 048 576; `u64::MAX`: no bound;
+            /// 0 is [`ConfigError::ZeroMaxKeys`]). Keys usually come from clients, so a map
+            /// without a bound is memory a client flood can fill; the default is well above
+            /// the keys one process sees active within a sweep period. The table never grows
+            /// past what `max_keys` keys need (module docs, "Memory and the key bound").
             ///
             /// ```
             #[doc = concat!("use turnstile::", $module, "::{", stringify!($front), "};")]

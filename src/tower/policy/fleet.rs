@@ -14,31 +14,18 @@ use crate::redis::StatusVerdict;
 use crate::tower::key::{KeyExtractor, KeyType};
 use crate::{Clock, Denied, Keyed};
 
-/// The default [`Fleet::deadline`]: 100 ms, [`Fallback`](crate::redis::Fallback)'s per-call
-/// timeout. A healthy Redis answers a limiter's script in well under a millisecond on a LAN
-/// and in a few at its tail, so 100 ms is far beyond any answer that is coming, yet is what a
-/// request pays at most for an outage: under a person's notice and well under the timeouts of
-/// clients and load balancers, which would otherwise give up first (the way a stalled Redis
-/// becomes an outage of the service).
+/// The default [`Fleet::deadline`] (its docs say why 100 ms).
 #[cfg(feature = "redis")]
-#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
-pub const DEFAULT_DEADLINE: Duration = Duration::from_millis(100);
+pub(crate) const DEFAULT_DEADLINE: Duration = Duration::from_millis(100);
 
-/// The retry time of a refusal the Redis limiter did not decide ([`FailurePolicy::Closed`]):
-/// one second, the least `Retry-After` says above zero. How long an outage lasts is not
-/// known; one second sends a client back soon without inviting it to retry at once.
+/// The retry time of a refusal the Redis limiter did not decide ([`FailurePolicy::Closed`],
+/// whose docs say why one second).
 #[cfg(feature = "redis")]
-#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
-pub const FAILURE_RETRY_AFTER: Duration = Duration::from_secs(1);
+pub(crate) const FAILURE_RETRY_AFTER: Duration = Duration::from_secs(1);
 
-/// The default bound on the keys of a [`Fleet`]'s local map ([`FailurePolicy::Local`]): 65 536
-/// keys, at a few hundred bytes each (a compact limiter and its entry) some tens of MiB at
-/// most. A new key that finds the map full is refused with a retry time (the map's
-/// [`WhenFull::Deny`](crate::keyed::WhenFull::Deny)), so a flood of keys during an outage can
-/// neither grow the process nor reset anyone's limit. [`Fleet::local_max_keys`] changes it.
+/// The default [`Fleet::local_max_keys`] (its docs say why 65 536).
 #[cfg(feature = "redis")]
-#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
-pub const DEFAULT_LOCAL_MAX_KEYS: u64 = 65_536;
+pub(crate) const DEFAULT_LOCAL_MAX_KEYS: u64 = 65_536;
 
 /// What a [`Fleet`] policy answers when its Redis limiter does not: an error (the connection
 /// down or refused, an answer such as `OOM`, `READONLY`, `BUSY`, `NOPERM`, a script error,
@@ -47,21 +34,24 @@ pub const DEFAULT_LOCAL_MAX_KEYS: u64 = 65_536;
 /// The default is [`FailurePolicy::Local`] with a share of 1: each process answers from its
 /// own limiter per key, with the fleet's whole limit. Like failing open (Envoy's global rate
 /// limit default), an outage of the limiter is not an outage of the service: a client within
-/// the fleet's limit is within it at every process (what one process sees of its requests is
-/// a part of them), so no request the fleet's limit admits is refused. Unlike failing open, a
+/// the fleet's limit is within it at every process (what one process sees of its requests is a
+/// part of them), so no request the fleet's limit admits is refused. Unlike failing open, a
 /// client over the limit is still held to it at each process, instead of being let through
-/// unlimited for as long as Redis is down (an attacker who can make Redis fail, by filling
-/// its memory say, would otherwise switch the limit off). The price is a bounded in-process
-/// map ([`DEFAULT_LOCAL_MAX_KEYS`]) and, across a fleet of `n`, up to `n` times the limit for
-/// a client spread over all of them; a share of `1 / n` keeps the fleet near the one limit,
-/// at the cost of refusing a client whose requests reach one process more than its share.
+/// unlimited for as long as Redis is down (an attacker who can make Redis fail, by filling its
+/// memory say, would otherwise switch the limit off). The price is a bounded in-process map
+/// (at most 65 536 keys by default: [`Fleet::local_max_keys`]) and, across a fleet of `n`, up
+/// to `n` times the limit for a client spread over all of them; a share of `1 / n` keeps the
+/// fleet near the one limit, at the cost of refusing a client whose requests reach one process
+/// more than its share.
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum FailurePolicy {
     /// Let the request through (fail open).
     Open,
-    /// Refuse it (fail closed), with a `Retry-After` of [`FAILURE_RETRY_AFTER`].
+    /// Refuse it (fail closed), with a `Retry-After` of one second: the least `Retry-After`
+    /// says above zero. How long an outage lasts is not known; one second sends a client
+    /// back soon without inviting it to retry at once.
     Closed,
     /// Answer in process: a limiter per key with the Redis limiter's configuration, its
     /// limit scaled by this share, in `(0, 1]` ([`RedisLimiter::local`](crate::redis::RedisLimiter::local)),
@@ -96,7 +86,7 @@ pub struct Fleet<X, R: crate::redis::RedisLimiter + 'static> {
 /// [`max_key_len`](crate::redis::RedisLimiter::max_key_len)) pass; see [`Fleet::on_missing_key`].
 ///
 /// **Deadline and failures.** Each decision waits for Redis at most the
-/// [deadline](Fleet::deadline) (default [`DEFAULT_DEADLINE`], 100 ms); an error the limiter
+/// [deadline](Fleet::deadline) (default 100 ms); an error the limiter
 /// returns, whatever it is, and a missed deadline are answered by the
 /// [failure policy](Fleet::on_failure) (default [`FailurePolicy::Local`] with a share of 1:
 /// see there why), and logged as a `tracing` warning, at most one a second per policy, with
@@ -106,7 +96,7 @@ pub struct Fleet<X, R: crate::redis::RedisLimiter + 'static> {
 /// (an answer such as `OOM`, a script error) is the failure policy's.
 ///
 /// **Every refusal a retry can cure carries `Retry-After`:** the server's figure, the local
-/// limiter's, or [`FAILURE_RETRY_AFTER`] for a refusal of [`FailurePolicy::Closed`]. (A
+/// limiter's, or one second for a refusal of [`FailurePolicy::Closed`]. (A
 /// keyless request under [`MissingKey::Deny`] gets none: no wait makes it acceptable.)
 ///
 /// A Redis grant cannot be given back, so in [`PolicyExt::and`] put this policy last. The
@@ -181,9 +171,16 @@ pub(super) fn local_map<R: crate::redis::RedisLimiter + 'static>(
 
 #[cfg(feature = "redis")]
 impl<X, R: crate::redis::RedisLimiter + 'static> Fleet<X, R> {
-    /// The most a decision waits for Redis (default [`DEFAULT_DEADLINE`]) before the
+    /// The most a decision waits for Redis (default 100 ms) before the
     /// [failure policy](Fleet::on_failure) answers it. A call that missed it was sent: a
     /// stalled Redis may still count it when it wakes.
+    ///
+    /// The default is [`Fallback`](crate::redis::Fallback)'s per-call timeout. A healthy
+    /// Redis answers a limiter's script in well under a millisecond on a LAN and in a few at
+    /// its tail, so 100 ms is far beyond any answer that is coming, yet is what a request
+    /// pays at most for an outage: under a person's notice and well under the timeouts of
+    /// clients and load balancers, which would otherwise give up first (the way a stalled
+    /// Redis becomes an outage of the service).
     ///
     /// # Errors
     /// [`ConfigError::ZeroTimeout`](crate::ConfigError::ZeroTimeout) for zero: no call
@@ -216,9 +213,10 @@ impl<X, R: crate::redis::RedisLimiter + 'static> Fleet<X, R> {
         Ok(self)
     }
 
-    /// The most keys [`FailurePolicy::Local`]'s map holds (default
-    /// [`DEFAULT_LOCAL_MAX_KEYS`]); a new key that finds it full is refused, with a retry
-    /// time.
+    /// The most keys [`FailurePolicy::Local`]'s map holds (default 65 536: at a few hundred
+    /// bytes each, a compact limiter and its entry, some tens of MiB at most); a new key that
+    /// finds it full is refused, with a retry time, so a flood of keys during an outage can
+    /// neither grow the process nor reset anyone's limit.
     ///
     /// # Errors
     /// [`ConfigError::ZeroMaxKeys`](crate::ConfigError::ZeroMaxKeys) for zero.

@@ -22,9 +22,7 @@ mod tests;
 
 pub use and::{And, AndFuture};
 #[cfg(feature = "redis")]
-pub use fleet::{
-    fleet, FailurePolicy, Fleet, DEFAULT_DEADLINE, DEFAULT_LOCAL_MAX_KEYS, FAILURE_RETRY_AFTER,
-};
+pub use fleet::{fleet, FailurePolicy, Fleet};
 pub use global::{global, Global};
 pub use per_key::{per_key, KeyGrant, MissingKey, PerKey, PerKeyMap, Taken};
 

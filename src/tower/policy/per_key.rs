@@ -187,16 +187,16 @@ pub struct PerKey<K, X, M> {
 /// [`PerKey::on_missing_key`].
 ///
 /// **Memory and sweeps.** Keys come from clients, so the map's bound is what a flood of
-/// distinct keys can cost: both maps hold at most their `max_keys` keys,
-/// [`DEFAULT_MAX_KEYS`](crate::keyed::DEFAULT_MAX_KEYS) (2^20) unless built with another,
-/// and refuse new keys beyond it ([`WhenFull::Deny`](crate::keyed::WhenFull)) until a sweep
-/// evicts idle ones; held keys are never evicted to make room, so the flood resets nobody's
-/// limit. For a [`KeyedTokenBucket`] of `IpAddr` that is a 64 MiB table at the default
-/// bound (32 bytes a slot; its module docs, "Memory and the key bound"); for a [`Keyed`],
-/// the entry and limiter per key. `per_key` takes the map over and starts its sweeper thread
-/// ([`PerKeyMap::spawn_sweeper`]), which ends when the policy is dropped: sweeps, periodic
-/// or asked for by a full map, never run on a request's worker. A held key's check waits
-/// for no other key's insert, for no resize of the table, and for no sweep.
+/// distinct keys can cost: both maps hold at most their `max_keys` keys, 2^20 (1 048 576)
+/// unless built with another, and refuse new keys beyond it
+/// ([`WhenFull::Deny`](crate::keyed::WhenFull)) until a sweep evicts idle ones; held keys are
+/// never evicted to make room, so the flood resets nobody's limit. For a [`KeyedTokenBucket`]
+/// of `IpAddr` that is a 64 MiB table at the default bound (32 bytes a slot; its module docs,
+/// "Memory and the key bound"); for a [`Keyed`], the entry and limiter per key. `per_key`
+/// takes the map over and starts its sweeper thread ([`PerKeyMap::spawn_sweeper`]), which ends
+/// when the policy is dropped: sweeps, periodic or asked for by a full map, never run on a
+/// request's worker. A held key's check waits for no other key's insert, for no resize of the
+/// table, and for no sweep.
 ///
 /// ```
 /// use turnstile::tower::{key, per_key, Policy};
