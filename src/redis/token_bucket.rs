@@ -6,7 +6,7 @@
 //! `TokenBucket::new(con, rate, burst)` with the same `rate`, `burst` and key share **one**
 //! limit:
 //!
-//! - **Keys** ([`keys`]): `{key}.tokens` (the tokens left, an integer) and `{key}.ts` (the
+//! - **Keys** ([`TokenBucket::keys`]): `{key}.tokens` (the tokens left, an integer) and `{key}.ts` (the
 //!   caller's clock in whole Unix seconds at the last call). The `{…}` hash tag puts both in one
 //!   Redis Cluster slot. With a [prefix](TokenBucket::with_prefix) the tag holds `prefix + key`;
 //!   without one the layout is exactly go-zero's.
@@ -20,7 +20,7 @@
 //! - `n = 0` is allowed (and, as upstream, still refreshes the keys).
 //!
 //! # Deviations (from `seed-semantics.md`)
-//! - **D12**: the keys' TTL is `max(1, floor(2·burst/rate))` seconds ([`ttl`]). go-zero's
+//! - **D12**: the keys' TTL is `max(1, floor(2·burst/rate))` seconds ([`TokenBucket::ttl`]). go-zero's
 //!   `floor(2·burst/rate)` is 0 whenever `2·burst < rate` (e.g. rate 10, burst 4); `SETEX` then
 //!   fails with "invalid expire time" and go-zero silently lives in its in-process rescue
 //!   limiter forever. Here such limits work on Redis.
@@ -115,7 +115,7 @@ use crate::{Compact, ConfigError, Denied, Limit, QuantaClock, QuotaStatus};
 /// within `ttl + 1` s; a gap wider than that, either way, refills nothing), answering
 /// `{allowed (1 or 0), tokens after the call, stored timestamp}` instead of go-zero's boolean.
 ///
-/// `KEYS = [tokens key, timestamp key]` ([`keys`]), `ARGV = [rate, burst, now (whole Unix
+/// `KEYS = [tokens key, timestamp key]` ([`TokenBucket::keys`]), `ARGV = [rate, burst, now (whole Unix
 /// seconds), n]`, exactly as go-zero passes them.
 ///
 /// ```
@@ -264,31 +264,16 @@ fn system_now() -> Duration {
         .unwrap_or(Duration::ZERO)
 }
 
-/// The two Redis keys of `key` under `prefix`: `{prefix+key}.tokens` and `{prefix+key}.ts`,
-/// go-zero's `tokenFormat` and `timestampFormat`.
-///
-/// ```
-/// use turnstile::redis::token_bucket::keys;
-/// assert_eq!(keys("", "api"), ["{api}.tokens".to_string(), "{api}.ts".to_string()]);
-/// assert_eq!(keys("rl:", "bob"), ["{rl:bob}.tokens".to_string(), "{rl:bob}.ts".to_string()]);
-/// ```
-pub fn keys(prefix: &str, key: &str) -> [String; 2] {
+/// The two Redis keys of `key` under `prefix` ([`TokenBucket::keys`]).
+fn keys(prefix: &str, key: &str) -> [String; 2] {
     [
         format!("{{{prefix}{key}}}.tokens"),
         format!("{{{prefix}{key}}}.ts"),
     ]
 }
 
-/// The keys' TTL in seconds for a limit: `max(1, floor(2·burst/rate))`, computed as the
-/// script does (D12: go-zero's is 0 when `2·burst < rate`).
-///
-/// ```
-/// use turnstile::redis::token_bucket::ttl;
-/// assert_eq!(ttl(5, 10), 4);
-/// assert_eq!(ttl(3, 4), 2);
-/// assert_eq!(ttl(10, 4), 1); // go-zero: 0, and every SETEX fails
-/// ```
-pub fn ttl(rate: u32, burst: u32) -> u64 {
+/// The keys' TTL in seconds for a limit ([`TokenBucket::ttl`]).
+fn ttl(rate: u32, burst: u32) -> u64 {
     // Lua's `math.floor(capacity/rate*2)` in doubles, the same expression.
     let t = (f64::from(burst) / f64::from(rate) * 2.0).floor();
     if t.is_finite() && t >= 1.0 {
@@ -327,10 +312,7 @@ pub struct TokenBucket<C = Connection> {
     prefix: String,
 }
 
-impl<C> TokenBucket<C>
-where
-    C: ConnectionLike + Clone + Send + Sync + 'static,
-{
+impl<C> TokenBucket<C> {
     /// A limiter of `rate` tokens per second and `burst` capacity on `con`, with no key
     /// prefix: go-zero's `NewTokenLimiter(rate, burst, store, key)` for every key it is called
     /// with. Nothing is sent to Redis until the first check.
@@ -375,12 +357,31 @@ where
         &self.prefix
     }
 
-    /// The two Redis keys of `key` (with the prefix): see [`keys`].
+    /// The two Redis keys of `key`, with the prefix: `{prefix+key}.tokens` and
+    /// `{prefix+key}.ts`, go-zero's `tokenFormat` and `timestampFormat`.
+    ///
+    /// ```
+    /// use turnstile::redis::TokenBucket;
+    /// // No connection is needed to name the keys: `()` stands for one here.
+    /// let tb = TokenBucket::new((), 5, 10).unwrap();
+    /// assert_eq!(tb.keys("api"), ["{api}.tokens".to_string(), "{api}.ts".to_string()]);
+    /// let tb = tb.with_prefix("rl:");
+    /// assert_eq!(tb.keys("bob"), ["{rl:bob}.tokens".to_string(), "{rl:bob}.ts".to_string()]);
+    /// ```
     pub fn keys(&self, key: &str) -> [String; 2] {
         keys(&self.prefix, key)
     }
 
-    /// The keys' TTL in seconds: see [`ttl`].
+    /// The keys' TTL in seconds: `max(1, floor(2·burst/rate))`, computed as the script does
+    /// (D12: go-zero's is 0 when `2·burst < rate`).
+    ///
+    /// ```
+    /// use turnstile::redis::TokenBucket;
+    /// let ttl = |rate, burst| TokenBucket::new((), rate, burst).unwrap().ttl();
+    /// assert_eq!(ttl(5, 10), 4);
+    /// assert_eq!(ttl(3, 4), 2);
+    /// assert_eq!(ttl(10, 4), 1); // go-zero: 0, and every SETEX fails
+    /// ```
     pub fn ttl(&self) -> u64 {
         ttl(self.rate, self.burst)
     }
@@ -389,7 +390,12 @@ where
     pub fn connection(&self) -> &C {
         &self.con
     }
+}
 
+impl<C> TokenBucket<C>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
     /// One permit for `key` now: [`RedisLimiter::try_check_n`] with `n = 1`.
     pub async fn try_check(&self, key: &str) -> Result<Result<(), Denied>, RedisLimitError> {
         self.try_check_n(key, 1).await

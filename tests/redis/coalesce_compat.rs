@@ -14,7 +14,9 @@ use std::time::{Duration, Instant};
 use common::redis_server::RedisServer;
 use common::redis_shared::{patient, patient_connection};
 use redis::aio::ConnectionLike;
-use turnstile::redis::token_bucket::{keys, ttl, BATCH_SCRIPT, SCRIPT};
+use turnstile::redis::token_bucket::{BATCH_SCRIPT, SCRIPT};
+
+use crate::token_bucket::{keys, ttl};
 use turnstile::redis::{
     Coalesce, Connection, FixedWindow, RedisBatch, RedisLimitError, RedisLimiter, TokenBucket,
 };

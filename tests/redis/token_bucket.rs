@@ -11,9 +11,23 @@ use std::time::Duration;
 
 use common::redis_server::{RedisCluster, RedisServer};
 use redis::aio::{ConnectionLike, ConnectionManager};
-use turnstile::redis::token_bucket::{keys, ttl, SCRIPT};
+use turnstile::redis::token_bucket::SCRIPT;
 use turnstile::redis::{Fallback, Mode, RedisLimitError, RedisLimiter, StatusVerdict, TokenBucket};
 use turnstile::{ConfigError, Denied, Limiter, QuotaStatus};
+
+/// go-zero's key names for `key` under `prefix` (`tokenFormat`, `timestampFormat`), written
+/// out here so that the tests pin the format the limiter must use.
+pub(crate) fn keys(prefix: &str, key: &str) -> [String; 2] {
+    [
+        format!("{{{prefix}{key}}}.tokens"),
+        format!("{{{prefix}{key}}}.ts"),
+    ]
+}
+
+/// The keys' TTL the limiter uses for a limit, through its public getter.
+pub(crate) fn ttl(rate: u32, burst: u32) -> u64 {
+    TokenBucket::new((), rate, burst).unwrap().ttl()
+}
 
 /// go-zero's `core/limit/tokenscript.lua`, verbatim.
 const GO_ZERO: &str = include_str!("../data/go-zero/tokenscript.lua");
