@@ -503,13 +503,22 @@ impl<C: Clock, P: Layout> TokenBucket<C, P> {
     }
 }
 
-impl<C: Clock, P: Layout> Limiter for TokenBucket<C, P> {
-    #[inline]
-    fn check_n_at(&self, now: Nanos, n: u32) -> Result<(), Denied> {
-        self.take_then::<CHECK, _>(now, n, 0, |d| match d {
+impl<C: Clock, P: Layout> TokenBucket<C, P> {
+    /// A check of `n` at `now` in mode `CHECK` or `CHECK_NOW` (engine.rs), answered as
+    /// [`Limiter::check_n_at`] answers.
+    #[inline(always)]
+    fn check_in<const MODE: u8>(&self, now: Nanos, n: u32) -> Result<(), Denied> {
+        self.take_then::<MODE, _>(now, n, 0, |d| match d {
             Decision::Granted { .. } => Ok(()),
             Decision::Denied { retry_at, .. } => Err(Denied::new(now, retry_at)),
         })
+    }
+}
+
+impl<C: Clock, P: Layout> Limiter for TokenBucket<C, P> {
+    #[inline]
+    fn check_n_at(&self, now: Nanos, n: u32) -> Result<(), Denied> {
+        self.check_in::<CHECK>(now, n)
     }
 
     /// The same decision as [`Limiter::check_n_at`] at the clock's reading, ordered for a
@@ -517,11 +526,7 @@ impl<C: Clock, P: Layout> Limiter for TokenBucket<C, P> {
     /// read.
     #[inline]
     fn check_n(&self, n: u32) -> Result<(), Denied> {
-        let now = self.clock.now();
-        self.take_then::<CHECK_NOW, _>(now, n, 0, |d| match d {
-            Decision::Granted { .. } => Ok(()),
-            Decision::Denied { retry_at, .. } => Err(Denied::new(now, retry_at)),
-        })
+        self.check_in::<CHECK_NOW>(self.clock.now(), n)
     }
 
     /// x/time/rate's `ReserveN` with a deadline: the tokens are taken at once (the bucket
