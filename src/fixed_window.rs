@@ -264,7 +264,8 @@ impl<C: Clock, P: Layout> FixedWindow<C, P> {
         }
     }
 
-    /// The limiter's clock.
+    /// The limiter's clock. Its [`Clock::now`] is the time the plain (non-`_at`)
+    /// methods use.
     ///
     /// ```
     /// use std::time::Duration;
@@ -277,23 +278,6 @@ impl<C: Clock, P: Layout> FixedWindow<C, P> {
     /// ```
     pub fn clock(&self) -> &C {
         &self.clock
-    }
-
-    /// The limiter's clock reading now: the time its plain (non-`_at`) methods use. An
-    /// inherent method, so reading it needs no [`Clock`] import.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use turnstile::{FixedWindow, ManualClock, Nanos};
-    ///
-    /// let l = FixedWindow::builder(1, Duration::from_secs(1))
-    ///     .clock(ManualClock::new(Nanos::new(7)))
-    ///     .build()
-    ///     .unwrap();
-    /// assert_eq!(l.now(), Nanos::new(7));
-    /// ```
-    pub fn now(&self) -> Nanos {
-        self.clock.now()
     }
 
     /// Requests permitted per window.

@@ -331,7 +331,8 @@ impl<C: Clock, P: Layout> LeakyBucket<C, P> {
         ))
     }
 
-    /// The limiter's clock.
+    /// The limiter's clock. Its [`Clock::now`] is the time the plain (non-`_at`)
+    /// methods use.
     ///
     /// ```
     /// use turnstile::{Clock, LeakyBucket, ManualClock, Nanos};
@@ -341,19 +342,6 @@ impl<C: Clock, P: Layout> LeakyBucket<C, P> {
     /// ```
     pub fn clock(&self) -> &C {
         &self.clock
-    }
-
-    /// The limiter's clock reading now: the time its plain (non-`_at`) methods use. An
-    /// inherent method, so reading it needs no [`Clock`] import.
-    ///
-    /// ```
-    /// use turnstile::{LeakyBucket, ManualClock, Nanos};
-    ///
-    /// let l = LeakyBucket::builder(1).clock(ManualClock::new(Nanos::new(7))).build().unwrap();
-    /// assert_eq!(l.now(), Nanos::new(7));
-    /// ```
-    pub fn now(&self) -> Nanos {
-        self.clock.now()
     }
 
     /// Permits per [`LeakyBucket::per`]; 0 for an unlimited bucket, which has no rate.

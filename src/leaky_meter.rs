@@ -137,12 +137,12 @@ impl<C: Clock> LeakyMeterBuilder<C> {
     /// Reads time from `clock` (default: the shared quanta clock).
     ///
     /// ```
-    /// use turnstile::{LeakyMeter, Limit, ManualClock, Nanos};
+    /// use turnstile::{Clock, LeakyMeter, Limit, ManualClock, Nanos};
     /// let meter = LeakyMeter::builder(1, Limit::INF)
     ///     .clock(ManualClock::new(Nanos::new(9)))
     ///     .build()
     ///     .unwrap();
-    /// assert_eq!(meter.now(), Nanos::new(9));
+    /// assert_eq!(meter.clock().now(), Nanos::new(9));
     /// ```
     pub fn clock<D: Clock>(self, clock: D) -> LeakyMeterBuilder<D> {
         LeakyMeterBuilder {
@@ -226,7 +226,8 @@ impl<C: Clock, P: Layout> LeakyMeter<C, P> {
         self.bucket.limit()
     }
 
-    /// The meter's clock.
+    /// The meter's clock. Its [`Clock::now`] is the time the plain (non-`_at`)
+    /// methods use.
     ///
     /// ```
     /// use turnstile::{Clock, LeakyMeter, Limit, ManualClock, Nanos};
@@ -235,19 +236,6 @@ impl<C: Clock, P: Layout> LeakyMeter<C, P> {
     /// ```
     pub fn clock(&self) -> &C {
         self.bucket.clock()
-    }
-
-    /// The limiter's clock reading now: the time its plain (non-`_at`) methods use. An
-    /// inherent method, so reading it needs no [`Clock`] import.
-    ///
-    /// ```
-    /// use turnstile::{LeakyMeter, Limit, ManualClock, Nanos};
-    ///
-    /// let l = LeakyMeter::builder(1, Limit::INF).clock(ManualClock::new(Nanos::new(7))).build().unwrap();
-    /// assert_eq!(l.now(), Nanos::new(7));
-    /// ```
-    pub fn now(&self) -> Nanos {
-        self.bucket.clock().now()
     }
 
     /// Adds one unit of water now if it fits; see [`LeakyMeter::allow_n_at`].

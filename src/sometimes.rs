@@ -343,19 +343,6 @@ impl<C: Clock> Sometimes<C> {
         &self.clock
     }
 
-    /// The limiter's clock reading now: the time its plain (non-`_at`) methods use. An
-    /// inherent method, so reading it needs no [`Clock`] import.
-    ///
-    /// ```
-    /// use turnstile::{ManualClock, Nanos, Sometimes};
-    ///
-    /// let l = Sometimes::with_clock(ManualClock::new(Nanos::new(7)));
-    /// assert_eq!(l.now(), Nanos::new(7));
-    /// ```
-    pub fn now(&self) -> Nanos {
-        self.clock.now()
-    }
-
     /// Counts the call and decides whether it runs `f`; `now` is read only if the interval
     /// filter is on. See the module header for the protocol.
     #[inline]

@@ -344,23 +344,6 @@ where
         &self.clock
     }
 
-    /// The map's clock reading now: the time its plain (non-`_at`) checks use. An
-    /// inherent method, so reading it needs no [`Clock`] import.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use turnstile::{FixedWindow, Keyed, ManualClock, Nanos};
-    ///
-    /// let l = Keyed::builder(|_: &u8| FixedWindow::new(1, Duration::from_secs(1)).unwrap())
-    ///     .clock(ManualClock::new(Nanos::new(7)))
-    ///     .build()
-    ///     .unwrap();
-    /// assert_eq!(l.now(), Nanos::new(7));
-    /// ```
-    pub fn now(&self) -> Nanos {
-        self.clock.now()
-    }
-
     /// Keys currently held (evicted keys no longer count).
     ///
     /// ```

@@ -144,7 +144,7 @@ use std::sync::{Arc, Mutex, Weak}; // Mutex: mode switches and drop only, never 
 use std::time::{Duration, Instant};
 
 use super::{ErrorLog, RedisLimitError, RedisLimiter};
-use crate::{ConfigError, Denied, Keyed, Limiter};
+use crate::{Clock, ConfigError, Denied, Keyed, Limiter};
 
 // The mode lives in a std atomic rather than `crate::sync`'s: the Redis module is not
 // model-checked under loom (it is async and talks to a server), and the word is a flag, not
@@ -346,7 +346,7 @@ impl<L: RedisLimiter + 'static> Fallback<L> {
             key,
             || self.inner.limiter.try_check_n_status(key, n),
             |local| {
-                let now = local.now();
+                let now = local.clock().now();
                 // One visit to the key's limiter for the permits and the status (as the
                 // in-process per-key policy reads them), at one reading, which also dates a
                 // new key's limiter; a full map with a new key is answered as `check_n`

@@ -94,24 +94,10 @@ impl<C: Clock> FixedWindow<C> {
         }
     }
 
-    /// The limiter's clock.
+    /// The limiter's clock. Its [`Clock::now`] is the time the plain (non-`_at`)
+    /// methods use.
     pub fn clock(&self) -> &C {
         &self.clock
-    }
-
-    /// The limiter's clock reading now: the time its plain (non-`_at`) methods use. An
-    /// inherent method, so reading it needs no [`Clock`] import.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use turnstile::reference::FixedWindow;
-    /// use turnstile::{ManualClock, Nanos};
-    ///
-    /// let l = FixedWindow::try_from(turnstile::FixedWindow::builder(1, Duration::from_secs(1)).clock(ManualClock::new(Nanos::new(7)))).unwrap();
-    /// assert_eq!(l.now(), Nanos::new(7));
-    /// ```
-    pub fn now(&self) -> Nanos {
-        self.clock.now()
     }
 
     /// Requests permitted per window.

@@ -174,7 +174,8 @@ impl<C: Clock> LeakyBucket<C> {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The limiter's clock.
+    /// The limiter's clock. Its [`Clock::now`] is the time the plain (non-`_at`)
+    /// methods use.
     ///
     /// ```
     /// use turnstile::reference::LeakyBucket;
@@ -184,20 +185,6 @@ impl<C: Clock> LeakyBucket<C> {
     /// ```
     pub fn clock(&self) -> &C {
         &self.clock
-    }
-
-    /// The limiter's clock reading now: the time its plain (non-`_at`) methods use. An
-    /// inherent method, so reading it needs no [`Clock`] import.
-    ///
-    /// ```
-    /// use turnstile::reference::LeakyBucket;
-    /// use turnstile::{ManualClock, Nanos};
-    ///
-    /// let l = LeakyBucket::try_from(turnstile::LeakyBucket::builder(1).clock(ManualClock::new(Nanos::new(7)))).unwrap();
-    /// assert_eq!(l.now(), Nanos::new(7));
-    /// ```
-    pub fn now(&self) -> Nanos {
-        self.clock.now()
     }
 
     /// Permits per `per`; 0 for an unlimited bucket.

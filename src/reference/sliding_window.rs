@@ -98,7 +98,8 @@ impl<C: Clock> SlidingWindow<C> {
             .min(1 << 64)
     }
 
-    /// The limiter's clock.
+    /// The limiter's clock. Its [`Clock::now`] is the time the plain (non-`_at`)
+    /// methods use.
     ///
     /// ```
     /// use std::time::Duration;
@@ -109,21 +110,6 @@ impl<C: Clock> SlidingWindow<C> {
     /// ```
     pub fn clock(&self) -> &C {
         &self.clock
-    }
-
-    /// The limiter's clock reading now: the time its plain (non-`_at`) methods use. An
-    /// inherent method, so reading it needs no [`Clock`] import.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use turnstile::reference::SlidingWindow;
-    /// use turnstile::{ManualClock, Nanos};
-    ///
-    /// let l = SlidingWindow::try_from(turnstile::SlidingWindow::builder(1, Duration::from_secs(1)).clock(ManualClock::new(Nanos::new(7)))).unwrap();
-    /// assert_eq!(l.now(), Nanos::new(7));
-    /// ```
-    pub fn now(&self) -> Nanos {
-        self.clock.now()
     }
 
     /// The quota per window.

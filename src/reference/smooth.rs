@@ -470,7 +470,8 @@ impl<C: Clock> TryFrom<SmoothWarmingUpBuilder<C>> for SmoothWarmingUp<C> {
 macro_rules! twin_api {
     ($ty:ident) => {
         impl<C: Clock> $ty<C> {
-            /// The limiter's clock.
+            /// The limiter's clock. Its [`Clock::now`] is the time the plain (non-`_at`)
+            /// methods use.
             pub fn clock(&self) -> &C {
                 &self.twin.clock
             }
@@ -620,36 +621,3 @@ macro_rules! twin_api {
 
 twin_api!(SmoothBursty);
 twin_api!(SmoothWarmingUp);
-
-impl<C: Clock> SmoothBursty<C> {
-    /// The limiter's clock reading now: the time its plain (non-`_at`) methods use. An
-    /// inherent method, so reading it needs no [`Clock`] import.
-    ///
-    /// ```
-    /// use turnstile::reference::SmoothBursty;
-    /// use turnstile::{ManualClock, Nanos};
-    ///
-    /// let l = SmoothBursty::try_from(turnstile::SmoothBursty::builder(1.0).clock(ManualClock::new(Nanos::new(7)))).unwrap();
-    /// assert_eq!(l.now(), Nanos::new(7));
-    /// ```
-    pub fn now(&self) -> Nanos {
-        self.twin.clock.now()
-    }
-}
-
-impl<C: Clock> SmoothWarmingUp<C> {
-    /// The limiter's clock reading now: the time its plain (non-`_at`) methods use. An
-    /// inherent method, so reading it needs no [`Clock`] import.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use turnstile::reference::SmoothWarmingUp;
-    /// use turnstile::{ManualClock, Nanos};
-    ///
-    /// let l = SmoothWarmingUp::try_from(turnstile::SmoothWarmingUp::builder(1.0, Duration::from_secs(1)).clock(ManualClock::new(Nanos::new(7)))).unwrap();
-    /// assert_eq!(l.now(), Nanos::new(7));
-    /// ```
-    pub fn now(&self) -> Nanos {
-        self.twin.clock.now()
-    }
-}

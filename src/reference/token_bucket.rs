@@ -258,23 +258,10 @@ impl<C: Clock> From<TokenBucketBuilder<C>> for TokenBucket<C> {
 }
 
 impl<C: Clock> TokenBucket<C> {
-    /// The bucket's clock.
+    /// The bucket's clock. Its [`Clock::now`] is the time the plain (non-`_at`)
+    /// methods use.
     pub fn clock(&self) -> &C {
         &self.clock
-    }
-
-    /// The limiter's clock reading now: the time its plain (non-`_at`) methods use. An
-    /// inherent method, so reading it needs no [`Clock`] import.
-    ///
-    /// ```
-    /// use turnstile::reference::TokenBucket;
-    /// use turnstile::{Limit, ManualClock, Nanos};
-    ///
-    /// let l = TokenBucket::from(turnstile::TokenBucket::builder(Limit::per_second(1.0).unwrap(), 1).clock(ManualClock::new(Nanos::new(7))));
-    /// assert_eq!(l.now(), Nanos::new(7));
-    /// ```
-    pub fn now(&self) -> Nanos {
-        self.clock.now()
     }
 
     /// Nothing in this file panics with the lock held, but a poisoned mutex is used anyway

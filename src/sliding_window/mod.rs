@@ -219,7 +219,8 @@ impl<C: Clock, P: Layout> SlidingWindow<C, P> {
         })
     }
 
-    /// The limiter's clock.
+    /// The limiter's clock. Its [`Clock::now`] is the time the plain (non-`_at`)
+    /// methods use.
     ///
     /// ```
     /// use std::time::Duration;
@@ -231,23 +232,6 @@ impl<C: Clock, P: Layout> SlidingWindow<C, P> {
     /// ```
     pub fn clock(&self) -> &C {
         &self.clock
-    }
-
-    /// The limiter's clock reading now: the time its plain (non-`_at`) methods use. An
-    /// inherent method, so reading it needs no [`Clock`] import.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use turnstile::{ManualClock, Nanos, SlidingWindow};
-    ///
-    /// let l = SlidingWindow::builder(1, Duration::from_secs(1))
-    ///     .clock(ManualClock::new(Nanos::new(7)))
-    ///     .build()
-    ///     .unwrap();
-    /// assert_eq!(l.now(), Nanos::new(7));
-    /// ```
-    pub fn now(&self) -> Nanos {
-        self.clock.now()
     }
 
     /// The most grants per aligned window.

@@ -421,7 +421,8 @@ impl<C: Clock> TryFrom<SmoothWarmingUpBuilder<C>> for SmoothWarmingUp<C> {
 macro_rules! smooth_api {
     ($ty:ident) => {
         impl<C: Clock, P: Layout> $ty<C, P> {
-            /// The limiter's clock.
+            /// The limiter's clock. Its [`Clock::now`] is the time the plain (non-`_at`)
+            /// methods use.
             pub fn clock(&self) -> &C {
                 &self.core.clock
             }
@@ -597,40 +598,6 @@ macro_rules! smooth_api {
 
 smooth_api!(SmoothBursty);
 smooth_api!(SmoothWarmingUp);
-
-impl<C: Clock, P: Layout> SmoothBursty<C, P> {
-    /// The limiter's clock reading now: the time its plain (non-`_at`) methods use. An
-    /// inherent method, so reading it needs no [`Clock`] import.
-    ///
-    /// ```
-    /// use turnstile::{ManualClock, Nanos, SmoothBursty};
-    ///
-    /// let l = SmoothBursty::builder(1.0).clock(ManualClock::new(Nanos::new(7))).build().unwrap();
-    /// assert_eq!(l.now(), Nanos::new(7));
-    /// ```
-    pub fn now(&self) -> Nanos {
-        self.core.clock.now()
-    }
-}
-
-impl<C: Clock, P: Layout> SmoothWarmingUp<C, P> {
-    /// The limiter's clock reading now: the time its plain (non-`_at`) methods use. An
-    /// inherent method, so reading it needs no [`Clock`] import.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use turnstile::{ManualClock, Nanos, SmoothWarmingUp};
-    ///
-    /// let l = SmoothWarmingUp::builder(1.0, Duration::from_secs(1))
-    ///     .clock(ManualClock::new(Nanos::new(7)))
-    ///     .build()
-    ///     .unwrap();
-    /// assert_eq!(l.now(), Nanos::new(7));
-    /// ```
-    pub fn now(&self) -> Nanos {
-        self.core.clock.now()
-    }
-}
 
 /// Idle when no debt is owed at `now` (`next_free <= now`) and the permits stored at `now`
 /// are at least the [`SmoothBurstyBuilder::initial_stored_permits`] a fresh limiter of the

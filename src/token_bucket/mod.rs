@@ -217,22 +217,10 @@ impl<C: Clock> From<TokenBucketBuilder<C>> for TokenBucket<C> {
 }
 
 impl<C: Clock, P: Layout> TokenBucket<C, P> {
-    /// The limiter's clock.
+    /// The limiter's clock. Its [`Clock::now`] is the time the plain (non-`_at`)
+    /// methods use.
     pub fn clock(&self) -> &C {
         &self.clock
-    }
-
-    /// The limiter's clock reading now: the time its plain (non-`_at`) methods use. An
-    /// inherent method, so reading it needs no [`Clock`] import.
-    ///
-    /// ```
-    /// use turnstile::{Limit, ManualClock, Nanos, TokenBucket};
-    ///
-    /// let l = TokenBucket::builder(Limit::per_second(1.0).unwrap(), 1).clock(ManualClock::new(Nanos::new(7))).build();
-    /// assert_eq!(l.now(), Nanos::new(7));
-    /// ```
-    pub fn now(&self) -> Nanos {
-        self.clock.now()
     }
 
     /// The current limit.

@@ -1,4 +1,4 @@
-//! The five-minute API: `now()` without the `Clock` trait, `Keyed` maps of mixed
+//! The five-minute API: a limiter's time through `clock().now()`, `Keyed` maps of mixed
 //! limiter types through `Box`/`Arc<dyn PerKeyLimiter>`, a fallible per-key factory
 //! (`Keyed::try_new`), `Denied::retry_after_secs` for `Retry-After`, and the exact Debug and
 //! Display strings of limits and limiters.
@@ -13,14 +13,14 @@ fn at(nanos: u64) -> Nanos {
     Nanos::new(nanos)
 }
 
-/// A clock at 42 ns, read through the limiters' inherent `now()`.
-mod now_without_the_clock_trait {
-    // Deliberately no `Clock` (and no `Limiter`) import: `now()` must be inherent.
+/// A clock at 42 ns, read through the limiters' `clock().now()`, the one way to read a
+/// limiter's time.
+mod the_time_through_the_clock {
     use std::time::Duration;
 
     use turnstile::{
-        reference, FixedWindow, LeakyBucket, LeakyMeter, Limit, ManualClock, Nanos, SlidingWindow,
-        SmoothBursty, SmoothWarmingUp, Sometimes, TokenBucket,
+        reference, Clock, FixedWindow, LeakyBucket, LeakyMeter, Limit, ManualClock, Nanos,
+        SlidingWindow, SmoothBursty, SmoothWarmingUp, Sometimes, TokenBucket,
     };
 
     fn clock() -> ManualClock {
@@ -33,73 +33,83 @@ mod now_without_the_clock_trait {
         let sec = Duration::from_secs(1);
         let want = Nanos::new(42);
         assert_eq!(
-            TokenBucket::builder(one, 1).clock(clock()).build().now(),
+            TokenBucket::builder(one, 1)
+                .clock(clock())
+                .build()
+                .clock()
+                .now(),
             want
         );
-        assert_eq!(Sometimes::with_clock(clock()).now(), want);
+        assert_eq!(Sometimes::with_clock(clock()).clock().now(), want);
         let lb = LeakyBucket::builder(1).clock(clock()).build().unwrap();
-        assert_eq!(lb.now(), want);
+        assert_eq!(lb.clock().now(), want);
         assert_eq!(
             LeakyMeter::builder(1, one)
                 .clock(clock())
                 .build()
                 .unwrap()
+                .clock()
                 .now(),
             want
         );
         let sb = SmoothBursty::builder(1.0).clock(clock()).build().unwrap();
-        assert_eq!(sb.now(), want);
+        assert_eq!(sb.clock().now(), want);
         let sw = SmoothWarmingUp::builder(1.0, sec)
             .clock(clock())
             .build()
             .unwrap();
-        assert_eq!(sw.now(), want);
+        assert_eq!(sw.clock().now(), want);
         let fw = FixedWindow::builder(1, sec).clock(clock()).build().unwrap();
-        assert_eq!(fw.now(), want);
+        assert_eq!(fw.clock().now(), want);
         let fw = FixedWindow::builder(1, sec)
             .clock(clock())
             .build_compact()
             .unwrap();
-        assert_eq!(fw.now(), want);
+        assert_eq!(fw.clock().now(), want);
         let sl = SlidingWindow::builder(1, sec)
             .clock(clock())
             .build()
             .unwrap();
-        assert_eq!(sl.now(), want);
+        assert_eq!(sl.clock().now(), want);
         assert_eq!(
-            TokenBucket::builder(one, 1).clock(clock()).build().now(),
+            TokenBucket::builder(one, 1)
+                .clock(clock())
+                .build()
+                .clock()
+                .now(),
             want
         );
 
         // The twins.
         assert_eq!(
             reference::TokenBucket::from(turnstile::TokenBucket::builder(one, 1).clock(clock()))
+                .clock()
                 .now(),
             want
         );
         let lb =
             reference::LeakyBucket::try_from(turnstile::LeakyBucket::builder(1).clock(clock()))
                 .unwrap();
-        assert_eq!(lb.now(), want);
+        assert_eq!(lb.clock().now(), want);
         let sb =
             reference::SmoothBursty::try_from(turnstile::SmoothBursty::builder(1.0).clock(clock()))
                 .unwrap();
-        assert_eq!(sb.now(), want);
+        assert_eq!(sb.clock().now(), want);
         let sw = reference::SmoothWarmingUp::try_from(
             turnstile::SmoothWarmingUp::builder(1.0, sec).clock(clock()),
         )
         .unwrap();
-        assert_eq!(sw.now(), want);
+        assert_eq!(sw.clock().now(), want);
         let fw = reference::FixedWindow::try_from(
             turnstile::FixedWindow::builder(1, sec).clock(clock()),
         )
         .unwrap();
-        assert_eq!(fw.now(), want);
+        assert_eq!(fw.clock().now(), want);
         let sl = reference::SlidingWindow::try_from(
             turnstile::SlidingWindow::builder(1, sec).clock(clock()),
         )
         .unwrap();
-        assert_eq!(sl.now(), want);
+        assert_eq!(sl.clock().now(), want);
     }
 
     #[cfg(feature = "keyed")]
@@ -110,7 +120,7 @@ mod now_without_the_clock_trait {
             .clock(clock())
             .build()
             .unwrap();
-        assert_eq!(k.now(), Nanos::new(42));
+        assert_eq!(k.clock().now(), Nanos::new(42));
         let k = KeyedTokenBucket::<u8>::builder(Limit::per_second(1.0).unwrap(), 1)
             .clock(clock())
             .build()
@@ -118,16 +128,15 @@ mod now_without_the_clock_trait {
         assert_eq!(k.now(), Nanos::new(42));
     }
 
-    /// With the `Limiter` trait in scope too, `now()` still resolves (to the inherent
-    /// method, which reads the same clock), and the trait's is reachable by path.
+    /// The `Limiter` trait's `now()`, which generic code reads, is the same clock's.
     #[test]
-    fn unambiguous_with_the_limiter_trait_in_scope() {
+    fn the_limiter_trait_reads_the_same_clock() {
         use turnstile::Limiter;
         let tb = TokenBucket::builder(Limit::per_second(1.0).unwrap(), 1)
             .clock(clock())
             .build();
-        assert_eq!(tb.now(), Nanos::new(42));
-        assert_eq!(Limiter::now(&tb), Nanos::new(42));
+        assert_eq!(tb.clock().now(), Nanos::new(42));
+        assert_eq!(Limiter::now(&tb), tb.clock().now());
     }
 }
 

@@ -13,7 +13,7 @@ use std::time::Duration;
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 use turnstile::{
-    reference, FixedWindow, LeakyBucket, LeakyMeter, Limit, Limiter, ManualClock, Nanos,
+    reference, Clock, FixedWindow, LeakyBucket, LeakyMeter, Limit, Limiter, ManualClock, Nanos,
     QuotaStatus, SlidingWindow, SmoothBursty, TokenBucket,
 };
 
@@ -790,7 +790,7 @@ fn token_bucket_refund_stress() {
         let tb = TokenBucket::builder(per_second(1.0), BURST)
             .clock(clock)
             .build();
-        let now = tb.now();
+        let now = tb.clock().now();
         let checked = AtomicU64::new(0);
         let refunding = AtomicU64::new(REFUNDERS as u64);
         let barrier = Barrier::new(REFUNDERS + CHECKERS);

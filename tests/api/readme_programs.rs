@@ -4,7 +4,6 @@
 //!
 //! - a one-second timeout given to a wait failed at once with `DeadlinePassed`;
 //! - a reservation could not move into `tokio::spawn`;
-//! - reading a limiter's time needed the `Clock` trait in scope;
 //! - a `Keyed` map could not mix limiter types, and a failing per-key configuration could
 //!   only panic;
 //! - `Retry-After` needed rounding by hand; `Debug` showed internal words.
@@ -13,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use turnstile::{
-    Deadline, FixedWindow, Keyed, Limit, Limiter, ManualClock, Nanos, OwnedReservation,
+    Clock, Deadline, FixedWindow, Keyed, Limit, Limiter, ManualClock, Nanos, OwnedReservation,
     PerKeyLimiter, TokenBucket, WaitError,
 };
 
@@ -90,15 +89,14 @@ async fn an_async_wait_until_a_tokio_instant() -> Result {
 }
 
 #[test]
-fn a_window_status_without_the_clock_trait() -> Result {
-    // Only the names a FixedWindow user imports: no `Clock` in scope.
+fn a_window_status() -> Result {
     let daily = FixedWindow::builder(1000, Duration::from_secs(86_400))
         .align(8 * 3600)
         .build()?;
     let _ = daily.take();
     let s = daily.status();
     assert_eq!((s.quota, s.remaining), (1000, 999));
-    assert!(s.resets_after(daily.now()) <= Duration::from_secs(86_400));
+    assert!(s.resets_after(daily.clock().now()) <= Duration::from_secs(86_400));
     Ok(())
 }
 
@@ -157,7 +155,7 @@ fn a_retry_after_header_and_readable_debug() -> Result {
     assert_eq!(denied.retry_after_secs(), Some(3));
     clock.advance(Duration::from_secs(1));
     assert_eq!(format!("{}", Limit::per_second(1e300)?), "1e300/s");
-    assert_eq!(tb.now(), Nanos::new(1_000_000_000));
+    assert_eq!(tb.clock().now(), Nanos::new(1_000_000_000));
     // A reading of the limiter's own clock is a deadline too (the token is 1.5 s away).
     assert_eq!(
         tb.wait_n_blocking(1, Deadline::at(Nanos::new(2_000_000_000))),

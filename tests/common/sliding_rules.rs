@@ -5,8 +5,8 @@
 //! explicit (`_at` forms) unless the test is about the clock.
 //!
 //! The invoking file defines `at`, `MS`, `SEC`, `T0` (the start of window 1000, period 1 s,
-//! the limiter's clock reading at construction) and imports `ConfigError`, `ManualClock`,
-//! `Nanos`, `WindowStatus` and whatever traits its type's methods need.
+//! the limiter's clock reading at construction) and imports `Clock`, `ConfigError`,
+//! `ManualClock`, `Nanos`, `WindowStatus` and whatever traits its type's methods need.
 
 /// `mod $module` of the rules' tests on the limiter type at `$path` (generic over its clock:
 /// `builder(quota, period).clock(..).build()`, `new`, and `SlidingWindow`'s checks and reads).
@@ -270,7 +270,7 @@ macro_rules! shared_rules {
                 assert!(l.allow());
                 assert!(!l.allow());
                 assert_eq!(l.status().resets_at, at(T0 + 2 * SEC));
-                assert_eq!(l.now(), at(T0));
+                assert_eq!(l.clock().now(), at(T0));
                 clock.set(at(T0 + 1_500 * MS));
                 assert_eq!(l.status().remaining, 2);
                 assert!(l.check_n(2).is_ok());

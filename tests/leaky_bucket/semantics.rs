@@ -281,7 +281,7 @@ macro_rules! shared_rules {
                 let l = per_second(1, 0);
                 assert!(admit(&l, at(T0)));
                 assert!(!admit(&l, at(T0)));
-                assert_eq!(l.now(), at(T0));
+                assert_eq!(l.clock().now(), at(T0));
             }
 
             #[test]

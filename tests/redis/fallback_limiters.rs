@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use common::redis_server::RedisServer;
 use turnstile::redis::{self, Fallback, FixedWindow, Gcra, Mode, RedisLimiter, StatusVerdict};
-use turnstile::{Limit, QuotaStatus};
+use turnstile::{Clock, Limit, QuotaStatus};
 
 /// Kill, answer in process, restart, back on Redis: the same steps for any limiter whose
 /// fallback share admits exactly `local_burst` checks of one key at once.
@@ -138,7 +138,7 @@ async fn the_status_comes_from_redis_then_from_the_local_limiter() {
                 "{st:?}"
             );
             // The local limiter's own reading, a moment later: the same but for that moment.
-            let later = f.local().quota_at(&key, f.local().now()).unwrap();
+            let later = f.local().quota_at(&key, f.local().clock().now()).unwrap();
             assert_eq!(
                 (later.quota, later.window, later.remaining),
                 (st.quota, st.window, st.remaining)

@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use turnstile::{ConfigError, Idle, Limiter, ManualClock, Nanos, WindowStatus};
+use turnstile::{Clock, ConfigError, Idle, Limiter, ManualClock, Nanos, WindowStatus};
 
 const MS: u64 = 1_000_000;
 const SEC: u64 = 1_000_000_000;

@@ -293,7 +293,7 @@ impl<X, R: crate::redis::RedisLimiter + 'static> Fleet<X, R> {
                     ..ask
                 };
                 let Taken { result, status, .. } =
-                    PerKeyMap::take(local, &key.to_owned(), local.now(), ask);
+                    PerKeyMap::take(local, &key.to_owned(), local.clock().now(), ask);
                 StatusVerdict { result, status }
             }
             (FailurePolicy::Open, _) => StatusVerdict {

@@ -71,7 +71,7 @@ where
 {
     #[inline]
     fn now(&self) -> Nanos {
-        Keyed::now(self)
+        self.clock().now()
     }
 
     #[inline]
