@@ -32,6 +32,10 @@
 //! | [`KeyedWindow`] | a fixed window (go-zero `PeriodLimit`) per key, its state inline | [`keyed::fixed_window`] |
 //! | [`KeyedSlidingWindow`] | the sliding-window counter per key, its state inline | [`keyed::sliding_window`] |
 //!
+//! The seven maps with their state inline are one type, [`keyed::InlineMap`], under their
+//! algorithms' names: one set of map methods and settings, each algorithm's own constructors
+//! and readings.
+//!
 //! Every limiter has a mutex-based twin in `reference` (feature `reference`) that follows the
 //! upstream code literally; the tests compare the two on random operation sequences, and the
 //! benchmarks race them. A twin is built from its limiter's builder:

@@ -94,9 +94,10 @@ pub(crate) fn retry_hint() {
 
 /// loom stand-in for `portable_atomic::AtomicU128` with the subset of its API we use: an
 /// atomic pointer to immutable boxed values (see the module docs).
+/// Public in name only (this module is private): the state word's atomic in a keyed map's rule.
 #[cfg(loom)]
 #[derive(Debug)]
-pub(crate) struct AtomicU128(loom::sync::atomic::AtomicPtr<u128>);
+pub struct AtomicU128(loom::sync::atomic::AtomicPtr<u128>);
 
 #[cfg(loom)]
 impl AtomicU128 {

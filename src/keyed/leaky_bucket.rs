@@ -93,7 +93,6 @@
 //! own ([`KeyedLeakyBucket::spawn_sweeper`]). A key is evicted by the first sweep more than
 //! `(slack + 1) * T` after its `next`.
 
-use std::borrow::Borrow;
 use std::collections::hash_map::RandomState;
 use std::fmt;
 use std::hash::{BuildHasher, Hash};
@@ -104,28 +103,31 @@ pub use crate::keyed::WhenFull;
 
 use crate::clock::{Clock, Nanos, QuantaClock};
 use crate::error::ConfigError;
-use crate::keyed::word_map::{Settings, WordMap};
 use crate::keyed::word_rule::{WordRule, RANGE_MIN, X_MASK};
+use crate::keyed::{InlineMap, InlineMapBuilder};
 use crate::leaky_bucket::{DEFAULT_PER, DEFAULT_SLACK};
 use crate::limiter::Denied;
 
 /// The longest `M + T` (ns) that leaves [`RANGE_MIN`] of readings in the word.
 const CAP_MAX: u64 = X_MASK - RANGE_MIN;
 
-/// One configuration of the quota table: upstream's constants, precomputed.
+/// One quota of a [`KeyedLeakyBucket`]: the rule its keys follow, its configuration precomputed.
+/// Made by the map's builder (`builder` and `quota`), never by hand; it is the map's type
+/// parameter (`KeyedLeakyBucket<K>` is `InlineMap<K, Quota>`), named only to name the map's
+/// builder, `InlineMapBuilder<K, Quota>`.
 #[derive(Clone, Copy, Debug)]
-struct Quota {
-    rate: u32,
-    per: Duration,
-    slack: u32,
+pub struct Quota {
+    pub(crate) rate: u32,
+    pub(crate) per: Duration,
+    pub(crate) slack: u32,
     /// `T = per / rate`, truncated (upstream's `perRequest`).
-    t: u64,
+    pub(crate) t: u64,
     /// `M = slack * T` (`maxSlack`).
-    m: u64,
+    pub(crate) m: u64,
     /// `M + T`: the shift of `x`, and upstream's cap condition.
-    cap: u64,
+    pub(crate) cap: u64,
     /// The last reading offset (ns past the base) the word counts: `X_MASK - cap`.
-    range: u64,
+    pub(crate) range: u64,
 }
 
 impl Quota {
@@ -183,6 +185,21 @@ impl Quota {
 /// word").
 impl WordRule for Quota {
     type Word = u64;
+    /// `(rate, per, slack)` of each quota.
+    type Quotas = Vec<(u32, Duration, u32)>;
+    const NAME: &'static str = "KeyedLeakyBucket";
+
+    fn rules(quotas: &Self::Quotas, _: Nanos) -> Result<Vec<Quota>, ConfigError> {
+        quotas
+            .iter()
+            .map(|&(rate, per, slack)| Quota::new(rate, per, slack))
+            .collect()
+    }
+
+    fn debug_quotas(rules: &[Quota], d: &mut fmt::DebugStruct<'_, '_>) {
+        let quotas: Vec<_> = rules.iter().map(|q| (q.rate, q.per, q.slack)).collect();
+        d.field("quotas", &quotas);
+    }
 
     /// `next = B - T`: `x = w(B) + M`.
     #[inline(always)]
@@ -254,15 +271,57 @@ impl WordRule for Quota {
 /// assert_eq!(denied.retry_after(), Some(Duration::from_secs(1)));
 /// assert!(per_user.check_n_at("staff:bob", t, 1).is_ok());
 /// ```
-pub struct KeyedLeakyBucket<K, S = RandomState, C: Clock = QuantaClock>
-where
-    K: Eq + Hash + Clone + Send + Sync + 'static,
-    S: BuildHasher,
-{
-    map: WordMap<K, Quota, S, C>,
-}
+///
+/// # A check
+/// `check_n_at(key, now, n)` takes `n` permits for `key` at `now` if `n` consecutive takes would
+/// all be immediate, as one atomic step, inserting the key if it is new; otherwise changes nothing,
+/// as [`LeakyBucket`](crate::LeakyBucket)'s [`Limiter`](crate::Limiter) check. A denial says when
+/// the same check would pass if nobody else takes (`prev + n * T`); never (`None`) if `n > slack +
+/// 1`. A refusal because the map is full ([`WhenFull::Deny`]) says when the next early sweep may
+/// make room. `n == 0` always passes.
+///
+/// ```
+/// use std::time::Duration;
+/// use turnstile::{keyed::leaky_bucket::KeyedLeakyBucket, ManualClock, Nanos};
+/// let k = KeyedLeakyBucket::<u8, _, _>::builder(10)
+///     .slack(3)
+///     .clock(ManualClock::default())
+///     .build()
+///     .unwrap();
+/// let t0 = Nanos::new(1_000_000_000);
+/// assert!(k.check_n_at(&1, t0, 1).is_ok());           // a new key: one at once
+/// let t1 = t0 + Duration::from_secs(10);              // idle: 3 permits of credit
+/// assert!(k.check_n_at(&1, t1, 4).is_ok());           // slack + 1 at once
+/// let d = k.check_n_at(&1, t1, 1).unwrap_err();
+/// assert_eq!(d.retry_after(), Some(Duration::from_millis(100)));
+/// ```
+///
+/// # Idle keys
+/// `evict_idle_at(now)` evicts every key idle at `now`: more than `(slack + 1) * T` past its
+/// `next`, so that every take from `now` on finds its credit full. Returns how many went;
+/// afterwards, if the table holds more evicted slots than live keys, rebuilds it without them.
+///
+/// `now` may be any time and no key ever grants more for it (keys revived or inserted
+/// after this call are born at `now` or later, module docs).
+///
+/// ```
+/// use std::time::Duration;
+/// use turnstile::{keyed::leaky_bucket::KeyedLeakyBucket, ManualClock, Nanos};
+/// let k = KeyedLeakyBucket::<u8, _, _>::builder(10) // 100 ms apart
+///     .slack(1)
+///     .clock(ManualClock::default())
+///     .build()
+///     .unwrap();
+/// let t = Nanos::new(1_000_000_000);
+/// let _ = k.check_n_at(&1, t, 1);
+/// let _ = k.check_n_at(&2, t + Duration::from_millis(150), 1);
+/// // Key 1 is idle once more than 200 ms have passed since its `next` (t).
+/// assert_eq!(k.evict_idle_at(t + Duration::from_millis(201)), 1);
+/// assert_eq!(k.len(), 1);
+/// ```
+pub type KeyedLeakyBucket<K, S = RandomState, C = QuantaClock> = InlineMap<K, Quota, S, C>;
 
-impl<K> KeyedLeakyBucket<K, RandomState, QuantaClock>
+impl<K> InlineMap<K, Quota, RandomState, QuantaClock>
 where
     K: Eq + Hash + Clone + Send + Sync + 'static,
 {
@@ -281,10 +340,10 @@ where
     }
 
     /// A builder whose quota 0 is `rate` permits per second with slack 10: change them with
-    /// [`KeyedLeakyBucketBuilder::per`], [`KeyedLeakyBucketBuilder::slack`] and
-    /// [`KeyedLeakyBucketBuilder::without_slack`], add quotas with
-    /// [`KeyedLeakyBucketBuilder::quota`] and pick one per key with
-    /// [`KeyedLeakyBucketBuilder::classify`].
+    /// [`per`](InlineMapBuilder::per), [`slack`](InlineMapBuilder::slack) and
+    /// [`without_slack`](InlineMapBuilder::without_slack), add quotas with
+    /// `quota` and pick one per key with
+    /// [`classify`](InlineMapBuilder::classify).
     ///
     /// ```
     /// use std::time::Duration;
@@ -298,135 +357,19 @@ where
     ///     .unwrap();
     /// assert_eq!(k.max_keys(), 100_000);
     /// ```
-    pub fn builder(rate: u32) -> KeyedLeakyBucketBuilder<K> {
-        KeyedLeakyBucketBuilder {
-            quotas: vec![(rate, DEFAULT_PER, DEFAULT_SLACK)],
-            settings: Settings::new(),
-        }
+    pub fn builder(rate: u32) -> InlineMapBuilder<K, Quota> {
+        InlineMapBuilder::with_quotas(vec![(rate, DEFAULT_PER, DEFAULT_SLACK)])
     }
 }
 
-crate::keyed::word_map::front_methods!(
-    KeyedLeakyBucket,
-    "keyed::leaky_bucket",
-    extra "",
-    new "KeyedLeakyBucket::new(1).unwrap()",
-    builder "KeyedLeakyBucket::builder(1)"
-);
-
-impl<K, S, C> KeyedLeakyBucket<K, S, C>
-where
-    K: Eq + Hash + Clone + Send + Sync + 'static,
-    S: BuildHasher,
-    C: Clock,
-{
-    /// Takes `n` permits for `key` at `now` if `n` consecutive takes would all be immediate,
-    /// as one atomic step, inserting the key if it is new; otherwise changes nothing, as
-    /// [`LeakyBucket`](crate::LeakyBucket)'s [`Limiter`](crate::Limiter) check. A denial
-    /// says when the same check would pass if nobody else takes (`prev + n * T`); never
-    /// (`None`) if `n > slack + 1`. A refusal because the map is full ([`WhenFull::Deny`])
-    /// says when the next early sweep may make room. `n == 0` always passes.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use turnstile::{keyed::leaky_bucket::KeyedLeakyBucket, ManualClock, Nanos};
-    /// let k = KeyedLeakyBucket::<u8, _, _>::builder(10)
-    ///     .slack(3)
-    ///     .clock(ManualClock::default())
-    ///     .build()
-    ///     .unwrap();
-    /// let t0 = Nanos::new(1_000_000_000);
-    /// assert!(k.check_n_at(&1, t0, 1).is_ok());           // a new key: one at once
-    /// let t1 = t0 + Duration::from_secs(10);              // idle: 3 permits of credit
-    /// assert!(k.check_n_at(&1, t1, 4).is_ok());           // slack + 1 at once
-    /// let d = k.check_n_at(&1, t1, 1).unwrap_err();
-    /// assert_eq!(d.retry_after(), Some(Duration::from_millis(100)));
-    /// ```
-    #[inline]
-    pub fn check_n_at<Q>(&self, key: &Q, now: Nanos, n: u32) -> Result<(), Denied>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
-        self.map.check_n_at(key, now, n)
-    }
-
-    /// Evicts every key idle at `now`: more than `(slack + 1) * T` past its `next`, so that
-    /// every take from `now` on finds its credit full. Returns how many went; afterwards, if
-    /// the table holds more evicted slots than live keys, rebuilds it without them.
-    ///
-    /// `now` may be any time and no key ever grants more for it (keys revived or inserted
-    /// after this call are born at `now` or later, module docs).
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use turnstile::{keyed::leaky_bucket::KeyedLeakyBucket, ManualClock, Nanos};
-    /// let k = KeyedLeakyBucket::<u8, _, _>::builder(10) // 100 ms apart
-    ///     .slack(1)
-    ///     .clock(ManualClock::default())
-    ///     .build()
-    ///     .unwrap();
-    /// let t = Nanos::new(1_000_000_000);
-    /// let _ = k.check_n_at(&1, t, 1);
-    /// let _ = k.check_n_at(&2, t + Duration::from_millis(150), 1);
-    /// // Key 1 is idle once more than 200 ms have passed since its `next` (t).
-    /// assert_eq!(k.evict_idle_at(t + Duration::from_millis(201)), 1);
-    /// assert_eq!(k.len(), 1);
-    /// ```
-    pub fn evict_idle_at(&self, now: Nanos) -> usize {
-        self.map.evict_idle_at(now)
-    }
-}
-
-impl<K, S, C> fmt::Debug for KeyedLeakyBucket<K, S, C>
-where
-    K: Eq + Hash + Clone + Send + Sync + 'static,
-    S: BuildHasher,
-    C: Clock,
-{
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut d = f.debug_struct("KeyedLeakyBucket");
-        d.field("len", &self.len()).field(
-            "quotas",
-            &self
-                .map
-                .rules()
-                .iter()
-                .map(|q| (q.rate, q.per, q.slack))
-                .collect::<Vec<_>>(),
-        );
-        self.map.debug_fields(&mut d);
-        d.finish()
-    }
-}
-
-/// Options for a [`KeyedLeakyBucket`]: quota 0's `per` and slack as
-/// [`LeakyBucket`](crate::LeakyBucket)'s builder (applied in order, the last one wins), more
-/// quotas, and the map's settings.
-#[must_use = "a builder does nothing until `build` is called"]
-pub struct KeyedLeakyBucketBuilder<K, S = RandomState, C: Clock = QuantaClock> {
-    /// `(rate, per, slack)` of each quota, quota 0 first.
-    quotas: Vec<(u32, Duration, u32)>,
-    settings: Settings<K, S, C>,
-}
-
-crate::keyed::word_map::builder_methods!(
-    KeyedLeakyBucketBuilder,
-    KeyedLeakyBucket,
-    "keyed::leaky_bucket",
-    extra "",
-    builder "KeyedLeakyBucket::builder(1)"
-);
-crate::keyed::word_map::builder_debug!(KeyedLeakyBucketBuilder);
-
-impl<K, S, C> KeyedLeakyBucketBuilder<K, S, C>
+impl<K, S, C> InlineMapBuilder<K, Quota, S, C>
 where
     K: Eq + Hash + Clone + Send + Sync + 'static,
     S: BuildHasher,
     C: Clock,
 {
     /// Counts quota 0's rate per `per` instead of per second (upstream's `Per`; default one
-    /// second). Zero is [`ConfigError::ZeroPeriod`] at [`KeyedLeakyBucketBuilder::build`].
+    /// second). Zero is [`ConfigError::ZeroPeriod`] at [`build`](InlineMapBuilder::build).
     ///
     /// ```
     /// use std::time::Duration;
@@ -492,30 +435,6 @@ where
     pub fn quota(mut self, rate: u32, per: Duration, slack: u32) -> Self {
         self.quotas.push((rate, per, slack));
         self
-    }
-
-    /// The map, or the first setting that cannot be used: a quota's rate or `per` of 0
-    /// ([`ConfigError::ZeroRate`], [`ConfigError::ZeroPeriod`]), `slack + 1` paces too long
-    /// for the word ([`ConfigError::PacesTooLong`]), [`ConfigError::ZeroMaxKeys`] or
-    /// [`ConfigError::TooManyQuotas`].
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use turnstile::{keyed::leaky_bucket::KeyedLeakyBucket, ConfigError};
-    /// let year = Duration::from_secs(365 * 86_400);
-    /// let err = KeyedLeakyBucket::<u8>::builder(1).per(year).build().unwrap_err();
-    /// assert!(matches!(err, ConfigError::PacesTooLong(_))); // 11 paces of a year
-    /// assert!(KeyedLeakyBucket::<u8>::builder(1).per(year).slack(8).build().is_ok());
-    /// ```
-    pub fn build(self) -> Result<KeyedLeakyBucket<K, S, C>, ConfigError> {
-        let quotas = self
-            .quotas
-            .iter()
-            .map(|&(rate, per, slack)| Quota::new(rate, per, slack))
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(KeyedLeakyBucket {
-            map: self.settings.build(&quotas)?,
-        })
     }
 }
 

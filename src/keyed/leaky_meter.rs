@@ -25,17 +25,70 @@ use std::borrow::Borrow;
 use std::collections::hash_map::RandomState;
 use std::fmt;
 use std::hash::{BuildHasher, Hash};
-use std::time::Duration;
 
 pub use crate::keyed::word_map::MAX_QUOTAS;
 pub use crate::keyed::WhenFull;
 
 use crate::clock::{Clock, Nanos, QuantaClock};
 use crate::error::ConfigError;
-use crate::keyed::token_bucket::{held, Quota};
-use crate::keyed::word_map::{Settings, WordMap};
+use crate::keyed::token_bucket::{held, Quota as BucketQuota};
+use crate::keyed::word_rule::WordRule;
+use crate::keyed::{InlineMap, InlineMapBuilder};
 use crate::limit::Limit;
 use crate::limiter::Denied;
+
+/// One quota of a [`KeyedLeakyMeter`]: the rule its keys follow, its configuration precomputed.
+/// Made by the map's builder (`builder` and `quota`), never by hand; it is the map's type
+/// parameter (`KeyedLeakyMeter<K>` is `InlineMap<K, Quota>`), named only to name the map's
+/// builder, `InlineMapBuilder<K, Quota>`.
+#[derive(Clone, Copy, Debug)]
+// The token bucket's rule of `leak` and `burst = capacity`, capped (more than the capacity
+// is refused under an infinite leak too): a type of its own so that the meter's map is one.
+pub struct Quota(pub(crate) BucketQuota);
+
+impl AsRef<BucketQuota> for Quota {
+    fn as_ref(&self) -> &BucketQuota {
+        &self.0
+    }
+}
+
+/// The keyed token bucket's rule (module docs), with the meter's cap.
+impl WordRule for Quota {
+    type Word = u64;
+    /// `(capacity, leak)` of each quota.
+    type Quotas = Vec<(u32, Limit)>;
+    const NAME: &'static str = "KeyedLeakyMeter";
+
+    fn rules(quotas: &Self::Quotas, _: Nanos) -> Result<Vec<Quota>, ConfigError> {
+        if quotas.iter().any(|&(capacity, _)| capacity == 0) {
+            return Err(ConfigError::ZeroCapacity);
+        }
+        Ok(quotas
+            .iter()
+            .map(|&(capacity, leak)| Quota(BucketQuota::meter(capacity, leak)))
+            .collect())
+    }
+
+    fn debug_quotas(rules: &[Quota], d: &mut fmt::DebugStruct<'_, '_>) {
+        let quotas: Vec<_> = rules.iter().map(|q| (q.0.burst, q.0.limit)).collect();
+        d.field("quotas", &quotas);
+    }
+
+    #[inline(always)]
+    fn born(&self, base: u64, now: Nanos) -> u64 {
+        self.0.born(base, now)
+    }
+
+    #[inline(always)]
+    fn check(&self, x: u64, base: u64, now: Nanos, n: u32) -> Result<Option<u64>, Denied> {
+        self.0.check(x, base, now, n)
+    }
+
+    #[inline]
+    fn idle(&self, x: u64, base: u64, now: Nanos) -> bool {
+        self.0.idle(x, base, now)
+    }
+}
 
 /// Per-key water-level meters, one 64-bit word per key in a table shared by all keys: each
 /// key's bucket holds `capacity` units of water leaking at `leak` per second, starts empty,
@@ -56,15 +109,45 @@ use crate::limiter::Denied;
 /// assert!(per_ip.check_n_at(&8, Nanos::ZERO, 1).is_ok()); // another client's own bucket
 /// assert_eq!(per_ip.level_at(&7, Nanos::new(1_500_000_000)), 1.5);
 /// ```
-pub struct KeyedLeakyMeter<K, S = RandomState, C: Clock = QuantaClock>
-where
-    K: Eq + Hash + Clone + Send + Sync + 'static,
-    S: BuildHasher,
-{
-    map: WordMap<K, Quota, S, C>,
-}
+///
+/// # A check
+/// `check_n_at(key, now, n)` adds `n` units of water to `key`'s bucket at `now` if they fit,
+/// inserting the key (empty) if it is new; exactly [`LeakyMeter`](crate::LeakyMeter)'s check. A
+/// denial writes nothing and says when enough water will have leaked for the same check to pass
+/// (`None`: never, `n` is above the key's capacity or its leak is zero); so does a refusal because
+/// the map is full ([`WhenFull::Deny`]).
+///
+/// ```
+/// use std::time::Duration;
+/// use turnstile::{keyed::leaky_meter::KeyedLeakyMeter, Limit, ManualClock, Nanos};
+/// let k = KeyedLeakyMeter::<u8, _, _>::builder(2, Limit::per_second(4.0).unwrap())
+///     .clock(ManualClock::default())
+///     .build()
+///     .unwrap();
+/// assert!(k.check_n_at(&1, Nanos::ZERO, 2).is_ok());
+/// let d = k.check_n_at(&1, Nanos::new(100_000_000), 1).unwrap_err();
+/// assert_eq!(d.retry_after(), Some(Duration::from_millis(150)));
+/// ```
+///
+/// # Idle keys
+/// `evict_idle_at(now)` evicts every key whose bucket is empty of water at `now`; returns how many
+/// went, as [`KeyedTokenBucket::evict_idle_at`](crate::KeyedTokenBucket::evict_idle_at) (no key
+/// ever fits more for it, whatever `now`).
+///
+/// ```
+/// use turnstile::{keyed::leaky_meter::KeyedLeakyMeter, Limit, ManualClock, Nanos};
+/// let k = KeyedLeakyMeter::<u8, _, _>::builder(1, Limit::per_second(2.0).unwrap())
+///     .clock(ManualClock::default())
+///     .build()
+///     .unwrap();
+/// let _ = k.check_n_at(&1, Nanos::ZERO, 1);
+/// let _ = k.check_n_at(&2, Nanos::new(400_000_000), 1);
+/// assert_eq!(k.evict_idle_at(Nanos::new(500_000_000)), 1); // key 1 has drained
+/// assert_eq!(k.len(), 1);
+/// ```
+pub type KeyedLeakyMeter<K, S = RandomState, C = QuantaClock> = InlineMap<K, Quota, S, C>;
 
-impl<K> KeyedLeakyMeter<K, RandomState, QuantaClock>
+impl<K> InlineMap<K, Quota, RandomState, QuantaClock>
 where
     K: Eq + Hash + Clone + Send + Sync + 'static,
 {
@@ -87,8 +170,8 @@ where
     }
 
     /// A builder whose quota 0 is `capacity` units leaking at `leak`: add quotas with
-    /// [`KeyedLeakyMeterBuilder::quota`] and pick one per key with
-    /// [`KeyedLeakyMeterBuilder::classify`].
+    /// `quota` and pick one per key with
+    /// [`classify`](InlineMapBuilder::classify).
     ///
     /// ```
     /// use std::time::Duration;
@@ -102,54 +185,17 @@ where
     ///     .unwrap();
     /// assert_eq!(k.max_keys(), 100_000);
     /// ```
-    pub fn builder(capacity: u32, leak: Limit) -> KeyedLeakyMeterBuilder<K> {
-        KeyedLeakyMeterBuilder {
-            quotas: vec![(capacity, leak)],
-            settings: Settings::new(),
-        }
+    pub fn builder(capacity: u32, leak: Limit) -> InlineMapBuilder<K, Quota> {
+        InlineMapBuilder::with_quotas(vec![(capacity, leak)])
     }
 }
 
-crate::keyed::word_map::front_methods!(
-    KeyedLeakyMeter,
-    "keyed::leaky_meter",
-    extra "Limit, ",
-    new "KeyedLeakyMeter::new(1, Limit::per_second(1.0).unwrap()).unwrap()",
-    builder "KeyedLeakyMeter::builder(1, Limit::per_second(1.0).unwrap())"
-);
-
-impl<K, S, C> KeyedLeakyMeter<K, S, C>
+impl<K, S, C> InlineMap<K, Quota, S, C>
 where
     K: Eq + Hash + Clone + Send + Sync + 'static,
     S: BuildHasher,
     C: Clock,
 {
-    /// Adds `n` units of water to `key`'s bucket at `now` if they fit, inserting the key
-    /// (empty) if it is new; exactly [`LeakyMeter`](crate::LeakyMeter)'s check. A denial
-    /// writes nothing and says when enough water will have leaked for the same check to pass
-    /// (`None`: never, `n` is above the key's capacity or its leak is zero); so does a
-    /// refusal because the map is full ([`WhenFull::Deny`]).
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use turnstile::{keyed::leaky_meter::KeyedLeakyMeter, Limit, ManualClock, Nanos};
-    /// let k = KeyedLeakyMeter::<u8, _, _>::builder(2, Limit::per_second(4.0).unwrap())
-    ///     .clock(ManualClock::default())
-    ///     .build()
-    ///     .unwrap();
-    /// assert!(k.check_n_at(&1, Nanos::ZERO, 2).is_ok());
-    /// let d = k.check_n_at(&1, Nanos::new(100_000_000), 1).unwrap_err();
-    /// assert_eq!(d.retry_after(), Some(Duration::from_millis(150)));
-    /// ```
-    #[inline]
-    pub fn check_n_at<Q>(&self, key: &Q, now: Nanos, n: u32) -> Result<(), Denied>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
-        self.map.check_n_at(key, now, n)
-    }
-
     /// The water in `key`'s bucket at `now`, in `[0, capacity]`, as
     /// [`LeakyMeter::level_at`](crate::LeakyMeter::level_at) reads it (a reading older than
     /// the key's last addition counts all its water, capped at the capacity). 0 for a key the
@@ -175,67 +221,9 @@ where
             (capacity - tokens).clamp(0.0, capacity)
         })
     }
-
-    /// Evicts every key whose bucket is empty of water at `now`; returns how many went, as
-    /// [`KeyedTokenBucket::evict_idle_at`](crate::KeyedTokenBucket::evict_idle_at) (no key
-    /// ever fits more for it, whatever `now`).
-    ///
-    /// ```
-    /// use turnstile::{keyed::leaky_meter::KeyedLeakyMeter, Limit, ManualClock, Nanos};
-    /// let k = KeyedLeakyMeter::<u8, _, _>::builder(1, Limit::per_second(2.0).unwrap())
-    ///     .clock(ManualClock::default())
-    ///     .build()
-    ///     .unwrap();
-    /// let _ = k.check_n_at(&1, Nanos::ZERO, 1);
-    /// let _ = k.check_n_at(&2, Nanos::new(400_000_000), 1);
-    /// assert_eq!(k.evict_idle_at(Nanos::new(500_000_000)), 1); // key 1 has drained
-    /// assert_eq!(k.len(), 1);
-    /// ```
-    pub fn evict_idle_at(&self, now: Nanos) -> usize {
-        self.map.evict_idle_at(now)
-    }
 }
 
-impl<K, S, C> fmt::Debug for KeyedLeakyMeter<K, S, C>
-where
-    K: Eq + Hash + Clone + Send + Sync + 'static,
-    S: BuildHasher,
-    C: Clock,
-{
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut d = f.debug_struct("KeyedLeakyMeter");
-        d.field("len", &self.len()).field(
-            "quotas",
-            &self
-                .map
-                .rules()
-                .iter()
-                .map(|q| (q.burst, q.limit))
-                .collect::<Vec<_>>(),
-        );
-        self.map.debug_fields(&mut d);
-        d.finish()
-    }
-}
-
-/// Options for a [`KeyedLeakyMeter`].
-#[must_use = "a builder does nothing until `build` is called"]
-pub struct KeyedLeakyMeterBuilder<K, S = RandomState, C: Clock = QuantaClock> {
-    /// `(capacity, leak)` per quota.
-    quotas: Vec<(u32, Limit)>,
-    settings: Settings<K, S, C>,
-}
-
-crate::keyed::word_map::builder_methods!(
-    KeyedLeakyMeterBuilder,
-    KeyedLeakyMeter,
-    "keyed::leaky_meter",
-    extra "Limit, ",
-    builder "KeyedLeakyMeter::builder(1, Limit::per_second(1.0).unwrap())"
-);
-crate::keyed::word_map::builder_debug!(KeyedLeakyMeterBuilder);
-
-impl<K, S, C> KeyedLeakyMeterBuilder<K, S, C>
+impl<K, S, C> InlineMapBuilder<K, Quota, S, C>
 where
     K: Eq + Hash + Clone + Send + Sync + 'static,
     S: BuildHasher,
@@ -257,29 +245,5 @@ where
     pub fn quota(mut self, capacity: u32, leak: Limit) -> Self {
         self.quotas.push((capacity, leak));
         self
-    }
-
-    /// The map; [`ConfigError::ZeroCapacity`] if a quota's capacity is 0,
-    /// [`ConfigError::ZeroMaxKeys`] or [`ConfigError::TooManyQuotas`] if those are out of
-    /// range.
-    ///
-    /// ```
-    /// use turnstile::{keyed::leaky_meter::KeyedLeakyMeter, ConfigError, Limit};
-    /// let leak = Limit::per_second(1.0).unwrap();
-    /// let b = KeyedLeakyMeter::<u8>::builder(1, leak).quota(0, leak);
-    /// assert_eq!(b.build().unwrap_err(), ConfigError::ZeroCapacity);
-    /// ```
-    pub fn build(self) -> Result<KeyedLeakyMeter<K, S, C>, ConfigError> {
-        if self.quotas.iter().any(|&(capacity, _)| capacity == 0) {
-            return Err(ConfigError::ZeroCapacity);
-        }
-        let quotas: Vec<Quota> = self
-            .quotas
-            .iter()
-            .map(|&(capacity, leak)| Quota::meter(capacity, leak))
-            .collect();
-        Ok(KeyedLeakyMeter {
-            map: self.settings.build(&quotas)?,
-        })
     }
 }

@@ -4,11 +4,12 @@
 //! - [`Keyed`]`<K, L>` holds any limiter `L` per key, built on first use by a configuration
 //!   function and dropped again once it is idle: every limiter's full API per key, and
 //!   different limiter types per key through `Box<dyn PerKeyLimiter>`.
-//! - A map per limiter with the limiter's state inline, one word per key, cheaper per check
-//!   and per key: [`KeyedTokenBucket`], [`KeyedLeakyBucket`], [`KeyedLeakyMeter`],
-//!   [`KeyedWindow`], [`KeyedSlidingWindow`], [`KeyedSmoothBursty`] and
-//!   [`KeyedSmoothWarmingUp`], each in its module here, with up to
-//!   [`MAX_QUOTAS`](fixed_window::MAX_QUOTAS) quota classes per map.
+//! - [`InlineMap`], the limiter's state inline, one word per key, cheaper per check and per
+//!   key: one type, named by its algorithm's alias ([`KeyedTokenBucket`],
+//!   [`KeyedLeakyBucket`], [`KeyedLeakyMeter`], [`KeyedWindow`], [`KeyedSlidingWindow`],
+//!   [`KeyedSmoothBursty`] and [`KeyedSmoothWarmingUp`], each in its module here, which
+//!   states its algorithm), with up to [`MAX_QUOTAS`](fixed_window::MAX_QUOTAS) quota
+//!   classes per map and one set of map settings ([`InlineMapBuilder`]).
 //!
 //! Both bound the keys they hold ([`KeyedBuilder::max_keys`], [`WhenFull`]) and sweep idle
 //! keys in the background, so a flood of new clients costs bounded memory.
@@ -913,10 +914,12 @@ mod builder;
 mod slot;
 mod table;
 
-// The maps with their limiter's state inline, one word per key, each a front over the shared
-// word-map engine (`word_map`, with a `word_rule` per limiter), and what every map shares: the
-// key bound and the sweeper.
+// The maps with their limiter's state inline, one word per key: one front (`inline_map`) over
+// the shared word-map engine (`word_map`), with a `word_rule` per limiter in its module (the
+// alias, its constructors and readings), and what every map shares: the key bound and the
+// sweeper.
 pub mod fixed_window;
+mod inline_map;
 pub(crate) mod key_bound;
 pub mod leaky_bucket;
 pub mod leaky_meter;
@@ -930,6 +933,7 @@ pub(crate) mod word_rule;
 
 pub use builder::KeyedBuilder;
 pub use fixed_window::KeyedWindow;
+pub use inline_map::{InlineMap, InlineMapBuilder};
 pub use leaky_bucket::KeyedLeakyBucket;
 pub use leaky_meter::KeyedLeakyMeter;
 pub use sliding_window::KeyedSlidingWindow;

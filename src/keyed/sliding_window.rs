@@ -108,27 +108,30 @@ pub use crate::keyed::WhenFull;
 use crate::clock::{Clock, Nanos, QuantaClock};
 use crate::error::ConfigError;
 use crate::fixed_window::WindowStatus;
-use crate::keyed::word_map::{Settings, WordMap};
 use crate::keyed::word_rule::{WordRule, RANGE_MIN, X_MASK};
+use crate::keyed::{InlineMap, InlineMapBuilder};
 use crate::limiter::{Denied, QuotaStatus};
 use crate::sliding_window::{quota_status, validate, Counts, Rule, View};
 
 /// The bits of `x`.
 const X_BITS: u32 = X_MASK.count_ones();
 
-/// One configuration of the quota table: the sliding window's arithmetic and the word's
-/// layout. What a check reads comes first.
+/// One quota of a [`KeyedSlidingWindow`]: the rule its keys follow, its configuration precomputed.
+/// Made by the map's builder (`builder` and `quota`), never by hand; it is the map's type
+/// parameter (`KeyedSlidingWindow<K>` is `InlineMap<K, Quota>`), named only to name the map's
+/// builder, `InlineMapBuilder<K, Quota>`.
+// The sliding window's arithmetic and the word's layout: what a check reads comes first.
 #[derive(Clone, Copy, Debug)]
 #[repr(C)]
-struct Quota {
+pub struct Quota {
     /// `P` and `Q`, as [`SlidingWindow`](crate::SlidingWindow)'s.
-    rule: Rule,
+    pub(crate) rule: Rule,
     /// `b`: the bits of each count.
-    b: u32,
+    pub(crate) b: u32,
     /// The last reading offset (ns past the base) the word counts.
-    range: u64,
+    pub(crate) range: u64,
     /// The period as given (for `Debug` and the status's window).
-    period: Duration,
+    pub(crate) period: Duration,
 }
 
 impl Quota {
@@ -234,6 +237,21 @@ impl Quota {
 /// The map's rule: `x` is `(k, prev, curr)` (module docs, "The state word").
 impl WordRule for Quota {
     type Word = u64;
+    /// `(quota, period)` of each quota.
+    type Quotas = Vec<(u32, Duration)>;
+    const NAME: &'static str = "KeyedSlidingWindow";
+
+    fn rules(quotas: &Self::Quotas, _: Nanos) -> Result<Vec<Quota>, ConfigError> {
+        quotas
+            .iter()
+            .map(|&(quota, period)| Quota::new(quota, period))
+            .collect()
+    }
+
+    fn debug_quotas(rules: &[Quota], d: &mut fmt::DebugStruct<'_, '_>) {
+        let quotas: Vec<_> = rules.iter().map(|q| (q.rule.quota, q.period)).collect();
+        d.field("quotas", &quotas);
+    }
 
     /// `(B / P, 0, 0)`: a fresh limiter rolled to `B`'s window, as `SlidingWindow::born_at`.
     #[inline(always)]
@@ -308,13 +326,53 @@ impl Quota {
 /// assert_eq!(d.retry_at(), Some(ms(1500)));
 /// assert!(per_user.check_n_at(&3, ms(900), 1_000).is_ok());
 /// ```
-pub struct KeyedSlidingWindow<K, S = RandomState, C: Clock = QuantaClock>
-where
-    K: Eq + Hash + Clone + Send + Sync + 'static,
-    S: BuildHasher,
-{
-    map: WordMap<K, Quota, S, C>,
-}
+///
+/// # A check
+/// `check_n_at(key, now, n)` counts `n` requests for `key` at `now` if the weighted count stays
+/// within the quota (`prev * (P - e) / P + curr + n <= quota`), as one atomic step, inserting the
+/// key if it is new; otherwise changes nothing, as [`SlidingWindow`](crate::SlidingWindow)'s
+/// [`Limiter`](crate::Limiter) check. A denial carries the exact retry time: the earliest time the
+/// same check would pass if nothing else is taken; never (`None`) if `n > quota`. A refusal because
+/// the map is full ([`WhenFull::Deny`]) says when the next early sweep may make room. `n == 0`
+/// always passes.
+///
+/// ```
+/// use std::time::Duration;
+/// use turnstile::{keyed::sliding_window::KeyedSlidingWindow, ManualClock, Nanos};
+/// let k = KeyedSlidingWindow::<u8, _, _>::builder(5, Duration::from_secs(1))
+///     .clock(ManualClock::default())
+///     .build()
+///     .unwrap();
+/// let ms = |m: u64| Nanos::new(m * 1_000_000);
+/// assert!(k.check_n_at(&1, ms(0), 5).is_ok());
+/// // Full until window 0 ends; at 1.2 s its 5 weigh 4, and 1 more fits.
+/// assert_eq!(k.check_n_at(&1, ms(500), 1).unwrap_err().retry_at(), Some(ms(1200)));
+/// assert!(k.check_n_at(&1, ms(1200), 1).is_ok());
+/// ```
+///
+/// # Idle keys
+/// `evict_idle_at(now)` evicts every key whose weighted count is 0 at `now`. Returns how many went;
+/// afterwards, if the table holds more evicted slots than live keys, rebuilds it without
+/// them.
+///
+/// `now` may be any time and the budget holds for it (keys revived or inserted after this
+/// call are born at `now` or later, module docs).
+///
+/// ```
+/// use std::time::Duration;
+/// use turnstile::{keyed::sliding_window::KeyedSlidingWindow, ManualClock, Nanos};
+/// let k = KeyedSlidingWindow::<u8, _, _>::builder(10, Duration::from_secs(1))
+///     .clock(ManualClock::default())
+///     .build()
+///     .unwrap();
+/// let s = |secs: u64| Nanos::new(secs * 1_000_000_000);
+/// let _ = k.check_n_at(&1, s(0), 1);
+/// let _ = k.check_n_at(&2, s(1), 1);
+/// // Key 1's grant weighs until the end of window 1, key 2's until the end of window 2.
+/// assert_eq!(k.evict_idle_at(s(2)), 1);
+/// assert_eq!(k.len(), 1);
+/// ```
+pub type KeyedSlidingWindow<K, S = RandomState, C = QuantaClock> = InlineMap<K, Quota, S, C>;
 
 impl<K> KeyedSlidingWindow<K>
 where
@@ -353,58 +411,17 @@ where
     ///     .unwrap();
     /// assert_eq!(k.max_keys(), 100_000);
     /// ```
-    pub fn builder(quota: u32, period: Duration) -> KeyedSlidingWindowBuilder<K> {
-        KeyedSlidingWindowBuilder {
-            quotas: vec![(quota, period)],
-            settings: Settings::new(),
-        }
+    pub fn builder(quota: u32, period: Duration) -> InlineMapBuilder<K, Quota> {
+        InlineMapBuilder::with_quotas(vec![(quota, period)])
     }
 }
 
-crate::keyed::word_map::front_methods!(
-    KeyedSlidingWindow,
-    "keyed::sliding_window",
-    extra "",
-    new "KeyedSlidingWindow::new(5, std::time::Duration::from_secs(1)).unwrap()",
-    builder "KeyedSlidingWindow::builder(5, std::time::Duration::from_secs(1))"
-);
-
-impl<K, S, C> KeyedSlidingWindow<K, S, C>
+impl<K, S, C> InlineMap<K, Quota, S, C>
 where
     K: Eq + Hash + Clone + Send + Sync + 'static,
     S: BuildHasher,
     C: Clock,
 {
-    /// Counts `n` requests for `key` at `now` if the weighted count stays within the quota
-    /// (`prev * (P - e) / P + curr + n <= quota`), as one atomic step, inserting the key if
-    /// it is new; otherwise changes nothing, as [`SlidingWindow`](crate::SlidingWindow)'s
-    /// [`Limiter`](crate::Limiter) check. A denial carries the exact retry time: the
-    /// earliest time the same check would pass if nothing else is taken; never (`None`) if
-    /// `n > quota`. A refusal because the map is full ([`WhenFull::Deny`]) says when the
-    /// next early sweep may make room. `n == 0` always passes.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use turnstile::{keyed::sliding_window::KeyedSlidingWindow, ManualClock, Nanos};
-    /// let k = KeyedSlidingWindow::<u8, _, _>::builder(5, Duration::from_secs(1))
-    ///     .clock(ManualClock::default())
-    ///     .build()
-    ///     .unwrap();
-    /// let ms = |m: u64| Nanos::new(m * 1_000_000);
-    /// assert!(k.check_n_at(&1, ms(0), 5).is_ok());
-    /// // Full until window 0 ends; at 1.2 s its 5 weigh 4, and 1 more fits.
-    /// assert_eq!(k.check_n_at(&1, ms(500), 1).unwrap_err().retry_at(), Some(ms(1200)));
-    /// assert!(k.check_n_at(&1, ms(1200), 1).is_ok());
-    /// ```
-    #[inline]
-    pub fn check_n_at<Q>(&self, key: &Q, now: Nanos, n: u32) -> Result<(), Denied>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
-        self.map.check_n_at(key, now, n)
-    }
-
     /// [`KeyedSlidingWindow::status_at`] at the map's clock reading.
     ///
     /// ```
@@ -496,73 +513,9 @@ where
             .read(key)
             .unwrap_or_else(|| (self.map.classify(&key.to_owned()), None))
     }
-
-    /// Evicts every key whose weighted count is 0 at `now`. Returns how many went;
-    /// afterwards, if the table holds more evicted slots than live keys, rebuilds it without
-    /// them.
-    ///
-    /// `now` may be any time and the budget holds for it (keys revived or inserted after this
-    /// call are born at `now` or later, module docs).
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use turnstile::{keyed::sliding_window::KeyedSlidingWindow, ManualClock, Nanos};
-    /// let k = KeyedSlidingWindow::<u8, _, _>::builder(10, Duration::from_secs(1))
-    ///     .clock(ManualClock::default())
-    ///     .build()
-    ///     .unwrap();
-    /// let s = |secs: u64| Nanos::new(secs * 1_000_000_000);
-    /// let _ = k.check_n_at(&1, s(0), 1);
-    /// let _ = k.check_n_at(&2, s(1), 1);
-    /// // Key 1's grant weighs until the end of window 1, key 2's until the end of window 2.
-    /// assert_eq!(k.evict_idle_at(s(2)), 1);
-    /// assert_eq!(k.len(), 1);
-    /// ```
-    pub fn evict_idle_at(&self, now: Nanos) -> usize {
-        self.map.evict_idle_at(now)
-    }
 }
 
-impl<K, S, C> fmt::Debug for KeyedSlidingWindow<K, S, C>
-where
-    K: Eq + Hash + Clone + Send + Sync + 'static,
-    S: BuildHasher,
-    C: Clock,
-{
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut d = f.debug_struct("KeyedSlidingWindow");
-        d.field("len", &self.len()).field(
-            "quotas",
-            &self
-                .map
-                .rules()
-                .iter()
-                .map(|q| (q.rule.quota, q.period))
-                .collect::<Vec<_>>(),
-        );
-        self.map.debug_fields(&mut d);
-        d.finish()
-    }
-}
-
-/// Options for a [`KeyedSlidingWindow`]: more quotas, and the map's settings.
-#[must_use = "a builder does nothing until `build` is called"]
-pub struct KeyedSlidingWindowBuilder<K, S = RandomState, C: Clock = QuantaClock> {
-    /// `(quota, period)` of each quota, quota 0 first.
-    quotas: Vec<(u32, Duration)>,
-    settings: Settings<K, S, C>,
-}
-
-crate::keyed::word_map::builder_methods!(
-    KeyedSlidingWindowBuilder,
-    KeyedSlidingWindow,
-    "keyed::sliding_window",
-    extra "",
-    builder "KeyedSlidingWindow::builder(5, std::time::Duration::from_secs(1))"
-);
-crate::keyed::word_map::builder_debug!(KeyedSlidingWindowBuilder);
-
-impl<K, S, C> KeyedSlidingWindowBuilder<K, S, C>
+impl<K, S, C> InlineMapBuilder<K, Quota, S, C>
 where
     K: Eq + Hash + Clone + Send + Sync + 'static,
     S: BuildHasher,
@@ -585,36 +538,6 @@ where
     pub fn quota(mut self, quota: u32, period: Duration) -> Self {
         self.quotas.push((quota, period));
         self
-    }
-
-    /// The map, or the first setting that cannot be used: a quota or period of 0
-    /// ([`ConfigError::ZeroQuota`], [`ConfigError::ZeroPeriod`]), a quota too large for its
-    /// period ([`ConfigError::SlidingQuotaTooLarge`]), [`ConfigError::ZeroMaxKeys`] or
-    /// [`ConfigError::TooManyQuotas`].
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use turnstile::{keyed::sliding_window::KeyedSlidingWindow, ConfigError};
-    /// let err = KeyedSlidingWindow::<u8>::builder(1024, Duration::from_millis(1)).build();
-    /// assert_eq!(
-    ///     err.unwrap_err(),
-    ///     ConfigError::SlidingQuotaTooLarge {
-    ///         quota: 1024,
-    ///         period: Duration::from_millis(1),
-    ///         max: 1023
-    ///     }
-    /// );
-    /// assert!(KeyedSlidingWindow::<u8>::builder(1023, Duration::from_millis(1)).build().is_ok());
-    /// ```
-    pub fn build(self) -> Result<KeyedSlidingWindow<K, S, C>, ConfigError> {
-        let quotas = self
-            .quotas
-            .iter()
-            .map(|&(quota, period)| Quota::new(quota, period))
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(KeyedSlidingWindow {
-            map: self.settings.build(&quotas)?,
-        })
     }
 }
 

@@ -127,19 +127,17 @@
 //! own ([`KeyedSmoothBursty::spawn_sweeper`]). A key is evicted by the first sweep at or
 //! after its debt clears.
 
-use std::borrow::Borrow;
 use std::collections::hash_map::RandomState;
 use std::fmt;
 use std::hash::{BuildHasher, Hash};
-use std::time::Duration;
 
 pub use crate::keyed::word_map::MAX_QUOTAS;
 pub use crate::keyed::WhenFull;
 
 use crate::clock::{Clock, Nanos, QuantaClock};
 use crate::error::ConfigError;
-use crate::keyed::word_map::{Settings, WordMap};
 use crate::keyed::word_rule::{WordRule, X_MASK};
+use crate::keyed::{InlineMap, InlineMapBuilder};
 use crate::limit::Limit;
 use crate::limiter::Denied;
 use crate::scale::{nanos_ceil_pos, Scale, D_MAX, TAU_MAX};
@@ -152,16 +150,19 @@ const _: () = assert!(U_MAX + TAU_MAX < X_MASK);
 /// Guava's default `maxBurstSeconds` for `RateLimiter.create(rate)`.
 pub(crate) const DEFAULT_MAX_BURST_SECONDS: f64 = 1.0;
 
-/// One configuration of the quota table, precomputed off the hot path.
+/// One quota of a [`KeyedSmoothBursty`]: the rule its keys follow, its configuration precomputed.
+/// Made by the map's builder (`builder` and `quota`), never by hand; it is the map's type
+/// parameter (`KeyedSmoothBursty<K>` is `InlineMap<K, Quota>`), named only to name the map's
+/// builder, `InlineMapBuilder<K, Quota>`.
 #[derive(Clone, Copy, Debug)]
-struct Quota {
-    rate: f64,
-    max_burst_seconds: f64,
-    scale: Scale,
+pub struct Quota {
+    pub(crate) rate: f64,
+    pub(crate) max_burst_seconds: f64,
+    pub(crate) scale: Scale,
     /// `M = max_permits * one`, rounded: the store's capacity in units, at most `TAU_MAX`.
-    m: u64,
+    pub(crate) m: u64,
     /// `+inf` rate: every check passes and nothing is written.
-    inf: bool,
+    pub(crate) inf: bool,
 }
 
 impl Quota {
@@ -241,6 +242,24 @@ impl Quota {
 /// docs, "The state word").
 impl WordRule for Quota {
     type Word = u64;
+    /// `(rate, max_burst_seconds)` of each quota.
+    type Quotas = Vec<(f64, f64)>;
+    const NAME: &'static str = "KeyedSmoothBursty";
+
+    fn rules(quotas: &Self::Quotas, _: Nanos) -> Result<Vec<Quota>, ConfigError> {
+        quotas
+            .iter()
+            .map(|&(rate, b)| Quota::new(rate, b))
+            .collect()
+    }
+
+    fn debug_quotas(rules: &[Quota], d: &mut fmt::DebugStruct<'_, '_>) {
+        let quotas: Vec<_> = rules
+            .iter()
+            .map(|q| (q.rate, q.max_burst_seconds))
+            .collect();
+        d.field("quotas", &quotas);
+    }
 
     /// `z = B`: `x = u(B) + M`.
     #[inline(always)]
@@ -307,22 +326,65 @@ impl WordRule for Quota {
 /// assert_eq!(denied.retry_after(), Some(Duration::from_secs(1)));
 /// assert!(per_user.check_n_at("staff:bob", t, 1).is_ok());
 /// ```
-pub struct KeyedSmoothBursty<K, S = RandomState, C: Clock = QuantaClock>
-where
-    K: Eq + Hash + Clone + Send + Sync + 'static,
-    S: BuildHasher,
-{
-    map: WordMap<K, Quota, S, C>,
-}
+///
+/// # A check
+/// `check_n_at(key, now, n)` takes `n` permits for `key` at `now` if no debt is owed at `now`, as
+/// one atomic step, inserting the key if it is new; otherwise changes nothing, as
+/// [`SmoothBursty`](crate::SmoothBursty)'s [`Limiter`](crate::Limiter) check (Guava's
+/// `tryAcquire(n, 0)`). Stored permits are spent first, at no cost; the rest push the debt by `1 /
+/// rate` each. A denial says when the debt clears (never, `None`, past the map's range). A refusal
+/// because the map is full ([`WhenFull::Deny`]) says when the next early sweep may make room. `n ==
+/// 0` takes nothing and passes iff no debt is owed.
+///
+/// ```
+/// use std::time::Duration;
+/// use turnstile::{keyed::smooth_bursty::KeyedSmoothBursty, ManualClock, Nanos};
+/// let k = KeyedSmoothBursty::<u8, _, _>::builder(2.0) // 500 ms apart, 2 stored at most
+///     .clock(ManualClock::default())
+///     .build()
+///     .unwrap();
+/// let t0 = Nanos::new(1_000_000_000);
+/// assert!(k.check_n_at(&1, t0, 1).is_ok());            // a new key: granted
+/// let d = k.check_n_at(&1, t0, 1).unwrap_err();        // 500 ms of debt
+/// assert_eq!(d.retry_after(), Some(Duration::from_millis(500)));
+/// let t1 = t0 + Duration::from_secs(10);               // idle: 2 stored
+/// assert!(k.check_n_at(&1, t1, 3).is_ok());            // 2 stored + 1 on credit
+/// let d = k.check_n_at(&1, t1, 1).unwrap_err();
+/// assert_eq!(d.retry_after(), Some(Duration::from_millis(500)));
+/// ```
+///
+/// # Idle keys
+/// `evict_idle_at(now)` evicts every key idle at `now`: its debt cleared, as a key born at `now`
+/// (no stored permits, no debt) or more generous. Returns how many went; afterwards, if the table
+/// holds more evicted slots than live keys, rebuilds it without them.
+///
+/// `now` may be any time and no key ever grants more for it (keys revived or inserted
+/// after this call are born at `now` or later, module docs).
+///
+/// ```
+/// use std::time::Duration;
+/// use turnstile::{keyed::smooth_bursty::KeyedSmoothBursty, ManualClock, Nanos};
+/// let k = KeyedSmoothBursty::<u8, _, _>::builder(10.0) // 100 ms apart
+///     .clock(ManualClock::default())
+///     .build()
+///     .unwrap();
+/// let t = Nanos::new(1_000_000_000);
+/// let _ = k.check_n_at(&1, t, 1);
+/// let _ = k.check_n_at(&2, t, 3);
+/// // Key 1's debt clears at t + 100 ms, key 2's at t + 300 ms.
+/// assert_eq!(k.evict_idle_at(t + Duration::from_millis(100)), 1);
+/// assert_eq!(k.len(), 1);
+/// ```
+pub type KeyedSmoothBursty<K, S = RandomState, C = QuantaClock> = InlineMap<K, Quota, S, C>;
 
-impl<K> KeyedSmoothBursty<K, RandomState, QuantaClock>
+impl<K> InlineMap<K, Quota, RandomState, QuantaClock>
 where
     K: Eq + Hash + Clone + Send + Sync + 'static,
 {
     /// `rate` permits per second per key with a 1-second burst (Guava's
     /// `RateLimiter.create(rate)`), on the shared quanta clock, with at most 2^20
     /// (1 048 576) keys and sweeps every 10 s. The same errors as
-    /// [`KeyedSmoothBurstyBuilder::build`].
+    /// [`build`](InlineMapBuilder::build).
     ///
     /// ```
     /// use turnstile::{keyed::smooth_bursty::KeyedSmoothBursty, ConfigError};
@@ -336,9 +398,9 @@ where
     }
 
     /// A builder whose quota 0 is `rate` permits per second with a 1-second burst: change it
-    /// with [`KeyedSmoothBurstyBuilder::max_burst_seconds`], add quotas with
-    /// [`KeyedSmoothBurstyBuilder::quota`] and pick one per key with
-    /// [`KeyedSmoothBurstyBuilder::classify`].
+    /// with [`max_burst_seconds`](InlineMapBuilder::max_burst_seconds), add quotas with
+    /// `quota` and pick one per key with
+    /// [`classify`](InlineMapBuilder::classify).
     ///
     /// ```
     /// use turnstile::keyed::smooth_bursty::{KeyedSmoothBursty, WhenFull};
@@ -350,128 +412,12 @@ where
     ///     .unwrap();
     /// assert_eq!(k.max_keys(), 100_000);
     /// ```
-    pub fn builder(rate: f64) -> KeyedSmoothBurstyBuilder<K> {
-        KeyedSmoothBurstyBuilder {
-            quotas: vec![(rate, DEFAULT_MAX_BURST_SECONDS)],
-            settings: Settings::new(),
-        }
+    pub fn builder(rate: f64) -> InlineMapBuilder<K, Quota> {
+        InlineMapBuilder::with_quotas(vec![(rate, DEFAULT_MAX_BURST_SECONDS)])
     }
 }
 
-crate::keyed::word_map::front_methods!(
-    KeyedSmoothBursty,
-    "keyed::smooth_bursty",
-    extra "",
-    new "KeyedSmoothBursty::new(1.0).unwrap()",
-    builder "KeyedSmoothBursty::builder(1.0)"
-);
-
-impl<K, S, C> KeyedSmoothBursty<K, S, C>
-where
-    K: Eq + Hash + Clone + Send + Sync + 'static,
-    S: BuildHasher,
-    C: Clock,
-{
-    /// Takes `n` permits for `key` at `now` if no debt is owed at `now`, as one atomic step,
-    /// inserting the key if it is new; otherwise changes nothing, as
-    /// [`SmoothBursty`](crate::SmoothBursty)'s [`Limiter`](crate::Limiter) check (Guava's
-    /// `tryAcquire(n, 0)`). Stored permits are spent first, at no cost; the rest push the
-    /// debt by `1 / rate` each. A denial says when the debt clears (never, `None`, past the
-    /// map's range). A refusal because the map is full ([`WhenFull::Deny`]) says when the
-    /// next early sweep may make room. `n == 0` takes nothing and passes iff no debt is owed.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use turnstile::{keyed::smooth_bursty::KeyedSmoothBursty, ManualClock, Nanos};
-    /// let k = KeyedSmoothBursty::<u8, _, _>::builder(2.0) // 500 ms apart, 2 stored at most
-    ///     .clock(ManualClock::default())
-    ///     .build()
-    ///     .unwrap();
-    /// let t0 = Nanos::new(1_000_000_000);
-    /// assert!(k.check_n_at(&1, t0, 1).is_ok());            // a new key: granted
-    /// let d = k.check_n_at(&1, t0, 1).unwrap_err();        // 500 ms of debt
-    /// assert_eq!(d.retry_after(), Some(Duration::from_millis(500)));
-    /// let t1 = t0 + Duration::from_secs(10);               // idle: 2 stored
-    /// assert!(k.check_n_at(&1, t1, 3).is_ok());            // 2 stored + 1 on credit
-    /// let d = k.check_n_at(&1, t1, 1).unwrap_err();
-    /// assert_eq!(d.retry_after(), Some(Duration::from_millis(500)));
-    /// ```
-    #[inline]
-    pub fn check_n_at<Q>(&self, key: &Q, now: Nanos, n: u32) -> Result<(), Denied>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
-        self.map.check_n_at(key, now, n)
-    }
-
-    /// Evicts every key idle at `now`: its debt cleared, as a key born at `now` (no stored
-    /// permits, no debt) or more generous. Returns how many went; afterwards, if the table
-    /// holds more evicted slots than live keys, rebuilds it without them.
-    ///
-    /// `now` may be any time and no key ever grants more for it (keys revived or inserted
-    /// after this call are born at `now` or later, module docs).
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use turnstile::{keyed::smooth_bursty::KeyedSmoothBursty, ManualClock, Nanos};
-    /// let k = KeyedSmoothBursty::<u8, _, _>::builder(10.0) // 100 ms apart
-    ///     .clock(ManualClock::default())
-    ///     .build()
-    ///     .unwrap();
-    /// let t = Nanos::new(1_000_000_000);
-    /// let _ = k.check_n_at(&1, t, 1);
-    /// let _ = k.check_n_at(&2, t, 3);
-    /// // Key 1's debt clears at t + 100 ms, key 2's at t + 300 ms.
-    /// assert_eq!(k.evict_idle_at(t + Duration::from_millis(100)), 1);
-    /// assert_eq!(k.len(), 1);
-    /// ```
-    pub fn evict_idle_at(&self, now: Nanos) -> usize {
-        self.map.evict_idle_at(now)
-    }
-}
-
-impl<K, S, C> fmt::Debug for KeyedSmoothBursty<K, S, C>
-where
-    K: Eq + Hash + Clone + Send + Sync + 'static,
-    S: BuildHasher,
-    C: Clock,
-{
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut d = f.debug_struct("KeyedSmoothBursty");
-        d.field("len", &self.len()).field(
-            "quotas",
-            &self
-                .map
-                .rules()
-                .iter()
-                .map(|q| (q.rate, q.max_burst_seconds))
-                .collect::<Vec<_>>(),
-        );
-        self.map.debug_fields(&mut d);
-        d.finish()
-    }
-}
-
-/// Options for a [`KeyedSmoothBursty`]: quota 0's `max_burst_seconds` as
-/// [`SmoothBursty`](crate::SmoothBursty)'s builder, more quotas, and the map's settings.
-#[must_use = "a builder does nothing until `build` is called"]
-pub struct KeyedSmoothBurstyBuilder<K, S = RandomState, C: Clock = QuantaClock> {
-    /// `(rate, max_burst_seconds)` of each quota, quota 0 first.
-    quotas: Vec<(f64, f64)>,
-    settings: Settings<K, S, C>,
-}
-
-crate::keyed::word_map::builder_methods!(
-    KeyedSmoothBurstyBuilder,
-    KeyedSmoothBursty,
-    "keyed::smooth_bursty",
-    extra "",
-    builder "KeyedSmoothBursty::builder(1.0)"
-);
-crate::keyed::word_map::builder_debug!(KeyedSmoothBurstyBuilder);
-
-impl<K, S, C> KeyedSmoothBurstyBuilder<K, S, C>
+impl<K, S, C> InlineMapBuilder<K, Quota, S, C>
 where
     K: Eq + Hash + Clone + Send + Sync + 'static,
     S: BuildHasher,
@@ -479,7 +425,7 @@ where
 {
     /// How many seconds of permits quota 0 stores while idle (Guava's `maxBurstSeconds`,
     /// default 1.0): `max_permits = max_burst_seconds * rate`. Negative, infinite or NaN is
-    /// [`ConfigError::InvalidBurstSeconds`] at [`KeyedSmoothBurstyBuilder::build`].
+    /// [`ConfigError::InvalidBurstSeconds`] at [`build`](InlineMapBuilder::build).
     ///
     /// ```
     /// use std::time::Duration;
@@ -519,33 +465,6 @@ where
         self.quotas.push((rate, max_burst_seconds));
         self
     }
-
-    /// The map, or the first setting that cannot be used: a quota's rate zero, negative or
-    /// NaN ([`ConfigError::RateNotPositive`]; `+inf` is allowed: no limit) or subnormal
-    /// ([`ConfigError::SubnormalLimit`]), its `max_burst_seconds` negative, infinite or NaN
-    /// ([`ConfigError::InvalidBurstSeconds`]), a quota the word cannot hold
-    /// ([`ConfigError::SmoothOutOfRange`], module docs), [`ConfigError::ZeroMaxKeys`] or
-    /// [`ConfigError::TooManyQuotas`].
-    ///
-    /// ```
-    /// use turnstile::{keyed::smooth_bursty::KeyedSmoothBursty, ConfigError};
-    /// let err = KeyedSmoothBursty::<u8>::builder(f64::NAN).build().unwrap_err();
-    /// assert!(matches!(err, ConfigError::RateNotPositive(r) if r.is_nan()));
-    /// let err = KeyedSmoothBursty::<u8>::builder(1.0).max_burst_seconds(-1.0).build();
-    /// assert_eq!(err.unwrap_err(), ConfigError::InvalidBurstSeconds(-1.0));
-    /// let err = KeyedSmoothBursty::<u8>::builder(1e9).max_burst_seconds(1e4).build();
-    /// assert!(matches!(err.unwrap_err(), ConfigError::SmoothOutOfRange { .. }));
-    /// ```
-    pub fn build(self) -> Result<KeyedSmoothBursty<K, S, C>, ConfigError> {
-        let quotas = self
-            .quotas
-            .iter()
-            .map(|&(rate, b)| Quota::new(rate, b))
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(KeyedSmoothBursty {
-            map: self.settings.build(&quotas)?,
-        })
-    }
 }
 
 #[cfg(all(test, not(loom)))]
@@ -553,6 +472,7 @@ mod tests {
     use super::*;
     use crate::keyed::word_rule::RANGE_MIN;
     use crate::{Idle, Limiter, ManualClock, SmoothBursty};
+    use std::time::Duration;
 
     /// `(rate, max_burst_seconds)`: exact whole-nanosecond intervals (the units are
     /// nanoseconds), and ones that are not.

@@ -93,7 +93,6 @@
 //! sweep at or after it is cold again: its debt cleared and its store refilled (at most a
 //! warm-up period of idling after the debt clears).
 
-use std::borrow::Borrow;
 use std::collections::hash_map::RandomState;
 use std::fmt;
 use std::hash::{BuildHasher, Hash};
@@ -104,8 +103,8 @@ pub use crate::keyed::WhenFull;
 
 use crate::clock::{Clock, Nanos, QuantaClock};
 use crate::error::ConfigError;
-use crate::keyed::word_map::{Settings, WordMap};
 use crate::keyed::word_rule::WordRule;
+use crate::keyed::{InlineMap, InlineMapBuilder};
 use crate::limiter::Denied;
 use crate::smooth::{self, Config as SmoothConfig, EPOCH_BITS, FRAC_ONE};
 
@@ -113,14 +112,17 @@ use crate::smooth::{self, Config as SmoothConfig, EPOCH_BITS, FRAC_ONE};
 /// permits cost up to three stable intervals each.
 pub(crate) const DEFAULT_COLD_FACTOR: f64 = 3.0;
 
-/// One configuration of the quota table, precomputed off the hot path.
+/// One quota of a [`KeyedSmoothWarmingUp`]: the rule its keys follow, its configuration precomputed.
+/// Made by the map's builder (`builder` and `quota`), never by hand; it is the map's type
+/// parameter (`KeyedSmoothWarmingUp<K>` is `InlineMap<K, Quota>`), named only to name the map's
+/// builder, `InlineMapBuilder<K, Quota>`.
 #[derive(Clone, Copy, Debug)]
-struct Quota {
-    rate: f64,
-    warmup: Duration,
-    cold_factor: f64,
+pub struct Quota {
+    pub(crate) rate: f64,
+    pub(crate) warmup: Duration,
+    pub(crate) cold_factor: f64,
     /// [`SmoothWarmingUp`](crate::SmoothWarmingUp)'s derived constants for this quota.
-    cfg: SmoothConfig,
+    pub(crate) cfg: SmoothConfig,
 }
 
 impl Quota {
@@ -159,6 +161,24 @@ fn since(base: u64, now: Nanos) -> u64 {
 /// in one word").
 impl WordRule for Quota {
     type Word = u128;
+    /// `(rate, warmup, cold_factor)` of each quota.
+    type Quotas = Vec<(f64, Duration, f64)>;
+    const NAME: &'static str = "KeyedSmoothWarmingUp";
+
+    fn rules(quotas: &Self::Quotas, _: Nanos) -> Result<Vec<Quota>, ConfigError> {
+        quotas
+            .iter()
+            .map(|&(rate, warmup, cf)| Quota::new(rate, warmup, cf))
+            .collect()
+    }
+
+    fn debug_quotas(rules: &[Quota], d: &mut fmt::DebugStruct<'_, '_>) {
+        let quotas: Vec<_> = rules
+            .iter()
+            .map(|q| (q.rate, q.warmup, q.cold_factor))
+            .collect();
+        d.field("quotas", &quotas);
+    }
 
     /// Cold: the store full, `next_free = B`.
     #[inline(always)]
@@ -237,22 +257,67 @@ impl WordRule for Quota {
 /// assert_eq!(denied.retry_after(), Some(Duration::from_millis(1375)));
 /// assert!(per_user.check_n_at("staff:bob", t, 1).is_ok());
 /// ```
-pub struct KeyedSmoothWarmingUp<K, S = RandomState, C: Clock = QuantaClock>
-where
-    K: Eq + Hash + Clone + Send + Sync + 'static,
-    S: BuildHasher,
-{
-    map: WordMap<K, Quota, S, C>,
-}
+///
+/// # A check
+/// `check_n_at(key, now, n)` takes `n` permits for `key` at `now` if no debt is owed at `now`, as
+/// one atomic step, inserting the key (cold) if it is new; otherwise changes nothing, as
+/// [`SmoothWarmingUp`](crate::SmoothWarmingUp)'s [`Limiter`](crate::Limiter) check (Guava's
+/// `tryAcquire(n, 0)`). Stored permits are spent first, at the warm-up's price (up to `cold_factor
+/// / rate` each, down to `1 / rate` at the threshold); the rest cost `1 / rate` each; the cost
+/// pushes the debt. A denial says when the debt clears (never, `None`, past the map's range). A
+/// refusal because the map is full ([`WhenFull::Deny`]) says when the next early sweep may make
+/// room. `n == 0` takes nothing and passes iff no debt is owed.
+///
+/// ```
+/// use std::time::Duration;
+/// use turnstile::{keyed::smooth_warming_up::KeyedSmoothWarmingUp, ManualClock, Nanos};
+/// // Guava's example: 2 per second after a 4 s warm-up, cold factor 3.
+/// let k = KeyedSmoothWarmingUp::<u8, _, _>::builder(2.0, Duration::from_secs(4))
+///     .clock(ManualClock::default())
+///     .build()
+///     .unwrap();
+/// let mut now = Nanos::new(1_000_000_000);
+/// let mut waits = Vec::new();
+/// for _ in 0..8 {
+///     assert!(k.check_n_at(&1, now, 1).is_ok());
+///     let d = k.check_n_at(&1, now, 1).unwrap_err();
+///     waits.push(d.retry_after().unwrap().as_millis());
+///     now = d.retry_at().unwrap();
+/// }
+/// assert_eq!(waits, [1375, 1125, 875, 625, 500, 500, 500, 500]);
+/// ```
+///
+/// # Idle keys
+/// `evict_idle_at(now)` evicts every key idle at `now`: no debt, and its store full again (cold),
+/// exactly the state of a key born at `now`. Returns how many went; afterwards, if the table holds
+/// more evicted slots than live keys, rebuilds it without them.
+///
+/// `now` may be any time and no key ever grants more for it (keys revived or inserted
+/// after this call are born at `now` or later, module docs).
+///
+/// ```
+/// use std::time::Duration;
+/// use turnstile::{keyed::smooth_warming_up::KeyedSmoothWarmingUp, ManualClock, Nanos};
+/// let k = KeyedSmoothWarmingUp::<u8, _, _>::builder(2.0, Duration::from_secs(4))
+///     .clock(ManualClock::default())
+///     .build()
+///     .unwrap();
+/// let t = Nanos::new(1_000_000_000);
+/// let _ = k.check_n_at(&1, t, 1); // 1.375 s of debt, one permit spent from the store
+/// assert_eq!(k.evict_idle_at(t + Duration::from_millis(1500)), 0); // 7.25 stored of 8
+/// assert_eq!(k.evict_idle_at(t + Duration::from_secs(60)), 1);
+/// assert!(k.is_empty());
+/// ```
+pub type KeyedSmoothWarmingUp<K, S = RandomState, C = QuantaClock> = InlineMap<K, Quota, S, C>;
 
-impl<K> KeyedSmoothWarmingUp<K, RandomState, QuantaClock>
+impl<K> InlineMap<K, Quota, RandomState, QuantaClock>
 where
     K: Eq + Hash + Clone + Send + Sync + 'static,
 {
     /// `rate` permits per second per key reached after `warmup` from cold, with cold factor
     /// 3 (Guava's `RateLimiter.create(rate, warmup)`), on the shared quanta clock, with at
     /// most 2^20 (1 048 576) keys and sweeps every 10 s. The same errors as
-    /// [`KeyedSmoothWarmingUpBuilder::build`].
+    /// [`build`](InlineMapBuilder::build).
     ///
     /// ```
     /// use std::time::Duration;
@@ -267,9 +332,9 @@ where
     }
 
     /// A builder whose quota 0 is `rate` permits per second reached after `warmup`, cold
-    /// factor 3: change that with [`KeyedSmoothWarmingUpBuilder::cold_factor`], add quotas
-    /// with [`KeyedSmoothWarmingUpBuilder::quota`] and pick one per key with
-    /// [`KeyedSmoothWarmingUpBuilder::classify`].
+    /// factor 3: change that with [`cold_factor`](InlineMapBuilder::cold_factor), add quotas
+    /// with `quota` and pick one per key with
+    /// [`classify`](InlineMapBuilder::classify).
     ///
     /// ```
     /// use std::time::Duration;
@@ -282,144 +347,12 @@ where
     ///     .unwrap();
     /// assert_eq!(k.max_keys(), 100_000);
     /// ```
-    pub fn builder(rate: f64, warmup: Duration) -> KeyedSmoothWarmingUpBuilder<K> {
-        KeyedSmoothWarmingUpBuilder {
-            quotas: vec![(rate, warmup, DEFAULT_COLD_FACTOR)],
-            settings: Settings::new(),
-        }
+    pub fn builder(rate: f64, warmup: Duration) -> InlineMapBuilder<K, Quota> {
+        InlineMapBuilder::with_quotas(vec![(rate, warmup, DEFAULT_COLD_FACTOR)])
     }
 }
 
-crate::keyed::word_map::front_methods!(
-    KeyedSmoothWarmingUp,
-    "keyed::smooth_warming_up",
-    extra "",
-    new "KeyedSmoothWarmingUp::new(1.0, std::time::Duration::from_secs(1)).unwrap()",
-    builder "KeyedSmoothWarmingUp::builder(1.0, std::time::Duration::from_secs(1))"
-);
-
-impl<K, S, C> KeyedSmoothWarmingUp<K, S, C>
-where
-    K: Eq + Hash + Clone + Send + Sync + 'static,
-    S: BuildHasher,
-    C: Clock,
-{
-    /// Takes `n` permits for `key` at `now` if no debt is owed at `now`, as one atomic step,
-    /// inserting the key (cold) if it is new; otherwise changes nothing, as
-    /// [`SmoothWarmingUp`](crate::SmoothWarmingUp)'s [`Limiter`](crate::Limiter) check
-    /// (Guava's `tryAcquire(n, 0)`). Stored permits are spent first, at the warm-up's price
-    /// (up to `cold_factor / rate` each, down to `1 / rate` at the threshold); the rest cost
-    /// `1 / rate` each; the cost pushes the debt. A denial says when the debt clears (never,
-    /// `None`, past the map's range). A refusal because the map is full
-    /// ([`WhenFull::Deny`]) says when the next early sweep may make room. `n == 0` takes
-    /// nothing and passes iff no debt is owed.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use turnstile::{keyed::smooth_warming_up::KeyedSmoothWarmingUp, ManualClock, Nanos};
-    /// // Guava's example: 2 per second after a 4 s warm-up, cold factor 3.
-    /// let k = KeyedSmoothWarmingUp::<u8, _, _>::builder(2.0, Duration::from_secs(4))
-    ///     .clock(ManualClock::default())
-    ///     .build()
-    ///     .unwrap();
-    /// let mut now = Nanos::new(1_000_000_000);
-    /// let mut waits = Vec::new();
-    /// for _ in 0..8 {
-    ///     assert!(k.check_n_at(&1, now, 1).is_ok());
-    ///     let d = k.check_n_at(&1, now, 1).unwrap_err();
-    ///     waits.push(d.retry_after().unwrap().as_millis());
-    ///     now = d.retry_at().unwrap();
-    /// }
-    /// assert_eq!(waits, [1375, 1125, 875, 625, 500, 500, 500, 500]);
-    /// ```
-    #[inline]
-    pub fn check_n_at<Q>(&self, key: &Q, now: Nanos, n: u32) -> Result<(), Denied>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
-        self.map.check_n_at(key, now, n)
-    }
-
-    /// Evicts every key idle at `now`: no debt, and its store full again (cold), exactly
-    /// the state of a key born at `now`. Returns how many went; afterwards, if the table
-    /// holds more evicted slots than live keys, rebuilds it without them.
-    ///
-    /// `now` may be any time and no key ever grants more for it (keys revived or inserted
-    /// after this call are born at `now` or later, module docs).
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use turnstile::{keyed::smooth_warming_up::KeyedSmoothWarmingUp, ManualClock, Nanos};
-    /// let k = KeyedSmoothWarmingUp::<u8, _, _>::builder(2.0, Duration::from_secs(4))
-    ///     .clock(ManualClock::default())
-    ///     .build()
-    ///     .unwrap();
-    /// let t = Nanos::new(1_000_000_000);
-    /// let _ = k.check_n_at(&1, t, 1); // 1.375 s of debt, one permit spent from the store
-    /// assert_eq!(k.evict_idle_at(t + Duration::from_millis(1500)), 0); // 7.25 stored of 8
-    /// assert_eq!(k.evict_idle_at(t + Duration::from_secs(60)), 1);
-    /// assert!(k.is_empty());
-    /// ```
-    pub fn evict_idle_at(&self, now: Nanos) -> usize {
-        self.map.evict_idle_at(now)
-    }
-}
-
-impl<K, S, C> fmt::Debug for KeyedSmoothWarmingUp<K, S, C>
-where
-    K: Eq + Hash + Clone + Send + Sync + 'static,
-    S: BuildHasher,
-    C: Clock,
-{
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut d = f.debug_struct("KeyedSmoothWarmingUp");
-        d.field("len", &self.len()).field(
-            "quotas",
-            &self
-                .map
-                .rules()
-                .iter()
-                .map(|q| (q.rate, q.warmup, q.cold_factor))
-                .collect::<Vec<_>>(),
-        );
-        self.map.debug_fields(&mut d);
-        d.finish()
-    }
-}
-
-/// Options for a [`KeyedSmoothWarmingUp`]: quota 0's cold factor as
-/// [`SmoothWarmingUp`](crate::SmoothWarmingUp)'s builder, more quotas, and the map's settings.
-///
-/// ```
-/// use std::time::Duration;
-/// use turnstile::keyed::smooth_warming_up::KeyedSmoothWarmingUp;
-/// let k = KeyedSmoothWarmingUp::builder(10.0, Duration::from_secs(2))
-///     .cold_factor(4.0)
-///     .quota(100.0, Duration::from_secs(1), 3.0)
-///     .classify(|user: &u32| usize::from(*user < 10))
-///     .max_keys(10_000)
-///     .build()
-///     .unwrap();
-/// assert!(k.check(&3).is_ok());
-/// ```
-#[must_use = "a builder does nothing until `build` is called"]
-pub struct KeyedSmoothWarmingUpBuilder<K, S = RandomState, C: Clock = QuantaClock> {
-    /// `(rate, warmup, cold_factor)` of each quota, quota 0 first.
-    quotas: Vec<(f64, Duration, f64)>,
-    settings: Settings<K, S, C>,
-}
-
-crate::keyed::word_map::builder_methods!(
-    KeyedSmoothWarmingUpBuilder,
-    KeyedSmoothWarmingUp,
-    "keyed::smooth_warming_up",
-    extra "",
-    builder "KeyedSmoothWarmingUp::builder(1.0, std::time::Duration::from_secs(1))"
-);
-crate::keyed::word_map::builder_debug!(KeyedSmoothWarmingUpBuilder);
-
-impl<K, S, C> KeyedSmoothWarmingUpBuilder<K, S, C>
+impl<K, S, C> InlineMapBuilder<K, Quota, S, C>
 where
     K: Eq + Hash + Clone + Send + Sync + 'static,
     S: BuildHasher,
@@ -428,7 +361,7 @@ where
     /// Quota 0's cold interval as a multiple of its stable one (Guava's `coldFactor`,
     /// default 3.0, at least 1): a cold key's first permits cost up to `cold_factor / rate`
     /// each. Below 1, infinite or NaN is [`ConfigError::InvalidColdFactor`] at
-    /// [`KeyedSmoothWarmingUpBuilder::build`].
+    /// [`build`](InlineMapBuilder::build).
     ///
     /// ```
     /// use std::time::Duration;
@@ -469,32 +402,6 @@ where
     pub fn quota(mut self, rate: f64, warmup: Duration, cold_factor: f64) -> Self {
         self.quotas.push((rate, warmup, cold_factor));
         self
-    }
-
-    /// The map, or the first setting that cannot be used: a quota's rate zero, negative or
-    /// NaN ([`ConfigError::RateNotPositive`]; `+inf` is allowed: no limit) or subnormal
-    /// ([`ConfigError::SubnormalLimit`]), its warm-up zero ([`ConfigError::ZeroWarmup`]), its
-    /// cold factor below 1, infinite or NaN ([`ConfigError::InvalidColdFactor`]),
-    /// [`ConfigError::ZeroMaxKeys`] or [`ConfigError::TooManyQuotas`].
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use turnstile::{keyed::smooth_warming_up::KeyedSmoothWarmingUp, ConfigError};
-    /// let sec = Duration::from_secs(1);
-    /// let err = KeyedSmoothWarmingUp::<u8>::builder(f64::NAN, sec).build().unwrap_err();
-    /// assert!(matches!(err, ConfigError::RateNotPositive(r) if r.is_nan()));
-    /// let err = KeyedSmoothWarmingUp::<u8>::builder(1.0, sec).quota(1.0, Duration::ZERO, 3.0);
-    /// assert_eq!(err.build().unwrap_err(), ConfigError::ZeroWarmup(Duration::ZERO));
-    /// ```
-    pub fn build(self) -> Result<KeyedSmoothWarmingUp<K, S, C>, ConfigError> {
-        let quotas = self
-            .quotas
-            .iter()
-            .map(|&(rate, warmup, cf)| Quota::new(rate, warmup, cf))
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(KeyedSmoothWarmingUp {
-            map: self.settings.build(&quotas)?,
-        })
     }
 }
 

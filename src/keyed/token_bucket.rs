@@ -106,8 +106,8 @@
 //! [`RandomState`] (SipHash-1-3 with a random
 //! per-process key, a keyed PRF): without the key an attacker cannot predict which slots its
 //! keys land in, so it cannot build long probe chains however many keys it sends, and
-//! [`KeyedTokenBucketBuilder::max_keys`] bounds how many it can hold. A faster hasher can be
-//! chosen with [`KeyedTokenBucketBuilder::hasher`]: `foldhash::fast::RandomState` (randomly
+//! [`max_keys`](InlineMapBuilder::max_keys) bounds how many it can hold. A faster hasher can be
+//! chosen with [`hasher`](InlineMapBuilder::hasher): `foldhash::fast::RandomState` (randomly
 //! seeded per map; no cryptographic claim, and its authors do not claim resistance to an
 //! attacker who can time the map, but a flood shows up as a slower map, never as a wrong
 //! answer) hashes a `u64` in a handful of instructions where SipHash takes over a hundred
@@ -135,8 +135,9 @@ pub use crate::keyed::WhenFull;
 
 use crate::clock::{Clock, Nanos, QuantaClock};
 use crate::error::ConfigError;
-use crate::keyed::word_map::{Settings, WordMap};
+use crate::keyed::word_map::WordMap;
 use crate::keyed::word_rule::{WordRule, X_MASK};
+use crate::keyed::{InlineMap, InlineMapBuilder};
 use crate::limit::Limit;
 use crate::limiter::{Denied, QuotaStatus};
 use crate::scale::{Scale, D_MAX, TAU_MAX};
@@ -146,22 +147,25 @@ const U_MAX: u64 = X_MASK - TAU_MAX;
 // A granted word fits its 59 bits.
 const _: () = assert!(U_MAX + TAU_MAX <= X_MASK);
 
-/// One configuration of the quota table, precomputed off the hot path.
+/// One quota of a [`KeyedTokenBucket`]: the rule its keys follow, its configuration precomputed.
+/// Made by the map's builder (`builder` and `quota`), never by hand; it is the map's type
+/// parameter (`KeyedTokenBucket<K>` is `InlineMap<K, Quota>`), named only to name the map's
+/// builder, `InlineMapBuilder<K, Quota>`.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Quota {
+pub struct Quota {
     pub(crate) limit: Limit,
     pub(crate) burst: u32,
-    scale: Scale,
+    pub(crate) scale: Scale,
     /// `burst * one`: the whole burst in units.
-    tau: u64,
+    pub(crate) tau: u64,
     /// `Limit::INF`: every check passes and nothing is written.
-    inf: bool,
+    pub(crate) inf: bool,
     /// No refill (`Limit::ZERO`, or a limit too low to refill its burst in 146 years): units
     /// never advance (`scale.mul == 0`), so the burst is all a key ever gets.
-    zero: bool,
+    pub(crate) zero: bool,
     /// A meter's quota ([`KeyedLeakyMeter`]): more than the burst
     /// is refused under [`Limit::INF`] too, where a token bucket grants any `n`.
-    capped: bool,
+    pub(crate) capped: bool,
 }
 
 impl Quota {
@@ -252,10 +256,31 @@ impl Quota {
     }
 }
 
+impl AsRef<Quota> for Quota {
+    fn as_ref(&self) -> &Quota {
+        self
+    }
+}
+
 /// The map's rule: `x` is the key's theoretical arrival time in its quota's units (module
 /// docs, "The state word").
 impl WordRule for Quota {
     type Word = u64;
+    /// `(limit, burst)` of each quota.
+    type Quotas = Vec<(Limit, u32)>;
+    const NAME: &'static str = "KeyedTokenBucket";
+
+    fn rules(quotas: &Self::Quotas, _: Nanos) -> Result<Vec<Quota>, ConfigError> {
+        Ok(quotas
+            .iter()
+            .map(|&(limit, burst)| Quota::new(limit, burst))
+            .collect())
+    }
+
+    fn debug_quotas(rules: &[Quota], d: &mut fmt::DebugStruct<'_, '_>) {
+        let quotas: Vec<_> = rules.iter().map(|q| (q.limit, q.burst)).collect();
+        d.field("quotas", &quotas);
+    }
 
     /// Full at `now`: `x = units(now)`.
     #[inline(always)]
@@ -315,15 +340,48 @@ impl WordRule for Quota {
 /// assert_eq!(denied.retry_at(), Some(Nanos::new(1_000_000_000)));
 /// assert!(per_user.check_n_at("staff:bob", Nanos::ZERO, 100).is_ok());
 /// ```
-pub struct KeyedTokenBucket<K, S = RandomState, C: Clock = QuantaClock>
-where
-    K: Eq + Hash + Clone + Send + Sync + 'static,
-    S: BuildHasher,
-{
-    map: WordMap<K, Quota, S, C>,
-}
+///
+/// # A check
+/// `n` tokens for `key` at `now`, inserting the key if it is new. A denial writes nothing
+/// and says when the same check would pass (`None`: never, `n` is above the key's burst or
+/// its limit is zero); so does a refusal because the map is full ([`WhenFull::Deny`]).
+/// `n == 0` passes unless a stale reading finds the key in deficit.
+///
+/// ```
+/// use std::time::Duration;
+/// use turnstile::{keyed::token_bucket::KeyedTokenBucket, Limit, ManualClock, Nanos};
+/// let k = KeyedTokenBucket::<u8, _, _>::builder(Limit::per_second(4.0).unwrap(), 2)
+///     .clock(ManualClock::default())
+///     .build()
+///     .unwrap();
+/// assert!(k.check_n_at(&1, Nanos::ZERO, 2).is_ok());
+/// let d = k.check_n_at(&1, Nanos::new(100_000_000), 1).unwrap_err();
+/// assert_eq!(d.retry_after(), Some(Duration::from_millis(150)));
+/// ```
+///
+/// # Idle keys
+/// `evict_idle_at(now)` evicts every key whose bucket is full at `now`; returns how many went.
+/// Afterwards, if the table holds more evicted slots than live keys, rebuilds it without them (the
+/// memory comes back once no thread still reads the old table).
+///
+/// `now` may be any time and no key ever grants more for it (keys revived or inserted
+/// after this call are born at `now` or later); a `now` ahead of the clock only makes
+/// their next buckets stricter until the clock gets there.
+///
+/// ```
+/// use turnstile::{keyed::token_bucket::KeyedTokenBucket, Limit, ManualClock, Nanos};
+/// let k = KeyedTokenBucket::<u8, _, _>::builder(Limit::per_second(2.0).unwrap(), 1)
+///     .clock(ManualClock::default())
+///     .build()
+///     .unwrap();
+/// let _ = k.check_n_at(&1, Nanos::ZERO, 1);
+/// let _ = k.check_n_at(&2, Nanos::new(400_000_000), 1);
+/// assert_eq!(k.evict_idle_at(Nanos::new(500_000_000)), 1); // key 1 is full again
+/// assert_eq!(k.len(), 1);
+/// ```
+pub type KeyedTokenBucket<K, S = RandomState, C = QuantaClock> = InlineMap<K, Quota, S, C>;
 
-impl<K> KeyedTokenBucket<K, RandomState, QuantaClock>
+impl<K> InlineMap<K, Quota, RandomState, QuantaClock>
 where
     K: Eq + Hash + Clone + Send + Sync + 'static,
 {
@@ -343,8 +401,8 @@ where
     }
 
     /// A builder whose quota 0 is `limit`/`burst`: add quotas with
-    /// [`KeyedTokenBucketBuilder::quota`] and pick one per key with
-    /// [`KeyedTokenBucketBuilder::classify`].
+    /// `quota` and pick one per key with
+    /// [`classify`](InlineMapBuilder::classify).
     ///
     /// ```
     /// use std::time::Duration;
@@ -358,53 +416,17 @@ where
     ///     .unwrap();
     /// assert_eq!(k.max_keys(), 100_000);
     /// ```
-    pub fn builder(limit: Limit, burst: u32) -> KeyedTokenBucketBuilder<K> {
-        KeyedTokenBucketBuilder {
-            quotas: vec![(limit, burst)],
-            settings: Settings::new(),
-        }
+    pub fn builder(limit: Limit, burst: u32) -> InlineMapBuilder<K, Quota> {
+        InlineMapBuilder::with_quotas(vec![(limit, burst)])
     }
 }
 
-crate::keyed::word_map::front_methods!(
-    KeyedTokenBucket,
-    "keyed::token_bucket",
-    extra "Limit, ",
-    new "KeyedTokenBucket::new(Limit::per_second(1.0).unwrap(), 1)",
-    builder "KeyedTokenBucket::builder(Limit::per_second(1.0).unwrap(), 1)"
-);
-
-impl<K, S, C> KeyedTokenBucket<K, S, C>
+impl<K, S, C> InlineMap<K, Quota, S, C>
 where
     K: Eq + Hash + Clone + Send + Sync + 'static,
     S: BuildHasher,
     C: Clock,
 {
-    /// `n` tokens for `key` at `now`, inserting the key if it is new. A denial writes nothing
-    /// and says when the same check would pass (`None`: never, `n` is above the key's burst or
-    /// its limit is zero); so does a refusal because the map is full ([`WhenFull::Deny`]).
-    /// `n == 0` passes unless a stale reading finds the key in deficit.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use turnstile::{keyed::token_bucket::KeyedTokenBucket, Limit, ManualClock, Nanos};
-    /// let k = KeyedTokenBucket::<u8, _, _>::builder(Limit::per_second(4.0).unwrap(), 2)
-    ///     .clock(ManualClock::default())
-    ///     .build()
-    ///     .unwrap();
-    /// assert!(k.check_n_at(&1, Nanos::ZERO, 2).is_ok());
-    /// let d = k.check_n_at(&1, Nanos::new(100_000_000), 1).unwrap_err();
-    /// assert_eq!(d.retry_after(), Some(Duration::from_millis(150)));
-    /// ```
-    #[inline]
-    pub fn check_n_at<Q>(&self, key: &Q, now: Nanos, n: u32) -> Result<(), Denied>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
-        self.map.check_n_at(key, now, n)
-    }
-
     /// The IETF RateLimit fields of `key`'s bucket at `now`, exactly as
     /// [`TokenBucket`](crate::TokenBucket)'s `quota_at` (same units, same rounding): `q` = its
     /// quota's burst, `w` = `burst / limit` rounded up to the nanosecond, `r` = the whole
@@ -551,45 +573,24 @@ where
     {
         held(&self.map, key, now).map_or(f64::from(self.map.rules()[0].burst), |(_, t)| t)
     }
-
-    /// Evicts every key whose bucket is full at `now`; returns how many went. Afterwards, if
-    /// the table holds more evicted slots than live keys, rebuilds it without them (the
-    /// memory comes back once no thread still reads the old table).
-    ///
-    /// `now` may be any time and no key ever grants more for it (keys revived or inserted
-    /// after this call are born at `now` or later); a `now` ahead of the clock only makes
-    /// their next buckets stricter until the clock gets there.
-    ///
-    /// ```
-    /// use turnstile::{keyed::token_bucket::KeyedTokenBucket, Limit, ManualClock, Nanos};
-    /// let k = KeyedTokenBucket::<u8, _, _>::builder(Limit::per_second(2.0).unwrap(), 1)
-    ///     .clock(ManualClock::default())
-    ///     .build()
-    ///     .unwrap();
-    /// let _ = k.check_n_at(&1, Nanos::ZERO, 1);
-    /// let _ = k.check_n_at(&2, Nanos::new(400_000_000), 1);
-    /// assert_eq!(k.evict_idle_at(Nanos::new(500_000_000)), 1); // key 1 is full again
-    /// assert_eq!(k.len(), 1);
-    /// ```
-    pub fn evict_idle_at(&self, now: Nanos) -> usize {
-        self.map.evict_idle_at(now)
-    }
 }
 
 /// The tokens a key the map holds live has at `now`, capped at its burst (negative in
 /// deficit), with its quota; `None` for a key absent or evicted.
-pub(crate) fn held<'m, K, S, C, Q>(
-    map: &'m WordMap<K, Quota, S, C>,
+pub(crate) fn held<'m, K, R, S, C, Q>(
+    map: &'m WordMap<K, R, S, C>,
     key: &Q,
     now: Nanos,
 ) -> Option<(&'m Quota, f64)>
 where
     K: Eq + Hash + Clone + Send + Sync + 'static + Borrow<Q>,
+    R: WordRule<Word = u64> + AsRef<Quota>,
     Q: Hash + Eq + ?Sized,
     S: BuildHasher,
     C: Clock,
 {
-    let (q, x) = match map.read(key)? {
+    let (q, x) = map.read(key)?;
+    let (q, x) = match (q.as_ref(), x) {
         (q, Some(_)) if q.inf => return Some((q, f64::from(q.burst))),
         (q, Some(x)) => (q, x),
         (_, None) => return None,
@@ -599,45 +600,7 @@ where
     Some((q, (units / q.scale.one as f64).min(f64::from(q.burst))))
 }
 
-impl<K, S, C> fmt::Debug for KeyedTokenBucket<K, S, C>
-where
-    K: Eq + Hash + Clone + Send + Sync + 'static,
-    S: BuildHasher,
-    C: Clock,
-{
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut d = f.debug_struct("KeyedTokenBucket");
-        d.field("len", &self.len()).field(
-            "quotas",
-            &self
-                .map
-                .rules()
-                .iter()
-                .map(|q| (q.limit, q.burst))
-                .collect::<Vec<_>>(),
-        );
-        self.map.debug_fields(&mut d);
-        d.finish()
-    }
-}
-
-/// Options for a [`KeyedTokenBucket`].
-#[must_use = "a builder does nothing until `build` is called"]
-pub struct KeyedTokenBucketBuilder<K, S = RandomState, C: Clock = QuantaClock> {
-    quotas: Vec<(Limit, u32)>,
-    settings: Settings<K, S, C>,
-}
-
-crate::keyed::word_map::builder_methods!(
-    KeyedTokenBucketBuilder,
-    KeyedTokenBucket,
-    "keyed::token_bucket",
-    extra "Limit, ",
-    builder "KeyedTokenBucket::builder(Limit::per_second(1.0).unwrap(), 1)"
-);
-crate::keyed::word_map::builder_debug!(KeyedTokenBucketBuilder);
-
-impl<K, S, C> KeyedTokenBucketBuilder<K, S, C>
+impl<K, S, C> InlineMapBuilder<K, Quota, S, C>
 where
     K: Eq + Hash + Clone + Send + Sync + 'static,
     S: BuildHasher,
@@ -660,29 +623,6 @@ where
     pub fn quota(mut self, limit: Limit, burst: u32) -> Self {
         self.quotas.push((limit, burst));
         self
-    }
-
-    /// The map; [`ConfigError::ZeroMaxKeys`] or [`ConfigError::TooManyQuotas`] if those are
-    /// out of range.
-    ///
-    /// ```
-    /// use turnstile::{keyed::token_bucket::KeyedTokenBucket, ConfigError, Limit};
-    /// let l = Limit::per_second(1.0).unwrap();
-    /// let mut b = KeyedTokenBucket::<u8>::builder(l, 1);
-    /// for _ in 0..15 {
-    ///     b = b.quota(l, 1);
-    /// }
-    /// assert_eq!(b.build().unwrap_err(), ConfigError::TooManyQuotas(16));
-    /// ```
-    pub fn build(self) -> Result<KeyedTokenBucket<K, S, C>, ConfigError> {
-        let quotas: Vec<Quota> = self
-            .quotas
-            .iter()
-            .map(|&(limit, burst)| Quota::new(limit, burst))
-            .collect();
-        Ok(KeyedTokenBucket {
-            map: self.settings.build(&quotas)?,
-        })
     }
 }
 

@@ -1,9 +1,10 @@
 //! The engine of the keyed maps whose state is **inline**: an open-addressing table of
 //! `(state, key)` slots, each key's whole limiter one atomic word beside its key, read and
 //! written without a lock. What the word means is a [`WordRule`]'s (`src/keyed/word_rule.rs`);
-//! this file is the table, its key bound and its sweeps, shared by every front
-//! ([`KeyedTokenBucket`] and its siblings). User docs (memory,
-//! flood, hasher, sweeps) are on the fronts.
+//! this file is the table, its key bound and its sweeps, behind the one public front,
+//! [`InlineMap`](crate::keyed::InlineMap) ([`KeyedTokenBucket`] and its siblings are its
+//! aliases). User docs (memory, flood, hasher, sweeps) are on the front and its aliases'
+//! modules.
 //!
 //! # The state word
 //! The word is a `u64` or a `u128`, as the rule's [`WordRule::Word`] says
@@ -67,7 +68,7 @@
 //!   the insert (under `writer`) comes after the resize, as any new key's does. `EMPTY` slots
 //!   need no freeze: only the lock holder fills them.
 //!
-//! loom checks the protocol through the fronts (`loom-tests/tests/keyed_bucket.rs` and its
+//! loom checks the protocol through the maps (`loom-tests/tests/keyed_bucket.rs` and its
 //! siblings, `keyed_warming.rs` at 128 bits: check ‖ evict with revival, insert ‖ check ‖
 //! evict, check ‖ growth, two grants ‖ growth, update ‖ growth, check ‖ purge, a stale
 //! reading across an eviction); a unit test
@@ -128,9 +129,7 @@ use crate::keyed::{WhenFull, DEFAULT_MAX_KEYS, DEFAULT_SWEEP_EVERY};
 use crate::limiter::Denied;
 use crate::sync::{AtomicPtr, AtomicU64, Mutex, Ordering}; // Mutex: inserts of new keys and resizes only, never a check of an existing key
 
-mod front;
 mod table;
-pub(crate) use front::{builder_debug, builder_methods, front_methods};
 use table::{Slot, Table};
 
 /// The most quotas one map holds (the state word's 4-bit tag, with 0 for `EMPTY`/`DEAD`).
@@ -184,7 +183,7 @@ fn slots_for(keys: usize) -> usize {
         .max(MIN_SLOTS)
 }
 
-/// What a front's builder sets besides its quotas: the same for every front.
+/// What an [`InlineMapBuilder`](crate::keyed::InlineMapBuilder) sets besides its quotas.
 pub(crate) struct Settings<K, S = RandomState, C = QuantaClock> {
     pub(crate) capacity: usize,
     pub(crate) classify: Box<dyn Fn(&K) -> usize + Send + Sync>,
@@ -236,7 +235,7 @@ impl<K, S, C> Settings<K, S, C> {
         }
     }
 
-    /// The settings a front's `Debug` shows, after its quotas.
+    /// The settings the map's `Debug` shows, after its quotas.
     pub(crate) fn debug_fields(&self, d: &mut fmt::DebugStruct<'_, '_>) {
         KeyBound::debug_fields(d, self.max_keys, self.when_full, self.sweep_every);
     }
@@ -350,7 +349,7 @@ where
         if rules.len() > MAX_QUOTAS {
             return Err(ConfigError::TooManyQuotas(rules.len()));
         }
-        debug_assert!(!rules.is_empty(), "a front always has its quota 0");
+        debug_assert!(!rules.is_empty(), "a map always has its quota 0");
         let now = self.clock.now().as_u64();
         let min_slots = slots_for(self.capacity);
         let table = Box::into_raw(Box::new(Table::new(min_slots)));
@@ -757,7 +756,7 @@ where
         matches!(self.read(key), Some((_, Some(_))))
     }
 
-    /// The map's sweeper, for a front's `spawn_sweeper`.
+    /// The map's sweeper, for [`InlineMap::spawn_sweeper`](crate::keyed::InlineMap::spawn_sweeper).
     #[cfg(not(loom))] // for spawn_sweeper only
     pub(crate) fn sweeper(&self) -> &Sweeper {
         self.bound.sweeper()
@@ -825,7 +824,7 @@ where
         });
     }
 
-    /// The settings a front's `Debug` shows, after its quotas.
+    /// The settings the map's `Debug` shows, after its quotas.
     pub(crate) fn debug_fields(&self, d: &mut fmt::DebugStruct<'_, '_>) {
         self.bound.debug(d);
     }

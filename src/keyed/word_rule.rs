@@ -23,7 +23,7 @@
 //!    that consumes nothing (`n == 0`, an unlimited quota) returns `Ok(None)` and is not
 //!    written.
 //! 3. **`idle(x, J)` means evicting hands a key nothing**: for every `B >= J`, the budget
-//!    the rule states for one key's history (its front's header) holds for a history that
+//!    the rule states for one key's history (its alias's module docs) holds for a history that
 //!    runs on `x` up to the eviction and on `born(B)` after it, whatever its readings (stale
 //!    ones, earlier than `B` or `J`, included). Per reading, the newborn is at least as
 //!    strict: a check that `born(B)` grants, `x` grants too, at every reading for the
@@ -37,10 +37,11 @@
 //!    no check on a key between the sweep's judgement and its CAS, and the CAS fails if one
 //!    landed.
 //! 4. **`born` never panics and saturates**; so does every time computation of a rule.
-use std::fmt::Debug;
+use std::fmt::{self, Debug};
 use std::ops::{BitAnd, BitOr, Not, Shl, Shr};
 
 use crate::clock::Nanos;
+use crate::error::ConfigError;
 use crate::limiter::Denied;
 use crate::sync::{AtomicU128, AtomicU64, Ordering};
 
@@ -49,7 +50,7 @@ use crate::sync::{AtomicU128, AtomicU64, Ordering};
 pub(crate) const X_MASK: u64 = <u64 as Word>::X_MASK;
 
 /// A state word's width (module docs): its layout constants and its atomic.
-pub(crate) trait Word:
+pub trait Word:
     Copy
     + Eq
     + Ord
@@ -85,7 +86,7 @@ pub(crate) trait Word:
 }
 
 /// The operations the map performs on a slot's word, as the atomic's own methods.
-pub(crate) trait AtomicWord<W>: Send + Sync {
+pub trait AtomicWord<W>: Send + Sync {
     fn new(v: W) -> Self;
     fn load(&self, order: Ordering) -> W;
     fn store(&self, v: W, order: Ordering);
@@ -98,7 +99,7 @@ pub(crate) trait AtomicWord<W>: Send + Sync {
 /// two lines, two misses a check where one would do. A larger key's slot is rounded up to
 /// 64 bytes: a line each.
 #[repr(align(32))]
-pub(crate) struct Align32;
+pub struct Align32;
 
 macro_rules! word {
     ($w:ty, $atomic:ty, $align:ty) => {
@@ -175,9 +176,27 @@ pub(crate) const RANGE_MIN: u64 = 85 * 36_525 * 86_400 * 1_000_000; // 8.5 * 365
 const _: () = assert!(RANGE_MIN == 268_239_600_000_000_000);
 
 /// One configuration of a keyed map with inline state: see the [module docs](self).
-pub(crate) trait WordRule: Copy + Send + Sync + 'static {
+///
+/// Public in name only (this module is private): it is the bound of
+/// [`InlineMap`](super::InlineMap)'s rule parameter, which users never name; they name a map
+/// by its alias.
+pub trait WordRule: Copy + Send + Sync + 'static {
     /// The state word's width (module docs).
     type Word: Word;
+
+    /// What the map's builder records of its quotas, quota 0 first, until `build` turns it
+    /// into rules with [`WordRule::rules`].
+    type Quotas: Debug + Send + Sync;
+
+    /// The map's name (its alias) in its `Debug`.
+    const NAME: &'static str;
+
+    /// The rules of `quotas` for a map built at `now` (ns on its clock), quota 0 first, or
+    /// the first quota's [`ConfigError`], as the single limiter's builder reports it.
+    fn rules(quotas: &Self::Quotas, now: Nanos) -> Result<Vec<Self>, ConfigError>;
+
+    /// Adds the quotas' settings (`rules`, quota 0 first) to the map's `Debug`.
+    fn debug_quotas(rules: &[Self], d: &mut fmt::DebugStruct<'_, '_>);
 
     /// The state of a key born at `now`: inserted, or revived after an eviction judged at
     /// or before `now`. At most [`Word::X_MASK`].

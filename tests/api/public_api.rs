@@ -125,7 +125,7 @@ mod the_time_through_the_clock {
             .clock(clock())
             .build()
             .unwrap();
-        assert_eq!(k.now(), Nanos::new(42));
+        assert_eq!(k.clock().now(), Nanos::new(42));
     }
 
     /// The `Limiter` trait's `now()`, which generic code reads, is the same clock's.

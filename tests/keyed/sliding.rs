@@ -10,7 +10,8 @@ use std::collections::hash_map::RandomState;
 use std::time::Duration;
 
 use proptest::prelude::*;
-use turnstile::keyed::sliding_window::{KeyedSlidingWindow, KeyedSlidingWindowBuilder, MAX_QUOTAS};
+use turnstile::keyed::sliding_window::{KeyedSlidingWindow, Quota, MAX_QUOTAS};
+use turnstile::keyed::InlineMapBuilder;
 use turnstile::sliding_window::SlidingWindowBuilder;
 use turnstile::{
     Clock, ConfigError, Denied, Keyed, Limiter, ManualClock, Nanos, QuantaClock, SlidingWindow,
@@ -91,7 +92,7 @@ impl<C: Clock> Limiter for OneKey<C> {
         self.0.check_n_at(&0, now, n)
     }
     fn now(&self) -> Nanos {
-        self.0.now()
+        self.0.clock().now()
     }
 }
 
@@ -167,7 +168,7 @@ fn quotas_are_per_key_and_bad_input_is_a_typed_error() {
     assert_eq!(k.status_at(&200, at(T0)).quota, 10); // an absent key: its quota's status
 
     let one = Duration::from_secs(1);
-    let bad = |b: KeyedSlidingWindowBuilder<u8>| b.build().unwrap_err();
+    let bad = |b: InlineMapBuilder<u8, Quota>| b.build().unwrap_err();
     let mut b = KeyedSlidingWindow::builder(1, one);
     for _ in 0..MAX_QUOTAS {
         b = b.quota(1, one);

@@ -93,8 +93,8 @@ pub use crate::keyed::WhenFull;
 use crate::clock::{Clock, Nanos, QuantaClock};
 use crate::error::ConfigError;
 use crate::fixed_window::{quota_status, WindowSpec, WindowStatus};
-use crate::keyed::word_map::{Settings, WordMap};
 use crate::keyed::word_rule::{WordRule, RANGE_MIN, X_MASK};
+use crate::keyed::{InlineMap, InlineMapBuilder};
 use crate::limiter::{Denied, QuotaStatus};
 
 /// The longest period the word counts (ns): longer ones count as this.
@@ -103,20 +103,23 @@ const PERIOD_CAP: u64 = 1 << 62;
 /// A window's end may be late by at most `period / TICKS_PER_PERIOD` (one tick).
 const TICKS_PER_PERIOD: u64 = 256;
 
-/// One configuration of the quota table: the window's spec and the word's layout.
+/// One quota of a [`KeyedWindow`]: the rule its keys follow, its configuration precomputed.
+/// Made by the map's builder (`builder` and `quota`), never by hand; it is the map's type
+/// parameter (`KeyedWindow<K>` is `InlineMap<K, Quota>`), named only to name the map's
+/// builder, `InlineMapBuilder<K, Quota>`.
 #[derive(Clone, Copy, Debug)]
-struct Quota {
-    spec: WindowSpec,
+pub struct Quota {
+    pub(crate) spec: WindowSpec,
     /// The period as given (for `Debug` and the status's window).
-    period: Duration,
+    pub(crate) period: Duration,
     /// The period in ns, at most [`PERIOD_CAP`].
-    p: u64,
+    pub(crate) p: u64,
     /// Bits of the count: the quota's.
-    c: u32,
+    pub(crate) c: u32,
     /// `2^s` ns per tick of the end.
-    s: u32,
+    pub(crate) s: u32,
     /// The last reading offset (ns past the base) the word counts.
-    range: u64,
+    pub(crate) range: u64,
 }
 
 impl Quota {
@@ -228,6 +231,35 @@ impl Quota {
 /// "The state word").
 impl WordRule for Quota {
     type Word = u64;
+    type Quotas = Quotas;
+    const NAME: &'static str = "KeyedWindow";
+
+    fn rules(quotas: &Quotas, now: Nanos) -> Result<Vec<Quota>, ConfigError> {
+        let Quotas {
+            list,
+            align,
+            unix_origin,
+        } = quotas;
+        list.iter()
+            .map(|&(quota, period)| {
+                Quota::new(
+                    WindowSpec::new(quota, period, *align, *unix_origin, now)?,
+                    period,
+                )
+            })
+            .collect()
+    }
+
+    fn debug_quotas(rules: &[Quota], d: &mut fmt::DebugStruct<'_, '_>) {
+        let quotas: Vec<_> = rules.iter().map(|q| (q.spec.quota, q.period)).collect();
+        d.field("quotas", &quotas).field(
+            "utc_offset_secs",
+            &rules[0]
+                .spec
+                .aligned
+                .then_some(rules[0].spec.utc_offset_secs),
+        );
+    }
 
     /// A spent window that ends at `B`, rounded **down** to a tick: a check at `B` opens a
     /// window at once. Safe for contract 3: an idle key's end is a tick at or before `J`, so
@@ -301,13 +333,50 @@ impl WordRule for Quota {
 /// let s = per_user.status_at(&3, noon);
 /// assert_eq!((s.remaining, s.resets_after(noon)), (50_000, Duration::from_secs(43_200)));
 /// ```
-pub struct KeyedWindow<K, S = RandomState, C: Clock = QuantaClock>
-where
-    K: Eq + Hash + Clone + Send + Sync + 'static,
-    S: BuildHasher,
-{
-    map: WordMap<K, Quota, S, C>,
-}
+///
+/// # A check
+/// `check_n_at(key, now, n)` counts `n` requests for `key` at `now` if they fit in its window, as
+/// one atomic step, inserting the key if it is new; otherwise changes nothing, as
+/// [`FixedWindow`](crate::FixedWindow)'s [`Limiter`](crate::Limiter) check. A denial says when the
+/// window ends; never (`None`) if `n > quota`. A refusal because the map is full
+/// ([`WhenFull::Deny`]) says when the next early sweep may make room. `n == 0` always passes.
+///
+/// ```
+/// use std::time::Duration;
+/// use turnstile::{keyed::fixed_window::KeyedWindow, ManualClock, Nanos};
+/// let k = KeyedWindow::<u8, _, _>::builder(3, Duration::from_secs(1))
+///     .clock(ManualClock::default())
+///     .build()
+///     .unwrap();
+/// let t0 = Nanos::new(1_000_000_000);
+/// assert!(k.check_n_at(&1, t0, 3).is_ok()); // opens the key's window: [t0, t0 + 1 s)
+/// let d = k.check_n_at(&1, t0 + Duration::from_millis(400), 1).unwrap_err();
+/// assert_eq!(d.retry_after(), Some(Duration::from_millis(600)));
+/// assert!(k.check_n_at(&1, t0 + Duration::from_secs(1), 3).is_ok()); // a new window
+/// ```
+///
+/// # Idle keys
+/// `evict_idle_at(now)` evicts every key whose window is over at `now`. Returns how many went;
+/// afterwards, if the table holds more evicted slots than live keys, rebuilds it without them.
+///
+/// `now` may be any time and no key ever grants more for it (keys revived or inserted
+/// after this call are born at `now` or later, module docs).
+///
+/// ```
+/// use std::time::Duration;
+/// use turnstile::{keyed::fixed_window::KeyedWindow, ManualClock, Nanos};
+/// let k = KeyedWindow::<u8, _, _>::builder(10, Duration::from_secs(1))
+///     .clock(ManualClock::default())
+///     .build()
+///     .unwrap();
+/// let t = Nanos::new(1_000_000_000);
+/// let _ = k.check_n_at(&1, t, 1);
+/// let _ = k.check_n_at(&2, t + Duration::from_millis(500), 1);
+/// // Key 1's window ends at t + 1 s, key 2's half a second later.
+/// assert_eq!(k.evict_idle_at(t + Duration::from_secs(1)), 1);
+/// assert_eq!(k.len(), 1);
+/// ```
+pub type KeyedWindow<K, S = RandomState, C = QuantaClock> = InlineMap<K, Quota, S, C>;
 
 impl<K> KeyedWindow<K>
 where
@@ -346,61 +415,21 @@ where
     ///     .unwrap();
     /// assert_eq!(k.max_keys(), 100_000);
     /// ```
-    pub fn builder(quota: u32, period: Duration) -> KeyedWindowBuilder<K> {
-        KeyedWindowBuilder {
-            quotas: Quotas {
-                list: vec![(quota, period)],
-                align: None,
-                unix_origin: None,
-            },
-            settings: Settings::new(),
-        }
+    pub fn builder(quota: u32, period: Duration) -> InlineMapBuilder<K, Quota> {
+        InlineMapBuilder::with_quotas(Quotas {
+            list: vec![(quota, period)],
+            align: None,
+            unix_origin: None,
+        })
     }
 }
 
-crate::keyed::word_map::front_methods!(
-    KeyedWindow,
-    "keyed::fixed_window",
-    extra "",
-    new "KeyedWindow::new(5, std::time::Duration::from_secs(1)).unwrap()",
-    builder "KeyedWindow::builder(5, std::time::Duration::from_secs(1))"
-);
-
-impl<K, S, C> KeyedWindow<K, S, C>
+impl<K, S, C> InlineMap<K, Quota, S, C>
 where
     K: Eq + Hash + Clone + Send + Sync + 'static,
     S: BuildHasher,
     C: Clock,
 {
-    /// Counts `n` requests for `key` at `now` if they fit in its window, as one atomic step,
-    /// inserting the key if it is new; otherwise changes nothing, as
-    /// [`FixedWindow`](crate::FixedWindow)'s [`Limiter`](crate::Limiter) check. A denial says
-    /// when the window ends; never (`None`) if `n > quota`. A refusal because the map is full
-    /// ([`WhenFull::Deny`]) says when the next early sweep may make room. `n == 0` always
-    /// passes.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use turnstile::{keyed::fixed_window::KeyedWindow, ManualClock, Nanos};
-    /// let k = KeyedWindow::<u8, _, _>::builder(3, Duration::from_secs(1))
-    ///     .clock(ManualClock::default())
-    ///     .build()
-    ///     .unwrap();
-    /// let t0 = Nanos::new(1_000_000_000);
-    /// assert!(k.check_n_at(&1, t0, 3).is_ok()); // opens the key's window: [t0, t0 + 1 s)
-    /// let d = k.check_n_at(&1, t0 + Duration::from_millis(400), 1).unwrap_err();
-    /// assert_eq!(d.retry_after(), Some(Duration::from_millis(600)));
-    /// assert!(k.check_n_at(&1, t0 + Duration::from_secs(1), 3).is_ok()); // a new window
-    /// ```
-    #[inline]
-    pub fn check_n_at<Q>(&self, key: &Q, now: Nanos, n: u32) -> Result<(), Denied>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
-        self.map.check_n_at(key, now, n)
-    }
-
     /// [`KeyedWindow::status_at`] at the map's clock reading.
     ///
     /// ```
@@ -483,87 +512,27 @@ where
         let s = quota.status(x, self.map.base(), now);
         Some(quota_status(&quota.spec, s, now))
     }
+}
 
-    /// Evicts every key whose window is over at `now`. Returns how many went; afterwards, if
-    /// the table holds more evicted slots than live keys, rebuilds it without them.
-    ///
-    /// `now` may be any time and no key ever grants more for it (keys revived or inserted
-    /// after this call are born at `now` or later, module docs).
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use turnstile::{keyed::fixed_window::KeyedWindow, ManualClock, Nanos};
-    /// let k = KeyedWindow::<u8, _, _>::builder(10, Duration::from_secs(1))
-    ///     .clock(ManualClock::default())
-    ///     .build()
-    ///     .unwrap();
-    /// let t = Nanos::new(1_000_000_000);
-    /// let _ = k.check_n_at(&1, t, 1);
-    /// let _ = k.check_n_at(&2, t + Duration::from_millis(500), 1);
-    /// // Key 1's window ends at t + 1 s, key 2's half a second later.
-    /// assert_eq!(k.evict_idle_at(t + Duration::from_secs(1)), 1);
-    /// assert_eq!(k.len(), 1);
-    /// ```
-    pub fn evict_idle_at(&self, now: Nanos) -> usize {
-        self.map.evict_idle_at(now)
+pub(crate) use quotas::Quotas;
+
+/// The builder's record, public in name only (its module is private): the rule's
+/// [`WordRule::Quotas`].
+mod quotas {
+    use super::*;
+
+    /// What a keyed window's builder sets besides the map's settings.
+    #[derive(Debug)]
+    pub struct Quotas {
+        /// `(quota, period)` of each quota, quota 0 first.
+        pub(crate) list: Vec<(u32, Duration)>,
+        /// Every quota's alignment: a UTC offset in seconds.
+        pub(crate) align: Option<i64>,
+        pub(crate) unix_origin: Option<Duration>,
     }
 }
 
-impl<K, S, C> fmt::Debug for KeyedWindow<K, S, C>
-where
-    K: Eq + Hash + Clone + Send + Sync + 'static,
-    S: BuildHasher,
-    C: Clock,
-{
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut d = f.debug_struct("KeyedWindow");
-        let rules = self.map.rules();
-        d.field("len", &self.len())
-            .field(
-                "quotas",
-                &rules
-                    .iter()
-                    .map(|q| (q.spec.quota, q.period))
-                    .collect::<Vec<_>>(),
-            )
-            .field(
-                "utc_offset_secs",
-                &rules[0]
-                    .spec
-                    .aligned
-                    .then_some(rules[0].spec.utc_offset_secs),
-            );
-        self.map.debug_fields(&mut d);
-        d.finish()
-    }
-}
-
-/// Options for a [`KeyedWindow`]: more quotas, aligned windows, and the map's settings.
-#[must_use = "a builder does nothing until `build` is called"]
-pub struct KeyedWindowBuilder<K, S = RandomState, C: Clock = QuantaClock> {
-    quotas: Quotas,
-    settings: Settings<K, S, C>,
-}
-
-/// What a [`KeyedWindowBuilder`] sets besides the map's settings.
-#[derive(Debug)]
-struct Quotas {
-    /// `(quota, period)` of each quota, quota 0 first.
-    list: Vec<(u32, Duration)>,
-    /// Every quota's alignment: a UTC offset in seconds.
-    align: Option<i64>,
-    unix_origin: Option<Duration>,
-}
-
-crate::keyed::word_map::builder_methods!(
-    KeyedWindowBuilder,
-    KeyedWindow,
-    "keyed::fixed_window",
-    extra "",
-    builder "KeyedWindow::builder(5, std::time::Duration::from_secs(1))"
-);
-
-impl<K, S, C> KeyedWindowBuilder<K, S, C>
+impl<K, S, C> InlineMapBuilder<K, Quota, S, C>
 where
     K: Eq + Hash + Clone + Send + Sync + 'static,
     S: BuildHasher,
@@ -643,50 +612,6 @@ where
     pub fn quota(mut self, quota: u32, period: Duration) -> Self {
         self.quotas.list.push((quota, period));
         self
-    }
-
-    /// The map, or the first setting that cannot be used: a quota or period of 0
-    /// ([`ConfigError::ZeroQuota`], [`ConfigError::ZeroPeriod`]), a quota too large for its
-    /// period ([`ConfigError::WindowTooShort`]), [`ConfigError::InvalidUtcOffset`],
-    /// [`ConfigError::ZeroMaxKeys`] or [`ConfigError::TooManyQuotas`].
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use turnstile::{keyed::fixed_window::KeyedWindow, ConfigError};
-    /// let err = KeyedWindow::<u8>::builder(1_000_000, Duration::from_millis(1)).build();
-    /// assert!(matches!(err.unwrap_err(), ConfigError::WindowTooShort { .. }));
-    /// assert!(KeyedWindow::<u8>::builder(1_000_000, Duration::from_secs(1)).build().is_ok());
-    /// ```
-    pub fn build(self) -> Result<KeyedWindow<K, S, C>, ConfigError> {
-        let now = self.settings.clock.now();
-        let Quotas {
-            list,
-            align,
-            unix_origin,
-        } = &self.quotas;
-        let quotas = list
-            .iter()
-            .map(|&(quota, period)| {
-                Quota::new(
-                    WindowSpec::new(quota, period, *align, *unix_origin, now)?,
-                    period,
-                )
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(KeyedWindow {
-            map: self.settings.build(&quotas)?,
-        })
-    }
-}
-
-impl<K, S, C: Clock> fmt::Debug for KeyedWindowBuilder<K, S, C> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut d = f.debug_struct("KeyedWindowBuilder");
-        d.field("quotas", &self.quotas.list)
-            .field("align", &self.quotas.align)
-            .field("unix_origin", &self.quotas.unix_origin);
-        self.settings.debug_fields(&mut d);
-        d.finish()
     }
 }
 

@@ -134,7 +134,7 @@ where
 {
     #[inline]
     fn now(&self) -> Nanos {
-        KeyedTokenBucket::now(self)
+        self.clock().now()
     }
 
     #[inline]
