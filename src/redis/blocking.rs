@@ -32,7 +32,7 @@
 //!
 //! # A deadline on every call
 //! Every call ([`Blocking::try_check_n`], [`Blocking::ping`], [`Blocking::run`],
-//! [`Blocking::block_on`]) waits at most the wrapper's deadline ([`Blocking::with_deadline`],
+//! [`Blocking::block_on`]) waits at most the wrapper's deadline ([`BlockingBuilder::deadline`],
 //! default 250 ms) and then answers
 //! [`RedisLimitError::Timeout`]: a stalled Redis never holds a caller's thread longer, even
 //! over a connection built without a response timeout. (A [`Fallback`](super::Fallback)
@@ -133,10 +133,41 @@ pub struct Blocking<L> {
     deadline: Duration,
 }
 
+impl Blocking<()> {
+    /// A builder for options: a runtime of your own ([`runtime`](BlockingBuilder::runtime)),
+    /// a deadline ([`deadline`](BlockingBuilder::deadline)), then
+    /// [`build`](BlockingBuilder::build) with the function that makes the limiter, as
+    /// [`Blocking::new`] takes it.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use turnstile::redis::{self, Blocking, Gcra};
+    /// use turnstile::Limit;
+    ///
+    /// fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    ///     let limiter = Blocking::builder()
+    ///         .deadline(Duration::from_millis(50))
+    ///         .build(|| async {
+    ///             let con = redis::connect("redis://127.0.0.1:6379/").await?;
+    ///             Ok(Gcra::new(con, Limit::per_second(10.0)?, 5)?)
+    ///         })?;
+    ///     assert_eq!(limiter.deadline(), Duration::from_millis(50));
+    ///     Ok(())
+    /// }
+    /// ```
+    pub fn builder() -> BlockingBuilder {
+        BlockingBuilder {
+            runtime: None,
+            deadline: DEFAULT_DEADLINE,
+        }
+    }
+}
+
 impl<L> Blocking<L> {
     /// Builds a runtime (multi-thread, one worker thread named `turnstile-redis`, IO and
     /// time enabled) and runs `make`'s future on it to build the limiter, so that the
-    /// connection and any background task are spawned on that runtime.
+    /// connection and any background task are spawned on that runtime. Calls wait at most
+    /// 250 ms; [`Blocking::builder`] changes that, or brings a runtime of your own.
     ///
     /// The closure's error type is `Box<dyn Error + Send + Sync>`, so `?` works on
     /// [`connect`](super::connect)'s [`RedisLimitError`] and on a constructor's
@@ -166,92 +197,11 @@ impl<L> Blocking<L> {
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<L, BoxError>>,
     {
-        outside_runtime()?;
-        let runtime = Builder::new_multi_thread()
-            .worker_threads(1)
-            .thread_name(THREAD_NAME)
-            .enable_all()
-            .build()?;
-        Blocking::with_runtime(runtime, make)
-    }
-
-    /// As [`Blocking::new`], on a runtime of your own (more worker threads, other names,
-    /// thread hooks). It must be a multi-thread runtime with the IO and time drivers enabled
-    /// (`Builder::new_multi_thread().enable_all()`); the wrapper owns it from now on and
-    /// shuts it down when dropped, even when this fails.
-    ///
-    /// ```no_run
-    /// use turnstile::redis::{self, Blocking, TokenBucket};
-    ///
-    /// fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    ///     let runtime = tokio::runtime::Builder::new_multi_thread()
-    ///         .worker_threads(2)
-    ///         .thread_name("limiter-io")
-    ///         .enable_all()
-    ///         .build()?;
-    ///     let limiter = Blocking::with_runtime(runtime, || async {
-    ///         let con = redis::connect("redis://127.0.0.1:6379/").await?;
-    ///         Ok(TokenBucket::new(con, 10, 20)?)
-    ///     })?;
-    ///     assert!(limiter.try_check("client-42")?.is_ok());
-    ///     Ok(())
-    /// }
-    /// ```
-    ///
-    /// # Errors
-    /// [`ConfigError::CurrentThreadRuntime`] for a current-thread runtime (it would run the
-    /// connection's task and a fallback's health check only during calls, so a fallback
-    /// could stay in fallback forever); [`RedisLimitError::InsideAsyncRuntime`] when called
-    /// where a tokio runtime is current; `make`'s error.
-    pub fn with_runtime<F, Fut>(runtime: Runtime, make: F) -> Result<Blocking<L>, BoxError>
-    where
-        F: FnOnce() -> Fut,
-        Fut: Future<Output = Result<L, BoxError>>,
-    {
-        // From here on, any early return shuts the runtime down in the background (`drop`).
-        let mut blocking = Blocking {
-            limiter: None,
-            runtime: Some(runtime),
-            deadline: DEFAULT_DEADLINE,
-        };
-        if blocking.runtime().handle().runtime_flavor() == RuntimeFlavor::CurrentThread {
-            return Err(ConfigError::CurrentThreadRuntime.into());
-        }
-        outside_runtime()?;
-        blocking.limiter = Some(blocking.runtime().block_on(async { make().await })?);
-        Ok(blocking)
-    }
-
-    /// The same wrapper with every call bounded by `deadline` instead of the default 250 ms.
-    ///
-    /// ```no_run
-    /// use std::time::Duration;
-    /// use turnstile::redis::{self, Blocking, Gcra};
-    /// use turnstile::Limit;
-    ///
-    /// fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    ///     let limiter = Blocking::new(|| async {
-    ///         let con = redis::connect("redis://127.0.0.1:6379/").await?;
-    ///         Ok(Gcra::new(con, Limit::per_second(10.0)?, 5)?)
-    ///     })?
-    ///     .with_deadline(Duration::from_millis(50))?;
-    ///     assert_eq!(limiter.deadline(), Duration::from_millis(50));
-    ///     Ok(())
-    /// }
-    /// ```
-    ///
-    /// # Errors
-    /// [`ConfigError::ZeroTimeout`] for a zero deadline (every call would time out).
-    pub fn with_deadline(mut self, deadline: Duration) -> Result<Self, ConfigError> {
-        if deadline.is_zero() {
-            return Err(ConfigError::ZeroTimeout);
-        }
-        self.deadline = deadline;
-        Ok(self)
+        Blocking::builder().build(make)
     }
 
     /// The most a call waits before it answers [`RedisLimitError::Timeout`] (250 ms unless
-    /// set with [`Blocking::with_deadline`]).
+    /// set with [`BlockingBuilder::deadline`]).
     pub fn deadline(&self) -> Duration {
         self.deadline
     }
@@ -288,7 +238,7 @@ impl<L> Blocking<L> {
     ///
     /// # Errors
     /// [`RedisLimitError::Timeout`] (and `fut` is dropped) past the deadline
-    /// ([`Blocking::with_deadline`]); [`RedisLimitError::InsideAsyncRuntime`] (and `fut` is
+    /// ([`BlockingBuilder::deadline`]); [`RedisLimitError::InsideAsyncRuntime`] (and `fut` is
     /// not run) when called where a tokio runtime is current.
     pub fn block_on<F: Future>(&self, fut: F) -> Result<F::Output, RedisLimitError> {
         outside_runtime()?;
@@ -316,7 +266,7 @@ impl<L> Blocking<L> {
     ///
     /// # Errors
     /// The future's error; [`RedisLimitError::Timeout`] past the deadline
-    /// ([`Blocking::with_deadline`]) and [`RedisLimitError::InsideAsyncRuntime`] (and `f` is
+    /// ([`BlockingBuilder::deadline`]) and [`RedisLimitError::InsideAsyncRuntime`] (and `f` is
     /// not called) when called where a tokio runtime is current, both converted into it.
     pub fn run<'a, T, E, Fut>(&'a self, f: impl FnOnce(&'a L) -> Fut) -> Result<T, E>
     where
@@ -367,7 +317,7 @@ impl<L: RedisLimiter> Blocking<L> {
     /// [`RedisLimiter::try_check_n`], blocking this thread until it answers. The outer error
     /// is bad input or Redis failing (from a [`Fallback`](super::Fallback), only bad input), the
     /// inner `Err` a denial with its retry time, all within the deadline
-    /// ([`Blocking::with_deadline`]).
+    /// ([`BlockingBuilder::deadline`]).
     ///
     /// ```no_run
     /// # fn f(limiter: turnstile::redis::Blocking<
@@ -428,6 +378,101 @@ impl<L: fmt::Debug> fmt::Debug for Blocking<L> {
             .field("limiter", self.limiter())
             .field("deadline", &self.deadline)
             .finish_non_exhaustive()
+    }
+}
+/// Options for a [`Blocking`] wrapper: [`Blocking::builder`], then
+/// [`build`](BlockingBuilder::build), which checks them and makes the limiter.
+#[must_use = "a builder does nothing until `build` is called"]
+pub struct BlockingBuilder {
+    runtime: Option<Runtime>,
+    deadline: Duration,
+}
+
+impl BlockingBuilder {
+    /// Runs on `runtime` instead of a runtime of the wrapper's own (more worker threads,
+    /// other names, thread hooks). It must be a multi-thread runtime with the IO and time
+    /// drivers enabled (`Builder::new_multi_thread().enable_all()`); the wrapper owns it from
+    /// `build` on and shuts it down when dropped, even when `build` fails.
+    ///
+    /// ```no_run
+    /// use turnstile::redis::{self, Blocking, TokenBucket};
+    ///
+    /// fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    ///     let runtime = tokio::runtime::Builder::new_multi_thread()
+    ///         .worker_threads(2)
+    ///         .thread_name("limiter-io")
+    ///         .enable_all()
+    ///         .build()?;
+    ///     let limiter = Blocking::builder().runtime(runtime).build(|| async {
+    ///         let con = redis::connect("redis://127.0.0.1:6379/").await?;
+    ///         Ok(TokenBucket::new(con, 10, 20)?)
+    ///     })?;
+    ///     assert!(limiter.try_check("client-42")?.is_ok());
+    ///     Ok(())
+    /// }
+    /// ```
+    pub fn runtime(mut self, runtime: Runtime) -> Self {
+        self.runtime = Some(runtime);
+        self
+    }
+
+    /// Bounds every call by `deadline` instead of the default 250 ms.
+    pub fn deadline(mut self, deadline: Duration) -> Self {
+        self.deadline = deadline;
+        self
+    }
+
+    /// Runs `make`'s future on the runtime to build the limiter, so that the connection and
+    /// any background task are spawned on that runtime: see [`Blocking::new`].
+    ///
+    /// # Errors
+    /// [`ConfigError::ZeroTimeout`] for a zero deadline (every call would time out);
+    /// [`ConfigError::CurrentThreadRuntime`] for a current-thread runtime (it would run the
+    /// connection's task and a fallback's health check only during calls, so a fallback
+    /// could stay in fallback forever); [`RedisLimitError::InsideAsyncRuntime`] when called
+    /// where a tokio runtime is current (nothing is built); the runtime's own
+    /// `std::io::Error` if its thread cannot be started; `make`'s error.
+    pub fn build<L, F, Fut>(self, make: F) -> Result<Blocking<L>, BoxError>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<L, BoxError>>,
+    {
+        // From here on, any early return shuts a runtime of the caller's down in the
+        // background (`drop`).
+        let mut blocking = Blocking {
+            limiter: None,
+            runtime: self.runtime,
+            deadline: self.deadline,
+        };
+        if blocking.deadline.is_zero() {
+            return Err(ConfigError::ZeroTimeout.into());
+        }
+        if let Some(runtime) = &blocking.runtime {
+            if runtime.handle().runtime_flavor() == RuntimeFlavor::CurrentThread {
+                return Err(ConfigError::CurrentThreadRuntime.into());
+            }
+        }
+        outside_runtime()?;
+        if blocking.runtime.is_none() {
+            blocking.runtime = Some(
+                Builder::new_multi_thread()
+                    .worker_threads(1)
+                    .thread_name(THREAD_NAME)
+                    .enable_all()
+                    .build()?,
+            );
+        }
+        blocking.limiter = Some(blocking.runtime().block_on(async { make().await })?);
+        Ok(blocking)
+    }
+}
+
+impl fmt::Debug for BlockingBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BlockingBuilder")
+            .field("runtime", &self.runtime.as_ref().map(|_| "(caller's)"))
+            .field("deadline", &self.deadline)
+            .finish()
     }
 }
 

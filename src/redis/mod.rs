@@ -31,7 +31,7 @@
 //!   [`connect_cluster`] build time out a command after 250 ms
 //!   ([`ConnectOptions::response_timeout`]), a [`Coalesce`] bounds each round trip it sends
 //!   ([`CoalesceBuilder::deadline`]), a [`Blocking`] each call
-//!   ([`Blocking::with_deadline`]), and a [`Fallback`] each check by its own timeout
+//!   ([`BlockingBuilder::deadline`]), and a [`Fallback`] each check by its own timeout
 //!   (100 ms), answering in process past it.
 //! * **Outages** ([`RedisLimitError::is_outage`]): Redis unreachable or too slow, a full
 //!   `Coalesce` queue, and the answers of a server that cannot serve now: `OOM`, `BUSY`,
@@ -57,7 +57,7 @@ pub mod fixed_window;
 pub mod gcra;
 pub mod token_bucket;
 
-pub use blocking::Blocking;
+pub use blocking::{Blocking, BlockingBuilder};
 pub use coalesce::{Coalesce, CoalesceBuilder, CoalesceStats, RedisBatch};
 pub use connection::{connect, connect_with, ConnectOptions, Connection};
 pub use fallback::{Fallback, FallbackBuilder, FallbackStats, Mode};
@@ -72,7 +72,7 @@ use std::time::Duration;
 /// The deadline every Redis call gets unless configured otherwise: the response timeout of
 /// the connections [`connect`] builds ([`ConnectOptions::response_timeout`]), a
 /// [`Coalesce`]'s batch calls ([`CoalesceBuilder::deadline`]) and a [`Blocking`] call
-/// ([`Blocking::with_deadline`]). Longer than [`Fallback`]'s per-call timeout
+/// ([`BlockingBuilder::deadline`]). Longer than [`Fallback`]'s per-call timeout
 /// (100 ms), so that under a `Fallback` its own timer decides, and short
 /// enough that a bare limiter over a stalled server answers
 /// [`RedisLimitError::Timeout`] (or a timed-out [`RedisLimitError::Redis`]) a quarter of a

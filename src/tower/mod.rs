@@ -88,7 +88,7 @@ pub use response::{RATELIMIT, RATELIMIT_POLICY};
 pub use service::RateLimit;
 
 #[cfg(feature = "redis")]
-pub use policy::{fleet, FailurePolicy, Fleet};
+pub use policy::{fleet, FailurePolicy, Fleet, FleetBuilder};
 pub use policy::{
     global, per_key, And, AndFuture, Ask, Decision, Global, KeyGrant, MissingKey, PerKey,
     PerKeyMap, Policy, PolicyExt, Refunds, Report, Taken,

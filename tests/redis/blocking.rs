@@ -262,14 +262,16 @@ fn dropping_outside_a_runtime_does_not_block_and_stops_the_worker() {
     };
     const NAME: &str = "tsb-drop-out";
     let url = s.url();
-    let limiter = Blocking::with_runtime(runtime_named(NAME), || async move {
-        let con = redis::connect(&url).await?;
-        let g = Gcra::new(con, Limit::every(MINUTE), 3)?;
-        Ok(Fallback::builder(g)
-            .timeout(Duration::from_millis(300))
-            .build()?)
-    })
-    .unwrap();
+    let limiter = Blocking::builder()
+        .runtime(runtime_named(NAME))
+        .build(|| async move {
+            let con = redis::connect(&url).await?;
+            let g = Gcra::new(con, Limit::every(MINUTE), 3)?;
+            Ok(Fallback::builder(g)
+                .timeout(Duration::from_millis(300))
+                .build()?)
+        })
+        .unwrap();
     assert_eq!(threads_named(NAME), 1, "one worker");
     // In fallback, so there is a health check pinging a dead server and a connection
     // trying to reconnect when the wrapper goes.
@@ -288,11 +290,13 @@ fn dropping_outside_a_runtime_does_not_block_and_stops_the_worker() {
 /// Builds a `Blocking` on a thread with no runtime, uses it there, and returns it.
 fn built_elsewhere(url: String, name: &'static str) -> Blocking<Gcra> {
     std::thread::spawn(move || {
-        let limiter = Blocking::with_runtime(runtime_named(name), || async move {
-            let con = redis::connect(&url).await?;
-            Ok(Gcra::new(con, Limit::every(MINUTE), 3)?)
-        })
-        .unwrap();
+        let limiter = Blocking::builder()
+            .runtime(runtime_named(name))
+            .build(|| async move {
+                let con = redis::connect(&url).await?;
+                Ok(Gcra::new(con, Limit::every(MINUTE), 3)?)
+            })
+            .unwrap();
         assert_eq!(limiter.try_check("k").unwrap(), Ok(()));
         limiter
     })
@@ -395,12 +399,21 @@ fn bad_input_is_a_typed_error() {
         .enable_all()
         .build()
         .unwrap();
-    let e = Blocking::<Gcra>::with_runtime(current_thread, || async {
-        unreachable!("not built on a current-thread runtime")
-    })
-    .unwrap_err();
+    let e = Blocking::builder()
+        .runtime(current_thread)
+        .build::<Gcra, _, _>(|| async { unreachable!("not built on a current-thread runtime") })
+        .unwrap_err();
     assert_eq!(
         e.downcast_ref::<ConfigError>(),
         Some(&ConfigError::CurrentThreadRuntime)
+    );
+    // A zero deadline, under which every call would time out, likewise.
+    let e = Blocking::builder()
+        .deadline(Duration::ZERO)
+        .build::<Gcra, _, _>(|| async { unreachable!("not built with a zero deadline") })
+        .unwrap_err();
+    assert_eq!(
+        e.downcast_ref::<ConfigError>(),
+        Some(&ConfigError::ZeroTimeout)
     );
 }

@@ -689,9 +689,9 @@ fn blocking_answers_within_its_deadline() {
     const DEADLINE: Duration = Duration::from_millis(100);
     let url = server.url();
     let b = Arc::new(
-        Blocking::new(|| async move { Ok(Gcra::new(untimed(&url).await, limit(), BURST)?) })
-            .unwrap()
-            .with_deadline(DEADLINE)
+        Blocking::builder()
+            .deadline(DEADLINE)
+            .build(|| async move { Ok(Gcra::new(untimed(&url).await, limit(), BURST)?) })
             .unwrap(),
     );
     assert_eq!(b.deadline(), DEADLINE);

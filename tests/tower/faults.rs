@@ -41,7 +41,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use turnstile::redis::Gcra;
-use turnstile::tower::{fleet, key, FailurePolicy, Headers, RateLimitLayer};
+use turnstile::tower::{key, FailurePolicy, Fleet, Headers, RateLimitLayer};
 use turnstile::Limit;
 
 /// The fleet policy's deadline: its default, 100 ms.
@@ -70,8 +70,9 @@ type Layer = RateLimitLayer<turnstile::tower::Fleet<key::Header, Gcra>>;
 /// The layer under test: `fleet(Gcra)` keyed by `x-key`, with the default deadline and
 /// `failure`, its RateLimit headers on every answer.
 fn layer(name: &str, gcra: Gcra, failure: FailurePolicy) -> Layer {
-    let policy = fleet(name, key::Header("x-key".parse().unwrap()), gcra)
+    let policy = Fleet::builder(name, key::Header("x-key".parse().unwrap()), gcra)
         .on_failure(failure)
+        .build()
         .unwrap();
     RateLimitLayer::new(policy).headers(Headers::Always)
 }

@@ -14,7 +14,7 @@ use crate::redis::StatusVerdict;
 use crate::tower::key::{KeyExtractor, KeyType};
 use crate::{Clock, Denied, Keyed};
 
-/// The default [`Fleet::deadline`] (its docs say why 100 ms).
+/// The default [`FleetBuilder::deadline`] (its docs say why 100 ms).
 #[cfg(feature = "redis")]
 pub(crate) const DEFAULT_DEADLINE: Duration = Duration::from_millis(100);
 
@@ -23,13 +23,13 @@ pub(crate) const DEFAULT_DEADLINE: Duration = Duration::from_millis(100);
 #[cfg(feature = "redis")]
 pub(crate) const FAILURE_RETRY_AFTER: Duration = Duration::from_secs(1);
 
-/// The default [`Fleet::local_max_keys`] (its docs say why 65 536).
+/// The default [`FleetBuilder::local_max_keys`] (its docs say why 65 536).
 #[cfg(feature = "redis")]
 pub(crate) const DEFAULT_LOCAL_MAX_KEYS: u64 = 65_536;
 
 /// What a [`Fleet`] policy answers when its Redis limiter does not: an error (the connection
 /// down or refused, an answer such as `OOM`, `READONLY`, `BUSY`, `NOPERM`, a script error,
-/// bad input), or no answer within the [deadline](Fleet::deadline).
+/// bad input), or no answer within the [deadline](FleetBuilder::deadline).
 ///
 /// The default is [`FailurePolicy::Local`] with a share of 1: each process answers from its
 /// own limiter per key, with the fleet's whole limit. Like failing open (Envoy's global rate
@@ -39,7 +39,7 @@ pub(crate) const DEFAULT_LOCAL_MAX_KEYS: u64 = 65_536;
 /// client over the limit is still held to it at each process, instead of being let through
 /// unlimited for as long as Redis is down (an attacker who can make Redis fail, by filling its
 /// memory say, would otherwise switch the limit off). The price is a bounded in-process map
-/// (at most 65 536 keys by default: [`Fleet::local_max_keys`]) and, across a fleet of `n`, up
+/// (at most 65 536 keys by default: [`FleetBuilder::local_max_keys`]) and, across a fleet of `n`, up
 /// to `n` times the limit for a client spread over all of them; a share of `1 / n` keeps the
 /// fleet near the one limit, at the cost of refusing a client whose requests reach one process
 /// more than its share.
@@ -55,7 +55,7 @@ pub enum FailurePolicy {
     Closed,
     /// Answer in process: a limiter per key with the Redis limiter's configuration, its
     /// limit scaled by this share, in `(0, 1]` ([`RedisLimiter::local`](crate::redis::RedisLimiter::local)),
-    /// in a map of at most [`Fleet::local_max_keys`] keys. Its refusals carry the local
+    /// in a map of at most [`FleetBuilder::local_max_keys`] keys. Its refusals carry the local
     /// limiter's retry time, and the `RateLimit` headers its status. The local limiters
     /// persist across outages (a flapping connection hands nobody a fresh budget at each
     /// flap) and are evicted once idle.
@@ -73,7 +73,6 @@ pub struct Fleet<X, R: crate::redis::RedisLimiter + 'static> {
     pub(super) missing: MissingKey<String>,
     pub(super) deadline: Duration,
     pub(super) failure: FailurePolicy,
-    pub(super) local_max_keys: u64,
     /// The local limiters: built for [`FailurePolicy::Local`] only.
     pub(super) local: Option<Keyed<String, R::Local>>,
     pub(super) log: crate::redis::ErrorLog,
@@ -83,12 +82,13 @@ pub struct Fleet<X, R: crate::redis::RedisLimiter + 'static> {
 /// ([`Gcra`](crate::redis::Gcra), [`Fallback`](crate::redis::Fallback), [`Coalesce`](crate::redis::Coalesce), …)
 /// under the request's key (its `Display` form): one limit shared by every server of a
 /// fleet. Requests with no key (or an empty one, or one longer than the limiter's
-/// [`max_key_len`](crate::redis::RedisLimiter::max_key_len)) pass; see [`Fleet::on_missing_key`].
+/// [`max_key_len`](crate::redis::RedisLimiter::max_key_len)) pass; see [`FleetBuilder::on_missing_key`].
+/// This is the policy with the defaults below; [`Fleet::builder`] changes them.
 ///
 /// **Deadline and failures.** Each decision waits for Redis at most the
-/// [deadline](Fleet::deadline) (default 100 ms); an error the limiter
+/// [deadline](FleetBuilder::deadline) (default 100 ms); an error the limiter
 /// returns, whatever it is, and a missed deadline are answered by the
-/// [failure policy](Fleet::on_failure) (default [`FailurePolicy::Local`] with a share of 1:
+/// [failure policy](FleetBuilder::on_failure) (default [`FailurePolicy::Local`] with a share of 1:
 /// see there why), and logged as a `tracing` warning, at most one a second per policy, with
 /// the count of those not logged since ([`Fleet::failures`] counts them all). A
 /// [`Fallback`](crate::redis::Fallback) limiter answers an unreachable Redis itself (in
@@ -117,16 +117,17 @@ pub struct Fleet<X, R: crate::redis::RedisLimiter + 'static> {
 /// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
 /// use std::time::Duration;
 /// use turnstile::redis::Gcra;
-/// use turnstile::tower::{fleet, key, FailurePolicy, MissingKey, RateLimitLayer};
+/// use turnstile::tower::{key, FailurePolicy, Fleet, MissingKey, RateLimitLayer};
 /// use turnstile::Limit;
 ///
 /// let con = turnstile::redis::connect("redis://127.0.0.1:6379/").await?;
 /// let gcra = Gcra::new(con, Limit::per_second(10.0)?, 20)?;
-/// let per_api_key = fleet("per-key", key::Header("x-api-key".parse()?), gcra)
-///     .deadline(Duration::from_millis(50))?
+/// let per_api_key = Fleet::builder("per-key", key::Header("x-api-key".parse()?), gcra)
+///     .deadline(Duration::from_millis(50))
 ///     // Four servers: each answers a quarter of the limit while Redis is down.
-///     .on_failure(FailurePolicy::Local(0.25))?
-///     .on_missing_key(MissingKey::Deny);
+///     .on_failure(FailurePolicy::Local(0.25))
+///     .on_missing_key(MissingKey::Deny)
+///     .build()?;
 /// let layer = RateLimitLayer::new(per_api_key);
 /// # let _ = layer;
 /// # Ok(()) }
@@ -137,21 +138,94 @@ pub fn fleet<X, R>(name: impl Into<Arc<str>>, extractor: X, limiter: R) -> Fleet
 where
     R: crate::redis::RedisLimiter + 'static,
 {
-    let limiter = Arc::new(limiter);
-    let failure = FailurePolicy::Local(1.0);
-    Fleet {
-        name: name.into(),
-        extractor,
-        local: Some(
-            local_map(&limiter, 1.0, DEFAULT_LOCAL_MAX_KEYS)
-                .unwrap_or_else(|_| unreachable!("the defaults are valid")),
-        ),
-        limiter,
-        missing: MissingKey::Allow,
-        deadline: DEFAULT_DEADLINE,
-        failure,
-        local_max_keys: DEFAULT_LOCAL_MAX_KEYS,
-        log: crate::redis::ErrorLog::new(),
+    Fleet::builder(name, extractor, limiter)
+        .build()
+        .unwrap_or_else(|_| unreachable!("the defaults are valid"))
+}
+
+#[cfg(feature = "redis")]
+impl<X, R: crate::redis::RedisLimiter + 'static> FleetBuilder<X, R> {
+    /// The most a decision waits for Redis (default 100 ms) before the
+    /// [failure policy](FleetBuilder::on_failure) answers it. A call that missed it was sent: a
+    /// stalled Redis may still count it when it wakes.
+    ///
+    /// The default is [`Fallback`](crate::redis::Fallback)'s per-call timeout. A healthy
+    /// Redis answers a limiter's script in well under a millisecond on a LAN and in a few at
+    /// its tail, so 100 ms is far beyond any answer that is coming, yet is what a request
+    /// pays at most for an outage: under a person's notice and well under the timeouts of
+    /// clients and load balancers, which would otherwise give up first (the way a stalled
+    /// Redis becomes an outage of the service).
+    pub fn deadline(mut self, deadline: Duration) -> Self {
+        self.deadline = deadline;
+        self
+    }
+
+    /// What answers a request the Redis limiter did not (default [`FailurePolicy::Local`]
+    /// with a share of 1; see [`FailurePolicy`] for why).
+    pub fn on_failure(mut self, failure: FailurePolicy) -> Self {
+        self.failure = failure;
+        self
+    }
+
+    /// The most keys [`FailurePolicy::Local`]'s map holds (default 65 536: at a few hundred
+    /// bytes each, a compact limiter and its entry, some tens of MiB at most); a new key that
+    /// finds it full is refused, with a retry time, so a flood of keys during an outage can
+    /// neither grow the process nor reset anyone's limit.
+    pub fn local_max_keys(mut self, max_keys: u64) -> Self {
+        self.local_max_keys = max_keys;
+        self
+    }
+
+    /// What to do with requests the extractor finds no key in, or an empty one (default
+    /// [`MissingKey::Allow`]), as [`PerKey::on_missing_key`]: let them through, refuse them
+    /// (with no `Retry-After`), or count them all under one key (its `Display` form).
+    pub fn on_missing_key(mut self, missing: MissingKey<X::Key>) -> Self
+    where
+        X: KeyType,
+        X::Key: std::fmt::Display,
+    {
+        self.missing = match missing {
+            MissingKey::Allow => MissingKey::Allow,
+            MissingKey::Deny => MissingKey::Deny,
+            MissingKey::As(k) => MissingKey::As(k.to_string()),
+        };
+        self
+    }
+
+    /// The policy.
+    ///
+    /// # Errors
+    /// [`ConfigError::ZeroTimeout`](crate::ConfigError::ZeroTimeout) for a zero deadline (no
+    /// call would ever be answered),
+    /// [`ConfigError::InvalidShare`](crate::ConfigError::InvalidShare) for a
+    /// [`FailurePolicy::Local`] share outside `(0, 1]` (NaN included), and
+    /// [`ConfigError::ZeroMaxKeys`](crate::ConfigError::ZeroMaxKeys) for a zero
+    /// [`local_max_keys`](FleetBuilder::local_max_keys).
+    pub fn build(self) -> Result<Fleet<X, R>, crate::ConfigError> {
+        if self.deadline.is_zero() {
+            return Err(crate::ConfigError::ZeroTimeout);
+        }
+        if self.local_max_keys == 0 {
+            return Err(crate::ConfigError::ZeroMaxKeys);
+        }
+        let limiter = Arc::new(self.limiter);
+        let local = match self.failure {
+            FailurePolicy::Local(share) if !(share > 0.0 && share <= 1.0) => {
+                return Err(crate::ConfigError::InvalidShare(share))
+            }
+            FailurePolicy::Local(share) => Some(local_map(&limiter, share, self.local_max_keys)?),
+            FailurePolicy::Open | FailurePolicy::Closed => None,
+        };
+        Ok(Fleet {
+            name: self.name,
+            extractor: self.extractor,
+            limiter,
+            missing: self.missing,
+            deadline: self.deadline,
+            failure: self.failure,
+            local,
+            log: crate::redis::ErrorLog::new(),
+        })
     }
 }
 
@@ -169,80 +243,55 @@ pub(super) fn local_map<R: crate::redis::RedisLimiter + 'static>(
         .build()
 }
 
+/// Options for a [`Fleet`] policy: [`Fleet::builder`], then [`build`](FleetBuilder::build),
+/// which checks them.
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+#[must_use = "a builder does nothing until `build` is called"]
+pub struct FleetBuilder<X, R> {
+    name: Arc<str>,
+    extractor: X,
+    limiter: R,
+    missing: MissingKey<String>,
+    deadline: Duration,
+    failure: FailurePolicy,
+    local_max_keys: u64,
+}
+
 #[cfg(feature = "redis")]
 impl<X, R: crate::redis::RedisLimiter + 'static> Fleet<X, R> {
-    /// The most a decision waits for Redis (default 100 ms) before the
-    /// [failure policy](Fleet::on_failure) answers it. A call that missed it was sent: a
-    /// stalled Redis may still count it when it wakes.
+    /// A builder of the policy named `name` that keys requests with `extractor` and takes
+    /// their permits from `limiter`, with the defaults [`fleet`] has: a 100 ms
+    /// [deadline](FleetBuilder::deadline), [`FailurePolicy::Local`] with a share of 1 over at
+    /// most 65 536 keys, keyless requests let through.
     ///
-    /// The default is [`Fallback`](crate::redis::Fallback)'s per-call timeout. A healthy
-    /// Redis answers a limiter's script in well under a millisecond on a LAN and in a few at
-    /// its tail, so 100 ms is far beyond any answer that is coming, yet is what a request
-    /// pays at most for an outage: under a person's notice and well under the timeouts of
-    /// clients and load balancers, which would otherwise give up first (the way a stalled
-    /// Redis becomes an outage of the service).
+    /// ```no_run
+    /// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    /// use turnstile::redis::Gcra;
+    /// use turnstile::tower::{key, FailurePolicy, Fleet};
+    /// use turnstile::{ConfigError, Limit};
     ///
-    /// # Errors
-    /// [`ConfigError::ZeroTimeout`](crate::ConfigError::ZeroTimeout) for zero: no call
-    /// would ever be answered.
-    pub fn deadline(mut self, deadline: Duration) -> Result<Self, crate::ConfigError> {
-        if deadline.is_zero() {
-            return Err(crate::ConfigError::ZeroTimeout);
+    /// let con = turnstile::redis::connect("redis://127.0.0.1:6379/").await?;
+    /// let gcra = Gcra::new(con, Limit::per_second(10.0)?, 20)?;
+    /// let policy = Fleet::builder("per-ip", key::PeerIp, gcra.clone())
+    ///     .on_failure(FailurePolicy::Closed)
+    ///     .build()?;
+    /// assert_eq!(policy.failure_policy(), FailurePolicy::Closed);
+    /// let bad = Fleet::builder("per-ip", key::PeerIp, gcra).deadline(Duration::ZERO);
+    /// assert_eq!(bad.build().err(), Some(ConfigError::ZeroTimeout));
+    /// # Ok(()) }
+    /// ```
+    pub fn builder(name: impl Into<Arc<str>>, extractor: X, limiter: R) -> FleetBuilder<X, R> {
+        FleetBuilder {
+            name: name.into(),
+            extractor,
+            limiter,
+            missing: MissingKey::Allow,
+            deadline: DEFAULT_DEADLINE,
+            failure: FailurePolicy::Local(1.0),
+            local_max_keys: DEFAULT_LOCAL_MAX_KEYS,
         }
-        self.deadline = deadline;
-        Ok(self)
-    }
-
-    /// What answers a request the Redis limiter did not (default [`FailurePolicy::Local`]
-    /// with a share of 1; see [`FailurePolicy`] for why).
-    ///
-    /// # Errors
-    /// [`ConfigError::InvalidShare`](crate::ConfigError::InvalidShare) for a local share
-    /// outside `(0, 1]` (NaN included).
-    pub fn on_failure(mut self, failure: FailurePolicy) -> Result<Self, crate::ConfigError> {
-        self.local = match failure {
-            FailurePolicy::Local(share) if !(share > 0.0 && share <= 1.0) => {
-                return Err(crate::ConfigError::InvalidShare(share))
-            }
-            FailurePolicy::Local(share) => {
-                Some(local_map(&self.limiter, share, self.local_max_keys)?)
-            }
-            FailurePolicy::Open | FailurePolicy::Closed => None,
-        };
-        self.failure = failure;
-        Ok(self)
-    }
-
-    /// The most keys [`FailurePolicy::Local`]'s map holds (default 65 536: at a few hundred
-    /// bytes each, a compact limiter and its entry, some tens of MiB at most); a new key that
-    /// finds it full is refused, with a retry time, so a flood of keys during an outage can
-    /// neither grow the process nor reset anyone's limit.
-    ///
-    /// # Errors
-    /// [`ConfigError::ZeroMaxKeys`](crate::ConfigError::ZeroMaxKeys) for zero.
-    pub fn local_max_keys(mut self, max_keys: u64) -> Result<Self, crate::ConfigError> {
-        if max_keys == 0 {
-            return Err(crate::ConfigError::ZeroMaxKeys);
-        }
-        self.local_max_keys = max_keys;
-        let failure = self.failure;
-        self.on_failure(failure)
-    }
-
-    /// What to do with requests the extractor finds no key in, or an empty one (default
-    /// [`MissingKey::Allow`]), as [`PerKey::on_missing_key`]: let them through, refuse them
-    /// (with no `Retry-After`), or count them all under one key (its `Display` form).
-    pub fn on_missing_key(mut self, missing: MissingKey<X::Key>) -> Self
-    where
-        X: KeyType,
-        X::Key: std::fmt::Display,
-    {
-        self.missing = match missing {
-            MissingKey::Allow => MissingKey::Allow,
-            MissingKey::Deny => MissingKey::Deny,
-            MissingKey::As(k) => MissingKey::As(k.to_string()),
-        };
-        self
     }
 
     /// The Redis limiter.

@@ -22,7 +22,7 @@ mod tests;
 
 pub use and::{And, AndFuture};
 #[cfg(feature = "redis")]
-pub use fleet::{fleet, FailurePolicy, Fleet};
+pub use fleet::{fleet, FailurePolicy, Fleet, FleetBuilder};
 pub use global::{global, Global};
 pub use per_key::{per_key, KeyGrant, MissingKey, PerKey, PerKeyMap, Taken};
 

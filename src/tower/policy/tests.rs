@@ -267,12 +267,12 @@ mod fleet {
     type Fleet = super::Fleet<key::Header, Fake>;
 
     fn policy(failure: FailurePolicy, mode: u8) -> Arc<Fleet> {
-        let f = fleet(
+        let f = Fleet::builder(
             "f",
             key::Header("x-key".parse().unwrap()),
             Fake(AtomicU8::new(mode)),
         );
-        Arc::new(f.on_failure(failure).unwrap())
+        Arc::new(f.on_failure(failure).build().unwrap())
     }
 
     async fn decide(p: &Arc<Fleet>, key: Option<&str>, ask: Ask) -> Decision<()> {
@@ -350,8 +350,12 @@ mod fleet {
     async fn a_stalled_redis_is_answered_at_the_deadline_by_the_failure_policy() {
         let deadline = Duration::from_millis(30);
         for (failure, granted) in [(FailurePolicy::Open, true), (FailurePolicy::Closed, false)] {
-            let p = policy(failure, STALL);
-            let p = Arc::new(Arc::into_inner(p).unwrap().deadline(deadline).unwrap());
+            let p = Fleet::builder(
+                "f",
+                key::Header("x-key".parse().unwrap()),
+                Fake(AtomicU8::new(STALL)),
+            );
+            let p = Arc::new(p.on_failure(failure).deadline(deadline).build().unwrap());
             let start = tokio::time::Instant::now();
             // Far past the deadline, the test's own: without one, no answer ever comes.
             let d = tokio::time::timeout(deadline * 100, decide(&p, Some("k"), Ask::default()))
@@ -366,15 +370,16 @@ mod fleet {
     #[tokio::test]
     async fn a_request_without_a_key_gets_the_missing_key_choice() {
         let with = |m: MissingKey<String>| {
-            let f = fleet(
+            let f = Fleet::builder(
                 "f",
                 key::Header("x-key".parse().unwrap()),
                 Fake(AtomicU8::new(FAIL)),
             );
             Arc::new(
                 f.on_failure(FailurePolicy::Local(0.5))
-                    .unwrap()
-                    .on_missing_key(m),
+                    .on_missing_key(m)
+                    .build()
+                    .unwrap(),
             )
         };
         // Allow: through, untouched (no failure: Redis is not asked).
@@ -405,27 +410,38 @@ mod fleet {
 
     #[test]
     fn bad_settings_are_typed_errors() {
-        let f = || fleet("f", key::PeerIp, Fake::default());
+        let f = || super::Fleet::builder("f", key::PeerIp, Fake::default());
         assert!(matches!(
-            f().deadline(Duration::ZERO),
+            f().deadline(Duration::ZERO).build(),
             Err(crate::ConfigError::ZeroTimeout)
         ));
         for share in [0.0, 1.5, f64::NAN] {
             assert!(matches!(
-                f().on_failure(FailurePolicy::Local(share)),
+                f().on_failure(FailurePolicy::Local(share)).build(),
                 Err(crate::ConfigError::InvalidShare(_))
             ));
         }
         assert!(matches!(
-            f().local_max_keys(0),
+            f().local_max_keys(0).build(),
             Err(crate::ConfigError::ZeroMaxKeys)
         ));
-        let f = f().local_max_keys(3).unwrap();
-        assert_eq!(f.local().unwrap().max_keys(), 3);
-        assert!(f
-            .on_failure(FailurePolicy::Closed)
-            .unwrap()
-            .local()
-            .is_none());
+        // Under another policy too: the bound is checked whatever answers failures.
+        assert!(matches!(
+            f().local_max_keys(0)
+                .on_failure(FailurePolicy::Open)
+                .build(),
+            Err(crate::ConfigError::ZeroMaxKeys)
+        ));
+        let local = f().local_max_keys(3).build().unwrap();
+        assert_eq!(local.local().unwrap().max_keys(), 3);
+        // Options apply in any order: the bound set before the policy holds.
+        let local = f()
+            .local_max_keys(3)
+            .on_failure(FailurePolicy::Local(0.5))
+            .build()
+            .unwrap();
+        assert_eq!(local.local().unwrap().max_keys(), 3);
+        let closed = f().on_failure(FailurePolicy::Closed).build().unwrap();
+        assert!(closed.local().is_none());
     }
 }
