@@ -106,7 +106,7 @@ where
     /// quota holds at once). What a quota grants is its algorithm's, as the single limiter's
     /// [`Limiter`](crate::Limiter) check: the alias's module docs state it. A new key that
     /// finds the map full is refused ([`WhenFull::Deny`], retry when the next early sweep may
-    /// make room) or granted untracked ([`WhenFull::Allow`]). `n == 0` always passes.
+    /// make room) or granted untracked ([`WhenFull::Allow`]). `n == 0` takes nothing.
     ///
     /// `now` may be any reading, earlier ones included: no key is ever granted more for a
     /// stale reading than its quota's budget over the readings it saw.

@@ -342,10 +342,10 @@ impl WordRule for Quota {
 /// ```
 ///
 /// # A check
-/// `n` tokens for `key` at `now`, inserting the key if it is new. A denial writes nothing
-/// and says when the same check would pass (`None`: never, `n` is above the key's burst or
-/// its limit is zero); so does a refusal because the map is full ([`WhenFull::Deny`]).
-/// `n == 0` passes unless a stale reading finds the key in deficit.
+/// `check_n_at(key, now, n)` takes `n` tokens for `key` at `now`, inserting the key if it is
+/// new. A denial writes nothing and says when the same check would pass (`None`: never, `n`
+/// is above the key's burst or its limit is zero); so does a refusal because the map is full
+/// ([`WhenFull::Deny`]). `n == 0` passes unless a stale reading finds the key in deficit.
 ///
 /// ```
 /// use std::time::Duration;
