@@ -70,10 +70,10 @@
 //! let con = turnstile::redis::connect("redis://127.0.0.1:6380/").await?;
 //! // 1000 requests per calendar day in UTC+8, shared with go-zero's
 //! // NewPeriodLimit(86400, 1000, store, "periodlimit:", Align()) running in UTC+8.
-//! let limiter = FixedWindow::builder(con, 1000, Duration::from_secs(86_400))
+//! let limiter = FixedWindow::builder(1000, Duration::from_secs(86_400))
 //!     .prefix("periodlimit:")
 //!     .align(8 * 3600)
-//!     .build()?;
+//!     .build(con)?;
 //! match limiter.take("user-42").await? {
 //!     Outcome::Allowed | Outcome::HitQuota => { /* serve */ }
 //!     Outcome::OverQuota => { /* 429 */ }
@@ -173,7 +173,7 @@ impl WindowStatus {
 /// use turnstile::Outcome;
 ///
 /// let con = turnstile::redis::connect("redis://127.0.0.1:6380/").await?;
-/// let w = FixedWindow::builder(con, 5, Duration::from_secs(100)).prefix("pl:").build()?;
+/// let w = FixedWindow::builder(5, Duration::from_secs(100)).prefix("pl:").build(con)?;
 /// let outcomes = [
 ///     w.take("k").await?, w.take("k").await?, w.take("k").await?, w.take("k").await?,
 ///     w.take("k").await?, w.take("k").await?,
@@ -198,11 +198,23 @@ pub struct FixedWindow<C = Connection> {
 /// The key prefix of a [`FixedWindow`] unless [`FixedWindowBuilder::prefix`] sets another.
 pub(crate) const DEFAULT_PREFIX: &str = "turnstile:window:";
 
-/// Options for a [`FixedWindow`] on Redis: [`FixedWindowBuilder::prefix`], [`FixedWindowBuilder::align`].
-#[derive(Clone, Debug)]
+/// Builds a [`FixedWindow`] on Redis: [`FixedWindow::builder`], options
+/// [`FixedWindowBuilder::prefix`], [`FixedWindowBuilder::max_key_len`] and
+/// [`FixedWindowBuilder::align`], then [`FixedWindowBuilder::build`] on a connection. The
+/// builder holds no connection, so one configuration builds a limiter per connection.
+///
+/// ```
+/// use std::time::Duration;
+/// use turnstile::redis::FixedWindow;
+/// // Any value stands in for the connection where only the configuration matters.
+/// let options = FixedWindow::builder(5, Duration::from_secs(60)).prefix("pl:");
+/// let a = options.clone().build(()).unwrap();
+/// let b = options.build(()).unwrap();
+/// assert_eq!(a.redis_key("u1"), b.redis_key("u1"));
+/// ```
+#[derive(Debug, Clone)]
 #[must_use = "a builder does nothing until `build` is called"]
-pub struct FixedWindowBuilder<C = Connection> {
-    con: C,
+pub struct FixedWindowBuilder {
     quota: u32,
     period: Duration,
     prefix: String,
@@ -210,7 +222,7 @@ pub struct FixedWindowBuilder<C = Connection> {
     max_key_len: usize,
 }
 
-impl<C> FixedWindowBuilder<C> {
+impl FixedWindowBuilder {
     /// Prepends `prefix` to every key (go-zero's `keyPrefix`, plain concatenation; default
     /// `"turnstile:window:"`, so that a key taken from a request cannot name another program's
     /// key in a shared database). To share a limit with go-zero services, set go-zero's own
@@ -221,7 +233,7 @@ impl<C> FixedWindowBuilder<C> {
     /// use std::time::Duration;
     /// use turnstile::redis::FixedWindow;
     /// // Any value stands in for the connection where only the configuration matters.
-    /// let w = FixedWindow::builder((), 5, Duration::from_secs(1)).prefix("pl:").build().unwrap();
+    /// let w = FixedWindow::builder(5, Duration::from_secs(1)).prefix("pl:").build(()).unwrap();
     /// assert_eq!(w.redis_key("u1"), "pl:u1");
     /// ```
     pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
@@ -231,6 +243,22 @@ impl<C> FixedWindowBuilder<C> {
 
     /// The longest key a check accepts, in bytes, not counting the prefix (default 512): a
     /// longer one is [`RedisLimitError::KeyTooLong`], before any round trip.
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    /// use turnstile::redis::{FixedWindow, RedisLimitError, RedisLimiter};
+    ///
+    /// let con = turnstile::redis::connect("redis://127.0.0.1:6380/").await?;
+    /// let w = FixedWindow::builder(5, Duration::from_secs(60)).max_key_len(64).build(con)?;
+    /// assert_eq!(w.max_key_len(), 64);
+    /// assert!(matches!(
+    ///     w.take(&"k".repeat(65)).await,
+    ///     Err(RedisLimitError::KeyTooLong { len: 65, max: 64 })
+    /// ));
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn max_key_len(mut self, max: usize) -> Self {
         self.max_key_len = max;
         self
@@ -243,9 +271,9 @@ impl<C> FixedWindowBuilder<C> {
     /// ```
     /// use std::time::Duration;
     /// use turnstile::redis::FixedWindow;
-    /// let w = FixedWindow::builder((), 5, Duration::from_secs(86_400))
+    /// let w = FixedWindow::builder(5, Duration::from_secs(86_400))
     ///     .align(8 * 3600)
-    ///     .build()
+    ///     .build(())
     ///     .unwrap();
     /// // 2024-01-01 23:59:59 in UTC+8: one second to local midnight.
     /// assert_eq!(w.expire_secs_at(1_704_124_799), 1);
@@ -261,14 +289,14 @@ impl<C> FixedWindowBuilder<C> {
     /// ```
     /// use std::time::Duration;
     /// use turnstile::redis::FixedWindow;
-    /// let w = FixedWindow::builder((), 1, Duration::from_secs(60)).align_utc().build().unwrap();
+    /// let w = FixedWindow::builder(1, Duration::from_secs(60)).align_utc().build(()).unwrap();
     /// assert_eq!(w.utc_offset_secs(), Some(0));
     /// ```
     pub fn align_utc(self) -> Self {
         self.align(0)
     }
 
-    /// The limiter, or the first setting that cannot be used (deviation D14):
+    /// The limiter on `con`, or the first setting that cannot be used (deviation D14):
     /// [`ConfigError::ZeroQuota`], [`ConfigError::ZeroPeriod`] or
     /// [`ConfigError::InvalidUtcOffset`], or [`ConfigError::InvalidPeriod`] for a period that is
     /// not a whole number of seconds (or is longer than Redis's `EXPIRE` takes).
@@ -277,19 +305,19 @@ impl<C> FixedWindowBuilder<C> {
     /// use std::time::Duration;
     /// use turnstile::redis::FixedWindow;
     /// use turnstile::ConfigError;
-    /// let b = |q, p| FixedWindow::builder((), q, p);
-    /// assert_eq!(b(0, Duration::from_secs(1)).build().unwrap_err(), ConfigError::ZeroQuota);
-    /// assert_eq!(b(1, Duration::ZERO).build().unwrap_err(), ConfigError::ZeroPeriod);
+    /// let b = FixedWindow::builder;
+    /// assert_eq!(b(0, Duration::from_secs(1)).build(()).unwrap_err(), ConfigError::ZeroQuota);
+    /// assert_eq!(b(1, Duration::ZERO).build(()).unwrap_err(), ConfigError::ZeroPeriod);
     /// assert_eq!(
-    ///     b(1, Duration::from_secs(1)).align(-86_400).build().unwrap_err(),
+    ///     b(1, Duration::from_secs(1)).align(-86_400).build(()).unwrap_err(),
     ///     ConfigError::InvalidUtcOffset(-86_400)
     /// );
     /// assert_eq!(
-    ///     b(1, Duration::from_millis(1_500)).build().unwrap_err(),
+    ///     b(1, Duration::from_millis(1_500)).build(()).unwrap_err(),
     ///     ConfigError::InvalidPeriod(Duration::from_millis(1_500))
     /// );
     /// ```
-    pub fn build(self) -> Result<FixedWindow<C>, ConfigError> {
+    pub fn build<C>(self, con: C) -> Result<FixedWindow<C>, ConfigError> {
         if self.quota == 0 {
             return Err(ConfigError::ZeroQuota);
         }
@@ -310,7 +338,7 @@ impl<C> FixedWindowBuilder<C> {
         }
         let period_secs = self.period.as_secs();
         Ok(FixedWindow {
-            con: self.con,
+            con,
             quota: self.quota,
             period_secs,
             align,
@@ -320,9 +348,32 @@ impl<C> FixedWindowBuilder<C> {
     }
 }
 
+impl FixedWindow<Connection> {
+    /// A builder for `quota` requests per `period` per key, with options
+    /// [`FixedWindowBuilder::prefix`], [`FixedWindowBuilder::max_key_len`],
+    /// [`FixedWindowBuilder::align`] and [`FixedWindowBuilder::align_utc`]; `.build(con)` makes
+    /// the limiter.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::redis::FixedWindow;
+    /// let w = FixedWindow::builder(10, Duration::from_secs(60)).prefix("api:").build(()).unwrap();
+    /// assert_eq!(w.prefix(), "api:");
+    /// ```
+    pub fn builder(quota: u32, period: Duration) -> FixedWindowBuilder {
+        FixedWindowBuilder {
+            quota,
+            period,
+            prefix: DEFAULT_PREFIX.to_string(),
+            align: None,
+            max_key_len: super::DEFAULT_MAX_KEY_LEN,
+        }
+    }
+}
+
 impl<C> FixedWindow<C> {
     /// `quota` requests per `period` per key on `con`, windows from the first hit, the
-    /// default prefix (`"turnstile:window:"`): `builder(con, quota, period).build()`.
+    /// default prefix (`"turnstile:window:"`): `builder(quota, period).build(con)`.
     ///
     /// ```
     /// use std::time::Duration;
@@ -332,27 +383,7 @@ impl<C> FixedWindow<C> {
     /// assert_eq!(w.prefix(), "turnstile:window:");
     /// ```
     pub fn new(con: C, quota: u32, period: Duration) -> Result<FixedWindow<C>, ConfigError> {
-        FixedWindow::builder(con, quota, period).build()
-    }
-
-    /// A builder for `quota` requests per `period` per key on `con`, with options
-    /// [`FixedWindowBuilder::prefix`], [`FixedWindowBuilder::align`] and [`FixedWindowBuilder::align_utc`].
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use turnstile::redis::FixedWindow;
-    /// let w = FixedWindow::builder((), 10, Duration::from_secs(60)).prefix("api:").build().unwrap();
-    /// assert_eq!(w.prefix(), "api:");
-    /// ```
-    pub fn builder(con: C, quota: u32, period: Duration) -> FixedWindowBuilder<C> {
-        FixedWindowBuilder {
-            con,
-            quota,
-            period,
-            prefix: DEFAULT_PREFIX.to_string(),
-            align: None,
-            max_key_len: super::DEFAULT_MAX_KEY_LEN,
-        }
+        FixedWindow::builder(quota, period).build(con)
     }
 
     /// Requests permitted per window.
@@ -395,9 +426,9 @@ impl<C> FixedWindow<C> {
     /// ```
     /// use std::time::Duration;
     /// use turnstile::redis::FixedWindow;
-    /// let day = FixedWindow::builder((), 1, Duration::from_secs(86_400)).align(8 * 3600).build().unwrap();
+    /// let day = FixedWindow::builder(1, Duration::from_secs(86_400)).align(8 * 3600).build(()).unwrap();
     /// assert_eq!(day.expire_secs_at(1_704_110_400), 14_400); // 20:00 in UTC+8
-    /// let minute = FixedWindow::builder((), 1, Duration::from_secs(60)).align(8 * 3600).build().unwrap();
+    /// let minute = FixedWindow::builder(1, Duration::from_secs(60)).align(8 * 3600).build(()).unwrap();
     /// assert_eq!(minute.expire_secs_at(1_704_110_400), 60);
     /// ```
     pub fn expire_secs_at(&self, now_unix_secs: u64) -> u64 {
@@ -710,7 +741,7 @@ where
     /// use turnstile::redis::FixedWindow;
     ///
     /// let con = turnstile::redis::connect("redis://127.0.0.1:6380/").await?;
-    /// let limiter = FixedWindow::builder(con, 5, Duration::from_secs(60)).build()?;
+    /// let limiter = FixedWindow::builder(5, Duration::from_secs(60)).build(con)?;
     /// let answer = limiter.try_check_n_status_at("dave", 1_700_000_000, 2).await?;
     /// assert!(answer.result.is_ok());
     /// let s = answer.status.unwrap();

@@ -224,6 +224,7 @@ pub struct Gcra<C = Connection> {
 
 /// Builds a [`Gcra`]: [`Gcra::builder`].
 #[derive(Debug, Clone)]
+#[must_use = "a builder does nothing until `build` is called"]
 pub struct GcraBuilder {
     limit: Limit,
     burst: u32,

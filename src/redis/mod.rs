@@ -63,7 +63,7 @@ pub use connection::{connect, connect_with, ConnectOptions, Connection};
 pub use fallback::{Fallback, FallbackBuilder, FallbackStats, Mode};
 pub use fixed_window::{FixedWindow, FixedWindowBuilder};
 pub use gcra::{Gcra, GcraBuilder, Throttle};
-pub use token_bucket::TokenBucket;
+pub use token_bucket::{TokenBucket, TokenBucketBuilder};
 
 pub(crate) use error_log::ErrorLog;
 
@@ -83,8 +83,8 @@ pub(crate) const DEFAULT_DEADLINE: Duration = Duration::from_millis(250);
 /// limiter accepts by default: a longer one is [`RedisLimitError::KeyTooLong`], before any
 /// round trip. Keys often come from requests (a header, a path); 512 bytes holds any
 /// address, API key or user id while keeping a client from storing kilobytes per key in
-/// Redis and in a [`Fallback`]'s local map. [`GcraBuilder::max_key_len`] and
-/// [`fixed_window::FixedWindowBuilder::max_key_len`] change it.
+/// Redis and in a [`Fallback`]'s local map. [`GcraBuilder::max_key_len`],
+/// [`FixedWindowBuilder::max_key_len`] and [`TokenBucketBuilder::max_key_len`] change it.
 pub(crate) const DEFAULT_MAX_KEY_LEN: usize = 512;
 
 /// A connection to a Redis Cluster, from the URLs of some of its nodes (redis-rs's

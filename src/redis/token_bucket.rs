@@ -8,7 +8,7 @@
 //!
 //! - **Keys** ([`TokenBucket::keys`]): `{key}.tokens` (the tokens left, an integer) and `{key}.ts` (the
 //!   caller's clock in whole Unix seconds at the last call). The `{…}` hash tag puts both in one
-//!   Redis Cluster slot. With a [prefix](TokenBucket::with_prefix) the tag holds `prefix + key`;
+//!   Redis Cluster slot. With a [prefix](TokenBucketBuilder::prefix) the tag holds `prefix + key`;
 //!   without one the layout is exactly go-zero's.
 //! - **Script** ([`SCRIPT`]): go-zero's `core/limit/tokenscript.lua` with the same arguments
 //!   (`rate`, `burst`, `now`, `n`): a missing key reads as a full bucket, `rate` tokens are
@@ -298,7 +298,7 @@ fn ttl(rate: u32, burst: u32) -> u64 {
 ///
 /// let nodes = vec!["redis://127.0.0.1:7000/", "redis://127.0.0.1:7001/"];
 /// let con = redis::cluster::ClusterClient::new(nodes)?.get_async_connection().await?;
-/// let limiter = TokenBucket::new(con, 10, 20)?.with_prefix("api:");
+/// let limiter = TokenBucket::builder(10, 20).prefix("api:").build(con)?;
 /// // Keys {api:alice}.tokens and {api:alice}.ts, at a time of the caller's choosing:
 /// assert!(limiter.try_check_n_at("alice", 1_700_000_000, 20).await?.is_ok());
 /// assert!(limiter.try_check_n_at("alice", 1_700_000_000, 1).await?.is_err());
@@ -310,36 +310,128 @@ pub struct TokenBucket<C = Connection> {
     rate: u32,
     burst: u32,
     prefix: String,
+    max_key_len: usize,
+}
+
+/// Builds a [`TokenBucket`]: [`TokenBucket::builder`], options [`TokenBucketBuilder::prefix`]
+/// and [`TokenBucketBuilder::max_key_len`], then [`TokenBucketBuilder::build`] on a
+/// connection. The builder holds no connection, so one configuration builds a limiter per
+/// connection.
+///
+/// ```
+/// use turnstile::redis::TokenBucket;
+/// // Any value stands in for the connection where only the configuration matters.
+/// let options = TokenBucket::builder(10, 20).prefix("api:");
+/// let a = options.clone().build(()).unwrap();
+/// let b = options.build(()).unwrap();
+/// assert_eq!(a.keys("bob"), b.keys("bob"));
+/// ```
+#[derive(Debug, Clone)]
+#[must_use = "a builder does nothing until `build` is called"]
+pub struct TokenBucketBuilder {
+    rate: u32,
+    burst: u32,
+    prefix: String,
+    max_key_len: usize,
+}
+
+impl TokenBucketBuilder {
+    /// Prefixes every key (default none, go-zero's layout): a call with `key` uses
+    /// `{prefix+key}.tokens` and `{prefix+key}.ts`. A go-zero service shares the limit by
+    /// passing `prefix + key` to `NewTokenLimiter`.
+    ///
+    /// ```
+    /// use turnstile::redis::TokenBucket;
+    /// let tb = TokenBucket::builder(5, 10).prefix("rl:").build(()).unwrap();
+    /// assert_eq!(tb.keys("bob"), ["{rl:bob}.tokens".to_string(), "{rl:bob}.ts".to_string()]);
+    /// ```
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// The longest key a check accepts, in bytes, not counting the prefix (default 512): a
+    /// longer one is [`RedisLimitError::KeyTooLong`], before any round trip.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// use turnstile::redis::{RedisLimitError, RedisLimiter, TokenBucket};
+    ///
+    /// let con = turnstile::redis::connect("redis://127.0.0.1:6380/").await?;
+    /// let tb = TokenBucket::builder(5, 10).max_key_len(64).build(con)?;
+    /// assert_eq!(tb.max_key_len(), 64);
+    /// let long = "k".repeat(65);
+    /// assert!(matches!(
+    ///     tb.try_check(&long).await,
+    ///     Err(RedisLimitError::KeyTooLong { len: 65, max: 64 })
+    /// ));
+    /// # Ok(()) }
+    /// ```
+    pub fn max_key_len(mut self, max: usize) -> Self {
+        self.max_key_len = max;
+        self
+    }
+
+    /// The limiter on `con`. Nothing is sent to Redis until the first check.
+    ///
+    /// # Errors
+    /// [`ConfigError::ZeroRate`] for a zero rate (go-zero divides by it),
+    /// [`ConfigError::ZeroCapacity`] for a zero burst (nothing could ever be granted).
+    ///
+    /// ```
+    /// use turnstile::redis::TokenBucket;
+    /// use turnstile::ConfigError;
+    /// assert_eq!(TokenBucket::builder(0, 10).build(()).unwrap_err(), ConfigError::ZeroRate);
+    /// assert_eq!(TokenBucket::builder(10, 0).build(()).unwrap_err(), ConfigError::ZeroCapacity);
+    /// ```
+    pub fn build<C>(self, con: C) -> Result<TokenBucket<C>, ConfigError> {
+        if self.rate == 0 {
+            return Err(ConfigError::ZeroRate);
+        }
+        if self.burst == 0 {
+            return Err(ConfigError::ZeroCapacity);
+        }
+        Ok(TokenBucket {
+            con,
+            rate: self.rate,
+            burst: self.burst,
+            prefix: self.prefix,
+            max_key_len: self.max_key_len,
+        })
+    }
+}
+
+impl TokenBucket<Connection> {
+    /// A builder for a limiter of `rate` tokens per second and `burst` capacity, with options
+    /// [`TokenBucketBuilder::prefix`] (default none) and [`TokenBucketBuilder::max_key_len`]
+    /// (default 512); `.build(con)` makes the limiter.
+    ///
+    /// ```
+    /// use turnstile::redis::TokenBucket;
+    /// let tb = TokenBucket::builder(10, 20).prefix("api:").build(()).unwrap();
+    /// assert_eq!((tb.rate(), tb.burst(), tb.prefix()), (10, 20, "api:"));
+    /// ```
+    pub fn builder(rate: u32, burst: u32) -> TokenBucketBuilder {
+        TokenBucketBuilder {
+            rate,
+            burst,
+            prefix: String::new(),
+            max_key_len: super::DEFAULT_MAX_KEY_LEN,
+        }
+    }
 }
 
 impl<C> TokenBucket<C> {
     /// A limiter of `rate` tokens per second and `burst` capacity on `con`, with no key
     /// prefix: go-zero's `NewTokenLimiter(rate, burst, store, key)` for every key it is called
-    /// with. Nothing is sent to Redis until the first check.
+    /// with. The same as `TokenBucket::builder(rate, burst).build(con)`. Nothing is sent to
+    /// Redis until the first check.
     ///
     /// # Errors
     /// [`ConfigError::ZeroRate`] for a zero rate (go-zero divides by it),
     /// [`ConfigError::ZeroCapacity`] for a zero burst (nothing could ever be granted).
     pub fn new(con: C, rate: u32, burst: u32) -> Result<Self, ConfigError> {
-        if rate == 0 {
-            return Err(ConfigError::ZeroRate);
-        }
-        if burst == 0 {
-            return Err(ConfigError::ZeroCapacity);
-        }
-        Ok(TokenBucket {
-            con,
-            rate,
-            burst,
-            prefix: String::new(),
-        })
-    }
-
-    /// Prefixes every key: a call with `key` uses `{prefix+key}.tokens` and `{prefix+key}.ts`.
-    /// A go-zero service shares the limit by passing `prefix + key` to `NewTokenLimiter`.
-    pub fn with_prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.prefix = prefix.into();
-        self
+        TokenBucket::builder(rate, burst).build(con)
     }
 
     /// Tokens added per whole second.
@@ -365,7 +457,7 @@ impl<C> TokenBucket<C> {
     /// // No connection is needed to name the keys: `()` stands for one here.
     /// let tb = TokenBucket::new((), 5, 10).unwrap();
     /// assert_eq!(tb.keys("api"), ["{api}.tokens".to_string(), "{api}.ts".to_string()]);
-    /// let tb = tb.with_prefix("rl:");
+    /// let tb = TokenBucket::builder(5, 10).prefix("rl:").build(()).unwrap();
     /// assert_eq!(tb.keys("bob"), ["{rl:bob}.tokens".to_string(), "{rl:bob}.ts".to_string()]);
     /// ```
     pub fn keys(&self, key: &str) -> [String; 2] {
@@ -406,8 +498,9 @@ where
     /// counts from the start of that second.
     ///
     /// # Errors
-    /// [`RedisLimitError::EmptyKey`] and [`RedisLimitError::ExceedsBurst`] before any round
-    /// trip; [`RedisLimitError::Redis`] when Redis fails.
+    /// [`RedisLimitError::EmptyKey`], [`RedisLimitError::KeyTooLong`]
+    /// ([`TokenBucketBuilder::max_key_len`]) and [`RedisLimitError::ExceedsBurst`] before any
+    /// round trip; [`RedisLimitError::Redis`] when Redis fails.
     pub async fn try_check_n_at(
         &self,
         key: &str,
@@ -451,7 +544,7 @@ where
 
     /// Bad input, refused before any round trip (single checks and batches alike).
     fn validate(&self, key: &str, n: u32) -> Result<(), RedisLimitError> {
-        super::check_key(key, super::DEFAULT_MAX_KEY_LEN)?;
+        super::check_key(key, self.max_key_len)?;
         if n > self.burst {
             return Err(RedisLimitError::ExceedsBurst {
                 n,
@@ -646,6 +739,10 @@ where
 
     fn ping(&self) -> impl std::future::Future<Output = Result<(), RedisLimitError>> + Send {
         super::ping(&self.con)
+    }
+
+    fn max_key_len(&self) -> usize {
+        self.max_key_len
     }
 
     /// Takes `n` permits for `key` at the caller's clock (the system time, whole Unix

@@ -27,9 +27,9 @@ const GO_ZERO_TOKEN_SCRIPT: &str = include_str!("../data/go-zero/tokenscript.lua
 
 /// A window on go-zero's keys (no prefix), so the tests read the keys go-zero names.
 fn go_zero_window(con: &Connection, quota: u32) -> FixedWindow {
-    FixedWindow::builder(con.clone(), quota, HOUR)
+    FixedWindow::builder(quota, HOUR)
         .prefix("")
-        .build()
+        .build(con.clone())
         .unwrap()
 }
 
@@ -527,10 +527,10 @@ async fn fixed_window_batch_decides_and_stores_what_one_by_one_takes_do() {
     // The first hit gives the window its TTL: an aligned window, opened at an explicit
     // time 1234 s before the hour's end; a batch led by n = 0 requests opens it as the
     // first nonzero take does, and a batch of zeros sends nothing.
-    let w = FixedWindow::builder(con.clone(), 5, HOUR)
+    let w = FixedWindow::builder(5, HOUR)
         .prefix("")
         .align_utc()
-        .build()
+        .build(con.clone())
         .unwrap();
     let now = 1_700_000_000 / 3600 * 3600 + 3600 - 1234;
     assert!(w.take_batch_at("zeros", &[0, 0], now).await.unwrap() == [Allowed, Allowed]);

@@ -75,9 +75,9 @@ async fn fixed_window_through_an_outage() {
     };
     let con = redis::connect(&s.url()).await.unwrap();
     // 10 a minute: the fleet share of 2 admits 5.
-    let w = FixedWindow::builder(con, 10, Duration::from_secs(60))
+    let w = FixedWindow::builder(10, Duration::from_secs(60))
         .prefix("w:")
-        .build()
+        .build(con)
         .unwrap();
     tokio::time::timeout(
         Duration::from_secs(20),

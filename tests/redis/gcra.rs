@@ -229,7 +229,7 @@ async fn script_flush_mid_run_reloads_transparently() {
 
 /// A connection that counts what it is asked to send and never sends it.
 #[derive(Clone, Default)]
-struct Counting(Arc<AtomicUsize>);
+pub(crate) struct Counting(pub(crate) Arc<AtomicUsize>);
 
 impl ConnectionLike for Counting {
     fn req_packed_command<'a>(

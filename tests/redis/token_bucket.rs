@@ -6,7 +6,9 @@
 #![cfg(feature = "redis")]
 
 use crate::common;
+use crate::gcra::Counting;
 
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use common::redis_server::{RedisCluster, RedisServer};
@@ -707,9 +709,10 @@ async fn a_go_service_and_a_rust_service_share_one_key() {
             continue; // go-zero cannot run these at all (D12)
         }
         // A prefix on the Rust side, the whole key on the Go side, as a fleet would do.
-        let tb = TokenBucket::new(con.clone(), rate, burst)
-            .unwrap()
-            .with_prefix("svc:");
+        let tb = TokenBucket::builder(rate, burst)
+            .prefix("svc:")
+            .build(con.clone())
+            .unwrap();
         let key = format!("shared{case}");
         let go_keys = keys("", &format!("svc:{key}"));
         assert_eq!(tb.keys(&key), go_keys);
@@ -862,6 +865,65 @@ async fn bad_input_is_a_typed_error_before_any_round_trip() {
         .unwrap()
         .unwrap_err();
     assert!(e.is_connectivity(), "{e:?}");
+}
+
+/// A key longer than the builder's `max_key_len` is `KeyTooLong` before any round trip, on
+/// every path (checks, batches, status checks), and the bound is the configured one: a key
+/// at it goes out.
+#[tokio::test]
+async fn keys_over_a_configured_max_key_len_are_refused_before_any_round_trip() {
+    let con = Counting::default();
+    let sent = con.0.clone();
+    let tb = TokenBucket::builder(5, 10)
+        .max_key_len(8)
+        .build(con)
+        .unwrap();
+    assert_eq!(tb.max_key_len(), 8);
+    let over = "123456789";
+    let too_long = |e: RedisLimitError| {
+        assert!(
+            matches!(e, RedisLimitError::KeyTooLong { len: 9, max: 8 }),
+            "{e:?}"
+        );
+    };
+    too_long(tb.try_check(over).await.unwrap_err());
+    too_long(tb.try_check_n(over, 1).await.unwrap_err());
+    too_long(tb.try_check_n_at(over, 1000, 1).await.unwrap_err());
+    too_long(
+        tb.try_check_batch_at(over, 1000, &[1, 2])
+            .await
+            .unwrap_err(),
+    );
+    too_long(tb.try_check_n_status(over, 1).await.unwrap_err());
+    too_long(tb.try_check_n_status_at(over, 1000, 1).await.unwrap_err());
+    assert_eq!(sent.load(Ordering::SeqCst), 0, "nothing was sent");
+    // A key at the bound does go out (and fails on this connection as a connectivity error).
+    let e = tb.try_check("12345678").await.unwrap_err();
+    assert!(e.is_connectivity(), "{e:?}");
+    assert!(sent.load(Ordering::SeqCst) > 0);
+}
+
+/// The builder's `max_key_len` is 512 bytes unless set, as every Redis limiter's, and so is
+/// `new`'s: a key of 513 bytes is refused before any round trip, one of 512 goes out.
+#[tokio::test]
+async fn the_builders_max_key_len_defaults_to_512() {
+    let con = Counting::default();
+    let sent = con.0.clone();
+    let built = TokenBucket::builder(5, 10).build(con.clone()).unwrap();
+    let new = TokenBucket::new(con, 5, 10).unwrap();
+    for tb in [built, new] {
+        assert_eq!(tb.max_key_len(), 512);
+        let before = sent.load(Ordering::SeqCst);
+        let e = tb.try_check(&"k".repeat(513)).await.unwrap_err();
+        assert!(
+            matches!(e, RedisLimitError::KeyTooLong { len: 513, max: 512 }),
+            "{e:?}"
+        );
+        assert_eq!(sent.load(Ordering::SeqCst), before, "nothing was sent");
+        let e = tb.try_check(&"k".repeat(512)).await.unwrap_err();
+        assert!(e.is_connectivity(), "{e:?}");
+        assert!(sent.load(Ordering::SeqCst) > before);
+    }
 }
 
 /// In a `Fallback`: rate 10, burst 4 (go-zero's ttl 0, its limiter forever in rescue mode)
@@ -1156,7 +1218,10 @@ async fn cluster_many_keys_over_every_master() {
         .get_async_connection()
         .await
         .unwrap();
-    let tb = TokenBucket::new(con, 2, 3).unwrap().with_prefix("fleet:");
+    let tb = TokenBucket::builder(2, 3)
+        .prefix("fleet:")
+        .build(con)
+        .unwrap();
     for i in 0..150 {
         drain(&tb, &format!("user{i}")).await;
     }

@@ -29,9 +29,9 @@ async fn manager(s: &RedisServer) -> ConnectionManager {
 
 /// A window with go-zero's keys: no prefix, so the tests read the keys go-zero names.
 fn window(con: ConnectionManager, quota: u32, secs: u64) -> FixedWindow<ConnectionManager> {
-    FixedWindow::builder(con, quota, Duration::from_secs(secs))
+    FixedWindow::builder(quota, Duration::from_secs(secs))
         .prefix("")
-        .build()
+        .build(con)
         .expect("a valid window")
 }
 
@@ -166,10 +166,10 @@ async fn the_ttl_is_set_on_the_first_hit_only() {
     let left = pttl(&mut con, "k").await;
     assert!((49_000..=50_000).contains(&left), "PTTL {left}");
     // Aligned, too: a take at another time does not move the window's end.
-    let a = FixedWindow::builder(con.clone(), 3, Duration::from_secs(DAY))
+    let a = FixedWindow::builder(3, Duration::from_secs(DAY))
         .prefix("")
         .align(UTC8)
-        .build()
+        .build(con.clone())
         .unwrap();
     assert!(a.take_at("a", 1_704_110_400).await.unwrap().is_permitted()); // 4 h to local midnight
     assert!(a.take_at("a", 1_704_124_800).await.unwrap().is_permitted()); // a new local day would be 86 400
@@ -191,12 +191,12 @@ async fn matches_go_zeros_own_script_on_random_sequences() {
         let period = [1, 7, 60, 100, 3600, DAY][rng.below(6) as usize];
         let aligned = rng.below(2) == 0;
         let offset = rng.below(2 * DAY - 1) as i64 - (DAY as i64 - 1);
-        let mut b = FixedWindow::builder(con.clone(), quota, Duration::from_secs(period))
-            .prefix(format!("r{round}:"));
+        let mut b =
+            FixedWindow::builder(quota, Duration::from_secs(period)).prefix(format!("r{round}:"));
         if aligned {
             b = b.align(offset);
         }
-        let w = b.build().unwrap();
+        let w = b.build(con.clone()).unwrap();
         let ours = w.redis_key("ours");
         let theirs = w.redis_key("theirs");
         for step in 0..25 {
@@ -245,9 +245,9 @@ async fn one_key_shared_by_go_zero_and_turnstile() {
     };
     let mut con = manager(&s).await;
     let mut rng = Rng(42);
-    let w = FixedWindow::builder(con.clone(), 4, Duration::from_secs(100))
+    let w = FixedWindow::builder(4, Duration::from_secs(100))
         .prefix("periodlimit:")
-        .build()
+        .build(con.clone())
         .unwrap();
     for round in 0..8 {
         let key = format!("user{round}");
@@ -286,10 +286,10 @@ async fn alignment_with_an_explicit_utc_offset() {
     let mut con = manager(&s).await;
     let c = con.clone();
     let aligned = |period: u64, offset: i64| {
-        FixedWindow::builder(c.clone(), 5, Duration::from_secs(period))
+        FixedWindow::builder(5, Duration::from_secs(period))
             .prefix("")
             .align(offset)
-            .build()
+            .build(c.clone())
             .unwrap()
     };
     let day8 = aligned(DAY, UTC8);
@@ -408,10 +408,10 @@ async fn the_status_of_a_check_is_the_count_and_ttl_it_left() {
         }
     );
     // Aligned to the minute: a window opened 10 s into it ends in 50 s.
-    let aligned = FixedWindow::builder(con.clone(), 5, Duration::from_secs(60))
+    let aligned = FixedWindow::builder(5, Duration::from_secs(60))
         .prefix("")
         .align(0)
-        .build()
+        .build(con.clone())
         .unwrap();
     let answer = aligned
         .try_check_n_status_at("a", 1_699_999_990, 1)
@@ -586,18 +586,22 @@ async fn bad_input_and_d14_config_errors() {
         assert!(!stats.contains(&format!("{cmd}:")), "{cmd} ran: {stats}");
     }
     // D14.
-    let c = con.clone();
-    let b = |quota, period| FixedWindow::builder(c.clone(), quota, period);
+    let b = FixedWindow::builder;
     assert_eq!(
-        b(0, Duration::from_secs(10)).build().unwrap_err(),
+        b(0, Duration::from_secs(10))
+            .build(con.clone())
+            .unwrap_err(),
         ConfigError::ZeroQuota
     );
     assert_eq!(
-        b(1, Duration::ZERO).build().unwrap_err(),
+        b(1, Duration::ZERO).build(con.clone()).unwrap_err(),
         ConfigError::ZeroPeriod
     );
     assert_eq!(
-        b(1, Duration::ZERO).align(UTC8).build().unwrap_err(),
+        b(1, Duration::ZERO)
+            .align(UTC8)
+            .build(con.clone())
+            .unwrap_err(),
         ConfigError::ZeroPeriod,
         "go-zero divides by zero"
     );
@@ -608,29 +612,32 @@ async fn bad_input_and_d14_config_errors() {
         Duration::MAX,
     ] {
         assert_eq!(
-            b(1, period).build().unwrap_err(),
+            b(1, period).build(con.clone()).unwrap_err(),
             ConfigError::InvalidPeriod(period),
             "never rounded"
         );
     }
     assert!(b(1, Duration::from_secs(i64::MAX as u64 / 1000))
-        .build()
+        .build(con.clone())
         .is_ok());
     for offset in [86_400, -86_400, i64::MAX, i64::MIN] {
         assert_eq!(
             b(1, Duration::from_secs(60))
                 .align(offset)
-                .build()
+                .build(con.clone())
                 .unwrap_err(),
             ConfigError::InvalidUtcOffset(offset)
         );
     }
     for offset in [86_399, -86_399] {
-        let ok = b(1, Duration::from_secs(60)).align(offset).build().unwrap();
+        let ok = b(1, Duration::from_secs(60))
+            .align(offset)
+            .build(con.clone())
+            .unwrap();
         assert_eq!(ok.utc_offset_secs(), Some(offset));
     }
     // Whole seconds: the TTL of a fresh key is the period.
-    let w = b(1, Duration::from_secs(2)).build().unwrap();
+    let w = b(1, Duration::from_secs(2)).build(con.clone()).unwrap();
     assert_eq!(w.period(), Duration::from_secs(2));
     assert!(w.take("r").await.unwrap().is_permitted());
     let left = pttl(&mut con, &w.redis_key("r")).await;
@@ -646,9 +653,9 @@ async fn redis_limiter_denials_ping_and_local() {
         return;
     };
     let mut con = manager(&s).await;
-    let w = FixedWindow::builder(con.clone(), 2, Duration::from_secs(100))
+    let w = FixedWindow::builder(2, Duration::from_secs(100))
         .prefix("p:")
-        .build()
+        .build(con.clone())
         .unwrap();
     assert!(w.try_check_n("k", 1).await.unwrap().is_ok());
     assert!(
@@ -693,10 +700,10 @@ async fn redis_limiter_denials_ping_and_local() {
     );
     assert!(local.check().is_ok());
     assert!(local.check().is_err());
-    let aligned = FixedWindow::builder(con.clone(), 10, Duration::from_secs(DAY))
+    let aligned = FixedWindow::builder(10, Duration::from_secs(DAY))
         .prefix("")
         .align(UTC8)
-        .build()
+        .build(con.clone())
         .unwrap();
     let local = aligned.local(0.5);
     assert_eq!(local.quota(), 5);
@@ -758,9 +765,9 @@ async fn cluster_many_keys_over_slots() {
     };
     let client = redis::cluster::ClusterClient::new(c.urls()).unwrap();
     let mut con = client.get_async_connection().await.unwrap();
-    let w = FixedWindow::builder(con.clone(), 3, Duration::from_secs(100))
+    let w = FixedWindow::builder(3, Duration::from_secs(100))
         .prefix("fw:")
-        .build()
+        .build(con.clone())
         .unwrap();
     for i in 0..60 {
         let key = format!("user{i}");

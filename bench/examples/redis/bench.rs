@@ -616,12 +616,13 @@ pub async fn run_all(
             .build()
             .map_err(|e| e.to_string())?,
         // go-zero's whole-second token bucket and fixed window, also set never to deny.
-        token_bucket: TokenBucket::new(con.clone(), TB_RATE, TB_BURST)
-            .map_err(|e| e.to_string())?
-            .with_prefix("turnstile:bench:token_bucket:"),
-        fixed_window: FixedWindow::builder(con.clone(), WINDOW_QUOTA, Duration::from_secs(1))
+        token_bucket: TokenBucket::builder(TB_RATE, TB_BURST)
+            .prefix("turnstile:bench:token_bucket:")
+            .build(con.clone())
+            .map_err(|e| e.to_string())?,
+        fixed_window: FixedWindow::builder(WINDOW_QUOTA, Duration::from_secs(1))
             .prefix("turnstile:bench:fixed_window:")
-            .build()
+            .build(con.clone())
             .map_err(|e| e.to_string())?,
         keys: (0..args.keys).map(|i| format!("client{i}")).collect(),
     });
