@@ -111,12 +111,12 @@ use crate::limiter::Denied;
 /// The longest `M + T` (ns) that leaves [`RANGE_MIN`] of readings in the word.
 const CAP_MAX: u64 = X_MASK - RANGE_MIN;
 
-/// One quota of a [`KeyedLeakyBucket`]: the rule its keys follow, its configuration precomputed.
-/// Made by the map's builder (`builder` and `quota`), never by hand; it is the map's type
-/// parameter (`KeyedLeakyBucket<K>` is `InlineMap<K, Quota>`), named only to name the map's
-/// builder, `InlineMapBuilder<K, Quota>`.
+/// One quota of a [`KeyedLeakyBucket`]: the rule its keys follow, its configuration
+/// precomputed. The map's builder makes it (`builder`, `quota`); it is the map's type
+/// parameter (`KeyedLeakyBucket<K>` is `InlineMap<K, LeakyBucketQuota>`), named only to name
+/// the map's builder, `InlineMapBuilder<K, LeakyBucketQuota>`.
 #[derive(Clone, Copy, Debug)]
-pub struct Quota {
+pub struct LeakyBucketQuota {
     pub(crate) rate: u32,
     pub(crate) per: Duration,
     pub(crate) slack: u32,
@@ -130,11 +130,11 @@ pub struct Quota {
     pub(crate) range: u64,
 }
 
-impl Quota {
+impl LeakyBucketQuota {
     /// Upstream's `perRequest` and `maxSlack`; rate 0 or `per` 0 ([`ConfigError::ZeroRate`],
     /// [`ConfigError::ZeroPeriod`], [`LeakyBucket`](crate::LeakyBucket)'s D6), or
     /// `(slack + 1) * T` past [`CAP_MAX`] ([`ConfigError::PacesTooLong`]).
-    fn new(rate: u32, per: Duration, slack: u32) -> Result<Quota, ConfigError> {
+    fn new(rate: u32, per: Duration, slack: u32) -> Result<LeakyBucketQuota, ConfigError> {
         crate::leaky_bucket::validate(rate, per)?;
         let t = per.as_nanos() / u128::from(rate);
         // Exact: t < 2^96 and slack + 1 <= 2^32.
@@ -146,7 +146,7 @@ impl Quota {
         }
         // cap <= CAP_MAX < 2^59: every product below fits.
         let (t, cap) = (t as u64, cap as u64);
-        Ok(Quota {
+        Ok(LeakyBucketQuota {
             rate,
             per,
             slack,
@@ -183,20 +183,20 @@ impl Quota {
 
 /// The map's rule: `x` is the key's `next` shifted by `M + T - base` (module docs, "The state
 /// word").
-impl WordRule for Quota {
+impl WordRule for LeakyBucketQuota {
     type Word = u64;
     /// `(rate, per, slack)` of each quota.
     type Quotas = Vec<(u32, Duration, u32)>;
     const NAME: &'static str = "KeyedLeakyBucket";
 
-    fn rules(quotas: &Self::Quotas, _: Nanos) -> Result<Vec<Quota>, ConfigError> {
+    fn rules(quotas: &Self::Quotas, _: Nanos) -> Result<Vec<LeakyBucketQuota>, ConfigError> {
         quotas
             .iter()
-            .map(|&(rate, per, slack)| Quota::new(rate, per, slack))
+            .map(|&(rate, per, slack)| LeakyBucketQuota::new(rate, per, slack))
             .collect()
     }
 
-    fn debug_quotas(rules: &[Quota], d: &mut fmt::DebugStruct<'_, '_>) {
+    fn debug_quotas(rules: &[LeakyBucketQuota], d: &mut fmt::DebugStruct<'_, '_>) {
         let quotas: Vec<_> = rules.iter().map(|q| (q.rate, q.per, q.slack)).collect();
         d.field("quotas", &quotas);
     }
@@ -319,9 +319,10 @@ impl WordRule for Quota {
 /// assert_eq!(k.evict_idle_at(t + Duration::from_millis(201)), 1);
 /// assert_eq!(k.len(), 1);
 /// ```
-pub type KeyedLeakyBucket<K, S = RandomState, C = QuantaClock> = InlineMap<K, Quota, S, C>;
+pub type KeyedLeakyBucket<K, S = RandomState, C = QuantaClock> =
+    InlineMap<K, LeakyBucketQuota, S, C>;
 
-impl<K> InlineMap<K, Quota, RandomState, QuantaClock>
+impl<K> InlineMap<K, LeakyBucketQuota, RandomState, QuantaClock>
 where
     K: Eq + Hash + Clone + Send + Sync + 'static,
 {
@@ -357,12 +358,12 @@ where
     ///     .unwrap();
     /// assert_eq!(k.max_keys(), 100_000);
     /// ```
-    pub fn builder(rate: u32) -> InlineMapBuilder<K, Quota> {
+    pub fn builder(rate: u32) -> InlineMapBuilder<K, LeakyBucketQuota> {
         InlineMapBuilder::with_quotas(vec![(rate, DEFAULT_PER, DEFAULT_SLACK)])
     }
 }
 
-impl<K, S, C> InlineMapBuilder<K, Quota, S, C>
+impl<K, S, C> InlineMapBuilder<K, LeakyBucketQuota, S, C>
 where
     K: Eq + Hash + Clone + Send + Sync + 'static,
     S: BuildHasher,
@@ -455,8 +456,8 @@ mod tests {
         (1, 86_400_000_000_000, 30), // a day apart, 31 days of credit
     ];
 
-    fn quota(rate: u32, per: u64, slack: u32) -> Quota {
-        Quota::new(rate, Duration::from_nanos(per), slack).unwrap()
+    fn quota(rate: u32, per: u64, slack: u32) -> LeakyBucketQuota {
+        LeakyBucketQuota::new(rate, Duration::from_nanos(per), slack).unwrap()
     }
 
     fn bucket(rate: u32, per: u64, slack: u32, b: Nanos) -> LeakyBucket<ManualClock> {
@@ -585,7 +586,7 @@ mod tests {
         const YEAR: f64 = 365.25 * 86_400e9;
         let d = Duration::from_nanos;
         for (rate, per, slack) in [(1, 1, 0), (10, 1_000_000_000, 10), (1, CAP_MAX, 0)] {
-            let q = Quota::new(rate, d(per), slack).unwrap();
+            let q = LeakyBucketQuota::new(rate, d(per), slack).unwrap();
             assert!(q.range as f64 >= 8.5 * YEAR, "{rate}/{per} slack {slack}");
             // The last reading of the range: a granted word still fits.
             let top = Nanos::new(q.range);
@@ -596,16 +597,19 @@ mod tests {
             }
         }
         assert_eq!(
-            Quota::new(1, d(CAP_MAX + 1), 0).unwrap_err(),
+            LeakyBucketQuota::new(1, d(CAP_MAX + 1), 0).unwrap_err(),
             ConfigError::PacesTooLong(d(CAP_MAX + 1))
         );
         // (slack + 1) * T counts: half the longest pace, twice, fits; plus one does not.
-        assert!(Quota::new(1, d(CAP_MAX / 2), 1).is_ok());
-        assert!(Quota::new(1, d(CAP_MAX / 2 + 1), 1).is_err());
-        assert!(Quota::new(1, Duration::MAX, u32::MAX).is_err());
-        assert_eq!(Quota::new(0, d(1), 0).unwrap_err(), ConfigError::ZeroRate);
+        assert!(LeakyBucketQuota::new(1, d(CAP_MAX / 2), 1).is_ok());
+        assert!(LeakyBucketQuota::new(1, d(CAP_MAX / 2 + 1), 1).is_err());
+        assert!(LeakyBucketQuota::new(1, Duration::MAX, u32::MAX).is_err());
         assert_eq!(
-            Quota::new(1, Duration::ZERO, 0).unwrap_err(),
+            LeakyBucketQuota::new(0, d(1), 0).unwrap_err(),
+            ConfigError::ZeroRate
+        );
+        assert_eq!(
+            LeakyBucketQuota::new(1, Duration::ZERO, 0).unwrap_err(),
             ConfigError::ZeroPeriod
         );
     }

@@ -31,45 +31,45 @@ pub use crate::keyed::WhenFull;
 
 use crate::clock::{Clock, Nanos, QuantaClock};
 use crate::error::ConfigError;
-use crate::keyed::token_bucket::{held, Quota as BucketQuota};
+use crate::keyed::token_bucket::{held, TokenBucketQuota};
 use crate::keyed::word_rule::WordRule;
 use crate::keyed::{InlineMap, InlineMapBuilder};
 use crate::limit::Limit;
 use crate::limiter::Denied;
 
-/// One quota of a [`KeyedLeakyMeter`]: the rule its keys follow, its configuration precomputed.
-/// Made by the map's builder (`builder` and `quota`), never by hand; it is the map's type
-/// parameter (`KeyedLeakyMeter<K>` is `InlineMap<K, Quota>`), named only to name the map's
-/// builder, `InlineMapBuilder<K, Quota>`.
+/// One quota of a [`KeyedLeakyMeter`]: the rule its keys follow, its configuration
+/// precomputed. The map's builder makes it (`builder`, `quota`); it is the map's type
+/// parameter (`KeyedLeakyMeter<K>` is `InlineMap<K, LeakyMeterQuota>`), named only to name
+/// the map's builder, `InlineMapBuilder<K, LeakyMeterQuota>`.
 #[derive(Clone, Copy, Debug)]
 // The token bucket's rule of `leak` and `burst = capacity`, capped (more than the capacity
 // is refused under an infinite leak too): a type of its own so that the meter's map is one.
-pub struct Quota(pub(crate) BucketQuota);
+pub struct LeakyMeterQuota(pub(crate) TokenBucketQuota);
 
-impl AsRef<BucketQuota> for Quota {
-    fn as_ref(&self) -> &BucketQuota {
+impl AsRef<TokenBucketQuota> for LeakyMeterQuota {
+    fn as_ref(&self) -> &TokenBucketQuota {
         &self.0
     }
 }
 
 /// The keyed token bucket's rule (module docs), with the meter's cap.
-impl WordRule for Quota {
+impl WordRule for LeakyMeterQuota {
     type Word = u64;
     /// `(capacity, leak)` of each quota.
     type Quotas = Vec<(u32, Limit)>;
     const NAME: &'static str = "KeyedLeakyMeter";
 
-    fn rules(quotas: &Self::Quotas, _: Nanos) -> Result<Vec<Quota>, ConfigError> {
+    fn rules(quotas: &Self::Quotas, _: Nanos) -> Result<Vec<LeakyMeterQuota>, ConfigError> {
         if quotas.iter().any(|&(capacity, _)| capacity == 0) {
             return Err(ConfigError::ZeroCapacity);
         }
         Ok(quotas
             .iter()
-            .map(|&(capacity, leak)| Quota(BucketQuota::meter(capacity, leak)))
+            .map(|&(capacity, leak)| LeakyMeterQuota(TokenBucketQuota::meter(capacity, leak)))
             .collect())
     }
 
-    fn debug_quotas(rules: &[Quota], d: &mut fmt::DebugStruct<'_, '_>) {
+    fn debug_quotas(rules: &[LeakyMeterQuota], d: &mut fmt::DebugStruct<'_, '_>) {
         let quotas: Vec<_> = rules.iter().map(|q| (q.0.burst, q.0.limit)).collect();
         d.field("quotas", &quotas);
     }
@@ -145,9 +145,9 @@ impl WordRule for Quota {
 /// assert_eq!(k.evict_idle_at(Nanos::new(500_000_000)), 1); // key 1 has drained
 /// assert_eq!(k.len(), 1);
 /// ```
-pub type KeyedLeakyMeter<K, S = RandomState, C = QuantaClock> = InlineMap<K, Quota, S, C>;
+pub type KeyedLeakyMeter<K, S = RandomState, C = QuantaClock> = InlineMap<K, LeakyMeterQuota, S, C>;
 
-impl<K> InlineMap<K, Quota, RandomState, QuantaClock>
+impl<K> InlineMap<K, LeakyMeterQuota, RandomState, QuantaClock>
 where
     K: Eq + Hash + Clone + Send + Sync + 'static,
 {
@@ -185,12 +185,12 @@ where
     ///     .unwrap();
     /// assert_eq!(k.max_keys(), 100_000);
     /// ```
-    pub fn builder(capacity: u32, leak: Limit) -> InlineMapBuilder<K, Quota> {
+    pub fn builder(capacity: u32, leak: Limit) -> InlineMapBuilder<K, LeakyMeterQuota> {
         InlineMapBuilder::with_quotas(vec![(capacity, leak)])
     }
 }
 
-impl<K, S, C> InlineMap<K, Quota, S, C>
+impl<K, S, C> InlineMap<K, LeakyMeterQuota, S, C>
 where
     K: Eq + Hash + Clone + Send + Sync + 'static,
     S: BuildHasher,
@@ -223,7 +223,7 @@ where
     }
 }
 
-impl<K, S, C> InlineMapBuilder<K, Quota, S, C>
+impl<K, S, C> InlineMapBuilder<K, LeakyMeterQuota, S, C>
 where
     K: Eq + Hash + Clone + Send + Sync + 'static,
     S: BuildHasher,

@@ -116,14 +116,14 @@ use crate::sliding_window::{quota_status, validate, Counts, Rule, View};
 /// The bits of `x`.
 const X_BITS: u32 = X_MASK.count_ones();
 
-/// One quota of a [`KeyedSlidingWindow`]: the rule its keys follow, its configuration precomputed.
-/// Made by the map's builder (`builder` and `quota`), never by hand; it is the map's type
-/// parameter (`KeyedSlidingWindow<K>` is `InlineMap<K, Quota>`), named only to name the map's
-/// builder, `InlineMapBuilder<K, Quota>`.
+/// One quota of a [`KeyedSlidingWindow`]: the rule its keys follow, its configuration
+/// precomputed. The map's builder makes it (`builder`, `quota`); it is the map's type
+/// parameter (`KeyedSlidingWindow<K>` is `InlineMap<K, SlidingWindowQuota>`), named only to name
+/// the map's builder, `InlineMapBuilder<K, SlidingWindowQuota>`.
 // The sliding window's arithmetic and the word's layout: what a check reads comes first.
 #[derive(Clone, Copy, Debug)]
 #[repr(C)]
-pub struct Quota {
+pub struct SlidingWindowQuota {
     /// `P` and `Q`, as [`SlidingWindow`](crate::SlidingWindow)'s.
     pub(crate) rule: Rule,
     /// `b`: the bits of each count.
@@ -134,16 +134,16 @@ pub struct Quota {
     pub(crate) period: Duration,
 }
 
-impl Quota {
+impl SlidingWindowQuota {
     /// The layout for `quota` per `period`: [`ConfigError::ZeroQuota`],
     /// [`ConfigError::ZeroPeriod`], or [`ConfigError::SlidingQuotaTooLarge`] if the index
     /// field left would count less than [`RANGE_MIN`] of readings.
-    fn new(quota: u32, period: Duration) -> Result<Quota, ConfigError> {
+    fn new(quota: u32, period: Duration) -> Result<SlidingWindowQuota, ConfigError> {
         validate(quota, period)?;
         let rule = Rule::new(quota, period);
         let b = u32::BITS - quota.leading_zeros();
-        match Quota::range(rule.p, b) {
-            Some(range) => Ok(Quota {
+        match SlidingWindowQuota::range(rule.p, b) {
+            Some(range) => Ok(SlidingWindowQuota {
                 rule,
                 b,
                 range,
@@ -155,7 +155,7 @@ impl Quota {
                 // The most bits whose range holds; a period of 1 ns holds none.
                 max: (1..=b)
                     .rev()
-                    .find(|&b| Quota::range(rule.p, b).is_some())
+                    .find(|&b| SlidingWindowQuota::range(rule.p, b).is_some())
                     .map_or(0, |b| ((1u64 << b) - 1) as u32),
             }),
         }
@@ -235,20 +235,20 @@ impl Quota {
 }
 
 /// The map's rule: `x` is `(k, prev, curr)` (module docs, "The state word").
-impl WordRule for Quota {
+impl WordRule for SlidingWindowQuota {
     type Word = u64;
     /// `(quota, period)` of each quota.
     type Quotas = Vec<(u32, Duration)>;
     const NAME: &'static str = "KeyedSlidingWindow";
 
-    fn rules(quotas: &Self::Quotas, _: Nanos) -> Result<Vec<Quota>, ConfigError> {
+    fn rules(quotas: &Self::Quotas, _: Nanos) -> Result<Vec<SlidingWindowQuota>, ConfigError> {
         quotas
             .iter()
-            .map(|&(quota, period)| Quota::new(quota, period))
+            .map(|&(quota, period)| SlidingWindowQuota::new(quota, period))
             .collect()
     }
 
-    fn debug_quotas(rules: &[Quota], d: &mut fmt::DebugStruct<'_, '_>) {
+    fn debug_quotas(rules: &[SlidingWindowQuota], d: &mut fmt::DebugStruct<'_, '_>) {
         let quotas: Vec<_> = rules.iter().map(|q| (q.rule.quota, q.period)).collect();
         d.field("quotas", &quotas);
     }
@@ -279,7 +279,7 @@ impl WordRule for Quota {
     }
 }
 
-impl Quota {
+impl SlidingWindowQuota {
     /// A refusal at `v`, with `SlidingWindow`'s retry time.
     #[inline(always)]
     fn denied(&self, v: &View, base: u64, now: Nanos, n: u32) -> Denied {
@@ -372,7 +372,8 @@ impl Quota {
 /// assert_eq!(k.evict_idle_at(s(2)), 1);
 /// assert_eq!(k.len(), 1);
 /// ```
-pub type KeyedSlidingWindow<K, S = RandomState, C = QuantaClock> = InlineMap<K, Quota, S, C>;
+pub type KeyedSlidingWindow<K, S = RandomState, C = QuantaClock> =
+    InlineMap<K, SlidingWindowQuota, S, C>;
 
 impl<K> KeyedSlidingWindow<K>
 where
@@ -411,12 +412,12 @@ where
     ///     .unwrap();
     /// assert_eq!(k.max_keys(), 100_000);
     /// ```
-    pub fn builder(quota: u32, period: Duration) -> InlineMapBuilder<K, Quota> {
+    pub fn builder(quota: u32, period: Duration) -> InlineMapBuilder<K, SlidingWindowQuota> {
         InlineMapBuilder::with_quotas(vec![(quota, period)])
     }
 }
 
-impl<K, S, C> InlineMap<K, Quota, S, C>
+impl<K, S, C> InlineMap<K, SlidingWindowQuota, S, C>
 where
     K: Eq + Hash + Clone + Send + Sync + 'static,
     S: BuildHasher,
@@ -504,7 +505,7 @@ where
 
     /// The quota of `key` and its state (`None`: evicted, or not held; then the quota
     /// `classify` picks for it), from one load.
-    fn read<Q>(&self, key: &Q) -> (&Quota, Option<u64>)
+    fn read<Q>(&self, key: &Q) -> (&SlidingWindowQuota, Option<u64>)
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
@@ -515,7 +516,7 @@ where
     }
 }
 
-impl<K, S, C> InlineMapBuilder<K, Quota, S, C>
+impl<K, S, C> InlineMapBuilder<K, SlidingWindowQuota, S, C>
 where
     K: Eq + Hash + Clone + Send + Sync + 'static,
     S: BuildHasher,
@@ -549,8 +550,8 @@ mod tests {
     const MS: u64 = 1_000_000;
     const SEC: u64 = 1_000_000_000;
 
-    fn quota(q: u32, period: u64) -> Quota {
-        Quota::new(q, Duration::from_nanos(period)).unwrap()
+    fn quota(q: u32, period: u64) -> SlidingWindowQuota {
+        SlidingWindowQuota::new(q, Duration::from_nanos(period)).unwrap()
     }
 
     /// `(quota, period in ns)`: small, odd, and at the largest quota each period holds.
@@ -692,7 +693,7 @@ mod tests {
             let rule = quota(max, p);
             assert!(rule.range as f64 >= 8.5 * YEAR, "{max}/{p}");
             assert_eq!(
-                Quota::new(max + 1, d(p)).unwrap_err(),
+                SlidingWindowQuota::new(max + 1, d(p)).unwrap_err(),
                 ConfigError::SlidingQuotaTooLarge {
                     quota: max + 1,
                     period: d(p),
@@ -707,16 +708,22 @@ mod tests {
             assert_eq!(rule.unpack(x).curr, max);
         }
         assert_eq!(
-            Quota::new(1, d(1)).unwrap_err(),
+            SlidingWindowQuota::new(1, d(1)).unwrap_err(),
             ConfigError::SlidingQuotaTooLarge {
                 quota: 1,
                 period: d(1),
                 max: 0
             }
         );
-        assert!(Quota::new(u32::MAX, Duration::MAX).is_err());
-        assert_eq!(Quota::new(0, d(1)).unwrap_err(), ConfigError::ZeroQuota);
-        assert_eq!(Quota::new(1, d(0)).unwrap_err(), ConfigError::ZeroPeriod);
+        assert!(SlidingWindowQuota::new(u32::MAX, Duration::MAX).is_err());
+        assert_eq!(
+            SlidingWindowQuota::new(0, d(1)).unwrap_err(),
+            ConfigError::ZeroQuota
+        );
+        assert_eq!(
+            SlidingWindowQuota::new(1, d(0)).unwrap_err(),
+            ConfigError::ZeroPeriod
+        );
     }
 
     /// Past the range time stands still: a key gets what the weighting allows at the

@@ -150,12 +150,12 @@ const _: () = assert!(U_MAX + TAU_MAX < X_MASK);
 /// Guava's default `maxBurstSeconds` for `RateLimiter.create(rate)`.
 pub(crate) const DEFAULT_MAX_BURST_SECONDS: f64 = 1.0;
 
-/// One quota of a [`KeyedSmoothBursty`]: the rule its keys follow, its configuration precomputed.
-/// Made by the map's builder (`builder` and `quota`), never by hand; it is the map's type
-/// parameter (`KeyedSmoothBursty<K>` is `InlineMap<K, Quota>`), named only to name the map's
-/// builder, `InlineMapBuilder<K, Quota>`.
+/// One quota of a [`KeyedSmoothBursty`]: the rule its keys follow, its configuration
+/// precomputed. The map's builder makes it (`builder`, `quota`); it is the map's type
+/// parameter (`KeyedSmoothBursty<K>` is `InlineMap<K, SmoothBurstyQuota>`), named only to name
+/// the map's builder, `InlineMapBuilder<K, SmoothBurstyQuota>`.
 #[derive(Clone, Copy, Debug)]
-pub struct Quota {
+pub struct SmoothBurstyQuota {
     pub(crate) rate: f64,
     pub(crate) max_burst_seconds: f64,
     pub(crate) scale: Scale,
@@ -165,12 +165,12 @@ pub struct Quota {
     pub(crate) inf: bool,
 }
 
-impl Quota {
+impl SmoothBurstyQuota {
     /// Guava's `doSetRate` for `rate` and `max_burst_seconds`, validated:
     /// [`ConfigError::RateNotPositive`], [`ConfigError::SubnormalLimit`] and
     /// [`ConfigError::InvalidBurstSeconds`] as [`SmoothBursty`](crate::SmoothBursty)'s, and
     /// [`ConfigError::SmoothOutOfRange`] for a quota the word cannot hold.
-    fn new(rate: f64, max_burst_seconds: f64) -> Result<Quota, ConfigError> {
+    fn new(rate: f64, max_burst_seconds: f64) -> Result<SmoothBurstyQuota, ConfigError> {
         let rate = crate::smooth::check_rate(rate)?;
         let b = max_burst_seconds;
         if !(b >= 0.0 && b.is_finite()) {
@@ -204,7 +204,7 @@ impl Quota {
             (max_permits * scale.one as f64).round() as u64
         };
         debug_assert!(m <= TAU_MAX);
-        Ok(Quota {
+        Ok(SmoothBurstyQuota {
             rate,
             max_burst_seconds,
             scale,
@@ -240,20 +240,20 @@ impl Quota {
 
 /// The map's rule: `x` is the key's `z` in its quota's units, shifted by `M - base` (module
 /// docs, "The state word").
-impl WordRule for Quota {
+impl WordRule for SmoothBurstyQuota {
     type Word = u64;
     /// `(rate, max_burst_seconds)` of each quota.
     type Quotas = Vec<(f64, f64)>;
     const NAME: &'static str = "KeyedSmoothBursty";
 
-    fn rules(quotas: &Self::Quotas, _: Nanos) -> Result<Vec<Quota>, ConfigError> {
+    fn rules(quotas: &Self::Quotas, _: Nanos) -> Result<Vec<SmoothBurstyQuota>, ConfigError> {
         quotas
             .iter()
-            .map(|&(rate, b)| Quota::new(rate, b))
+            .map(|&(rate, b)| SmoothBurstyQuota::new(rate, b))
             .collect()
     }
 
-    fn debug_quotas(rules: &[Quota], d: &mut fmt::DebugStruct<'_, '_>) {
+    fn debug_quotas(rules: &[SmoothBurstyQuota], d: &mut fmt::DebugStruct<'_, '_>) {
         let quotas: Vec<_> = rules
             .iter()
             .map(|q| (q.rate, q.max_burst_seconds))
@@ -375,9 +375,10 @@ impl WordRule for Quota {
 /// assert_eq!(k.evict_idle_at(t + Duration::from_millis(100)), 1);
 /// assert_eq!(k.len(), 1);
 /// ```
-pub type KeyedSmoothBursty<K, S = RandomState, C = QuantaClock> = InlineMap<K, Quota, S, C>;
+pub type KeyedSmoothBursty<K, S = RandomState, C = QuantaClock> =
+    InlineMap<K, SmoothBurstyQuota, S, C>;
 
-impl<K> InlineMap<K, Quota, RandomState, QuantaClock>
+impl<K> InlineMap<K, SmoothBurstyQuota, RandomState, QuantaClock>
 where
     K: Eq + Hash + Clone + Send + Sync + 'static,
 {
@@ -412,12 +413,12 @@ where
     ///     .unwrap();
     /// assert_eq!(k.max_keys(), 100_000);
     /// ```
-    pub fn builder(rate: f64) -> InlineMapBuilder<K, Quota> {
+    pub fn builder(rate: f64) -> InlineMapBuilder<K, SmoothBurstyQuota> {
         InlineMapBuilder::with_quotas(vec![(rate, DEFAULT_MAX_BURST_SECONDS)])
     }
 }
 
-impl<K, S, C> InlineMapBuilder<K, Quota, S, C>
+impl<K, S, C> InlineMapBuilder<K, SmoothBurstyQuota, S, C>
 where
     K: Eq + Hash + Clone + Send + Sync + 'static,
     S: BuildHasher,
@@ -487,8 +488,8 @@ mod tests {
         (1e6, 0.001),
     ];
 
-    fn quota(rate: f64, b: f64) -> Quota {
-        Quota::new(rate, b).unwrap()
+    fn quota(rate: f64, b: f64) -> SmoothBurstyQuota {
+        SmoothBurstyQuota::new(rate, b).unwrap()
     }
 
     fn bursty(rate: f64, b: f64, born: Nanos) -> SmoothBursty<ManualClock> {
@@ -646,7 +647,7 @@ mod tests {
     fn the_range_is_at_least_eight_and_a_half_years_up_to_1e9() {
         for rate in [1e-3, 0.3, 1.0, 3.0, 1e3, 3e7, 1e9] {
             for b in [0.0, 1.0, 1e3] {
-                let Ok(q) = Quota::new(rate, b) else {
+                let Ok(q) = SmoothBurstyQuota::new(rate, b) else {
                     continue;
                 };
                 let range = q.scale.nanos_floor(U_MAX);

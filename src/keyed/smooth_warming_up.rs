@@ -112,12 +112,12 @@ use crate::smooth::{self, Config as SmoothConfig, EPOCH_BITS, FRAC_ONE};
 /// permits cost up to three stable intervals each.
 pub(crate) const DEFAULT_COLD_FACTOR: f64 = 3.0;
 
-/// One quota of a [`KeyedSmoothWarmingUp`]: the rule its keys follow, its configuration precomputed.
-/// Made by the map's builder (`builder` and `quota`), never by hand; it is the map's type
-/// parameter (`KeyedSmoothWarmingUp<K>` is `InlineMap<K, Quota>`), named only to name the map's
-/// builder, `InlineMapBuilder<K, Quota>`.
+/// One quota of a [`KeyedSmoothWarmingUp`]: the rule its keys follow, its configuration
+/// precomputed. The map's builder makes it (`builder`, `quota`); it is the map's type
+/// parameter (`KeyedSmoothWarmingUp<K>` is `InlineMap<K, SmoothWarmingUpQuota>`), named only
+/// to name the map's builder, `InlineMapBuilder<K, SmoothWarmingUpQuota>`.
 #[derive(Clone, Copy, Debug)]
-pub struct Quota {
+pub struct SmoothWarmingUpQuota {
     pub(crate) rate: f64,
     pub(crate) warmup: Duration,
     pub(crate) cold_factor: f64,
@@ -125,12 +125,16 @@ pub struct Quota {
     pub(crate) cfg: SmoothConfig,
 }
 
-impl Quota {
+impl SmoothWarmingUpQuota {
     /// Guava's `SmoothWarmingUp` for `rate`, `warmup` and `cold_factor`, validated as
     /// [`SmoothWarmingUp`](crate::SmoothWarmingUp)'s builder validates them.
-    fn new(rate: f64, warmup: Duration, cold_factor: f64) -> Result<Quota, ConfigError> {
+    fn new(
+        rate: f64,
+        warmup: Duration,
+        cold_factor: f64,
+    ) -> Result<SmoothWarmingUpQuota, ConfigError> {
         let (rate, cfg) = smooth::warming_config(rate, warmup, cold_factor)?;
-        Ok(Quota {
+        Ok(SmoothWarmingUpQuota {
             rate,
             warmup,
             cold_factor,
@@ -159,20 +163,20 @@ fn since(base: u64, now: Nanos) -> u64 {
 
 /// The map's rule: `x` is the key's `(next_free - base, stored)` (module docs, "Two numbers
 /// in one word").
-impl WordRule for Quota {
+impl WordRule for SmoothWarmingUpQuota {
     type Word = u128;
     /// `(rate, warmup, cold_factor)` of each quota.
     type Quotas = Vec<(f64, Duration, f64)>;
     const NAME: &'static str = "KeyedSmoothWarmingUp";
 
-    fn rules(quotas: &Self::Quotas, _: Nanos) -> Result<Vec<Quota>, ConfigError> {
+    fn rules(quotas: &Self::Quotas, _: Nanos) -> Result<Vec<SmoothWarmingUpQuota>, ConfigError> {
         quotas
             .iter()
-            .map(|&(rate, warmup, cf)| Quota::new(rate, warmup, cf))
+            .map(|&(rate, warmup, cf)| SmoothWarmingUpQuota::new(rate, warmup, cf))
             .collect()
     }
 
-    fn debug_quotas(rules: &[Quota], d: &mut fmt::DebugStruct<'_, '_>) {
+    fn debug_quotas(rules: &[SmoothWarmingUpQuota], d: &mut fmt::DebugStruct<'_, '_>) {
         let quotas: Vec<_> = rules
             .iter()
             .map(|q| (q.rate, q.warmup, q.cold_factor))
@@ -308,9 +312,10 @@ impl WordRule for Quota {
 /// assert_eq!(k.evict_idle_at(t + Duration::from_secs(60)), 1);
 /// assert!(k.is_empty());
 /// ```
-pub type KeyedSmoothWarmingUp<K, S = RandomState, C = QuantaClock> = InlineMap<K, Quota, S, C>;
+pub type KeyedSmoothWarmingUp<K, S = RandomState, C = QuantaClock> =
+    InlineMap<K, SmoothWarmingUpQuota, S, C>;
 
-impl<K> InlineMap<K, Quota, RandomState, QuantaClock>
+impl<K> InlineMap<K, SmoothWarmingUpQuota, RandomState, QuantaClock>
 where
     K: Eq + Hash + Clone + Send + Sync + 'static,
 {
@@ -347,12 +352,12 @@ where
     ///     .unwrap();
     /// assert_eq!(k.max_keys(), 100_000);
     /// ```
-    pub fn builder(rate: f64, warmup: Duration) -> InlineMapBuilder<K, Quota> {
+    pub fn builder(rate: f64, warmup: Duration) -> InlineMapBuilder<K, SmoothWarmingUpQuota> {
         InlineMapBuilder::with_quotas(vec![(rate, warmup, DEFAULT_COLD_FACTOR)])
     }
 }
 
-impl<K, S, C> InlineMapBuilder<K, Quota, S, C>
+impl<K, S, C> InlineMapBuilder<K, SmoothWarmingUpQuota, S, C>
 where
     K: Eq + Hash + Clone + Send + Sync + 'static,
     S: BuildHasher,
@@ -423,8 +428,8 @@ mod tests {
         (f64::INFINITY, 10, 3.0),
     ];
 
-    fn quota(rate: f64, ms: u64, cf: f64) -> Quota {
-        Quota::new(rate, Duration::from_millis(ms), cf).unwrap()
+    fn quota(rate: f64, ms: u64, cf: f64) -> SmoothWarmingUpQuota {
+        SmoothWarmingUpQuota::new(rate, Duration::from_millis(ms), cf).unwrap()
     }
 
     fn warming(rate: f64, ms: u64, cf: f64, born: Nanos) -> SmoothWarmingUp<ManualClock> {
@@ -554,7 +559,7 @@ mod tests {
     /// configurations build and check without a panic.
     #[test]
     fn a_debt_past_the_word_is_never() {
-        let q = Quota::new(1e-9, Duration::from_secs(1), 3.0).unwrap();
+        let q = SmoothWarmingUpQuota::new(1e-9, Duration::from_secs(1), 3.0).unwrap();
         let base = 5;
         let t = Nanos::new(base + 1_000);
         let x = q
@@ -569,7 +574,7 @@ mod tests {
             (1e-300, Duration::from_nanos(1), 1.0),
             (1e300, Duration::MAX, 1.0),
         ] {
-            let q = Quota::new(rate, warmup, cf).unwrap();
+            let q = SmoothWarmingUpQuota::new(rate, warmup, cf).unwrap();
             for now in [0, 1, base, u64::MAX / 2, u64::MAX] {
                 let now = Nanos::new(now);
                 let mut x = q.born(base, now);

@@ -147,12 +147,12 @@ const U_MAX: u64 = X_MASK - TAU_MAX;
 // A granted word fits its 59 bits.
 const _: () = assert!(U_MAX + TAU_MAX <= X_MASK);
 
-/// One quota of a [`KeyedTokenBucket`]: the rule its keys follow, its configuration precomputed.
-/// Made by the map's builder (`builder` and `quota`), never by hand; it is the map's type
-/// parameter (`KeyedTokenBucket<K>` is `InlineMap<K, Quota>`), named only to name the map's
-/// builder, `InlineMapBuilder<K, Quota>`.
+/// One quota of a [`KeyedTokenBucket`]: the rule its keys follow, its configuration
+/// precomputed. The map's builder makes it (`builder`, `quota`); it is the map's type
+/// parameter (`KeyedTokenBucket<K>` is `InlineMap<K, TokenBucketQuota>`), named only to name
+/// the map's builder, `InlineMapBuilder<K, TokenBucketQuota>`.
 #[derive(Clone, Copy, Debug)]
-pub struct Quota {
+pub struct TokenBucketQuota {
     pub(crate) limit: Limit,
     pub(crate) burst: u32,
     pub(crate) scale: Scale,
@@ -168,8 +168,8 @@ pub struct Quota {
     pub(crate) capped: bool,
 }
 
-impl Quota {
-    pub(crate) fn new(limit: Limit, burst: u32) -> Quota {
+impl TokenBucketQuota {
+    pub(crate) fn new(limit: Limit, burst: u32) -> TokenBucketQuota {
         let inf = limit.is_inf();
         let scale = if inf || limit.as_f64() <= 0.0 {
             None
@@ -183,7 +183,7 @@ impl Quota {
             per: 0,
             per_shift: 0,
         });
-        Quota {
+        TokenBucketQuota {
             limit,
             burst,
             scale,
@@ -196,10 +196,10 @@ impl Quota {
 
     /// A water-level meter of `capacity` units leaking at `leak`: the bucket of `leak` and
     /// `burst = capacity`, refusing more than `capacity` under every leak.
-    pub(crate) fn meter(capacity: u32, leak: Limit) -> Quota {
-        Quota {
+    pub(crate) fn meter(capacity: u32, leak: Limit) -> TokenBucketQuota {
+        TokenBucketQuota {
             capped: true,
-            ..Quota::new(leak, capacity)
+            ..TokenBucketQuota::new(leak, capacity)
         }
     }
 
@@ -244,7 +244,8 @@ impl Quota {
         }
     }
 
-    /// [`Quota::denied`]'s rare cases: a zero limit, and a retry time past the end of time.
+    /// [`TokenBucketQuota::denied`]'s rare cases: a zero limit, and a retry time past the end
+    /// of time.
     #[cold]
     fn denied_slow(&self, x2: u64, base: u64, now: Nanos) -> Denied {
         if self.zero {
@@ -256,28 +257,28 @@ impl Quota {
     }
 }
 
-impl AsRef<Quota> for Quota {
-    fn as_ref(&self) -> &Quota {
+impl AsRef<TokenBucketQuota> for TokenBucketQuota {
+    fn as_ref(&self) -> &TokenBucketQuota {
         self
     }
 }
 
 /// The map's rule: `x` is the key's theoretical arrival time in its quota's units (module
 /// docs, "The state word").
-impl WordRule for Quota {
+impl WordRule for TokenBucketQuota {
     type Word = u64;
     /// `(limit, burst)` of each quota.
     type Quotas = Vec<(Limit, u32)>;
     const NAME: &'static str = "KeyedTokenBucket";
 
-    fn rules(quotas: &Self::Quotas, _: Nanos) -> Result<Vec<Quota>, ConfigError> {
+    fn rules(quotas: &Self::Quotas, _: Nanos) -> Result<Vec<TokenBucketQuota>, ConfigError> {
         Ok(quotas
             .iter()
-            .map(|&(limit, burst)| Quota::new(limit, burst))
+            .map(|&(limit, burst)| TokenBucketQuota::new(limit, burst))
             .collect())
     }
 
-    fn debug_quotas(rules: &[Quota], d: &mut fmt::DebugStruct<'_, '_>) {
+    fn debug_quotas(rules: &[TokenBucketQuota], d: &mut fmt::DebugStruct<'_, '_>) {
         let quotas: Vec<_> = rules.iter().map(|q| (q.limit, q.burst)).collect();
         d.field("quotas", &quotas);
     }
@@ -379,9 +380,10 @@ impl WordRule for Quota {
 /// assert_eq!(k.evict_idle_at(Nanos::new(500_000_000)), 1); // key 1 is full again
 /// assert_eq!(k.len(), 1);
 /// ```
-pub type KeyedTokenBucket<K, S = RandomState, C = QuantaClock> = InlineMap<K, Quota, S, C>;
+pub type KeyedTokenBucket<K, S = RandomState, C = QuantaClock> =
+    InlineMap<K, TokenBucketQuota, S, C>;
 
-impl<K> InlineMap<K, Quota, RandomState, QuantaClock>
+impl<K> InlineMap<K, TokenBucketQuota, RandomState, QuantaClock>
 where
     K: Eq + Hash + Clone + Send + Sync + 'static,
 {
@@ -416,12 +418,12 @@ where
     ///     .unwrap();
     /// assert_eq!(k.max_keys(), 100_000);
     /// ```
-    pub fn builder(limit: Limit, burst: u32) -> InlineMapBuilder<K, Quota> {
+    pub fn builder(limit: Limit, burst: u32) -> InlineMapBuilder<K, TokenBucketQuota> {
         InlineMapBuilder::with_quotas(vec![(limit, burst)])
     }
 }
 
-impl<K, S, C> InlineMap<K, Quota, S, C>
+impl<K, S, C> InlineMap<K, TokenBucketQuota, S, C>
 where
     K: Eq + Hash + Clone + Send + Sync + 'static,
     S: BuildHasher,
@@ -581,10 +583,10 @@ pub(crate) fn held<'m, K, R, S, C, Q>(
     map: &'m WordMap<K, R, S, C>,
     key: &Q,
     now: Nanos,
-) -> Option<(&'m Quota, f64)>
+) -> Option<(&'m TokenBucketQuota, f64)>
 where
     K: Eq + Hash + Clone + Send + Sync + 'static + Borrow<Q>,
-    R: WordRule<Word = u64> + AsRef<Quota>,
+    R: WordRule<Word = u64> + AsRef<TokenBucketQuota>,
     Q: Hash + Eq + ?Sized,
     S: BuildHasher,
     C: Clock,
@@ -600,7 +602,7 @@ where
     Some((q, (units / q.scale.one as f64).min(f64::from(q.burst))))
 }
 
-impl<K, S, C> InlineMapBuilder<K, Quota, S, C>
+impl<K, S, C> InlineMapBuilder<K, TokenBucketQuota, S, C>
 where
     K: Eq + Hash + Clone + Send + Sync + 'static,
     S: BuildHasher,
@@ -688,7 +690,7 @@ mod tests {
         const YEAR: f64 = 365.25 * 86_400e9;
         for l in [1e-3, 1.0, 7.0, 1e3, 3e7, 1e8, 1e9] {
             for burst in [1, 1000, u32::MAX] {
-                let q = Quota::new(Limit::per_second(l).unwrap(), burst);
+                let q = TokenBucketQuota::new(Limit::per_second(l).unwrap(), burst);
                 if q.zero {
                     continue;
                 }

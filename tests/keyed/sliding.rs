@@ -10,7 +10,7 @@ use std::collections::hash_map::RandomState;
 use std::time::Duration;
 
 use proptest::prelude::*;
-use turnstile::keyed::sliding_window::{KeyedSlidingWindow, Quota, MAX_QUOTAS};
+use turnstile::keyed::sliding_window::{KeyedSlidingWindow, SlidingWindowQuota, MAX_QUOTAS};
 use turnstile::keyed::InlineMapBuilder;
 use turnstile::sliding_window::SlidingWindowBuilder;
 use turnstile::{
@@ -168,7 +168,7 @@ fn quotas_are_per_key_and_bad_input_is_a_typed_error() {
     assert_eq!(k.status_at(&200, at(T0)).quota, 10); // an absent key: its quota's status
 
     let one = Duration::from_secs(1);
-    let bad = |b: InlineMapBuilder<u8, Quota>| b.build().unwrap_err();
+    let bad = |b: InlineMapBuilder<u8, SlidingWindowQuota>| b.build().unwrap_err();
     let mut b = KeyedSlidingWindow::builder(1, one);
     for _ in 0..MAX_QUOTAS {
         b = b.quota(1, one);

@@ -132,9 +132,10 @@ fn quotas_are_per_key_and_bounded() {
         ConfigError::TooManyQuotas(MAX_QUOTAS + 1)
     );
     let one = Duration::from_secs(1);
-    let bad = |b: turnstile::keyed::InlineMapBuilder<u8, turnstile::keyed::fixed_window::Quota>| {
-        b.build().unwrap_err()
-    };
+    let bad = |b: turnstile::keyed::InlineMapBuilder<
+        u8,
+        turnstile::keyed::fixed_window::FixedWindowQuota,
+    >| { b.build().unwrap_err() };
     assert_eq!(
         bad(KeyedWindow::builder(1, one).quota(0, one)),
         ConfigError::ZeroQuota

@@ -103,12 +103,12 @@ const PERIOD_CAP: u64 = 1 << 62;
 /// A window's end may be late by at most `period / TICKS_PER_PERIOD` (one tick).
 const TICKS_PER_PERIOD: u64 = 256;
 
-/// One quota of a [`KeyedWindow`]: the rule its keys follow, its configuration precomputed.
-/// Made by the map's builder (`builder` and `quota`), never by hand; it is the map's type
-/// parameter (`KeyedWindow<K>` is `InlineMap<K, Quota>`), named only to name the map's
-/// builder, `InlineMapBuilder<K, Quota>`.
+/// One quota of a [`KeyedWindow`]: the rule its keys follow, its configuration
+/// precomputed. The map's builder makes it (`builder`, `quota`); it is the map's type
+/// parameter (`KeyedWindow<K>` is `InlineMap<K, FixedWindowQuota>`), named only to name
+/// the map's builder, `InlineMapBuilder<K, FixedWindowQuota>`.
 #[derive(Clone, Copy, Debug)]
-pub struct Quota {
+pub struct FixedWindowQuota {
     pub(crate) spec: WindowSpec,
     /// The period as given (for `Debug` and the status's window).
     pub(crate) period: Duration,
@@ -122,11 +122,11 @@ pub struct Quota {
     pub(crate) range: u64,
 }
 
-impl Quota {
+impl FixedWindowQuota {
     /// The layout for `spec` (a validated quota and period): the least tick that leaves
     /// [`RANGE_MIN`] of readings, or [`ConfigError::WindowTooShort`] if that tick is more
     /// than `1 / TICKS_PER_PERIOD` of the period.
-    fn new(spec: WindowSpec, period: Duration) -> Result<Quota, ConfigError> {
+    fn new(spec: WindowSpec, period: Duration) -> Result<FixedWindowQuota, ConfigError> {
         let c = u32::BITS - spec.quota.leading_zeros();
         let p = spec.period.min(PERIOD_CAP);
         let end_bits = X_MASK.count_ones() - c;
@@ -147,7 +147,7 @@ impl Quota {
                 min: Duration::from_nanos(tick.saturating_mul(TICKS_PER_PERIOD)),
             });
         }
-        Ok(Quota {
+        Ok(FixedWindowQuota {
             spec,
             period,
             p,
@@ -222,19 +222,19 @@ impl Quota {
             quota: self.spec.quota,
             // count <= quota.
             remaining: self.spec.quota - count as u32,
-            resets_at: Quota::at(base, end).unwrap_or(Nanos::MAX),
+            resets_at: FixedWindowQuota::at(base, end).unwrap_or(Nanos::MAX),
         }
     }
 }
 
 /// The map's rule: `x` is the window's end in ticks past the base and its count (module docs,
 /// "The state word").
-impl WordRule for Quota {
+impl WordRule for FixedWindowQuota {
     type Word = u64;
     type Quotas = Quotas;
     const NAME: &'static str = "KeyedWindow";
 
-    fn rules(quotas: &Quotas, now: Nanos) -> Result<Vec<Quota>, ConfigError> {
+    fn rules(quotas: &Quotas, now: Nanos) -> Result<Vec<FixedWindowQuota>, ConfigError> {
         let Quotas {
             list,
             align,
@@ -242,7 +242,7 @@ impl WordRule for Quota {
         } = quotas;
         list.iter()
             .map(|&(quota, period)| {
-                Quota::new(
+                FixedWindowQuota::new(
                     WindowSpec::new(quota, period, *align, *unix_origin, now)?,
                     period,
                 )
@@ -250,7 +250,7 @@ impl WordRule for Quota {
             .collect()
     }
 
-    fn debug_quotas(rules: &[Quota], d: &mut fmt::DebugStruct<'_, '_>) {
+    fn debug_quotas(rules: &[FixedWindowQuota], d: &mut fmt::DebugStruct<'_, '_>) {
         let quotas: Vec<_> = rules.iter().map(|q| (q.spec.quota, q.period)).collect();
         d.field("quotas", &quotas).field(
             "utc_offset_secs",
@@ -286,7 +286,7 @@ impl WordRule for Quota {
         if self.count(x) + u64::from(n) <= u64::from(self.spec.quota) {
             return Ok(Some(x + u64::from(n)));
         }
-        Err(Denied::new(now, Quota::at(base, end)))
+        Err(Denied::new(now, FixedWindowQuota::at(base, end)))
     }
 
     /// The window is over at `now`.
@@ -376,7 +376,7 @@ impl WordRule for Quota {
 /// assert_eq!(k.evict_idle_at(t + Duration::from_secs(1)), 1);
 /// assert_eq!(k.len(), 1);
 /// ```
-pub type KeyedWindow<K, S = RandomState, C = QuantaClock> = InlineMap<K, Quota, S, C>;
+pub type KeyedWindow<K, S = RandomState, C = QuantaClock> = InlineMap<K, FixedWindowQuota, S, C>;
 
 impl<K> KeyedWindow<K>
 where
@@ -415,7 +415,7 @@ where
     ///     .unwrap();
     /// assert_eq!(k.max_keys(), 100_000);
     /// ```
-    pub fn builder(quota: u32, period: Duration) -> InlineMapBuilder<K, Quota> {
+    pub fn builder(quota: u32, period: Duration) -> InlineMapBuilder<K, FixedWindowQuota> {
         InlineMapBuilder::with_quotas(Quotas {
             list: vec![(quota, period)],
             align: None,
@@ -424,7 +424,7 @@ where
     }
 }
 
-impl<K, S, C> InlineMap<K, Quota, S, C>
+impl<K, S, C> InlineMap<K, FixedWindowQuota, S, C>
 where
     K: Eq + Hash + Clone + Send + Sync + 'static,
     S: BuildHasher,
@@ -532,7 +532,7 @@ mod quotas {
     }
 }
 
-impl<K, S, C> InlineMapBuilder<K, Quota, S, C>
+impl<K, S, C> InlineMapBuilder<K, FixedWindowQuota, S, C>
 where
     K: Eq + Hash + Clone + Send + Sync + 'static,
     S: BuildHasher,

@@ -31,8 +31,8 @@ fn spec(quota: u32, period: u64, aligned: bool) -> WindowSpec {
     .unwrap()
 }
 
-fn quota(quota: u32, period: u64, aligned: bool) -> Quota {
-    Quota::new(spec(quota, period, aligned), Duration::from_nanos(period)).unwrap()
+fn quota(quota: u32, period: u64, aligned: bool) -> FixedWindowQuota {
+    FixedWindowQuota::new(spec(quota, period, aligned), Duration::from_nanos(period)).unwrap()
 }
 
 fn window(quota: u32, period: u64, aligned: bool, b: Nanos) -> FixedWindow<ManualClock> {
@@ -245,7 +245,7 @@ fn the_range_is_at_least_eight_and_a_half_years_and_ticks_fit_the_period() {
         assert!(rule.end(open) > rule.range);
     }
     // A quota of 1000 ticks in 512 ns: periods from 131 072 ns.
-    let err = Quota::new(spec(1000, 131_071, false), d(131_071)).unwrap_err();
+    let err = FixedWindowQuota::new(spec(1000, 131_071, false), d(131_071)).unwrap_err();
     assert_eq!(
         err,
         ConfigError::WindowTooShort {
@@ -253,8 +253,8 @@ fn the_range_is_at_least_eight_and_a_half_years_and_ticks_fit_the_period() {
             min: d(131_072)
         }
     );
-    assert!(Quota::new(spec(1000, 131_072, false), d(131_072)).is_ok());
-    assert!(Quota::new(spec(u32::MAX, SEC, false), d(SEC)).is_err());
+    assert!(FixedWindowQuota::new(spec(1000, 131_072, false), d(131_072)).is_ok());
+    assert!(FixedWindowQuota::new(spec(u32::MAX, SEC, false), d(SEC)).is_err());
     // The 10 bits of 1000 leave 49 for the end: 512 ns ticks; 1024 is the next one.
     assert_eq!(quota(1000, SEC, false).s, 9);
     assert_eq!(quota(1024, SEC, false).s, 10);
