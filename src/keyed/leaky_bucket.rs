@@ -189,7 +189,10 @@ impl WordRule for LeakyBucketQuota {
     type Quotas = Vec<(u32, Duration, u32)>;
     const NAME: &'static str = "KeyedLeakyBucket";
 
-    fn rules(quotas: &Self::Quotas, _: Nanos) -> Result<Vec<LeakyBucketQuota>, ConfigError> {
+    fn rules(
+        quotas: &Self::Quotas,
+        _: impl FnOnce() -> Nanos,
+    ) -> Result<Vec<LeakyBucketQuota>, ConfigError> {
         quotas
             .iter()
             .map(|&(rate, per, slack)| LeakyBucketQuota::new(rate, per, slack))

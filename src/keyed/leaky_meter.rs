@@ -59,7 +59,10 @@ impl WordRule for LeakyMeterQuota {
     type Quotas = Vec<(u32, Limit)>;
     const NAME: &'static str = "KeyedLeakyMeter";
 
-    fn rules(quotas: &Self::Quotas, _: Nanos) -> Result<Vec<LeakyMeterQuota>, ConfigError> {
+    fn rules(
+        quotas: &Self::Quotas,
+        _: impl FnOnce() -> Nanos,
+    ) -> Result<Vec<LeakyMeterQuota>, ConfigError> {
         if quotas.iter().any(|&(capacity, _)| capacity == 0) {
             return Err(ConfigError::ZeroCapacity);
         }

@@ -241,7 +241,10 @@ impl WordRule for SlidingWindowQuota {
     type Quotas = Vec<(u32, Duration)>;
     const NAME: &'static str = "KeyedSlidingWindow";
 
-    fn rules(quotas: &Self::Quotas, _: Nanos) -> Result<Vec<SlidingWindowQuota>, ConfigError> {
+    fn rules(
+        quotas: &Self::Quotas,
+        _: impl FnOnce() -> Nanos,
+    ) -> Result<Vec<SlidingWindowQuota>, ConfigError> {
         quotas
             .iter()
             .map(|&(quota, period)| SlidingWindowQuota::new(quota, period))

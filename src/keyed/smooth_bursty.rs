@@ -246,7 +246,10 @@ impl WordRule for SmoothBurstyQuota {
     type Quotas = Vec<(f64, f64)>;
     const NAME: &'static str = "KeyedSmoothBursty";
 
-    fn rules(quotas: &Self::Quotas, _: Nanos) -> Result<Vec<SmoothBurstyQuota>, ConfigError> {
+    fn rules(
+        quotas: &Self::Quotas,
+        _: impl FnOnce() -> Nanos,
+    ) -> Result<Vec<SmoothBurstyQuota>, ConfigError> {
         quotas
             .iter()
             .map(|&(rate, b)| SmoothBurstyQuota::new(rate, b))

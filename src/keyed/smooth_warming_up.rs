@@ -169,7 +169,10 @@ impl WordRule for SmoothWarmingUpQuota {
     type Quotas = Vec<(f64, Duration, f64)>;
     const NAME: &'static str = "KeyedSmoothWarmingUp";
 
-    fn rules(quotas: &Self::Quotas, _: Nanos) -> Result<Vec<SmoothWarmingUpQuota>, ConfigError> {
+    fn rules(
+        quotas: &Self::Quotas,
+        _: impl FnOnce() -> Nanos,
+    ) -> Result<Vec<SmoothWarmingUpQuota>, ConfigError> {
         quotas
             .iter()
             .map(|&(rate, warmup, cf)| SmoothWarmingUpQuota::new(rate, warmup, cf))

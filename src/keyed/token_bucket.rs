@@ -271,7 +271,10 @@ impl WordRule for TokenBucketQuota {
     type Quotas = Vec<(Limit, u32)>;
     const NAME: &'static str = "KeyedTokenBucket";
 
-    fn rules(quotas: &Self::Quotas, _: Nanos) -> Result<Vec<TokenBucketQuota>, ConfigError> {
+    fn rules(
+        quotas: &Self::Quotas,
+        _: impl FnOnce() -> Nanos,
+    ) -> Result<Vec<TokenBucketQuota>, ConfigError> {
         Ok(quotas
             .iter()
             .map(|&(limit, burst)| TokenBucketQuota::new(limit, burst))

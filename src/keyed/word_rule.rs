@@ -191,9 +191,10 @@ pub trait WordRule: Copy + Send + Sync + 'static {
     /// The map's name (its alias) in its `Debug`.
     const NAME: &'static str;
 
-    /// The rules of `quotas` for a map built at `now` (ns on its clock), quota 0 first, or
-    /// the first quota's [`ConfigError`], as the single limiter's builder reports it.
-    fn rules(quotas: &Self::Quotas, now: Nanos) -> Result<Vec<Self>, ConfigError>;
+    /// The rules of `quotas` for a map built at `now()` (ns on its clock; read only by a rule
+    /// that needs it), quota 0 first, or the first quota's [`ConfigError`], as the single
+    /// limiter's builder reports it.
+    fn rules(quotas: &Self::Quotas, now: impl FnOnce() -> Nanos) -> Result<Vec<Self>, ConfigError>;
 
     /// Adds the quotas' settings (`rules`, quota 0 first) to the map's `Debug`.
     fn debug_quotas(rules: &[Self], d: &mut fmt::DebugStruct<'_, '_>);

@@ -234,12 +234,16 @@ impl WordRule for FixedWindowQuota {
     type Quotas = Quotas;
     const NAME: &'static str = "KeyedWindow";
 
-    fn rules(quotas: &Quotas, now: Nanos) -> Result<Vec<FixedWindowQuota>, ConfigError> {
+    fn rules(
+        quotas: &Quotas,
+        now: impl FnOnce() -> Nanos,
+    ) -> Result<Vec<FixedWindowQuota>, ConfigError> {
         let Quotas {
             list,
             align,
             unix_origin,
         } = quotas;
+        let now = now();
         list.iter()
             .map(|&(quota, period)| {
                 FixedWindowQuota::new(
