@@ -113,6 +113,21 @@ pub enum ConfigError {
     /// blocked on it, so a fallback would never learn that Redis is back.
     #[error("a current-thread runtime runs no task between calls; a blocking Redis limiter needs a multi-thread runtime")]
     CurrentThreadRuntime,
+    /// A multi-limit bucket got no limits, or more than its word holds (4).
+    #[error("{0} limits; a multi-limit token bucket takes 1 to 4")]
+    LimitCount(usize),
+    /// Limit `index` of a multi-limit bucket cannot be held: `why` says which bound it broke.
+    #[error("limit {index} ({limit}/s, burst {burst}) cannot be held: {why}")]
+    LimitOutOfRange {
+        /// The limit's position in the list, from 0.
+        index: usize,
+        /// Its rate, in events per second.
+        limit: f64,
+        /// Its burst.
+        burst: u32,
+        /// The bound it broke.
+        why: &'static str,
+    },
 }
 
 /// Why a wait did not (or will not) end with the requested tokens.

@@ -114,6 +114,21 @@ impl Scale {
                 per_shift: 63 + fine,
             });
         }
+        Scale::power_of_two(mant, exp, k)
+    }
+
+    /// The scale for `limit` (finite, positive) whose token is exactly `2^k` units (`k <= 62`),
+    /// however coarse or fine that makes a unit: for a word that must hold a burst in a given
+    /// number of bits. `None` if the multiplier does not fit.
+    pub(crate) fn with_k(limit: Limit, k: u32) -> Option<Scale> {
+        debug_assert!(k <= 62);
+        let t_ns = (1e9 / limit.as_f64()).max((1.0 + 8.0 * f64::EPSILON) / (1u64 << J) as f64);
+        let (mant, exp) = decompose(t_ns);
+        Scale::power_of_two(mant, exp, k)
+    }
+
+    /// The scale whose token `T = mant * 2^exp` ns is `2^k` units.
+    fn power_of_two(mant: u128, exp: i32, k: u32) -> Option<Scale> {
         // mul = ceil(2^(k + 64 - J) / T) = ceil(2^(k + 64 - J - exp) / mant).
         let mul = ratio_ceil(1, k as i32 + (64 - J) as i32 - exp, mant, 0)?;
         let mul = u64::try_from(mul).ok()?;

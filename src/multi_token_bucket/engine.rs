@@ -1,0 +1,226 @@
+//! The multi-limit bucket's engine: its state word, its configuration slots and the CAS
+//! protocols that move them (check, reconfiguration). The user docs are on
+//! [`MultiTokenBucket`](super::MultiTokenBucket); the word's layout and arithmetic are
+//! `word.rs`'s.
+//!
+//! # The protocol
+//! **The state word** (`state`, one `AtomicU128`, cache-padded): the low 123 bits are the
+//! word of `word.rs` (the anchor and one offset per limit), the top five the configuration's
+//! **epoch** modulo 32.
+//!
+//! **Configurations** live in the two slots of a `ConfigSlots` (`src/config_slots.rs` states
+//! its seqlock protocol), one per epoch parity: a header (the number of limits and the
+//! smallest burst) and six words per limit (the three a check reads, then the retry time's
+//! and the readers'). Only `set_limits` writes them, serialized by a mutex the hot path never
+//! touches: it writes the slot of epoch `e + 1`, then converts the state (each limit's tokens
+//! at `now`, re-expressed in the new configuration) and installs it with epoch `e + 1` by one
+//! CAS on the state word.
+//!
+//! * **Invariant:** while the word carries epoch `e`, slot `e & 1` holds epoch `e`'s
+//!   configuration: the writer next touches it for `e + 2`, which needs the word at `e + 1`.
+//! * A **check** loads the word (`Acquire`), reads the hot words of its epoch's slot under the
+//!   slot's seqlock, and decides. A grant commits with one CAS on the whole word (`AcqRel`;
+//!   failure `Acquire`, the found word being the next attempt's): if it succeeds no
+//!   reconfiguration committed in between, so the configuration it read was its word's. So
+//!   no check is ever computed half under an old configuration: `set_limits` is linearizable
+//!   with checks.
+//! * A **refusal** (and a peek, and a check of zero) writes nothing: its slot read is
+//!   validated by the seqlock, so its configuration is its word's epoch's, and it
+//!   linearizes at its load. A refusal is decided from that one load.
+//! * **ABA bound.** The epoch has 5 bits: a grant could commit against a stale slot only if
+//!   32 reconfigurations ran (each taking the mutex and a CAS) between its load and its CAS
+//!   *and* left the word's other 123 bits as they were; a refusal only if 32 ran between its
+//!   load and its slot read.
+//!
+//! **Orderings** are those of `src/config_slots.rs` with the state word as the publication:
+//! the reconfiguring CAS is `Release` after the slot write, the check's load `Acquire`.
+//! `loom-tests/tests/multi_token_bucket.rs` model-checks check ‖ check and check ‖
+//! `set_limits`.
+
+use crossbeam_utils::{Backoff, CachePadded};
+
+use super::word::{field_bits, Lim, Limits, Verdict, MAX_LIMITS, X_BITS, X_MASK};
+use crate::config_slots::ConfigSlots;
+use crate::limit::Limit;
+use crate::sync::{AtomicU128, AtomicU64, Mutex, Ordering}; // Mutex: set_limits only
+
+/// Words per limit in a slot.
+const PER_LIMIT: usize = 6;
+const WORDS: usize = 1 + PER_LIMIT * MAX_LIMITS;
+/// Epochs count modulo 32, in the word's top five bits.
+const EPOCHS: u32 = 32;
+
+/// What a check decided.
+pub(super) enum Taken {
+    Granted,
+    /// Refused: limit `by` admits last, at `retry` ns past the base (`None`: never).
+    Denied {
+        by: usize,
+        retry: Option<u64>,
+    },
+}
+
+pub(super) struct Engine {
+    state: CachePadded<AtomicU128>,
+    configs: ConfigSlots<WORDS>,
+    /// The clock reading every grid counts from.
+    pub(super) base: u64,
+    /// The current configuration, for `set_limits`: whoever holds it is the one writer.
+    writer: Mutex<Limits>,
+}
+
+impl Engine {
+    /// An engine of `limits`, all full at `base`.
+    pub(super) fn new(limits: Limits, base: u64) -> Engine {
+        Engine {
+            state: CachePadded::new(AtomicU128::new(limits.born(0))),
+            configs: ConfigSlots::new(to_words(&limits)),
+            base,
+            writer: Mutex::new(limits),
+        }
+    }
+
+    /// A check of `n` at `t` ns past the base, consuming if `take` (else a peek).
+    #[inline]
+    pub(super) fn check(&self, t: u64, n: u32, take: bool) -> Taken {
+        let backoff = Backoff::new();
+        let mut word = self.state.load(Ordering::Acquire);
+        loop {
+            let epoch = (word >> X_BITS) as u32;
+            let x = word & X_MASK;
+            let Some(verdict) = self.configs.read_with(epoch, |w| hot(w).check(x, t, n)) else {
+                word = self.state.load(Ordering::Acquire);
+                continue;
+            };
+            match verdict {
+                Verdict::Grant(x2) if take => {
+                    match self.state.compare_exchange_weak(
+                        word,
+                        (word & !X_MASK) | x2,
+                        Ordering::AcqRel,
+                        Ordering::Acquire,
+                    ) {
+                        Ok(_) => return Taken::Granted,
+                        Err(found) => {
+                            word = found;
+                            backoff.spin();
+                        }
+                    }
+                }
+                Verdict::Grant(_) | Verdict::Free => return Taken::Granted,
+                Verdict::Over => match self.configs.read(epoch) {
+                    Some(words) => {
+                        let (by, retry) = full(&words).refusal(x, t, n);
+                        return Taken::Denied { by, retry };
+                    }
+                    None => word = self.state.load(Ordering::Acquire),
+                },
+            }
+        }
+    }
+
+    /// The configuration and the arithmetic's bits, read together.
+    pub(super) fn snapshot(&self) -> (Limits, u128) {
+        loop {
+            let word = self.state.load(Ordering::Acquire);
+            if let Some(words) = self.configs.read((word >> X_BITS) as u32) {
+                return (full(&words), word & X_MASK);
+            }
+        }
+    }
+
+    /// Installs `new` at `t` ns past the base: each limit kept by index keeps its tokens.
+    pub(super) fn set_limits(&self, new: Limits, t: u64) {
+        let mut current = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+        let mut word = self.state.load(Ordering::Acquire);
+        let epoch = ((word >> X_BITS) as u32 + 1) % EPOCHS;
+        self.configs.write(epoch, to_words(&new));
+        let backoff = Backoff::new();
+        loop {
+            let x = current.convert(word & X_MASK, &new, t);
+            let next = (u128::from(epoch) << X_BITS) | x;
+            match self
+                .state
+                .compare_exchange_weak(word, next, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => break,
+                Err(found) => {
+                    word = found;
+                    backoff.spin();
+                }
+            }
+        }
+        *current = new;
+    }
+
+    /// Makes the state born at `t` (all limits full then): for a limiter not yet shared.
+    pub(super) fn reborn(&self, t: u64) {
+        let (limits, _) = self.snapshot();
+        let word = self.state.load(Ordering::Acquire);
+        self.state
+            .store((word & !X_MASK) | limits.born(t), Ordering::Release);
+    }
+}
+
+/// A configuration as slot words: the header (`k`, the smallest burst), then per limit `mul`,
+/// `one`, `tau` (what a check reads), `per`, `per_shift` and `burst`, and the limit's bits.
+fn to_words(l: &Limits) -> [u64; WORDS] {
+    let mut w = [0u64; WORDS];
+    w[0] = l.k as u64 | u64::from(l.min_burst) << 32;
+    for (i, lim) in l.lims.iter().enumerate() {
+        let s = &mut w[1 + i * PER_LIMIT..1 + (i + 1) * PER_LIMIT];
+        s.copy_from_slice(&[
+            lim.mul,
+            lim.one,
+            lim.tau,
+            lim.per,
+            u64::from(lim.per_shift) | u64::from(lim.burst) << 32,
+            lim.limit.as_f64().to_bits(),
+        ]);
+    }
+    w
+}
+
+/// What a check reads of a slot: the header and, for each of its limits, the three hot words.
+/// Any words give a configuration that `Limits::check` takes without panicking (`k` is
+/// clamped), as a torn read must.
+#[inline(always)]
+fn hot(w: &[AtomicU64; WORDS]) -> Limits {
+    let head = w[0].load(Ordering::Relaxed);
+    let k = ((head & 0xff) as usize).clamp(1, MAX_LIMITS);
+    let mut lims = [Lim::EMPTY; MAX_LIMITS];
+    for (i, lim) in lims.iter_mut().enumerate().take(k) {
+        let s = &w[1 + i * PER_LIMIT..];
+        lim.mul = s[0].load(Ordering::Relaxed);
+        lim.one = s[1].load(Ordering::Relaxed);
+        lim.tau = s[2].load(Ordering::Relaxed);
+    }
+    Limits {
+        k,
+        min_burst: (head >> 32) as u32,
+        lims,
+    }
+}
+
+/// The whole configuration of slot words.
+fn full(w: &[u64; WORDS]) -> Limits {
+    let k = ((w[0] & 0xff) as usize).clamp(1, MAX_LIMITS);
+    let lims = std::array::from_fn(|i| {
+        let s = &w[1 + i * PER_LIMIT..1 + (i + 1) * PER_LIMIT];
+        Lim {
+            mul: s[0],
+            one: s[1],
+            tau: s[2],
+            per: s[3],
+            per_shift: s[4] as u32,
+            burst: (s[4] >> 32) as u32,
+            limit: Limit::from_valid(f64::from_bits(s[5])),
+        }
+    });
+    debug_assert!(field_bits(k) >= 21);
+    Limits {
+        k,
+        min_burst: (w[0] >> 32) as u32,
+        lims,
+    }
+}

@@ -1,0 +1,385 @@
+//! The multi-limit word: one to four GCRA limits in the low 123 bits of a `u128`, and the
+//! arithmetic of a check on it. Pure functions of a word, a configuration and a reading: the
+//! standalone limiter (`engine.rs`) and the keyed map (`src/keyed/multi_token_bucket.rs`)
+//! apply them with one CAS.
+//!
+//! # The representation
+//! Limit `i` is a GCRA bucket of `burst_i` tokens refilling at `limit_i`: its state is its
+//! *theoretical arrival time* `tat_i`, the time at which it is (or was) empty ignoring the cap.
+//! A check of `n` at `t` takes `tat_i' = max(tat_i, t) + n * T_i` of **every** limit and is
+//! granted iff `tat_i' <= t + tau_i` for **every** `i` (`T_i = 1 / limit_i`, `tau_i = burst_i *
+//! T_i`): all limits or none, decided on one word.
+//!
+//! **Grids.** Each limit counts time on a fixed grid of its own, anchored at the limiter's
+//! base: `u_i(t) = floor((t - base) / g_i)`, with `T_i = one_i * g_i` **exactly** (`one_i =
+//! 2^k_i`, `src/scale.rs`), so grants add exact multiples of `one_i` and never drift, whatever
+//! their number. The only rounding is the reading's: a reading counts as up to one grid unit
+//! `g_i` earlier than it is (fewer tokens, never more).
+//!
+//! **The anchor.** Storing four full arrival times would take four 59-bit fields. But every
+//! grant sets `tat_i >= u_i(t)` and no grant passes `tat_i <= u_i(t) + tau_i`, so after the
+//! latest grant, at `t_max`, every `tat_i` lies in `[u_i(t_max), u_i(t_max) + tau_i]`: the
+//! word stores `t_max` once, coarsely, as `w = floor(t_max / G)` with `G = 2^20` ns (about a
+//! millisecond), and each limit as its offset `d_i = tat_i - a_i(w)` from its anchor
+//! `a_i(w) = u_i(w * G)` on its own grid. The anchor is a fixed function of `w`, so moving
+//! `w` forward re-expresses each `d_i` exactly (`d_i' = tat_i' - a_i(w')`, integers): the
+//! coarse anchor costs bits, never precision. `0 <= d_i <= tau_i + u_i(G) + 1` (the grid
+//! units of one `G`), which is what a field must hold.
+//!
+//! ```text
+//!  127..123   122..85            84..0
+//! [ owner ][ w: 38 bits ][ d_{k-1} .. d_1 d_0: F bits each, d_0 lowest ]
+//!   owner: the standalone limiter's epoch, or the keyed map's flag and quota tag
+//!   F = 62, 42, 28, 21 bits for k = 1, 2, 3, 4 limits
+//! ```
+//!
+//! **Precision.** Each limit's grid unit is the finest power-of-two fraction of its token
+//! interval that keeps `burst_i * one_i + u_i(G) + 2 < 2^F`, and never finer than the
+//! nanosecond (the 64-bit conversion's range): a 20/s limit with burst 40 alone in a
+//! 21-bit field counts in units of 1.5 µs, a 10 000/day limit in units of 66 ms. A reading
+//! is rounded down to the unit, and a retry time up to the nanosecond, so a limit admits at
+//! most one unit late and never early. [`MultiTokenBucket::precision`] reports each limit's
+//! unit.
+//!
+//! **Range.** `w` holds 2^38 intervals of 2^20 ns: readings up to 2^58 ns (9.1 years) past the
+//! base. Past that, time stands still for the word: each limit grants at most its burst more
+//! and then refuses (it fails closed).
+//!
+//! **Budget.** `tat_i` never decreases, each grant adds `n * one_i`, and a grant at `t` needs
+//! `tat_i' <= u_i(t) + tau_i`; so over any readings `[a, b]` limit `i` grants at most
+//! `burst_i + limit_i * (b - a)` (plus one unit), whatever order the readings arrive in:
+//! a stale reading only finds a smaller `u_i`, so fewer tokens. All limits hold together,
+//! since a grant is one word.
+//!
+//! [`MultiTokenBucket::precision`]: super::MultiTokenBucket::precision
+
+use crate::clock::Nanos;
+use crate::limit::Limit;
+use crate::limiter::QuotaStatus;
+use crate::scale::{nanos_ceil_pos, units, Scale, D_MAX};
+
+use std::time::Duration;
+
+/// The most limits one word holds.
+pub(crate) const MAX_LIMITS: usize = 4;
+
+/// The bits of the word the arithmetic owns; the top five are its owner's.
+pub(crate) const X_BITS: u32 = 123;
+pub(crate) const X_MASK: u128 = (1 << X_BITS) - 1;
+
+/// `G = 2^G_SHIFT` ns: the anchor's grain.
+const G_SHIFT: u32 = 20;
+const W_BITS: u32 = 38;
+const W_MASK: u64 = (1 << W_BITS) - 1;
+/// The offsets' bits, below `w`.
+const FIELDS: u32 = X_BITS - W_BITS;
+const _: () = assert!(FIELDS == 85);
+/// The largest reading (ns past the base) the word tells apart: `w` fits its bits, and
+/// `units` its argument.
+pub(crate) const T_MAX: u64 = D_MAX;
+const _: () = assert!(T_MAX >> G_SHIFT <= W_MASK);
+
+/// Each offset's bits for `k` limits.
+pub(crate) const fn field_bits(k: usize) -> u32 {
+    let f = FIELDS / k as u32;
+    if f > 62 {
+        62
+    } else {
+        f
+    }
+}
+
+/// One limit of a word: its scale and whole burst in units.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Lim {
+    /// Units per ns, times `2^58` (`src/scale.rs`).
+    pub(crate) mul: u64,
+    /// Units per token.
+    pub(crate) one: u64,
+    /// `burst * one`.
+    pub(crate) tau: u64,
+    /// Ns per unit, times `2^per_shift`, rounded up: for retry times.
+    pub(crate) per: u64,
+    pub(crate) per_shift: u32,
+    pub(crate) burst: u32,
+    /// The configured rate, for readers.
+    pub(crate) limit: Limit,
+}
+
+impl Lim {
+    /// No limit: the slots' words past a configuration's last limit.
+    pub(crate) const EMPTY: Lim = Lim {
+        mul: 0,
+        one: 0,
+        tau: 0,
+        per: 0,
+        per_shift: 0,
+        burst: 0,
+        limit: Limit::ZERO,
+    };
+
+    /// The limit of `limit` and `burst` in a field of `f` bits, or `None` if no grid makes
+    /// it fit (a rate too high for the anchor's grain, or a burst past the field).
+    pub(crate) fn new(limit: Limit, burst: u32, f: u32) -> Option<Lim> {
+        if burst == 0 || limit.is_inf() || limit.as_f64() <= 0.0 {
+            return None;
+        }
+        // The finest the 64-bit conversion takes: a unit of at most a nanosecond.
+        let finest = Scale::new(limit, burst, 0)?;
+        let room = 1u128 << f;
+        let fits = |s: &Scale| {
+            u128::from(burst) * u128::from(s.one) + s.units_wide(1 << G_SHIFT) + 3 <= room
+                && s.mul <= finest.mul
+        };
+        if fits(&finest) {
+            return Some(Lim::of(limit, burst, finest));
+        }
+        (0..=40u32)
+            .rev()
+            .filter_map(|k| Scale::with_k(limit, k))
+            .find(fits)
+            .map(|s| Lim::of(limit, burst, s))
+    }
+
+    fn of(limit: Limit, burst: u32, s: Scale) -> Lim {
+        Lim {
+            mul: s.mul,
+            one: s.one,
+            tau: u64::from(burst) * s.one,
+            per: s.per,
+            per_shift: s.per_shift,
+            burst,
+            limit,
+        }
+    }
+
+    /// `u_i(t)`: the grid units in `t <= T_MAX` ns past the base.
+    #[inline(always)]
+    fn u(&self, t: u64) -> u64 {
+        units(t, self.mul)
+    }
+
+    /// The anchor `a_i(w)`.
+    #[inline(always)]
+    fn a(&self, w: u64) -> u64 {
+        units(w << G_SHIFT, self.mul)
+    }
+
+    /// Ns for `u >= 1` units, rounded up (`None` past `u64`).
+    fn ns(&self, u: u64) -> Option<u64> {
+        if u == 0 {
+            Some(0)
+        } else {
+            nanos_ceil_pos(u, self.per, self.per_shift)
+        }
+    }
+
+    /// The grid unit.
+    pub(crate) fn unit(&self) -> Duration {
+        Duration::from_nanos(self.ns(1).unwrap_or(u64::MAX))
+    }
+}
+
+/// A word's configuration: `k` limits, the first `k` of `lims`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Limits {
+    pub(crate) k: usize,
+    /// The smallest burst: a check of more can never pass.
+    pub(crate) min_burst: u32,
+    pub(crate) lims: [Lim; MAX_LIMITS],
+}
+
+/// What a check decided.
+pub(crate) enum Verdict {
+    /// Granted, leaving the arithmetic's bits at `x`.
+    Grant(u128),
+    /// Granted without a write (`n == 0`).
+    Free,
+    /// Refused: [`Limits::refusal`] says by which limit and until when.
+    Over,
+}
+
+impl Limits {
+    /// The state of a word whose limits are all full at `t`.
+    pub(crate) fn born(&self, t: u64) -> u128 {
+        let t = t.min(T_MAX);
+        let w = t >> G_SHIFT;
+        let f = field_bits(self.k);
+        let mut x = u128::from(w) << FIELDS;
+        for (i, l) in self.lims[..self.k].iter().enumerate() {
+            x |= u128::from(l.u(t) - l.a(w)) << (i as u32 * f);
+        }
+        x
+    }
+
+    /// A check of `n` at `t` ns past the base on the arithmetic's bits `x`.
+    #[inline(always)]
+    pub(crate) fn check(&self, x: u128, t: u64, n: u32) -> Verdict {
+        match self.k {
+            1 => self.check_k::<1>(x, t, n),
+            2 => self.check_k::<2>(x, t, n),
+            3 => self.check_k::<3>(x, t, n),
+            _ => self.check_k::<4>(x, t, n),
+        }
+    }
+
+    /// The hot path. Wrapping arithmetic: a torn configuration read (discarded afterwards by
+    /// its validation) must not panic; a real one never wraps (`word.rs`'s bounds).
+    #[inline(always)]
+    fn check_k<const K: usize>(&self, x: u128, t: u64, n: u32) -> Verdict {
+        let f = field_bits(K);
+        let mask = (1u64 << f) - 1;
+        let t = t.min(T_MAX);
+        if n > self.min_burst {
+            return Verdict::Over;
+        }
+        if n == 0 {
+            return Verdict::Free;
+        }
+        let w = (x >> FIELDS) as u64 & W_MASK;
+        let w2 = w.max(t >> G_SHIFT);
+        let mut out = u128::from(w2) << FIELDS;
+        let mut over = false;
+        for i in 0..K {
+            let l = &self.lims[i];
+            let d = (x >> (i as u32 * f)) as u64 & mask;
+            let u = l.u(t);
+            let a = l.a(w);
+            let tat = a
+                .wrapping_add(d)
+                .max(u)
+                .wrapping_add(u64::from(n).wrapping_mul(l.one));
+            over |= tat > u.wrapping_add(l.tau);
+            let a2 = if w2 == w { a } else { l.a(w2) };
+            out |= u128::from(tat.wrapping_sub(a2)) << (i as u32 * f);
+        }
+        if over {
+            return Verdict::Over;
+        }
+        Verdict::Grant(out)
+    }
+
+    /// The refusal of a check of `n` at `t` that [`Limits::check`] found over: the limit that
+    /// admits last and when all admit (ns past the base; `None`: never, `n` is past that
+    /// limit's burst).
+    #[cold]
+    pub(crate) fn refusal(&self, x: u128, t: u64, n: u32) -> (usize, Option<u64>) {
+        let t = t.min(T_MAX);
+        let mut by = 0;
+        let mut latest = 0u64;
+        for (i, need) in self.needs(x, n).into_iter().take(self.k).enumerate() {
+            let l = &self.lims[i];
+            if n > l.burst {
+                return (i, None);
+            }
+            let ns = l.ns(need).unwrap_or(u64::MAX);
+            if need > l.u(t) && ns >= latest {
+                by = i;
+                latest = ns;
+            }
+        }
+        (by, Some(latest.max(t)))
+    }
+
+    /// Each limit's `tat_i + n * one_i - tau_i`: the grid time at which a check of `n` passes
+    /// it (`n <= burst_i`).
+    fn needs(&self, x: u128, n: u32) -> [u64; MAX_LIMITS] {
+        let tats = self.tats(x);
+        std::array::from_fn(|i| {
+            let l = &self.lims[i];
+            (tats[i] + u64::from(n.min(l.burst)) * l.one).saturating_sub(l.tau)
+        })
+    }
+
+    /// Each limit's `tat_i` in its units.
+    pub(crate) fn tats(&self, x: u128) -> [u64; MAX_LIMITS] {
+        let f = field_bits(self.k);
+        let mask = (1u64 << f) - 1;
+        let w = (x >> FIELDS) as u64 & W_MASK;
+        std::array::from_fn(|i| {
+            if i < self.k {
+                let l = &self.lims[i];
+                l.a(w) + ((x >> (i as u32 * f)) as u64 & mask)
+            } else {
+                0
+            }
+        })
+    }
+
+    /// Each limit's tokens at `t` (at most its burst).
+    pub(crate) fn tokens(&self, x: u128, t: u64) -> [f64; MAX_LIMITS] {
+        let t = t.min(T_MAX);
+        let tats = self.tats(x);
+        std::array::from_fn(|i| {
+            if i >= self.k {
+                return 0.0;
+            }
+            let l = &self.lims[i];
+            let have = (l.u(t) + l.tau).saturating_sub(tats[i]).min(l.tau);
+            have as f64 / l.one as f64
+        })
+    }
+
+    /// Whether every limit is full at `t`: the word is as if new.
+    pub(crate) fn idle(&self, x: u128, t: u64) -> bool {
+        let t = t.min(T_MAX);
+        let tats = self.tats(x);
+        (0..self.k).all(|i| tats[i] <= self.lims[i].u(t))
+    }
+
+    /// Each limit as a client may be told of it at `t`: its burst, the time it takes to
+    /// refill, the whole tokens left and the time until it is full.
+    pub(crate) fn status(&self, x: u128, t: u64) -> [QuotaStatus; MAX_LIMITS] {
+        let t = t.min(T_MAX);
+        let tats = self.tats(x);
+        std::array::from_fn(|i| {
+            if i >= self.k {
+                return QuotaStatus {
+                    quota: 0,
+                    window: Duration::ZERO,
+                    remaining: 0,
+                    reset: Duration::ZERO,
+                };
+            }
+            let l = &self.lims[i];
+            let u = l.u(t);
+            let have = (u + l.tau).saturating_sub(tats[i]).min(l.tau);
+            let reset = tats[i].saturating_sub(u);
+            QuotaStatus {
+                quota: u64::from(l.burst),
+                window: Duration::from_nanos(l.ns(l.tau).unwrap_or(u64::MAX)),
+                remaining: have / l.one,
+                reset: Duration::from_nanos(l.ns(reset).unwrap_or(u64::MAX)),
+            }
+        })
+    }
+
+    /// The word of `new` at `t` for a word `x` of `self`: each limit kept by index keeps its
+    /// tokens (rounded down to the new grid, capped at the new burst), as rate.go's
+    /// `SetLimit` and `SetBurst` keep them; a limit added starts full. A reading before the
+    /// word's anchor counts as the anchor.
+    pub(crate) fn convert(&self, x: u128, new: &Limits, t: u64) -> u128 {
+        let w = (x >> FIELDS) as u64 & W_MASK;
+        let t = t.min(T_MAX).max(w << G_SHIFT);
+        let tokens = self.tokens(x, t);
+        let w2 = t >> G_SHIFT;
+        let f = field_bits(new.k);
+        let mut out = u128::from(w2) << FIELDS;
+        for (i, l) in new.lims[..new.k].iter().enumerate() {
+            let u = l.u(t);
+            let keep = if i < self.k {
+                ((tokens[i] * l.one as f64) as u64).min(l.tau)
+            } else {
+                l.tau
+            };
+            let tat = (u + l.tau - keep).max(l.a(w2));
+            out |= u128::from(tat - l.a(w2)) << (i as u32 * f);
+        }
+        out
+    }
+
+    /// The retry time `retry` (ns past the base) as a reading.
+    pub(crate) fn at(base: u64, retry: u64) -> Nanos {
+        Nanos::new(base.saturating_add(retry))
+    }
+}
