@@ -128,8 +128,8 @@ pub use token_bucket::{OwnedReservation, Peek, Reservation, TokenBucket};
 #[cfg(feature = "keyed")]
 #[cfg_attr(docsrs, doc(cfg(feature = "keyed")))]
 pub use keyed::{
-    Keyed, KeyedLeakyBucket, KeyedLeakyMeter, KeyedSlidingWindow, KeyedSmoothBursty,
-    KeyedSmoothWarmingUp, KeyedTokenBucket, KeyedWindow,
+    Keyed, KeyedLeakyBucket, KeyedLeakyMeter, KeyedMultiTokenBucket, KeyedSlidingWindow,
+    KeyedSmoothBursty, KeyedSmoothWarmingUp, KeyedTokenBucket, KeyedWindow,
 };
 
 /// The README's Rust blocks, run as doc tests (`cargo test --doc --all-features`, as

@@ -26,7 +26,7 @@ use crate::limit::Limit;
 use crate::limiter::{Denied, Idle, Limiter, QuotaStatus};
 
 use engine::{Engine, Taken};
-pub(crate) use word::{field_bits, Lim, Limits, MAX_LIMITS};
+pub(crate) use word::{field_bits, Lim, Limits, Verdict, MAX_LIMITS};
 
 /// One limit of a [`MultiTokenBucket`]: a bucket of `burst` tokens refilling at `limit`.
 ///
@@ -81,6 +81,16 @@ impl Bandwidth {
     /// The most tokens the bucket holds.
     pub fn burst(&self) -> u32 {
         self.burst
+    }
+}
+
+impl Limits {
+    /// The limits as given.
+    pub(crate) fn bandwidths(&self) -> Vec<Bandwidth> {
+        self.lims[..self.k]
+            .iter()
+            .map(|l| Bandwidth::new(l.limit, l.burst))
+            .collect()
     }
 }
 
@@ -198,6 +208,14 @@ impl Deref for Statuses {
 }
 
 impl Statuses {
+    /// The statuses of word `x` of `limits` at `t` ns past its base.
+    pub(crate) fn of(limits: &Limits, x: u128, t: u64) -> Statuses {
+        Statuses {
+            k: limits.k,
+            all: limits.status(x, t),
+        }
+    }
+
     /// The status a single-limit header shows: the limit with the fewest permits left (the
     /// longest reset among equals), the one that refuses first.
     pub fn binding(&self) -> QuotaStatus {
@@ -413,19 +431,12 @@ impl<C: Clock> MultiTokenBucket<C> {
     /// ```
     pub fn status_at(&self, now: Nanos) -> Statuses {
         let (limits, x) = self.engine.snapshot();
-        Statuses {
-            k: limits.k,
-            all: limits.status(x, self.t(now)),
-        }
+        Statuses::of(&limits, x, self.t(now))
     }
 
     /// The limits, in the order given.
     pub fn limits(&self) -> Vec<Bandwidth> {
-        let (limits, _) = self.engine.snapshot();
-        limits.lims[..limits.k]
-            .iter()
-            .map(|l| Bandwidth::new(l.limit, l.burst))
-            .collect()
+        self.engine.snapshot().0.bandwidths()
     }
 
     /// Each limit's time unit: a reading counts as up to one unit earlier than it is (fewer
