@@ -155,6 +155,11 @@ pub struct MultiDenied {
 }
 
 impl MultiDenied {
+    /// A refusal by limit `limit`.
+    pub(crate) fn new(denied: Denied, limit: usize) -> MultiDenied {
+        MultiDenied { denied, limit }
+    }
+
     /// The refusal as every limiter gives it: its time and when to retry.
     pub fn denied(&self) -> Denied {
         self.denied

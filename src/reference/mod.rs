@@ -17,12 +17,14 @@
 
 pub mod fixed_window;
 pub mod leaky_bucket;
+pub mod multi_token_bucket;
 pub mod sliding_window;
 pub mod smooth;
 pub mod token_bucket;
 
 pub use fixed_window::FixedWindow;
 pub use leaky_bucket::LeakyBucket;
+pub use multi_token_bucket::MultiTokenBucket;
 pub use sliding_window::SlidingWindow;
 pub use smooth::{SmoothBursty, SmoothWarmingUp};
 pub use token_bucket::TokenBucket;
