@@ -52,6 +52,8 @@
 //!   `leaky_bucket` (compact), `fixed_window` (compact), `sliding_window` (compact),
 //!   `smooth_bursty`, `smooth_warming_up`, `leaky_meter` (compact)), `keyed_token_bucket` (`KeyedTokenBucket`),
 //!   `keyed_leaky_bucket` (`KeyedLeakyBucket`, no slack, as `leaky_bucket`),
+//!   `keyed_multi_token_bucket` (`KeyedMultiTokenBucket`: `keyed_token_bucket`'s limit and a
+//!   daily one that never binds, issue #23's "per key, 2 limits" goal),
 //!   `keyed_leaky_meter` (`KeyedLeakyMeter`, as `leaky_meter`),
 //!   `keyed_fixed_window` (`KeyedWindow`, as `fixed_window`),
 //!   `keyed_smooth_bursty` (`KeyedSmoothBursty`, as `smooth_bursty`),
@@ -88,6 +90,7 @@ use governor::{Quota, RateLimiter};
 use harness::saturated::{self as sat, Expect, Schedule};
 use harness::{cell, floor_cas, nz, sat_cell, stepped_cell, THREADS};
 use std::hint::black_box;
+use turnstile::keyed::multi_token_bucket::{Bandwidth, KeyedMultiTokenBucket};
 use turnstile::{
     Clock, Idle, Keyed, KeyedLeakyBucket, KeyedLeakyMeter, KeyedSlidingWindow, KeyedSmoothBursty,
     KeyedSmoothWarmingUp, KeyedTokenBucket, KeyedWindow, Limit, Limiter, ManualClock, Nanos,
@@ -530,6 +533,27 @@ fn keyed_limiters_random(c: &mut Criterion) {
             &mut g,
             &name,
             "keyed_token_bucket",
+            threads,
+            SAT_PROBE,
+            || sat::retry(black_box(&k).check(&key())),
+        );
+        drop(k);
+
+        // Issue #23: the same limit and a daily one that never binds (a key is granted about
+        // one a second), in one 128-bit word per key.
+        let k = KeyedMultiTokenBucket::builder(&[
+            Bandwidth::new(Limit::per_second(f64::from(rate)).expect("a rate"), 1),
+            Bandwidth::per(1_000_000, Duration::from_secs(86_400)),
+        ])
+        .clock(QuantaClock::new())
+        .sweep_every(Duration::MAX)
+        .build()
+        .expect("valid keyed limiter");
+        insert(&|key| k.check(&key).is_ok());
+        sat_cell(
+            &mut g,
+            &name,
+            "keyed_multi_token_bucket",
             threads,
             SAT_PROBE,
             || sat::retry(black_box(&k).check(&key())),

@@ -59,6 +59,8 @@ use std::time::Duration;
 
 use governor::clock::FakeRelativeClock;
 use governor::{Quota, RateLimiter};
+use turnstile::keyed::multi_token_bucket::{Bandwidth, KeyedMultiTokenBucket};
+use turnstile::MultiTokenBucket;
 use turnstile::{
     Keyed, KeyedLeakyBucket, KeyedLeakyMeter, KeyedSlidingWindow, KeyedSmoothBursty,
     KeyedSmoothWarmingUp, KeyedTokenBucket, KeyedWindow, Limit, ManualClock, Nanos, TokenBucket,
@@ -99,6 +101,18 @@ fn ts_ok(clock: ManualClock) -> TokenBucket<ManualClock> {
     TokenBucket::builder(limit(1e10), u32::MAX)
         .clock(clock)
         .build()
+}
+
+/// The `multi<k>-allow` bucket: `k` limits of bursts that outlast every check of a cell at
+/// one instant (2 000 000: the largest round number a 21-bit field of four limits holds).
+fn multi_ok(k: usize, clock: ManualClock) -> MultiTokenBucket<ManualClock> {
+    let limits: Vec<_> = (1..=k as u32)
+        .map(|i| Bandwidth::new(limit(1000.0 * f64::from(i)), 2_000_000))
+        .collect();
+    MultiTokenBucket::builder(&limits)
+        .clock(clock)
+        .build()
+        .expect("valid limits")
 }
 
 /// The first state of the `keyed-random` key sequence (any nonzero value).
@@ -217,6 +231,13 @@ const SAT_CELLS: &[(&str, &[&str])] = &[
     ("burst-fixed-check", &["turnstile", "twin"]),
     ("burst-sliding-check", &["turnstile", "twin"]),
     ("burst-meter-check", &["turnstile"]),
+    // issue #23: the multi-limit bucket (`turnstile`), the single token bucket at its binding
+    // limit (`single`), the twin, and two governor limiters checked in turn.
+    (
+        "sat-multi2-check",
+        &["turnstile", "single", "twin", "governor", "floor"],
+    ),
+    ("sat-multi4-check", &["turnstile", "single"]),
 ];
 
 /// The many-keys cells of the maps with the state inline: `inline` (`KeyedTokenBucket`),
@@ -224,8 +245,9 @@ const SAT_CELLS: &[(&str, &[&str])] = &[
 /// (`KeyedWindow`), `inline-bursty` (`KeyedSmoothBursty`), `inline-warming`
 /// (`KeyedSmoothWarmingUp`), `inline-sliding`
 /// (`KeyedSlidingWindow`).
-const INLINE: [&str; 7] = [
+const INLINE: [&str; 8] = [
     "inline",
+    "inline-multi2",
     "inline-leaky",
     "inline-meter",
     "inline-window",
@@ -375,6 +397,21 @@ fn many_keys_cell(lim: &str, imp: &str, ops: u64, cell: &str) {
         }
         ("inline", _) => {
             let l = sat::keyed_bucket(clock, rate, 1, RandomState::new());
+            many_keys(ops, expect, cell, |k, t, _| {
+                sat::retry(black_box(&l).check_n_at(&black_box(k), black_box(t), 1))
+            });
+        }
+        ("inline-multi2", _) => {
+            // As `inline`, and a daily limit that never binds (the schedule grants each key
+            // about 864 000 a day).
+            let l = KeyedMultiTokenBucket::builder(&[
+                Bandwidth::new(Limit::per_second(f64::from(rate)).expect("a rate"), 1),
+                Bandwidth::per(1_000_000, Duration::from_secs(86_400)),
+            ])
+            .clock(clock)
+            .sweep_every(Duration::MAX)
+            .build()
+            .expect("valid keyed limiter");
             many_keys(ops, expect, cell, |k, t, _| {
                 sat::retry(black_box(&l).check_n_at(&black_box(k), black_box(t), 1))
             });
@@ -536,9 +573,24 @@ fn saturated_cell(cell: &str, imp: &str, ops: u64) -> Option<Result<(), String>>
                 black_box(t) == Nanos::ZERO
             });
         }
-        ("tb", "check", "turnstile") => {
+        ("tb", "check", "turnstile") | ("multi2" | "multi4", "check", "single") => {
             let l = sat::token_bucket(clock);
             go!(s, |t, _| sat::check_at(&l, t));
+        }
+        ("multi2" | "multi4", "check", "turnstile") => {
+            let l = sat::multi(clock, if lim == "multi2" { 2 } else { 4 });
+            go!(s, |t, _| sat::check_at(&l, t));
+        }
+        ("multi2", "check", "twin") => {
+            let l = sat::twin_multi(clock, 2);
+            go!(s, |t, _| sat::check_at(&l, t));
+        }
+        ("multi2", "check", "governor") => {
+            let (g, c) = sat::governor_pair_fake();
+            go!(s, |_, m| {
+                sat::advance(&c, m);
+                sat::gov_check_pair(&g)
+            });
         }
         ("tb", "allow", "turnstile") => {
             let l = sat::token_bucket(clock);
@@ -803,6 +855,26 @@ fn run(cell: &str, imp: &str, ops: u64) -> Result<(), String> {
                 let _ = black_box(black_box(&g).check());
             });
             assert!(g.check().is_ok(), "tb-allow governor ran dry");
+        }
+        ("multi2-allow" | "multi4-allow", "turnstile") => {
+            let k = if cell == "multi2-allow" { 2 } else { 4 };
+            let l = multi_ok(k, ManualClock::new(NOW));
+            measured(ops, || {
+                black_box(black_box(&l).check_n_at(black_box(NOW), 1).is_ok());
+            });
+            assert!(l.check_n_at(NOW, 1).is_ok(), "{cell} ran dry");
+        }
+        ("multi2-allow" | "multi4-allow", "governor") => {
+            let c = FakeRelativeClock::default();
+            let a = RateLimiter::direct_with_clock(gov_ok_quota(), c.clone());
+            let b = RateLimiter::direct_with_clock(gov_ok_quota(), c);
+            measured(ops, || {
+                let _ = black_box(black_box(&a).check().is_ok() && black_box(&b).check().is_ok());
+            });
+            assert!(
+                a.check().is_ok() && b.check().is_ok(),
+                "{cell} governor ran dry"
+            );
         }
         ("tb-deny", "turnstile") => {
             let tb = TokenBucket::builder(limit(1e-3), 1)

@@ -39,7 +39,7 @@
 
 use crossbeam_utils::{Backoff, CachePadded};
 
-use super::word::{field_bits, Lim, Limits, Verdict, MAX_LIMITS, X_BITS, X_MASK};
+use super::word::{check, field_bits, Lim, Limits, Source, Verdict, MAX_LIMITS, X_BITS, X_MASK};
 use crate::config_slots::ConfigSlots;
 use crate::limit::Limit;
 use crate::sync::{AtomicU128, AtomicU64, Mutex, Ordering}; // Mutex: set_limits only
@@ -88,7 +88,7 @@ impl Engine {
         loop {
             let epoch = (word >> X_BITS) as u32;
             let x = word & X_MASK;
-            let Some(verdict) = self.configs.read_with(epoch, |w| hot(w).check(x, t, n)) else {
+            let Some(verdict) = self.configs.read_with(epoch, |w| check(&Slot(w), x, t, n)) else {
                 word = self.state.load(Ordering::Acquire);
                 continue;
             };
@@ -108,13 +108,7 @@ impl Engine {
                     }
                 }
                 Verdict::Grant(_) | Verdict::Free => return Taken::Granted,
-                Verdict::Over => match self.configs.read(epoch) {
-                    Some(words) => {
-                        let (by, retry) = full(&words).refusal(x, t, n);
-                        return Taken::Denied { by, retry };
-                    }
-                    None => word = self.state.load(Ordering::Acquire),
-                },
+                Verdict::Deny { by, retry } => return Taken::Denied { by, retry },
             }
         }
     }
@@ -181,24 +175,40 @@ fn to_words(l: &Limits) -> [u64; WORDS] {
     w
 }
 
-/// What a check reads of a slot: the header and, for each of its limits, the three hot words.
-/// Any words give a configuration that `Limits::check` takes without panicking (`k` is
-/// clamped), as a torn read must.
-#[inline(always)]
-fn hot(w: &[AtomicU64; WORDS]) -> Limits {
-    let head = w[0].load(Ordering::Relaxed);
-    let k = ((head & 0xff) as usize).clamp(1, MAX_LIMITS);
-    let mut lims = [Lim::EMPTY; MAX_LIMITS];
-    for (i, lim) in lims.iter_mut().enumerate().take(k) {
-        let s = &w[1 + i * PER_LIMIT..];
-        lim.mul = s[0].load(Ordering::Relaxed);
-        lim.one = s[1].load(Ordering::Relaxed);
-        lim.tau = s[2].load(Ordering::Relaxed);
+/// A slot's words as a check reads them: the header, and each limit's words one by one. Any
+/// words give values `check` takes without panicking (`k` is clamped, the index masked), as a
+/// torn read must.
+struct Slot<'a>(&'a [AtomicU64; WORDS]);
+
+impl Source for Slot<'_> {
+    #[inline(always)]
+    fn head(&self) -> (usize, u32) {
+        let head = self.0[0].load(Ordering::Relaxed);
+        (
+            ((head & 0xff) as usize).clamp(1, MAX_LIMITS),
+            (head >> 32) as u32,
+        )
     }
-    Limits {
-        k,
-        min_burst: (head >> 32) as u32,
-        lims,
+
+    #[inline(always)]
+    fn hot(&self, i: usize) -> (u64, u64, u64) {
+        let s = &self.0[1 + (i % MAX_LIMITS) * PER_LIMIT..];
+        (
+            s[0].load(Ordering::Relaxed),
+            s[1].load(Ordering::Relaxed),
+            s[2].load(Ordering::Relaxed),
+        )
+    }
+
+    #[inline(always)]
+    fn cold(&self, i: usize) -> (u64, u32, u32) {
+        let s = &self.0[1 + (i % MAX_LIMITS) * PER_LIMIT..];
+        let shift_burst = s[4].load(Ordering::Relaxed);
+        (
+            s[3].load(Ordering::Relaxed),
+            shift_burst as u32,
+            (shift_burst >> 32) as u32,
+        )
     }
 }
 

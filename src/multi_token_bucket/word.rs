@@ -195,8 +195,123 @@ pub(crate) enum Verdict {
     Grant(u128),
     /// Granted without a write (`n == 0`).
     Free,
-    /// Refused: [`Limits::refusal`] says by which limit and until when.
-    Over,
+    /// Refused: limit `by` admits last, all admit at `retry` ns past the base (`None`: never,
+    /// `n` is past limit `by`'s burst).
+    Deny { by: usize, retry: Option<u64> },
+}
+
+/// Where a check reads its configuration: a [`Limits`] (the keyed map's quota), or the
+/// standalone bucket's slot words, loaded one by one so that a check reads only what it
+/// needs: the three hot words of each of its limits, and a refusal two more of each.
+pub(crate) trait Source {
+    /// The number of limits, in `1..=4`, and the smallest burst.
+    fn head(&self) -> (usize, u32);
+    /// Limit `i`'s `mul`, `one` and `tau`.
+    fn hot(&self, i: usize) -> (u64, u64, u64);
+    /// Limit `i`'s `per`, `per_shift` and `burst`.
+    fn cold(&self, i: usize) -> (u64, u32, u32);
+}
+
+impl Source for Limits {
+    #[inline(always)]
+    fn head(&self) -> (usize, u32) {
+        (self.k, self.min_burst)
+    }
+
+    #[inline(always)]
+    fn hot(&self, i: usize) -> (u64, u64, u64) {
+        let l = &self.lims[i];
+        (l.mul, l.one, l.tau)
+    }
+
+    #[inline(always)]
+    fn cold(&self, i: usize) -> (u64, u32, u32) {
+        let l = &self.lims[i];
+        (l.per, l.per_shift, l.burst)
+    }
+}
+
+/// A check of `n` at `t` ns past the base on the arithmetic's bits `x`, under the
+/// configuration `s` gives.
+#[inline(always)]
+pub(crate) fn check<S: Source>(s: &S, x: u128, t: u64, n: u32) -> Verdict {
+    let (k, min_burst) = s.head();
+    match k {
+        1 => check_k::<1, S>(s, min_burst, x, t, n),
+        2 => check_k::<2, S>(s, min_burst, x, t, n),
+        3 => check_k::<3, S>(s, min_burst, x, t, n),
+        _ => check_k::<4, S>(s, min_burst, x, t, n),
+    }
+}
+
+/// The hot path. Wrapping arithmetic: a torn configuration read (discarded afterwards by its
+/// validation) must not panic; a real one never wraps (the module docs' bounds).
+#[inline(always)]
+fn check_k<const K: usize, S: Source>(s: &S, min_burst: u32, x: u128, t: u64, n: u32) -> Verdict {
+    let f = field_bits(K);
+    let mask = (1u64 << f) - 1;
+    let t = t.min(T_MAX);
+    if n > min_burst {
+        return never::<K, S>(s, n);
+    }
+    if n == 0 {
+        return Verdict::Free;
+    }
+    let w = (x >> FIELDS) as u64 & W_MASK;
+    let w2 = w.max(t >> G_SHIFT);
+    let mut out = u128::from(w2) << FIELDS;
+    let mut over = false;
+    // Each limit's `tat' - tau` and `u`: where a refusal's retry time comes from.
+    let mut need = [(0u64, 0u64); K];
+    for (i, need) in need.iter_mut().enumerate() {
+        let (mul, one, tau) = s.hot(i);
+        let d = (x >> (i as u32 * f)) as u64 & mask;
+        let u = units(t, mul);
+        let a = units(w << G_SHIFT, mul);
+        let tat = a
+            .wrapping_add(d)
+            .max(u)
+            .wrapping_add(u64::from(n).wrapping_mul(one));
+        over |= tat > u.wrapping_add(tau);
+        *need = (tat.saturating_sub(tau), u);
+        let a2 = if w2 == w {
+            a
+        } else {
+            units(w2 << G_SHIFT, mul)
+        };
+        out |= u128::from(tat.wrapping_sub(a2)) << (i as u32 * f);
+    }
+    if over {
+        return refused::<K, S>(s, &need, t);
+    }
+    Verdict::Grant(out)
+}
+
+/// A refusal with `need[i] = (tat_i' - tau_i, u_i)` for a check of at most every burst:
+/// the limit that admits last and when, from the needs of the limits that refused.
+#[inline(never)]
+fn refused<const K: usize, S: Source>(s: &S, need: &[(u64, u64); K], t: u64) -> Verdict {
+    let (mut by, mut latest) = (0, 0u64);
+    for (i, &(need, u)) in need.iter().enumerate() {
+        if need > u {
+            let (per, per_shift, _) = s.cold(i);
+            let ns = nanos_ceil_pos(need, per, per_shift).unwrap_or(u64::MAX);
+            if ns >= latest {
+                (by, latest) = (i, ns);
+            }
+        }
+    }
+    Verdict::Deny {
+        by,
+        retry: Some(latest.max(t)),
+    }
+}
+
+/// The refusal of a check past some limit's burst: the first such limit, never.
+#[cold]
+fn never<const K: usize, S: Source>(s: &S, n: u32) -> Verdict {
+    let by = (0..K).find(|&i| n > s.cold(i).2).unwrap_or(0);
+    Verdict::Deny { by, retry: None }
 }
 
 impl Limits {
@@ -215,80 +330,7 @@ impl Limits {
     /// A check of `n` at `t` ns past the base on the arithmetic's bits `x`.
     #[inline(always)]
     pub(crate) fn check(&self, x: u128, t: u64, n: u32) -> Verdict {
-        match self.k {
-            1 => self.check_k::<1>(x, t, n),
-            2 => self.check_k::<2>(x, t, n),
-            3 => self.check_k::<3>(x, t, n),
-            _ => self.check_k::<4>(x, t, n),
-        }
-    }
-
-    /// The hot path. Wrapping arithmetic: a torn configuration read (discarded afterwards by
-    /// its validation) must not panic; a real one never wraps (`word.rs`'s bounds).
-    #[inline(always)]
-    fn check_k<const K: usize>(&self, x: u128, t: u64, n: u32) -> Verdict {
-        let f = field_bits(K);
-        let mask = (1u64 << f) - 1;
-        let t = t.min(T_MAX);
-        if n > self.min_burst {
-            return Verdict::Over;
-        }
-        if n == 0 {
-            return Verdict::Free;
-        }
-        let w = (x >> FIELDS) as u64 & W_MASK;
-        let w2 = w.max(t >> G_SHIFT);
-        let mut out = u128::from(w2) << FIELDS;
-        let mut over = false;
-        for i in 0..K {
-            let l = &self.lims[i];
-            let d = (x >> (i as u32 * f)) as u64 & mask;
-            let u = l.u(t);
-            let a = l.a(w);
-            let tat = a
-                .wrapping_add(d)
-                .max(u)
-                .wrapping_add(u64::from(n).wrapping_mul(l.one));
-            over |= tat > u.wrapping_add(l.tau);
-            let a2 = if w2 == w { a } else { l.a(w2) };
-            out |= u128::from(tat.wrapping_sub(a2)) << (i as u32 * f);
-        }
-        if over {
-            return Verdict::Over;
-        }
-        Verdict::Grant(out)
-    }
-
-    /// The refusal of a check of `n` at `t` that [`Limits::check`] found over: the limit that
-    /// admits last and when all admit (ns past the base; `None`: never, `n` is past that
-    /// limit's burst).
-    #[cold]
-    pub(crate) fn refusal(&self, x: u128, t: u64, n: u32) -> (usize, Option<u64>) {
-        let t = t.min(T_MAX);
-        let mut by = 0;
-        let mut latest = 0u64;
-        for (i, need) in self.needs(x, n).into_iter().take(self.k).enumerate() {
-            let l = &self.lims[i];
-            if n > l.burst {
-                return (i, None);
-            }
-            let ns = l.ns(need).unwrap_or(u64::MAX);
-            if need > l.u(t) && ns >= latest {
-                by = i;
-                latest = ns;
-            }
-        }
-        (by, Some(latest.max(t)))
-    }
-
-    /// Each limit's `tat_i + n * one_i - tau_i`: the grid time at which a check of `n` passes
-    /// it (`n <= burst_i`).
-    fn needs(&self, x: u128, n: u32) -> [u64; MAX_LIMITS] {
-        let tats = self.tats(x);
-        std::array::from_fn(|i| {
-            let l = &self.lims[i];
-            (tats[i] + u64::from(n.min(l.burst)) * l.one).saturating_sub(l.tau)
-        })
+        check(self, x, t, n)
     }
 
     /// Each limit's `tat_i` in its units.

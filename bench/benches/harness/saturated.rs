@@ -65,6 +65,7 @@ use governor::middleware::NoOpMiddleware;
 use governor::state::keyed::{DashMapStateStore, KeyedStateStore};
 use governor::state::{InMemoryState, NotKeyed};
 use governor::{Quota, RateLimiter};
+use turnstile::multi_token_bucket::{Bandwidth, MultiTokenBucket};
 use turnstile::{
     reference, Clock, Compact, FixedWindow, Keyed, KeyedTokenBucket, LeakyBucket, LeakyMeter,
     Limit, Limiter, Nanos, SlidingWindow, SmoothBursty, SmoothWarmingUp, Sometimes, TokenBucket,
@@ -120,6 +121,59 @@ pub fn token_bucket<C: Clock>(clock: C) -> TokenBucket<C> {
 
 pub fn twin_token_bucket<C: Clock>(clock: C) -> reference::TokenBucket<C> {
     reference::TokenBucket::from(turnstile::TokenBucket::builder(limit(RATE), BURST).clock(clock))
+}
+
+/// The multi-limit workloads' limits (issue #23): the phase-1 quota first, then `k - 1`
+/// laxer ones (10x, 100x and 2x its rate and burst), so that the first binds and a saturated
+/// multi-limit bucket grants exactly what the single token bucket does.
+pub fn multi_limits(k: usize) -> Vec<Bandwidth> {
+    [(1, 1), (10, 10), (100, 100), (2, 2)][..k]
+        .iter()
+        .map(|&(r, b)| Bandwidth::new(limit(RATE * r), BURST * b))
+        .collect()
+}
+
+pub fn multi<C: Clock>(clock: C, k: usize) -> MultiTokenBucket<C> {
+    MultiTokenBucket::builder(&multi_limits(k))
+        .clock(clock)
+        .build()
+        .expect("valid limits")
+}
+
+pub fn twin_multi<C: Clock>(clock: C, k: usize) -> reference::MultiTokenBucket<C> {
+    reference::MultiTokenBucket::with_clock(&multi_limits(k), clock).expect("valid limits")
+}
+
+/// governor's two direct limiters of [`multi_limits`]`(2)`, checked in turn by
+/// [`gov_check_pair`], on its default clock.
+pub fn governor_pair() -> (
+    governor::DefaultDirectRateLimiter,
+    governor::DefaultDirectRateLimiter,
+) {
+    (
+        RateLimiter::direct(gov_quota(RATE, BURST)),
+        RateLimiter::direct(gov_quota(RATE * 10, BURST * 10)),
+    )
+}
+
+/// The same on one `FakeRelativeClock` (a handle to it is returned as well).
+pub fn governor_pair_fake() -> (
+    (GovDirect<FakeRelativeClock>, GovDirect<FakeRelativeClock>),
+    FakeRelativeClock,
+) {
+    let clock = FakeRelativeClock::default();
+    let a = RateLimiter::direct_with_clock(gov_quota(RATE, BURST), clock.clone());
+    let b = RateLimiter::direct_with_clock(gov_quota(RATE * 10, BURST * 10), clock.clone());
+    ((a, b), clock)
+}
+
+/// Two governor limiters checked in turn, the binding one first (so a refusal costs one
+/// check, governor's cheapest order), each with its retry time as [`gov_check`]: what a user
+/// writes without an atomic multi-limit check (a grant by the first is lost when the second
+/// refuses).
+#[inline(always)]
+pub fn gov_check_pair<C: GovClock>(g: &(GovDirect<C>, GovDirect<C>)) -> bool {
+    gov_check(&g.0) && gov_check(&g.1)
 }
 
 pub fn leaky_bucket<C: Clock>(clock: C) -> LeakyBucket<C> {

@@ -1,0 +1,109 @@
+//! Bad input is a typed error, never a panic: no limits, five, zero rates and bursts, an
+//! infinite rate, bursts past the packing's range; and extreme readings and weights.
+
+use std::time::Duration;
+
+use turnstile::keyed::multi_token_bucket::KeyedMultiTokenBucket;
+use turnstile::multi_token_bucket::{Bandwidth, MultiTokenBucket};
+use turnstile::{ConfigError, Limit, ManualClock, Nanos};
+
+use crate::common;
+
+fn build(limits: &[Bandwidth]) -> Result<MultiTokenBucket<ManualClock>, ConfigError> {
+    MultiTokenBucket::builder(limits)
+        .clock(ManualClock::default())
+        .build()
+}
+
+fn out_of_range(e: ConfigError) -> usize {
+    match e {
+        ConfigError::LimitOutOfRange { index, .. } => index,
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn the_number_of_limits_is_one_to_four() {
+    let l = Bandwidth::per(1, Duration::from_secs(1));
+    assert_eq!(build(&[]).unwrap_err(), ConfigError::LimitCount(0));
+    assert_eq!(build(&[l; 5]).unwrap_err(), ConfigError::LimitCount(5));
+    for k in 1..=4 {
+        assert!(build(&vec![l; k]).is_ok());
+    }
+    let b = build(&[l]).unwrap();
+    assert_eq!(
+        b.set_limits_at(Nanos::ZERO, &[l; 5]),
+        Err(ConfigError::LimitCount(5))
+    );
+    assert_eq!(
+        KeyedMultiTokenBucket::<u8>::builder(&[l; 5])
+            .build()
+            .unwrap_err(),
+        ConfigError::LimitCount(5)
+    );
+}
+
+#[test]
+fn zero_and_infinite_rates_and_zero_bursts_are_refused() {
+    let ok = Bandwidth::per(1, Duration::from_secs(1));
+    for bad in [
+        Bandwidth::new(Limit::ZERO, 5),
+        Bandwidth::new(Limit::INF, 5),
+        Bandwidth::new(Limit::per_second(1.0).unwrap(), 0),
+        Bandwidth::per(0, Duration::from_secs(1)),
+        Bandwidth::per(5, Duration::ZERO),
+    ] {
+        assert_eq!(out_of_range(build(&[ok, bad]).unwrap_err()), 1, "{bad:?}");
+    }
+}
+
+#[test]
+fn bursts_past_the_field_are_refused_and_the_largest_that_fit_work() {
+    // Four limits: 21-bit fields. A burst of 2^21 tokens cannot fit; 2^20 - 1 at a slow rate
+    // can (one unit per token).
+    let slow = Limit::per_second(1.0).unwrap();
+    let big = Bandwidth::new(slow, 1 << 21);
+    assert_eq!(out_of_range(build(&[big; 4]).unwrap_err()), 0);
+    let fits = Bandwidth::new(slow, (1 << 20) - 1);
+    let b = build(&[fits; 4]).unwrap();
+    assert!(b.check_n_at(Nanos::ZERO, (1 << 20) - 1).is_ok());
+    assert!(b.check_n_at(Nanos::ZERO, 1).is_err());
+    // Two limits hold u32::MAX bursts.
+    let huge = Bandwidth::new(slow, u32::MAX);
+    let b = build(&[huge; 2]).unwrap();
+    assert!(b.check_n_at(Nanos::ZERO, u32::MAX).is_ok());
+    // A rate so high that a millisecond's refill passes a 21-bit field.
+    let fast = Bandwidth::new(Limit::per_second(1e10).unwrap(), 1);
+    assert_eq!(out_of_range(build(&[fast; 4]).unwrap_err()), 0);
+    // A rate so low that its burst never refills within 146 years.
+    let glacial = Bandwidth::new(Limit::per_second(1e-12).unwrap(), 1000);
+    assert_eq!(out_of_range(build(&[glacial]).unwrap_err()), 0);
+}
+
+#[test]
+fn extreme_readings_and_weights_never_panic() {
+    let limits = [
+        Bandwidth::per(20, Duration::from_secs(1)).burst_of(40),
+        Bandwidth::per(10_000, Duration::from_secs(86_400)),
+    ];
+    let b = build(&limits).unwrap();
+    for t in common::extreme_times() {
+        for n in [0, 1, 40, 41, u32::MAX] {
+            let _ = b.check_n_at(t, n);
+            let _ = b.peek_n_at(t, n);
+        }
+        let _ = b.status_at(t);
+        b.set_limits_at(t, &limits).unwrap();
+    }
+    let k = KeyedMultiTokenBucket::<u8, _, _>::builder(&limits)
+        .clock(ManualClock::default())
+        .build()
+        .unwrap();
+    for t in common::extreme_times() {
+        for n in [0, 1, u32::MAX] {
+            let _ = k.check_n_at(&1, t, n);
+        }
+        let _ = k.status_at(&1, t);
+        k.evict_idle_at(t);
+    }
+}
