@@ -80,30 +80,6 @@ impl<const N: usize, P: Layout> ConfigSlots<N, P> {
         Some(words)
     }
 
-    /// `f` of epoch `epoch`'s words, which it loads itself (`Relaxed`) so that a hot path reads
-    /// only the words it needs, under the same validation as [`ConfigSlots::read`]. `f` may
-    /// see a torn configuration when the result is discarded: it must not panic on any
-    /// words, and its result must be a pure function of them.
-    #[inline(always)]
-    pub(crate) fn read_with<R>(
-        &self,
-        epoch: u32,
-        f: impl FnOnce(&[AtomicU64; N]) -> R,
-    ) -> Option<R> {
-        let slot = &self.slots[(epoch & 1) as usize];
-        if slot.seq.load(Ordering::Acquire) != u64::from(epoch) {
-            retry_hint();
-            return None;
-        }
-        let r = f(&slot.words);
-        fence(Ordering::Acquire);
-        if slot.seq.load(Ordering::Relaxed) != u64::from(epoch) {
-            retry_hint();
-            return None;
-        }
-        Some(r)
-    }
-
     /// Writes epoch `epoch`'s configuration. Only one writer at a time, and only for the epoch
     /// after the state word's current one (or before the limiter is shared).
     pub(crate) fn write(&self, epoch: u32, words: [u64; N]) {

@@ -8,41 +8,48 @@
 //! word of `word.rs` (the anchor and one offset per limit), the top five the configuration's
 //! **epoch** modulo 32.
 //!
-//! **Configurations** live in the two slots of a `ConfigSlots` (`src/config_slots.rs` states
-//! its seqlock protocol), one per epoch parity: a header (the number of limits and the
-//! smallest burst) and six words per limit (the three a check reads, then the retry time's
-//! and the readers'). Only `set_limits` writes them, serialized by a mutex the hot path never
-//! touches: it writes the slot of epoch `e + 1`, then converts the state (each limit's tokens
-//! at `now`, re-expressed in the new configuration) and installs it with epoch `e + 1` by one
-//! CAS on the state word.
+//! **Configurations** live in two slots of plain atomic words beside the state word, one per
+//! epoch parity (`slots`): a header (the number of limits and the smallest burst) and six
+//! words per limit, the three a check reads first, then the two a refusal's retry time needs,
+//! then the rate for readers. Only `set_limits` writes them, serialized by a mutex the hot
+//! path never touches: it writes the slot of epoch `e + 1`, then converts the state (each
+//! limit's tokens at `now`, re-expressed in the new configuration) and installs it with
+//! epoch `e + 1` by one CAS on the state word. The **state word is the slots' sequence
+//! number**, as in the token bucket's engine (`src/token_bucket/engine.rs`): no seqlock.
 //!
 //! * **Invariant:** while the word carries epoch `e`, slot `e & 1` holds epoch `e`'s
 //!   configuration: the writer next touches it for `e + 2`, which needs the word at `e + 1`.
-//! * A **check** loads the word (`Acquire`), reads the hot words of its epoch's slot under the
-//!   slot's seqlock, and decides. A grant commits with one CAS on the whole word (`AcqRel`;
-//!   failure `Acquire`, the found word being the next attempt's): if it succeeds no
-//!   reconfiguration committed in between, so the configuration it read was its word's. So
-//!   no check is ever computed half under an old configuration: `set_limits` is linearizable
-//!   with checks.
-//! * A **refusal** (and a peek, and a check of zero) writes nothing: its slot read is
-//!   validated by the seqlock, so its configuration is its word's epoch's, and it
-//!   linearizes at its load. A refusal is decided from that one load.
+//! * A **grant** reads the slot of its word's epoch and commits with one CAS on the whole
+//!   word: if it succeeds, no reconfiguration committed in between, so the slot it read was
+//!   its epoch's (a rewrite of that slot needs the word moved first). So no check is ever
+//!   computed half under an old configuration: `set_limits` is linearizable with checks.
+//! * A **refusal** (and a peek, and a check of zero) writes nothing: after reading the slot it
+//!   reloads the word and accepts its answer if the epoch has not moved; it then linearizes at
+//!   its first load. A refusal is decided from that one load (the reload only validates the
+//!   configuration it read).
 //! * **ABA bound.** The epoch has 5 bits: a grant could commit against a stale slot only if
 //!   32 reconfigurations ran (each taking the mutex and a CAS) between its load and its CAS
 //!   *and* left the word's other 123 bits as they were; a refusal only if 32 ran between its
-//!   load and its slot read.
+//!   load and its reload.
 //!
-//! **Orderings** are those of `src/config_slots.rs` with the state word as the publication:
-//! the reconfiguring CAS is `Release` after the slot write, the check's load `Acquire`.
-//! `loom-tests/tests/multi_token_bucket.rs` model-checks check ‖ check and check ‖
-//! `set_limits`.
+//! **Orderings.** The state word is loaded with `Acquire`: it pairs with the `Release` of the
+//! reconfiguring CAS, so the slot written before that CAS is visible to whoever sees the new
+//! epoch. A grant's CAS is `AcqRel` (failure `Acquire`, since the found word is the next
+//! attempt's). Slot words are `Relaxed`: the writer issues a `Release` fence after it has seen
+//! the word at `e` (so the slot of `e + 1` is spare) and before writing it; a refusal's
+//! validation is an `Acquire` fence then the reload. If a reader read any slot word of that
+//! later write, the two fences synchronize and its reload sees the newer epoch, so it retries
+//! (the seqlock argument, with the state word as the sequence). A grant needs no fence: its
+//! successful CAS is `Release` and comes before the writer's CAS in the word's order, so the
+//! writer's `Acquire` of the word synchronizes with it and the grant's slot reads happen
+//! before the writer's slot writes. `loom-tests/tests/multi_token_bucket.rs` model-checks
+//! check ‖ check and check ‖ `set_limits`.
 
 use crossbeam_utils::{Backoff, CachePadded};
 
 use super::word::{check, field_bits, Lim, Limits, Source, Verdict, MAX_LIMITS, X_BITS, X_MASK};
-use crate::config_slots::ConfigSlots;
 use crate::limit::Limit;
-use crate::sync::{AtomicU128, AtomicU64, Mutex, Ordering}; // Mutex: set_limits only
+use crate::sync::{fence, retry_hint, AtomicU128, AtomicU64, Mutex, Ordering}; // Mutex: set_limits only
 
 /// Words per limit in a slot.
 const PER_LIMIT: usize = 6;
@@ -62,7 +69,8 @@ pub(super) enum Taken {
 
 pub(super) struct Engine {
     state: CachePadded<AtomicU128>,
-    configs: ConfigSlots<WORDS>,
+    /// The configurations of the word's epoch and the next, by parity.
+    slots: CachePadded<[[AtomicU64; WORDS]; 2]>,
     /// The clock reading every grid counts from.
     pub(super) base: u64,
     /// The current configuration, for `set_limits`: whoever holds it is the one writer.
@@ -72,12 +80,16 @@ pub(super) struct Engine {
 impl Engine {
     /// An engine of `limits`, all full at `base`.
     pub(super) fn new(limits: Limits, base: u64) -> Engine {
-        Engine {
+        let e = Engine {
             state: CachePadded::new(AtomicU128::new(limits.born(0))),
-            configs: ConfigSlots::new(to_words(&limits)),
+            slots: CachePadded::new(std::array::from_fn(|_| {
+                std::array::from_fn(|_| AtomicU64::new(0))
+            })),
             base,
             writer: Mutex::new(limits),
-        }
+        };
+        e.write(0, &limits);
+        e
     }
 
     /// A check of `n` at `t` ns past the base, consuming if `take` (else a peek).
@@ -86,40 +98,60 @@ impl Engine {
         let backoff = Backoff::new();
         let mut word = self.state.load(Ordering::Acquire);
         loop {
-            let epoch = (word >> X_BITS) as u32;
-            let x = word & X_MASK;
-            let Some(verdict) = self.configs.read_with(epoch, |w| check(&Slot(w), x, t, n)) else {
-                word = self.state.load(Ordering::Acquire);
-                continue;
-            };
-            match verdict {
-                Verdict::Grant(x2) if take => {
-                    match self.state.compare_exchange_weak(
-                        word,
-                        (word & !X_MASK) | x2,
-                        Ordering::AcqRel,
-                        Ordering::Acquire,
-                    ) {
-                        Ok(_) => return Taken::Granted,
-                        Err(found) => {
-                            word = found;
-                            backoff.spin();
-                        }
+            let slot = Slot(&self.slots[(word >> X_BITS) as usize & 1]);
+            let verdict = check(&slot, word & X_MASK, t, n);
+            if let (Verdict::Grant(x2), true) = (&verdict, take) {
+                match self.state.compare_exchange_weak(
+                    word,
+                    (word & !X_MASK) | x2,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                ) {
+                    Ok(_) => return Taken::Granted,
+                    Err(found) => {
+                        word = found;
+                        backoff.spin();
+                        continue;
                     }
                 }
-                Verdict::Grant(_) | Verdict::Free => return Taken::Granted,
-                Verdict::Deny { by, retry } => return Taken::Denied { by, retry },
             }
+            // Nothing written: valid if the epoch has not moved since the load (module docs).
+            fence(Ordering::Acquire);
+            let again = self.state.load(Ordering::Relaxed);
+            if again >> X_BITS == word >> X_BITS {
+                return match verdict {
+                    Verdict::Deny { by, retry } => Taken::Denied { by, retry },
+                    _ => Taken::Granted,
+                };
+            }
+            retry_hint();
+            word = self.state.load(Ordering::Acquire);
         }
     }
 
     /// The configuration and the arithmetic's bits, read together.
     pub(super) fn snapshot(&self) -> (Limits, u128) {
+        let mut word = self.state.load(Ordering::Acquire);
         loop {
-            let word = self.state.load(Ordering::Acquire);
-            if let Some(words) = self.configs.read((word >> X_BITS) as u32) {
+            let slot = &self.slots[(word >> X_BITS) as usize & 1];
+            let words: [u64; WORDS] = std::array::from_fn(|i| slot[i].load(Ordering::Relaxed));
+            fence(Ordering::Acquire);
+            let again = self.state.load(Ordering::Relaxed);
+            if again >> X_BITS == word >> X_BITS {
                 return (full(&words), word & X_MASK);
             }
+            retry_hint();
+            word = self.state.load(Ordering::Acquire);
+        }
+    }
+
+    /// Writes epoch `epoch`'s configuration into its slot: by the writer only, once the slot
+    /// is spare (or before the engine is shared).
+    fn write(&self, epoch: u32, limits: &Limits) {
+        fence(Ordering::Release);
+        let slot = &self.slots[epoch as usize & 1];
+        for (w, v) in slot.iter().zip(to_words(limits)) {
+            w.store(v, Ordering::Relaxed);
         }
     }
 
@@ -128,7 +160,7 @@ impl Engine {
         let mut current = self.writer.lock().unwrap_or_else(|e| e.into_inner());
         let mut word = self.state.load(Ordering::Acquire);
         let epoch = ((word >> X_BITS) as u32 + 1) % EPOCHS;
-        self.configs.write(epoch, to_words(&new));
+        self.write(epoch, &new);
         let backoff = Backoff::new();
         loop {
             let x = current.convert(word & X_MASK, &new, t);
@@ -156,11 +188,11 @@ impl Engine {
     }
 }
 
-/// A configuration as slot words: the header (`k`, the smallest burst), then per limit `mul`,
+/// A configuration as slot words: the header (`k - 1`, the smallest burst), then per limit `mul`,
 /// `one`, `tau` (what a check reads), `per`, `per_shift` and `burst`, and the limit's bits.
 fn to_words(l: &Limits) -> [u64; WORDS] {
     let mut w = [0u64; WORDS];
-    w[0] = l.k as u64 | u64::from(l.min_burst) << 32;
+    w[0] = (l.k - 1) as u64 | u64::from(l.min_burst) << 32;
     for (i, lim) in l.lims.iter().enumerate() {
         let s = &mut w[1 + i * PER_LIMIT..1 + (i + 1) * PER_LIMIT];
         s.copy_from_slice(&[
@@ -176,7 +208,7 @@ fn to_words(l: &Limits) -> [u64; WORDS] {
 }
 
 /// A slot's words as a check reads them: the header, and each limit's words one by one. Any
-/// words give values `check` takes without panicking (`k` is clamped, the index masked), as a
+/// words give values `check` takes without panicking (`k` is two bits, the index masked), as a
 /// torn read must.
 struct Slot<'a>(&'a [AtomicU64; WORDS]);
 
@@ -184,10 +216,7 @@ impl Source for Slot<'_> {
     #[inline(always)]
     fn head(&self) -> (usize, u32) {
         let head = self.0[0].load(Ordering::Relaxed);
-        (
-            ((head & 0xff) as usize).clamp(1, MAX_LIMITS),
-            (head >> 32) as u32,
-        )
+        ((head & 3) as usize + 1, (head >> 32) as u32)
     }
 
     #[inline(always)]
@@ -214,7 +243,7 @@ impl Source for Slot<'_> {
 
 /// The whole configuration of slot words.
 fn full(w: &[u64; WORDS]) -> Limits {
-    let k = ((w[0] & 0xff) as usize).clamp(1, MAX_LIMITS);
+    let k = (w[0] & 3) as usize + 1;
     let lims = std::array::from_fn(|i| {
         let s = &w[1 + i * PER_LIMIT..1 + (i + 1) * PER_LIMIT];
         Lim {
