@@ -14,8 +14,8 @@
 //! then the rate for readers. Only `set_limits` writes them, serialized by a mutex the hot
 //! path never touches: it writes the slot of epoch `e + 1`, then converts the state (each
 //! limit's tokens at `now`, re-expressed in the new configuration) and installs it with
-//! epoch `e + 1` by one CAS on the state word. The **state word is the slots' sequence
-//! number**, as in the token bucket's engine (`src/token_bucket/engine.rs`): no seqlock.
+//! epoch `e + 1` by one CAS on the state word. Each slot ends with the epoch it holds (`SEQ`),
+//! written last: what a check that writes nothing validates its reading of the slot by.
 //!
 //! * **Invariant:** while the word carries epoch `e`, slot `e & 1` holds epoch `e`'s
 //!   configuration: the writer next touches it for `e + 2`, which needs the word at `e + 1`.
@@ -24,22 +24,24 @@
 //!   its epoch's (a rewrite of that slot needs the word moved first). So no check is ever
 //!   computed half under an old configuration: `set_limits` is linearizable with checks.
 //! * A **refusal** (and a peek, and a check of zero) writes nothing: after reading the slot it
-//!   reloads the word and accepts its answer if the epoch has not moved; it then linearizes at
-//!   its first load. A refusal is decided from that one load (the reload only validates the
-//!   configuration it read).
+//!   reads the slot's `SEQ` and accepts its answer if it is still the word's epoch (the
+//!   slot was not rewritten meanwhile); it then linearizes at its load. A refusal is decided
+//!   from that one load of the state word, and validated by one 64-bit load.
 //! * **ABA bound.** The epoch has 5 bits: a grant could commit against a stale slot only if
 //!   32 reconfigurations ran (each taking the mutex and a CAS) between its load and its CAS
 //!   *and* left the word's other 123 bits as they were; a refusal only if 32 ran between its
-//!   load and its reload.
+//!   load and its `SEQ` read.
 //!
 //! **Orderings.** The state word is loaded with `Acquire`: it pairs with the `Release` of the
 //! reconfiguring CAS, so the slot written before that CAS is visible to whoever sees the new
 //! epoch. A grant's CAS is `AcqRel` (failure `Acquire`, since the found word is the next
-//! attempt's). Slot words are `Relaxed`: the writer issues a `Release` fence after it has seen
-//! the word at `e` (so the slot of `e + 1` is spare) and before writing it; a refusal's
-//! validation is an `Acquire` fence then the reload. If a reader read any slot word of that
-//! later write, the two fences synchronize and its reload sees the newer epoch, so it retries
-//! (the seqlock argument, with the state word as the sequence). A grant needs no fence: its
+//! attempt's). Slot words are `Relaxed`: the writer, once it has seen the word at `e` (so the
+//! slot of `e + 1` is spare), stores `SEQ = WRITING`, issues a `Release` fence, writes the
+//! words and stores `SEQ = e + 1` (`Release`); a refusal's validation is an `Acquire` fence
+//! then the `SEQ` load. If a reader read any slot word of a later write, the two fences
+//! synchronize and it reads `WRITING` or a later epoch, so it retries (the seqlock argument,
+//! with the state word's `Acquire` load as the first read of the sequence: it synchronizes
+//! with the CAS that published `e`, after the slot's write for `e`). A grant needs no fence: its
 //! successful CAS is `Release` and comes before the writer's CAS in the word's order, so the
 //! writer's `Acquire` of the word synchronizes with it and the grant's slot reads happen
 //! before the writer's slot writes. `loom-tests/tests/multi_token_bucket.rs` model-checks
@@ -54,6 +56,9 @@ use crate::sync::{fence, retry_hint, AtomicU128, AtomicU64, Mutex, Ordering}; //
 /// Words per limit in a slot.
 const PER_LIMIT: usize = 6;
 const WORDS: usize = 1 + PER_LIMIT * MAX_LIMITS;
+/// The slot word after the configuration: the epoch the slot holds, or `WRITING`.
+const SEQ: usize = WORDS;
+const WRITING: u64 = u64::MAX;
 /// Epochs count modulo 32, in the word's top five bits.
 const EPOCHS: u32 = 32;
 
@@ -70,7 +75,7 @@ pub(super) enum Taken {
 pub(super) struct Engine {
     state: CachePadded<AtomicU128>,
     /// The configurations of the word's epoch and the next, by parity.
-    slots: CachePadded<[[AtomicU64; WORDS]; 2]>,
+    slots: CachePadded<[[AtomicU64; WORDS + 1]; 2]>,
     /// The clock reading every grid counts from.
     pub(super) base: u64,
     /// The current configuration, for `set_limits`: whoever holds it is the one writer.
@@ -83,7 +88,7 @@ impl Engine {
         let e = Engine {
             state: CachePadded::new(AtomicU128::new(limits.born(0))),
             slots: CachePadded::new(std::array::from_fn(|_| {
-                std::array::from_fn(|_| AtomicU64::new(0))
+                std::array::from_fn(|_| AtomicU64::new(WRITING))
             })),
             base,
             writer: Mutex::new(limits),
@@ -98,8 +103,9 @@ impl Engine {
         let backoff = Backoff::new();
         let mut word = self.state.load(Ordering::Acquire);
         loop {
-            let slot = Slot(&self.slots[(word >> X_BITS) as usize & 1]);
-            let verdict = check(&slot, word & X_MASK, t, n);
+            let epoch = (word >> X_BITS) as u64;
+            let slot = &self.slots[epoch as usize & 1];
+            let verdict = check(&Slot(slot), word & X_MASK, t, n);
             if let (Verdict::Grant(x2), true) = (&verdict, take) {
                 match self.state.compare_exchange_weak(
                     word,
@@ -115,10 +121,9 @@ impl Engine {
                     }
                 }
             }
-            // Nothing written: valid if the epoch has not moved since the load (module docs).
+            // Nothing written: valid if the slot still holds the word's epoch (module docs).
             fence(Ordering::Acquire);
-            let again = self.state.load(Ordering::Relaxed);
-            if again >> X_BITS == word >> X_BITS {
+            if slot[SEQ].load(Ordering::Relaxed) == epoch {
                 return match verdict {
                     Verdict::Deny { by, retry } => Taken::Denied { by, retry },
                     _ => Taken::Granted,
@@ -131,28 +136,29 @@ impl Engine {
 
     /// The configuration and the arithmetic's bits, read together.
     pub(super) fn snapshot(&self) -> (Limits, u128) {
-        let mut word = self.state.load(Ordering::Acquire);
         loop {
-            let slot = &self.slots[(word >> X_BITS) as usize & 1];
+            let word = self.state.load(Ordering::Acquire);
+            let epoch = (word >> X_BITS) as u64;
+            let slot = &self.slots[epoch as usize & 1];
             let words: [u64; WORDS] = std::array::from_fn(|i| slot[i].load(Ordering::Relaxed));
             fence(Ordering::Acquire);
-            let again = self.state.load(Ordering::Relaxed);
-            if again >> X_BITS == word >> X_BITS {
+            if slot[SEQ].load(Ordering::Relaxed) == epoch {
                 return (full(&words), word & X_MASK);
             }
             retry_hint();
-            word = self.state.load(Ordering::Acquire);
         }
     }
 
     /// Writes epoch `epoch`'s configuration into its slot: by the writer only, once the slot
     /// is spare (or before the engine is shared).
     fn write(&self, epoch: u32, limits: &Limits) {
-        fence(Ordering::Release);
         let slot = &self.slots[epoch as usize & 1];
+        slot[SEQ].store(WRITING, Ordering::Relaxed);
+        fence(Ordering::Release);
         for (w, v) in slot.iter().zip(to_words(limits)) {
             w.store(v, Ordering::Relaxed);
         }
+        slot[SEQ].store(u64::from(epoch), Ordering::Release);
     }
 
     /// Installs `new` at `t` ns past the base: each limit kept by index keeps its tokens.
@@ -210,7 +216,7 @@ fn to_words(l: &Limits) -> [u64; WORDS] {
 /// A slot's words as a check reads them: the header, and each limit's words one by one. Any
 /// words give values `check` takes without panicking (`k` is two bits, the index masked), as a
 /// torn read must.
-struct Slot<'a>(&'a [AtomicU64; WORDS]);
+struct Slot<'a>(&'a [AtomicU64; WORDS + 1]);
 
 impl Source for Slot<'_> {
     #[inline(always)]

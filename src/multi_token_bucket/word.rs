@@ -261,7 +261,7 @@ fn check_k<const K: usize, S: Source>(s: &S, min_burst: u32, x: u128, t: u64, n:
     let w2 = w.max(t >> G_SHIFT);
     let mut out = u128::from(w2) << FIELDS;
     let mut over = false;
-    // Each limit's `tat' - tau` and `u`: where a refusal's retry time comes from.
+    // Each limit's `tat'` and `u + tau`: where a refusal's retry time comes from.
     let mut need = [(0u64, 0u64); K];
     for (i, need) in need.iter_mut().enumerate() {
         let (mul, one, tau) = s.hot(i);
@@ -272,8 +272,9 @@ fn check_k<const K: usize, S: Source>(s: &S, min_burst: u32, x: u128, t: u64, n:
             .wrapping_add(d)
             .max(u)
             .wrapping_add(u64::from(n).wrapping_mul(one));
-        over |= tat > u.wrapping_add(tau);
-        *need = (tat.saturating_sub(tau), u);
+        let limit = u.wrapping_add(tau);
+        over |= tat > limit;
+        *need = (tat, limit);
         let a2 = if w2 == w {
             a
         } else {
@@ -287,15 +288,17 @@ fn check_k<const K: usize, S: Source>(s: &S, min_burst: u32, x: u128, t: u64, n:
     Verdict::Grant(out)
 }
 
-/// A refusal with `need[i] = (tat_i' - tau_i, u_i)` for a check of at most every burst:
-/// the limit that admits last and when, from the needs of the limits that refused.
-#[inline(never)]
+/// A refusal with `need[i] = (tat_i', u_i + tau_i)` for a check of at most every burst: the
+/// limit that admits last and when, from the limits that refused (`tat_i' > u_i + tau_i`),
+/// each of which admits once `u_i` reaches `tat_i' - tau_i`.
+#[inline(always)]
 fn refused<const K: usize, S: Source>(s: &S, need: &[(u64, u64); K], t: u64) -> Verdict {
     let (mut by, mut latest) = (0, 0u64);
-    for (i, &(need, u)) in need.iter().enumerate() {
-        if need > u {
+    for (i, &(tat, limit)) in need.iter().enumerate() {
+        if tat > limit {
             let (per, per_shift, _) = s.cold(i);
-            let ns = nanos_ceil_pos(need, per, per_shift).unwrap_or(u64::MAX);
+            let tau = s.hot(i).2;
+            let ns = nanos_ceil_pos(tat.wrapping_sub(tau).max(1), per, per_shift).unwrap_or(u64::MAX);
             if ns >= latest {
                 (by, latest) = (i, ns);
             }
