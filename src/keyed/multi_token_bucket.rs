@@ -82,10 +82,7 @@ impl WordRule for MultiTokenBucketQuota {
         match self.limits.check(x, t, n) {
             Verdict::Grant(x2) => Ok(Some(x2)),
             Verdict::Free => Ok(None),
-            Verdict::Deny { retry, .. } => Err(Denied::new(
-                now,
-                retry.map(|r| Limits::at(base, r).max(now)),
-            )),
+            Verdict::Deny { retry, .. } => Err(Denied::new(now, Limits::at(base, retry, now))),
         }
     }
 

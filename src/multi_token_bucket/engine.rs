@@ -68,7 +68,7 @@ pub(super) enum Taken {
     /// Refused: limit `by` admits last, at `retry` ns past the base (`None`: never).
     Denied {
         by: usize,
-        retry: Option<u64>,
+        retry: u64,
     },
 }
 
@@ -97,40 +97,57 @@ impl Engine {
         e
     }
 
-    /// A check of `n` at `t` ns past the base, consuming if `take` (else a peek).
-    #[inline]
+    /// A check of `n` at `t` ns past the base, consuming if `take` (else a peek): one attempt
+    /// inline, the retries (a lost CAS, a reconfiguration) out of line.
+    #[inline(always)]
     pub(super) fn check(&self, t: u64, n: u32, take: bool) -> Taken {
-        let backoff = Backoff::new();
-        let mut word = self.state.load(Ordering::Acquire);
-        loop {
-            let epoch = (word >> X_BITS) as u64;
-            let slot = &self.slots[epoch as usize & 1];
-            let verdict = check(&Slot(slot), word & X_MASK, t, n);
-            if let (Verdict::Grant(x2), true) = (&verdict, take) {
-                match self.state.compare_exchange_weak(
+        let word = self.state.load(Ordering::Acquire);
+        match self.attempt(word, t, n, take) {
+            Ok(taken) => taken,
+            Err(found) => self.check_slow(found, t, n, take),
+        }
+    }
+
+    /// One attempt from `word`: the answer, or the word to try again from.
+    #[inline(always)]
+    fn attempt(&self, word: u128, t: u64, n: u32, take: bool) -> Result<Taken, u128> {
+        let epoch = (word >> X_BITS) as u64;
+        let slot = &self.slots[epoch as usize & 1];
+        let verdict = check(&Slot(slot), word & X_MASK, t, n);
+        if let (Verdict::Grant(x2), true) = (&verdict, take) {
+            return self
+                .state
+                .compare_exchange_weak(
                     word,
                     (word & !X_MASK) | x2,
                     Ordering::AcqRel,
                     Ordering::Acquire,
-                ) {
-                    Ok(_) => return Taken::Granted,
-                    Err(found) => {
-                        word = found;
-                        backoff.spin();
-                        continue;
-                    }
-                }
-            }
-            // Nothing written: valid if the slot still holds the word's epoch (module docs).
-            fence(Ordering::Acquire);
-            if slot[SEQ].load(Ordering::Relaxed) == epoch {
-                return match verdict {
-                    Verdict::Deny { by, retry } => Taken::Denied { by, retry },
-                    _ => Taken::Granted,
-                };
-            }
+                )
+                .map(|_| Taken::Granted);
+        }
+        // Nothing written: valid if the slot still holds the word's epoch (module docs).
+        fence(Ordering::Acquire);
+        if slot[SEQ].load(Ordering::Relaxed) != epoch {
             retry_hint();
-            word = self.state.load(Ordering::Acquire);
+            return Err(self.state.load(Ordering::Acquire));
+        }
+        Ok(match verdict {
+            Verdict::Deny { by, retry } => Taken::Denied { by, retry },
+            _ => Taken::Granted,
+        })
+    }
+
+    /// The attempts after a first that did not settle, from `word`, with backoff.
+    #[cold]
+    #[inline(never)]
+    fn check_slow(&self, mut word: u128, t: u64, n: u32, take: bool) -> Taken {
+        let backoff = Backoff::new();
+        loop {
+            backoff.spin();
+            match self.attempt(word, t, n, take) {
+                Ok(taken) => return taken,
+                Err(found) => word = found,
+            }
         }
     }
 

@@ -406,7 +406,7 @@ impl<C: Clock> MultiTokenBucket<C> {
         match self.engine.check(self.t(now), n, take) {
             Taken::Granted => Ok(()),
             Taken::Denied { by, retry } => Err(MultiDenied {
-                denied: Denied::new(now, retry.map(|r| Limits::at(self.engine.base, r).max(now))),
+                denied: Denied::new(now, Limits::at(self.engine.base, retry, now)),
                 limit: by,
             }),
         }

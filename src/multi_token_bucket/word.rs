@@ -56,9 +56,12 @@
 use crate::clock::Nanos;
 use crate::limit::Limit;
 use crate::limiter::QuotaStatus;
-use crate::scale::{nanos_ceil_pos, units, Scale, D_MAX};
+use crate::scale::{nanos_ceil_pos, units, Scale, D_MAX, J};
 
 use std::time::Duration;
+
+/// A retry time that never comes: past the burst (or past `u64` nanoseconds, 584 years).
+pub(crate) const NEVER: u64 = u64::MAX;
 
 /// The most limits one word holds.
 pub(crate) const MAX_LIMITS: usize = 4;
@@ -195,9 +198,9 @@ pub(crate) enum Verdict {
     Grant(u128),
     /// Granted without a write (`n == 0`).
     Free,
-    /// Refused: limit `by` admits last, all admit at `retry` ns past the base (`None`: never,
-    /// `n` is past limit `by`'s burst).
-    Deny { by: usize, retry: Option<u64> },
+    /// Refused: limit `by` admits last, all admit at `retry` ns past the base ([`NEVER`]:
+    /// never, `n` is past limit `by`'s burst).
+    Deny { by: usize, retry: u64 },
 }
 
 /// Where a check reads its configuration: a [`Limits`] (the keyed map's quota), or the
@@ -231,6 +234,12 @@ impl Source for Limits {
     }
 }
 
+/// `units` of a reading already shifted by `J`: the high half of `(d << J) * mul`.
+#[inline(always)]
+fn hi(dj: u64, mul: u64) -> u64 {
+    ((u128::from(dj) * u128::from(mul)) >> 64) as u64
+}
+
 /// A check of `n` at `t` ns past the base on the arithmetic's bits `x`, under the
 /// configuration `s` gives.
 #[inline(always)]
@@ -259,31 +268,35 @@ fn check_k<const K: usize, S: Source>(s: &S, min_burst: u32, x: u128, t: u64, n:
     }
     let w = (x >> FIELDS) as u64 & W_MASK;
     let w2 = w.max(t >> G_SHIFT);
-    let mut out = u128::from(w2) << FIELDS;
-    let mut over = false;
-    // Each limit's `tat'` and `u + tau`: where a refusal's retry time comes from.
+    let (tw, ww) = (t << J, w << (G_SHIFT + J));
+    // Each limit's `tat'`, `u + tau` and anchor: decided first, packed only for a grant.
     let mut need = [(0u64, 0u64); K];
-    for (i, need) in need.iter_mut().enumerate() {
+    let mut anchor = [0u64; K];
+    let mut over = false;
+    for i in 0..K {
         let (mul, one, tau) = s.hot(i);
         let d = (x >> (i as u32 * f)) as u64 & mask;
-        let u = units(t, mul);
-        let a = units(w << G_SHIFT, mul);
-        let tat = a
+        let u = hi(tw, mul);
+        anchor[i] = hi(ww, mul);
+        let tat = anchor[i]
             .wrapping_add(d)
             .max(u)
             .wrapping_add(u64::from(n).wrapping_mul(one));
         let limit = u.wrapping_add(tau);
         over |= tat > limit;
-        *need = (tat, limit);
-        let a2 = if w2 == w {
-            a
-        } else {
-            units(w2 << G_SHIFT, mul)
-        };
-        out |= u128::from(tat.wrapping_sub(a2)) << (i as u32 * f);
+        need[i] = (tat, limit);
     }
     if over {
         return refused::<K, S>(s, &need, t);
+    }
+    let mut out = u128::from(w2) << FIELDS;
+    for i in 0..K {
+        let a2 = if w2 == w {
+            anchor[i]
+        } else {
+            units(w2 << G_SHIFT, s.hot(i).0)
+        };
+        out |= u128::from(need[i].0.wrapping_sub(a2)) << (i as u32 * f);
     }
     Verdict::Grant(out)
 }
@@ -298,7 +311,8 @@ fn refused<const K: usize, S: Source>(s: &S, need: &[(u64, u64); K], t: u64) -> 
         if tat > limit {
             let (per, per_shift, _) = s.cold(i);
             let tau = s.hot(i).2;
-            let ns = nanos_ceil_pos(tat.wrapping_sub(tau).max(1), per, per_shift).unwrap_or(u64::MAX);
+            let ns =
+                nanos_ceil_pos(tat.wrapping_sub(tau).max(1), per, per_shift).unwrap_or(u64::MAX);
             if ns >= latest {
                 (by, latest) = (i, ns);
             }
@@ -306,7 +320,7 @@ fn refused<const K: usize, S: Source>(s: &S, need: &[(u64, u64); K], t: u64) -> 
     }
     Verdict::Deny {
         by,
-        retry: Some(latest.max(t)),
+        retry: latest.max(t),
     }
 }
 
@@ -314,7 +328,7 @@ fn refused<const K: usize, S: Source>(s: &S, need: &[(u64, u64); K], t: u64) -> 
 #[cold]
 fn never<const K: usize, S: Source>(s: &S, n: u32) -> Verdict {
     let by = (0..K).find(|&i| n > s.cold(i).2).unwrap_or(0);
-    Verdict::Deny { by, retry: None }
+    Verdict::Deny { by, retry: NEVER }
 }
 
 impl Limits {
@@ -423,8 +437,10 @@ impl Limits {
         out
     }
 
-    /// The retry time `retry` (ns past the base) as a reading.
-    pub(crate) fn at(base: u64, retry: u64) -> Nanos {
-        Nanos::new(base.saturating_add(retry))
+    /// The retry time `retry` (ns past the base, or [`NEVER`]) as a reading no earlier than
+    /// the check's, `now`.
+    #[inline(always)]
+    pub(crate) fn at(base: u64, retry: u64, now: Nanos) -> Option<Nanos> {
+        (retry != NEVER).then(|| Nanos::new(base.saturating_add(retry)).max(now))
     }
 }
