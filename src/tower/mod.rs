@@ -90,8 +90,9 @@ pub use service::RateLimit;
 #[cfg(feature = "redis")]
 pub use policy::{fleet, FailurePolicy, Fleet, FleetBuilder};
 pub use policy::{
-    global, per_key, And, AndFuture, Ask, Decision, Global, KeyGrant, MissingKey, PerKey,
-    PerKeyMap, Policy, PolicyExt, Refunds, Report, Taken,
+    global, global_multi, per_key, per_key_multi, And, AndFuture, Ask, Cost, Decision, Global,
+    GlobalMulti, KeyGrant, MissingKey, MultiQuota, PerKey, PerKeyMap, PerKeyMulti, PerKeyMultiMap,
+    Policy, PolicyExt, Refunds, Report, ReportItem, Taken,
 };
 
 use std::future::Future;
@@ -129,8 +130,8 @@ mod tests {
             &mut h,
             &Report {
                 items: vec![
-                    ("per-ip".into(), s(20, 2000, 0, 1)),
-                    ("a \"b\"\\é".into(), s(100, 60_000, 42, 16_001)),
+                    ReportItem::new("per-ip".into(), s(20, 2000, 0, 1)),
+                    ReportItem::new("a \"b\"\\é".into(), s(100, 60_000, 42, 16_001)),
                 ],
             },
         );

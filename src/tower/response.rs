@@ -56,34 +56,47 @@ pub(super) fn refusal<B>(
     resp
 }
 
-/// `RateLimit-Policy` and `RateLimit` from `report` (nothing if it is empty). Bytes, not
-/// `fmt`: on a refusal these two values are most of the layer's work, and `write!` costs
-/// several times a plain digit loop.
+/// `RateLimit-Policy` and `RateLimit` from `report` (nothing if it is empty): every item in
+/// the first, the binding ones ([`ReportItem::binding`]) in the second. Bytes, not `fmt`: on
+/// a refusal these two values are most of the layer's work, and `write!` costs several times
+/// a plain digit loop.
 pub(super) fn write_report(headers: &mut HeaderMap, report: &Report) {
     if report.items.is_empty() {
         return;
     }
     let mut policy = Vec::with_capacity(32 * report.items.len());
     let mut state = Vec::with_capacity(32 * report.items.len());
-    for (i, (name, s)) in report.items.iter().enumerate() {
-        if i > 0 {
+    for item in &report.items {
+        let (name, s) = (&item.name, &item.status);
+        if !policy.is_empty() {
             policy.extend_from_slice(b", ");
-            state.extend_from_slice(b", ");
         }
         write_sf_string(&mut policy, name);
         policy.extend_from_slice(b";q=");
         write_u64(&mut policy, s.quota);
         policy.extend_from_slice(b";w=");
         write_u64(&mut policy, s.window_secs());
+        if !item.binding {
+            continue;
+        }
+        if !state.is_empty() {
+            state.extend_from_slice(b", ");
+        }
         write_sf_string(&mut state, name);
         state.extend_from_slice(b";r=");
         write_u64(&mut state, s.remaining);
         state.extend_from_slice(b";t=");
         write_u64(&mut state, s.reset_secs());
     }
-    if let (Ok(p), Ok(s)) = (HeaderValue::try_from(policy), HeaderValue::try_from(state)) {
+    if let Ok(p) = HeaderValue::try_from(policy) {
         headers.insert(RATELIMIT_POLICY.clone(), p);
-        headers.insert(RATELIMIT.clone(), s);
+    }
+    // Empty only if no item is binding (a report built by hand): then no `RateLimit`, which
+    // is a non-empty list.
+    if !state.is_empty() {
+        if let Ok(s) = HeaderValue::try_from(state) {
+            headers.insert(RATELIMIT.clone(), s);
+        }
     }
 }
 

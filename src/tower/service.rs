@@ -39,6 +39,8 @@ where
             report: config.headers != Headers::Never,
             report_grants: config.headers == Headers::Always,
             max_wait: config.max_wait,
+            // A `Cost` policy sets its own.
+            cost: 1,
         };
         let mut check = policy.decide(key, ask);
         // An in-process policy has decided already (its future is `Ready`): act on the

@@ -388,7 +388,12 @@ where
                 MissingKey::As(k) => k.clone(),
             },
         };
+        // Free: no round trip, nothing taken.
+        if ask.cost == 0 {
+            return Box::pin(ready(decided(Ok(()))));
+        }
         let this = self.clone();
+        let n = ask.cost;
         Box::pin(async move {
             // With headers, the check that also answers the key's status (the same round
             // trip: the status comes from the check's own reply). Without, the plain check:
@@ -397,9 +402,9 @@ where
             // hand-written limiter's `try_check_n` may be cheaper than its status.
             let deadline = this.deadline;
             let answer = if ask.report || ask.report_grants {
-                tokio::time::timeout(deadline, this.limiter.try_check_n_status(&key, 1)).await
+                tokio::time::timeout(deadline, this.limiter.try_check_n_status(&key, n)).await
             } else {
-                let check = this.limiter.try_check_n(&key, 1);
+                let check = this.limiter.try_check_n(&key, n);
                 tokio::time::timeout(deadline, async move {
                     Ok(StatusVerdict {
                         result: check.await?,

@@ -14,8 +14,10 @@ pub struct Global<L> {
     pub(super) limiter: L,
 }
 
-/// A policy that takes one permit from `limiter` per request, whatever the request; `name`
-/// is its name in the `RateLimit` headers.
+/// A policy that takes one permit from `limiter` per request, whatever the request (or the
+/// request's cost: [`PolicyExt::cost`]); `name` is its name in the `RateLimit` headers. A
+/// limiter of several limits ([`MultiTokenBucket`](crate::MultiTokenBucket)) is reported as
+/// its binding limit under `name`; [`global_multi`] reports each of its limits.
 ///
 /// ```
 /// use turnstile::tower::{global, Policy};
@@ -40,10 +42,10 @@ impl<L> Global<L> {
 
 impl<B, L: Limiter + 'static> Policy<B> for Global<L> {
     type Key = ();
-    /// The clock reading the permit was taken at (a window's refund finds the grant's window
-    /// by it).
-    type Grant = Nanos;
-    type Future = Ready<Decision<Nanos>>;
+    /// The clock reading the permits were taken at (a window's refund finds the grant's
+    /// window by it) and how many ([`Ask::cost`]).
+    type Grant = (Nanos, u32);
+    type Future = Ready<Decision<(Nanos, u32)>>;
 
     #[inline]
     fn key(&self, _: &Request<B>) -> Self::Key {}
@@ -51,19 +53,21 @@ impl<B, L: Limiter + 'static> Policy<B> for Global<L> {
     #[inline]
     fn decide(self: &Arc<Self>, _: (), ask: Ask) -> Self::Future {
         let now = self.limiter.now();
-        let (result, wait) = take(&self.limiter, now, ask.max_wait);
+        let (result, wait) = take(&self.limiter, now, ask.cost, ask.max_wait);
         let report = one_report(ask.reports(result.is_ok()), &self.name, || {
             self.limiter.quota_at(now)
         });
         ready(Decision {
-            result: result.map(|()| now),
+            result: result.map(|()| (now, ask.cost)),
             wait,
             report,
         })
     }
 
-    fn refund(&self, at: Nanos) {
-        let _ = self.limiter.refund_n_at(at, 1);
+    fn refund(&self, (at, n): (Nanos, u32)) {
+        if n > 0 {
+            let _ = self.limiter.refund_n_at(at, n);
+        }
     }
 }
 

@@ -13,17 +13,23 @@
 //! headers are configured).
 
 mod and;
+mod cost;
 #[cfg(feature = "redis")]
 mod fleet;
 mod global;
+mod multi;
 mod per_key;
 #[cfg(test)]
 mod tests;
 
 pub use and::{And, AndFuture};
+pub use cost::Cost;
 #[cfg(feature = "redis")]
 pub use fleet::{fleet, FailurePolicy, Fleet, FleetBuilder};
 pub use global::{global, Global};
+pub use multi::{
+    global_multi, per_key_multi, GlobalMulti, MultiQuota, PerKeyMulti, PerKeyMultiMap,
+};
 pub use per_key::{per_key, KeyGrant, MissingKey, PerKey, PerKeyMap, Taken};
 
 use std::future::Future;
@@ -50,7 +56,7 @@ pub struct Decision<G> {
 }
 
 /// What a [`Policy::decide`] is asked for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Ask {
     /// Fill [`Decision::report`] when the policy refuses.
     pub report: bool,
@@ -60,6 +66,22 @@ pub struct Ask {
     pub report_grants: bool,
     /// Reserve up to this far ahead ([`Limiter::schedule_n_at`]); zero: now or never.
     pub max_wait: Duration,
+    /// The permits the request costs: 1 unless a [`Cost`] policy ([`PolicyExt::cost`]) read
+    /// another from the request. Zero passes without asking the limiter; more than a limit's
+    /// burst is refused with no retry time (no `Retry-After`: no wait makes it pass).
+    pub cost: u32,
+}
+
+/// Refusals only, no wait, a cost of 1.
+impl Default for Ask {
+    fn default() -> Self {
+        Ask {
+            report: false,
+            report_grants: false,
+            max_wait: Duration::ZERO,
+            cost: 1,
+        }
+    }
 }
 
 impl Ask {
@@ -77,8 +99,36 @@ impl Ask {
 /// Named [`QuotaStatus`]es: what the `RateLimit` and `RateLimit-Policy` headers carry.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Report {
-    /// `(policy name, its status)`, in policy order.
-    pub items: Vec<(Arc<str>, QuotaStatus)>,
+    /// One item per limit, in policy order (a multi-limit policy's in its limits' order):
+    /// every one goes in `RateLimit-Policy`, the [`binding`](ReportItem::binding) ones in
+    /// `RateLimit` too.
+    pub items: Vec<ReportItem>,
+}
+
+/// One limit of a [`Report`]: its name in the headers and its status.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReportItem {
+    /// The item's name: the policy's, or for a policy of several limits
+    /// ([`global_multi`], [`per_key_multi`]) the limit's own.
+    pub name: Arc<str>,
+    /// Its figures: `q` and `w` in `RateLimit-Policy`, `r` and `t` in `RateLimit`.
+    pub status: QuotaStatus,
+    /// Whether the item is in `RateLimit` too: a single-limit policy's item always is; of a
+    /// multi-limit policy's, only its binding limit's (the fewest permits left, the longest
+    /// reset among equals), the one that refuses first (the [module docs](crate::tower)
+    /// say why).
+    pub binding: bool,
+}
+
+impl ReportItem {
+    /// A single-limit policy's item (in both fields).
+    pub fn new(name: Arc<str>, status: QuotaStatus) -> Self {
+        ReportItem {
+            name,
+            status,
+            binding: true,
+        }
+    }
 }
 
 /// A question a [`RateLimitLayer`](super::RateLimitLayer) asks of every request. Implemented
@@ -140,23 +190,65 @@ pub trait PolicyExt: Sized {
             second: Arc::new(other),
         }
     }
+
+    /// This policy with a request's cost read by `cost` from the request (its route, its
+    /// body's declared size, a header), in place of 1: each request takes that many permits
+    /// from every limiter of this policy (both of an [`And`]), and a refund gives them all
+    /// back. A cost of 0 passes without touching the limiters; a cost above a limit's burst
+    /// is refused with no `Retry-After` (no wait makes it pass), as any check a limiter can
+    /// never grant. Where costs nest, the innermost applies to its policy: in
+    /// `per_ip.and(daily.cost(f)).cost(g)`, `per_ip` is charged `g`, `daily` `f`. Delay mode
+    /// ([`RateLimitLayer::delay`](super::RateLimitLayer::delay)) reserves the whole cost.
+    ///
+    /// `cost` is the server's code, reading what a client sends: a client must not choose
+    /// its own price. Cap what it reads from a header, and do not let it fall to 0 (free) on
+    /// bad input:
+    ///
+    /// ```
+    /// use turnstile::tower::{global, PolicyExt, RateLimitLayer};
+    /// use turnstile::{Limit, TokenBucket};
+    ///
+    /// let all = global("all", TokenBucket::new(Limit::per_second(100.0).unwrap(), 100));
+    /// let priced = all.cost(|req: &http::Request<()>| match req.uri().path() {
+    ///     "/search" => 5, // a costly route
+    ///     _ => req
+    ///         .headers()
+    ///         .get("x-batch-size")
+    ///         .and_then(|v| v.to_str().ok()?.parse::<u32>().ok())
+    ///         .unwrap_or(1)
+    ///         .clamp(1, 50), // a client cannot ask for a cost of 0 or of 4 billion
+    /// });
+    /// let layer = RateLimitLayer::new(priced);
+    /// # let _ = layer;
+    /// ```
+    fn cost<F>(self, cost: F) -> Cost<Self, F> {
+        Cost {
+            inner: Arc::new(self),
+            cost,
+        }
+    }
 }
 
 impl<P> PolicyExt for P {}
 
 // ---- helpers ----------------------------------------------------------------------------
 
-/// One permit from `l` at `now`: checked, or reserved up to `max_wait` ahead; with the wait.
+/// `n` permits from `l` at `now`: checked, or reserved up to `max_wait` ahead; with the wait.
+/// None (a free request) pass without asking the limiter.
 #[inline]
 pub(super) fn take<L: Limiter + ?Sized>(
     l: &L,
     now: crate::Nanos,
+    n: u32,
     max_wait: Duration,
 ) -> (Result<(), Denied>, Duration) {
-    if max_wait.is_zero() {
-        return (l.check_n_at(now, 1), Duration::ZERO);
+    if n == 0 {
+        return (Ok(()), Duration::ZERO);
     }
-    match l.schedule_n_at(now, 1, max_wait) {
+    if max_wait.is_zero() {
+        return (l.check_n_at(now, n), Duration::ZERO);
+    }
+    match l.schedule_n_at(now, n, max_wait) {
         Ok(at) => (Ok(()), at.saturating_duration_since(now)),
         Err(d) => (Err(d), Duration::ZERO),
     }
@@ -173,6 +265,47 @@ pub(super) fn one_report(
         return Report::default();
     }
     Report {
-        items: status().map(|s| (name.clone(), s)).into_iter().collect(),
+        items: status()
+            .map(|s| ReportItem::new(name.clone(), s))
+            .into_iter()
+            .collect(),
     }
+}
+
+/// A report of a multi-limit policy's `statuses`, named by `names` (the limits past the last
+/// name are left out): every item in `RateLimit-Policy`, the binding one in `RateLimit`. One
+/// allocation, as [`one_report`]'s.
+pub(super) fn multi_report(names: &[Arc<str>], statuses: &[QuotaStatus]) -> Report {
+    let statuses = &statuses[..statuses.len().min(names.len())];
+    let b = binding(statuses);
+    let mut items = Vec::with_capacity(statuses.len());
+    items.extend(
+        statuses
+            .iter()
+            .zip(names)
+            .enumerate()
+            .map(|(i, (s, name))| ReportItem {
+                name: name.clone(),
+                status: *s,
+                binding: i == b,
+            }),
+    );
+    Report { items }
+}
+
+/// The index of the binding status: the fewest permits left, the longest reset among
+/// equals, the first among equals of both ([`Statuses::binding`]'s rule).
+///
+/// [`Statuses::binding`]: crate::multi_token_bucket::Statuses::binding
+pub(super) fn binding(statuses: &[QuotaStatus]) -> usize {
+    let mut b = 0;
+    for (i, s) in statuses.iter().enumerate().skip(1) {
+        let best = &statuses[b];
+        if (s.remaining, std::cmp::Reverse(s.reset))
+            < (best.remaining, std::cmp::Reverse(best.reset))
+        {
+            b = i;
+        }
+    }
+    b
 }

@@ -42,15 +42,16 @@ pub trait PerKeyMap<K>: Send + Sync + 'static {
     /// The map's clock reading now: the time a request is decided at.
     fn now(&self) -> Nanos;
 
-    /// One permit for `key` at `now`: checked, or reserved up to `ask.max_wait` ahead where
-    /// the map can reserve; with the wait, and `key`'s status after it when
+    /// [`Ask::cost`] permits (never 0: the policy lets a free request through without
+    /// asking the map) for `key` at `now`: checked, or reserved up to `ask.max_wait` ahead
+    /// where the map can reserve; with the wait, and `key`'s status after it when
     /// [`Ask::reports`] wants one for that answer (`None` otherwise, or when the map cannot
     /// say).
     fn take(&self, key: &K, now: Nanos, ask: Ask) -> Taken;
 
-    /// Gives back one permit `take` granted `key` at `at` (a later policy refused the
+    /// Gives back `n` permits `take` granted `key` at `at` (a later policy refused the
     /// request). Exact where the key's limiter refunds exactly; a no-op where it cannot.
-    fn refund(&self, key: &K, at: Nanos);
+    fn refund(&self, key: &K, at: Nanos, n: u32);
 
     /// Moves the map's sweeps off the request path: [`per_key`] calls it once, on the map it
     /// now owns. The crate's maps start their sweeper thread ([`Keyed::spawn_sweeper`],
@@ -85,7 +86,7 @@ where
             key,
             now,
             |l| {
-                let (result, wait) = take(l, now, ask.max_wait);
+                let (result, wait) = take(l, now, ask.cost, ask.max_wait);
                 let status = if ask.reports(result.is_ok()) {
                     l.quota_at(now)
                 } else {
@@ -109,8 +110,8 @@ where
     }
 
     #[inline]
-    fn refund(&self, key: &K, at: Nanos) {
-        let _ = self.refund_n_at(key, at, 1);
+    fn refund(&self, key: &K, at: Nanos, n: u32) {
+        let _ = self.refund_n_at(key, at, n);
     }
 
     fn spawn_sweeper(self: &Arc<Self>) {
@@ -140,7 +141,7 @@ where
     #[inline]
     fn take(&self, key: &K, now: Nanos, ask: Ask) -> Taken {
         // Never a wait: `max_wait` is ignored (no schedule here; see the impl's docs).
-        let result = self.check_n_at(key, now, 1);
+        let result = self.check_n_at(key, now, ask.cost);
         // The status, when this answer shows it (under the default headers, a refusal only),
         // is a second lookup of the key, after the check: the check is one CAS on the key's
         // word and has no status to hand back, and the lookup is a load, no write. A
@@ -159,8 +160,8 @@ where
     }
 
     #[inline]
-    fn refund(&self, key: &K, at: Nanos) {
-        let _ = self.refund_n_at(key, at, 1);
+    fn refund(&self, key: &K, at: Nanos, n: u32) {
+        let _ = self.refund_n_at(key, at, n);
     }
 
     fn spawn_sweeper(self: &Arc<Self>) {
@@ -266,9 +267,58 @@ impl<K, X, M> PerKey<K, X, M> {
     }
 }
 
-/// A [`PerKey`] grant: the key charged and the clock reading it was charged at (none when a
-/// keyless request was let through).
-pub struct KeyGrant<K>(Option<(K, Nanos)>);
+/// A [`PerKey`] grant: the key charged, the clock reading it was charged at and the permits
+/// it took (none when a keyless or free request was let through).
+pub struct KeyGrant<K>(pub(super) Option<(K, Nanos, u32)>);
+
+impl<K, X, M> PerKey<K, X, M>
+where
+    K: Clone,
+    M: PerKeyMap<K>,
+{
+    /// The decision for `key` (`None`: the request had none): the missing-key rule, a free
+    /// request passed untouched, else `take`'s answer from the map for the key at the map's
+    /// clock: the result, the wait and the report.
+    #[inline]
+    pub(super) fn decide_with(
+        &self,
+        key: Option<K>,
+        ask: Ask,
+        take: impl FnOnce(&M, &K, Nanos) -> (Result<(), Denied>, Duration, Report),
+    ) -> Decision<KeyGrant<K>> {
+        let pass = || Decision {
+            result: Ok(KeyGrant(None)),
+            wait: Duration::ZERO,
+            report: Report::default(),
+        };
+        let key = match key {
+            Some(k) => k,
+            None => match &self.missing {
+                MissingKey::Allow => return pass(),
+                MissingKey::Deny => {
+                    let now = self.map.now();
+                    return Decision {
+                        result: Err(Denied::new(now, None)),
+                        wait: Duration::ZERO,
+                        report: Report::default(),
+                    };
+                }
+                MissingKey::As(k) => k.clone(),
+            },
+        };
+        // Free: nothing to take, and no key inserted for it.
+        if ask.cost == 0 {
+            return pass();
+        }
+        let now = self.map.now();
+        let (result, wait, report) = take(&self.map, &key, now);
+        Decision {
+            result: result.map(|()| KeyGrant(Some((key, now, ask.cost)))),
+            wait,
+            report,
+        }
+    }
+}
 
 impl<B, K, X, M> Policy<B> for PerKey<K, X, M>
 where
@@ -287,44 +337,20 @@ where
 
     #[inline]
     fn decide(self: &Arc<Self>, key: Self::Key, ask: Ask) -> Self::Future {
-        let key = match key {
-            Some(k) => k,
-            None => match &self.missing {
-                MissingKey::Allow => {
-                    return ready(Decision {
-                        result: Ok(KeyGrant(None)),
-                        wait: Duration::ZERO,
-                        report: Report::default(),
-                    })
-                }
-                MissingKey::Deny => {
-                    let now = self.map.now();
-                    return ready(Decision {
-                        result: Err(Denied::new(now, None)),
-                        wait: Duration::ZERO,
-                        report: Report::default(),
-                    });
-                }
-                MissingKey::As(k) => k.clone(),
-            },
-        };
-        let now = self.map.now();
-        let Taken {
-            result,
-            wait,
-            status,
-        } = self.map.take(&key, now, ask);
-        let report = one_report(status.is_some(), &self.name, || status);
-        ready(Decision {
-            result: result.map(|()| KeyGrant(Some((key, now)))),
-            wait,
-            report,
-        })
+        ready(self.decide_with(key, ask, |map, key, now| {
+            let Taken {
+                result,
+                wait,
+                status,
+            } = map.take(key, now, ask);
+            let report = one_report(status.is_some(), &self.name, || status);
+            (result, wait, report)
+        }))
     }
 
     fn refund(&self, grant: KeyGrant<K>) {
-        if let KeyGrant(Some((key, at))) = grant {
-            self.map.refund(&key, at);
+        if let KeyGrant(Some((key, at, n))) = grant {
+            self.map.refund(&key, at, n);
         }
     }
 }

@@ -53,15 +53,24 @@ fn per_key_contract<M: PerKeyMap<u8>>(map: M) -> Vec<Duration> {
     assert!(d.result.is_ok() && d.report.items.is_empty());
     let d = decide("/a", always);
     assert!(d.result.is_ok());
-    assert_eq!(d.report.items, vec![("k".into(), status(0, 2))]);
+    assert_eq!(
+        d.report.items,
+        vec![ReportItem::new("k".into(), status(0, 2))]
+    );
     // A refusal: with the status when asked for, without when not.
     let d = decide("/a", refusals_only);
     assert!(d.result.is_err());
-    assert_eq!(d.report.items, vec![("k".into(), status(0, 2))]);
+    assert_eq!(
+        d.report.items,
+        vec![ReportItem::new("k".into(), status(0, 2))]
+    );
     assert!(decide("/a", Ask::default()).report.items.is_empty());
     // Another key is whole.
     let d = decide("/b", always);
-    assert_eq!(d.report.items, vec![("k".into(), status(1, 1))]);
+    assert_eq!(
+        d.report.items,
+        vec![ReportItem::new("k".into(), status(1, 1))]
+    );
     // A refund gives "/b"'s permit back; "/a" has none to spend.
     match decide("/b", Ask::default()).result {
         Ok(g) => Policy::<()>::refund(&*p, g),
@@ -69,7 +78,10 @@ fn per_key_contract<M: PerKeyMap<u8>>(map: M) -> Vec<Duration> {
     }
     let d = decide("/b", always);
     assert!(d.result.is_ok(), "the refund gave nothing back");
-    assert_eq!(d.report.items, vec![("k".into(), status(0, 2))]);
+    assert_eq!(
+        d.report.items,
+        vec![ReportItem::new("k".into(), status(0, 2))]
+    );
     // Past the burst with a maximum wait: reserved ahead, or refused at once.
     let ahead = Ask {
         max_wait: Duration::from_secs(10),
@@ -322,7 +334,7 @@ mod fleet {
             },
         )
         .await;
-        assert_eq!(d.report.items[0].1.quota, 2);
+        assert_eq!(d.report.items[0].status.quota, 2);
         assert_eq!(local.failures(), 5);
         // The default is the local answer with the whole limit.
         let default = Arc::new(fleet(
