@@ -16,8 +16,10 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod cost;
 mod faults;
 mod grpc;
 mod hostile;
 mod http;
 mod http_example_smoke;
+mod multi;

@@ -11,7 +11,7 @@
 //! stays as short as a single limit's on every response.
 
 use std::future::{ready, Ready};
-use std::hash::Hash;
+use std::hash::{BuildHasher, Hash};
 use std::ops::Deref;
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,7 +21,8 @@ use http::Request;
 use super::*;
 use crate::multi_token_bucket::{Statuses, MAX_LIMITS};
 use crate::tower::key::{KeyExtractor, KeyType};
-use crate::{Clock, Idle, Keyed, Limiter, MultiTokenBucket, Nanos, QuotaStatus};
+use crate::QuotaStatus;
+use crate::{Clock, Idle, Keyed, KeyedMultiTokenBucket, Limiter, MultiTokenBucket, Nanos};
 
 /// A limiter of several limits that can tell a client of each: what [`global_multi`] reports,
 /// one item per limit. Implemented by [`MultiTokenBucket`] (and through `Arc` and `Box`).
@@ -184,8 +185,9 @@ impl<B, L: MultiQuota + 'static> Policy<B> for GlobalMulti<L> {
 impl<L: MultiQuota + Refund> Refunds for GlobalMulti<L> {}
 
 /// A per-key map of limiters of several limits, which can tell a client of each of a key's
-/// limits: what [`per_key_multi`] takes. Implemented by a [`Keyed`] of [`MultiQuota`]
-/// limiters (a [`MultiTokenBucket`] per key).
+/// limits: what [`per_key_multi`] takes. Implemented by [`KeyedMultiTokenBucket`] (the
+/// limits' word inline per key: one lookup and one CAS) and by a [`Keyed`] of
+/// [`MultiQuota`] limiters (a [`MultiTokenBucket`] per key).
 pub trait PerKeyMultiMap<K>: PerKeyMap<K> {
     /// Every limit's status, in order.
     type Quotas: Deref<Target = [QuotaStatus]>;
@@ -233,6 +235,74 @@ where
     }
 }
 
+/// The inline multi-limit map: one lookup and one CAS per allowed request. Under [`per_key`]
+/// its status is the key's binding limit's ([`KeyedMultiTokenBucket::quota_at`]); under
+/// [`per_key_multi`], every limit's.
+///
+/// **No reserve-ahead and no refund**, as the map has neither: under
+/// [`RateLimitLayer::delay`](crate::tower::RateLimitLayer::delay) a request it cannot grant
+/// now is refused at once, and in [`PolicyExt::and`] it goes last.
+impl<K, S, C> PerKeyMap<K> for KeyedMultiTokenBucket<K, S, C>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    S: BuildHasher + Send + Sync + 'static,
+    C: Clock + 'static,
+{
+    #[inline]
+    fn now(&self) -> Nanos {
+        self.clock().now()
+    }
+
+    #[inline]
+    fn take(&self, key: &K, now: Nanos, ask: Ask) -> Taken {
+        let result = self.check_n_at(key, now, ask.cost);
+        // As `KeyedTokenBucket`'s: the status, when this answer shows it, is a second
+        // lookup (a load) after the check's CAS.
+        let status = if ask.reports(result.is_ok()) {
+            self.quota_at(key, now)
+        } else {
+            None
+        };
+        Taken {
+            result,
+            wait: Duration::ZERO,
+            status,
+        }
+    }
+
+    /// Nothing: the map cannot give permits back.
+    #[inline]
+    fn refund(&self, _: &K, _: Nanos, _: u32) {}
+
+    fn spawn_sweeper(self: &Arc<Self>) {
+        // Detached: it ends by itself when the map drops.
+        drop(KeyedMultiTokenBucket::spawn_sweeper(self));
+    }
+}
+
+impl<K, S, C> PerKeyMultiMap<K> for KeyedMultiTokenBucket<K, S, C>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    S: BuildHasher + Send + Sync + 'static,
+    C: Clock + 'static,
+{
+    type Quotas = Statuses;
+
+    #[inline]
+    fn take_all(&self, key: &K, now: Nanos, ask: Ask) -> (Taken, Option<Statuses>) {
+        let result = self.check_n_at(key, now, ask.cost);
+        let quotas = ask
+            .reports(result.is_ok())
+            .then(|| self.status_at(key, now));
+        let taken = Taken {
+            result,
+            wait: Duration::ZERO,
+            status: None,
+        };
+        (taken, quotas)
+    }
+}
+
 /// A limiter of several limits per key, each limit an item of the `RateLimit` headers:
 /// [`per_key_multi`].
 pub struct PerKeyMulti<K, X, M> {
@@ -241,23 +311,26 @@ pub struct PerKeyMulti<K, X, M> {
 }
 
 /// [`per_key`] over a map of limiters of several limits per key ([`PerKeyMultiMap`]: a
-/// [`Keyed`] of [`MultiTokenBucket`]s), reporting each of the key's limits as an item of its
+/// [`KeyedMultiTokenBucket`], or a [`Keyed`] of [`MultiTokenBucket`]s), reporting each of the key's limits as an item of its
 /// own, as [`global_multi`] does: named `"{name}-0"`, `"{name}-1"`, … unless
 /// [`PerKeyMulti::names`] names them. Everything else is [`per_key`]'s: the map's bound and
 /// sweeper, [`PerKeyMulti::on_missing_key`].
 ///
 /// ```
 /// use std::time::Duration;
-/// use turnstile::multi_token_bucket::{Bandwidth, MultiTokenBucket};
+/// use turnstile::multi_token_bucket::Bandwidth;
 /// use turnstile::tower::{key, per_key_multi, RateLimitLayer};
-/// use turnstile::Keyed;
+/// use turnstile::KeyedMultiTokenBucket;
 ///
 /// const SECOND: Duration = Duration::from_secs(1);
-/// let limits = [Bandwidth::per(10, SECOND).burst_of(20), Bandwidth::per(1_000, 86_400 * SECOND)];
 /// let per_ip = per_key_multi(
 ///     "per-ip",
 ///     key::PeerIp,
-///     Keyed::new(move |_| MultiTokenBucket::new(&limits).unwrap()),
+///     KeyedMultiTokenBucket::new(&[
+///         Bandwidth::per(10, SECOND).burst_of(20),
+///         Bandwidth::per(1_000, 86_400 * SECOND),
+///     ])
+///     .unwrap(),
 /// )
 /// .names(["per-ip-burst", "per-ip-daily"]);
 /// let layer = RateLimitLayer::new(per_ip);
