@@ -27,6 +27,56 @@
 //! [`PolicyExt::and`] (both must pass; a request the second refuses gives back what the first
 //! granted, so it takes nothing from either).
 //!
+//! **Several limits, one policy.** A [`MultiTokenBucket`](crate::MultiTokenBucket) ("20 a
+//! second with bursts of 40, and 10 000 a day", checked all-or-nothing in one atomic step)
+//! under [`global_multi`], or a [`KeyedMultiTokenBucket`](crate::KeyedMultiTokenBucket) under
+//! [`per_key_multi`], reports each limit as an item of its own, named by `.names([..])` (by
+//! default `"{policy}-0"`, `"{policy}-1"`, …). Every item goes in `RateLimit-Policy`, so a
+//! client learns the whole policy; `RateLimit` carries one item per policy, as the draft
+//! allows: for a multi-limit policy its **binding** limit, the one with the fewest permits
+//! left (the longest reset among equals), which is the one that refuses first. Its `r` is
+//! what the client may send now (no other limit admits less) and its `t` when that changes,
+//! so a client reading `RateLimit` alone paces itself right, and the field stays one item
+//! long on every response; when the daily limit comes to hold fewer than the burst, the
+//! item becomes the daily one. (Under plain [`global`] or [`per_key`] such a limiter is one
+//! item under the policy's name: its binding limit's.)
+//!
+//! ```
+//! # #[cfg(feature = "axum")]
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! use std::time::Duration;
+//! use tower::{Layer, Service};
+//! use turnstile::multi_token_bucket::{Bandwidth, MultiTokenBucket};
+//! use turnstile::tower::{global_multi, Headers, RateLimitLayer};
+//! use turnstile::{ManualClock, Nanos};
+//!
+//! const SECOND: Duration = Duration::from_secs(1);
+//! let limits = [Bandwidth::per(20, SECOND).burst_of(40), Bandwidth::per(10_000, 86_400 * SECOND)];
+//! let mtb = MultiTokenBucket::builder(&limits).clock(ManualClock::new(Nanos::ZERO)).build().unwrap();
+//! let api = global_multi("api", mtb).names(["burst", "daily"]);
+//! let layer = RateLimitLayer::new(api).headers(Headers::Always);
+//! let mut svc = layer.layer(axum::Router::new().route("/", axum::routing::get(|| async { "ok" })));
+//! let req = || http::Request::get("/").body(axum::body::Body::empty()).unwrap();
+//! std::future::poll_fn(|cx| Service::<http::Request<axum::body::Body>>::poll_ready(&mut svc, cx)).await.unwrap();
+//! let resp = svc.call(req()).await.unwrap();
+//! assert_eq!(resp.headers()["ratelimit-policy"], r#""burst";q=40;w=2, "daily";q=10000;w=86400"#);
+//! assert_eq!(resp.headers()["ratelimit"], r#""burst";r=39;t=1"#);
+//! # }
+//! # #[cfg(not(feature = "axum"))]
+//! # fn main() {}
+//! ```
+//!
+//! **A request's cost.** [`PolicyExt::cost`] reads what a request costs from the request
+//! (its route, its declared size, a header: any function of it) in place of 1: that many
+//! permits from every limiter of the policy it wraps, all of an [`And`] or only one side of
+//! it (`per_ip.and(daily.cost(f))`), refunded whole when a later policy refuses, reserved
+//! whole in [delay mode](RateLimitLayer::delay). A cost of 0 passes without touching a
+//! limiter (nor inserting a key); a cost past a limit's burst is refused with no
+//! `Retry-After`, like every refusal no wait can cure. The function is the server's: a
+//! client must not choose its own price, so cap what it reads from a header (the method's
+//! docs show how).
+//!
 //! The layer is cheap to clone (one `Arc`) and adds no allocation per request on the hot
 //! path beyond the key itself (an `IpAddr` is none); the RateLimit headers, when sent, are
 //! formatted into one small buffer each. Allowed responses pass through as the inner service
@@ -140,6 +190,42 @@ mod tests {
             r#""per-ip";q=20;w=2, "a \"b\"\\";q=100;w=60"#
         );
         assert_eq!(h[&RATELIMIT], r#""per-ip";r=0;t=1, "a \"b\"\\";r=42;t=17"#);
+    }
+
+    #[test]
+    fn every_item_is_in_the_policy_and_only_binding_ones_in_ratelimit() {
+        let mut h = HeaderMap::new();
+        let s = |q, w, r, t| QuotaStatus {
+            quota: q,
+            window: Duration::from_secs(w),
+            remaining: r,
+            reset: Duration::from_secs(t),
+        };
+        let item = |name: &str, status, binding| ReportItem {
+            name: name.into(),
+            status,
+            binding,
+        };
+        write_report(
+            &mut h,
+            &Report {
+                items: vec![
+                    item("burst", s(40, 2, 39, 1), false),
+                    item("daily", s(10_000, 86_400, 12, 7_000), true),
+                    item("per-ip", s(20, 2, 19, 1), true),
+                ],
+            },
+        );
+        assert_eq!(
+            h[&RATELIMIT_POLICY],
+            r#""burst";q=40;w=2, "daily";q=10000;w=86400, "per-ip";q=20;w=2"#
+        );
+        assert_eq!(h[&RATELIMIT], r#""daily";r=12;t=7000, "per-ip";r=19;t=1"#);
+        // No binding item (a report built by hand): no `RateLimit`, an empty list.
+        let mut h = HeaderMap::new();
+        let items = vec![item("burst", s(40, 2, 39, 1), false)];
+        write_report(&mut h, &Report { items });
+        assert!(h.contains_key(&RATELIMIT_POLICY) && !h.contains_key(&RATELIMIT));
     }
 
     #[test]

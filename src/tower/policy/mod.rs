@@ -134,8 +134,10 @@ impl ReportItem {
 /// A question a [`RateLimitLayer`](super::RateLimitLayer) asks of every request. Implemented
 /// by [`Global`] (one limiter for everything), [`PerKey`] (a [`PerKeyMap`],
 /// [`Keyed`](crate::Keyed) or [`KeyedTokenBucket`](crate::KeyedTokenBucket), and a
-/// [`KeyExtractor`](crate::tower::key::KeyExtractor)) and [`And`] (both must pass); build them
-/// with [`global`], [`per_key`] and [`PolicyExt::and`].
+/// [`KeyExtractor`](crate::tower::key::KeyExtractor)), [`GlobalMulti`] and [`PerKeyMulti`]
+/// (their forms over limiters of several limits, each reported), [`And`] (both must pass) and
+/// [`Cost`] (a request's cost from the request); build them with [`global`], [`per_key`],
+/// [`global_multi`], [`per_key_multi`], [`PolicyExt::and`] and [`PolicyExt::cost`].
 pub trait Policy<B>: Send + Sync + 'static {
     /// What the policy reads from a request, owned.
     type Key: Send + 'static;
@@ -161,7 +163,8 @@ pub trait Policy<B>: Send + Sync + 'static {
 /// A policy whose [`Policy::refund`] gives a grant back, as [`PolicyExt::and`] needs of the
 /// policy it asks first: [`Global`] over a [`Refund`] limiter, [`PerKey`] over a
 /// [`Keyed`](crate::Keyed) of [`Refund`] limiters or a
-/// [`KeyedTokenBucket`](crate::KeyedTokenBucket), and [`And`] of two such policies.
+/// [`KeyedTokenBucket`](crate::KeyedTokenBucket), [`And`] of two such policies, and [`Cost`]
+/// of one.
 pub trait Refunds {}
 
 /// [`PolicyExt::and`] for every policy. A trait of its own, not a method of [`Policy`], so

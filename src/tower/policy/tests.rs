@@ -457,3 +457,38 @@ mod fleet {
         assert!(closed.local().is_none());
     }
 }
+
+/// The report's binding item is `Statuses::binding`'s, whatever the limits hold, ties
+/// included.
+#[test]
+fn the_binding_item_is_the_statuses_binding_limit() {
+    use crate::multi_token_bucket::{Bandwidth, MultiTokenBucket};
+    let sec = Duration::from_secs(1);
+    let limits = [
+        Bandwidth::per(3, sec),
+        Bandwidth::per(8, 4 * sec),
+        Bandwidth::per(20, 60 * sec),
+        Bandwidth::per(1_000, 3600 * sec),
+    ];
+    let mtb = MultiTokenBucket::builder(&limits)
+        .clock(ManualClock::default())
+        .build()
+        .unwrap();
+    let names: Vec<Arc<str>> = ["a", "b", "c", "d"].map(Arc::from).to_vec();
+    let mut seen = [false; 4];
+    for step in 0..40u64 {
+        let now = Nanos::new(step * 300_000_000);
+        let _ = mtb.check_n_at(now, (step % 3) as u32);
+        let s = mtb.status_at(now);
+        let report = multi_report(&names, &s);
+        let b: Vec<_> = report.items.iter().filter(|i| i.binding).collect();
+        assert_eq!(b.len(), 1);
+        assert_eq!(b[0].status, s.binding(), "step {step}");
+        seen[binding(&s)] = true;
+        assert_eq!(report.items.len(), 4);
+    }
+    assert!(seen.iter().filter(|s| **s).count() >= 2, "{seen:?}");
+    // Fewer names than limits: the limits past them are left out.
+    let s = mtb.status_at(Nanos::ZERO);
+    assert_eq!(multi_report(&names[..2], &s).items.len(), 2);
+}
