@@ -29,11 +29,12 @@ use turnstile::{KeyedTokenBucket, Limit, ManualClock, Nanos};
 
 type Map = KeyedTokenBucket<IpAddr, RandomState, ManualClock>;
 
-/// Counts the allocations of each thread, so that a test can say a call made none.
+/// Counts the allocations of each thread, so that a test can say a call made none (or how
+/// many: `multi` compares its reports with a single policy's).
 struct Counting;
 
 thread_local! {
-    static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
+    pub(crate) static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
 }
 
 unsafe impl GlobalAlloc for Counting {

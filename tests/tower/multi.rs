@@ -287,3 +287,65 @@ async fn global_over_a_multi_limit_bucket_shows_its_binding_limit() {
     assert_eq!(header(&resp, "ratelimit-policy"), Some(r#""api";q=4;w=2"#));
     assert_eq!(header(&resp, "ratelimit"), Some(r#""api";r=3;t=1"#));
 }
+
+/// A multi-limit report allocates what a single limit's does: one `Vec` (the names are built
+/// once, at construction, and cloned by reference count); a decision not asked for a report,
+/// with a cost or not, allocates nothing.
+#[test]
+fn a_multi_limit_report_allocates_as_a_single_ones_does() {
+    use std::cell::Cell;
+    use std::sync::Arc;
+    use turnstile::tower::{Ask, Policy};
+    use turnstile::TokenBucket;
+
+    let count = |f: &mut dyn FnMut()| {
+        let before = crate::hostile::ALLOCATIONS.with(Cell::get);
+        f();
+        crate::hostile::ALLOCATIONS.with(Cell::get) - before
+    };
+    let clock = ManualClock::new(Nanos::new(1_000_000_000));
+    let single = Arc::new(global(
+        "all",
+        TokenBucket::builder(Limit::per_second(1.0).unwrap(), 100)
+            .clock(clock.clone())
+            .build(),
+    ));
+    let multi = Arc::new(global_multi("api", bucket(&clock)).names(["burst", "daily"]));
+    let costed = Arc::new(global_multi("api", bucket(&clock)).cost(|_: &Request<()>| 2));
+    let always = Ask {
+        report: true,
+        report_grants: true,
+        ..Ask::default()
+    };
+    let decide_single = |ask| Policy::<()>::decide(&single, (), ask).into_inner();
+    let decide_multi = |ask| Policy::<()>::decide(&multi, (), ask).into_inner();
+    let req = Request::new(());
+    let decide_costed = |ask| {
+        let key = Policy::<()>::key(&*costed, &req);
+        Policy::<()>::decide(&costed, key, ask).into_inner()
+    };
+    // Warm up whatever a first call sets up (thread locals, the clock).
+    drop((
+        decide_single(always),
+        decide_multi(always),
+        decide_costed(always),
+    ));
+    let mut report = None;
+    let one = count(&mut || report = Some(decide_single(always).report));
+    assert_eq!(report.take().unwrap().items.len(), 1);
+    let two = count(&mut || report = Some(decide_multi(always).report));
+    assert_eq!(report.take().unwrap().items.len(), 2);
+    assert_eq!((one, two), (1, 1));
+    // A refusal's report: the same one allocation.
+    for _ in 0..3 {
+        drop(decide_multi(Ask::default()));
+    }
+    let mut decision = None;
+    let refused = count(&mut || decision = Some(decide_multi(always)));
+    let decision = decision.unwrap();
+    assert!(decision.result.is_err());
+    assert_eq!((decision.report.items.len(), refused), (2, 1));
+    // No report asked for: nothing, with a cost or without.
+    assert_eq!(count(&mut || drop(decide_multi(Ask::default()))), 0);
+    assert_eq!(count(&mut || drop(decide_costed(Ask::default()))), 0);
+}
