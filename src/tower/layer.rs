@@ -134,8 +134,13 @@ impl<P> RateLimitLayer<P> {
     /// gave up) gives its reservation back ([`Policy::refund`]). Zero (the default) refuses
     /// at once.
     ///
+    /// A request that costs more than one permit ([`PolicyExt::cost`]) reserves its whole
+    /// cost.
+    ///
     /// Only policies that can reserve wait: a [`per_key`] over a
-    /// [`KeyedTokenBucket`](crate::KeyedTokenBucket) has no schedule and refuses at once
+    /// [`KeyedTokenBucket`](crate::KeyedTokenBucket) or a
+    /// [`KeyedMultiTokenBucket`](crate::KeyedMultiTokenBucket), and a policy over a
+    /// [`MultiTokenBucket`](crate::MultiTokenBucket), have no schedule and refuse at once
     /// whatever `max_wait` (as do a limiter that reserves nothing ahead, the default
     /// [`Limiter::schedule_n_at`](crate::Limiter::schedule_n_at), and the Redis
     /// policies); for per-key waits use a [`Keyed`](crate::Keyed) of

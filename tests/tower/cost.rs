@@ -282,3 +282,38 @@ async fn a_client_cannot_choose_its_own_cost() {
     }
     assert_eq!(layer.policy().policy().map().len(), 0);
 }
+
+/// The same through a per-key map: the key's bucket gets the whole cost back.
+#[tokio::test]
+async fn a_per_key_grant_is_given_back_whole() {
+    let clock = ManualClock::new(Nanos::new(1_000_000_000));
+    let t0 = clock.now();
+    let per_client = per_key(
+        "per-client",
+        key::Header("x-client".parse().unwrap()),
+        KeyedTokenBucket::builder(Limit::per_second(1.0).unwrap(), 10)
+            .clock(clock.clone())
+            .build()
+            .unwrap(),
+    );
+    let all = TokenBucket::builder(Limit::per_second(1.0).unwrap(), 3)
+        .clock(clock.clone())
+        .build();
+    let layer = RateLimitLayer::new(per_client.and(global("all", all)).cost(by_route));
+    let mut svc = service(layer.clone());
+    let req = |path: &str| {
+        let mut req = get_req(path);
+        req.headers_mut()
+            .insert("x-client", "alice".parse().unwrap());
+        req
+    };
+    let both = layer.policy().policy();
+    let alice = || both.first().map().tokens_at("alice", t0);
+    assert_eq!(
+        send(&mut svc, req("/search")).await.status(),
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    assert_eq!(alice(), 10.0);
+    assert_eq!(send(&mut svc, req("/")).await.status(), StatusCode::OK);
+    assert_eq!(alice(), 9.0);
+}

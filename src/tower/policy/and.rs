@@ -17,6 +17,18 @@ pub struct And<A, B> {
     pub(super) second: Arc<B>,
 }
 
+impl<A, B> And<A, B> {
+    /// The policy asked first.
+    pub fn first(&self) -> &A {
+        &self.first
+    }
+
+    /// The policy asked second.
+    pub fn second(&self) -> &B {
+        &self.second
+    }
+}
+
 impl<Body: 'static, A: Policy<Body>, B: Policy<Body>> Policy<Body> for And<A, B> {
     type Key = (A::Key, B::Key);
     type Grant = (A::Grant, B::Grant);

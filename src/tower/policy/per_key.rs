@@ -36,8 +36,10 @@ pub struct Taken {
 }
 
 /// A per-key limiter map a [`PerKey`] policy takes permits from: implemented by
-/// [`Keyed`] (any limiter per key, built by a factory) and by [`KeyedTokenBucket`] (a token
-/// bucket per key, its state inline: one word per key, the cheaper check).
+/// [`Keyed`] (any limiter per key, built by a factory), by [`KeyedTokenBucket`] (a token
+/// bucket per key, its state inline: one word per key, the cheaper check) and by
+/// [`KeyedMultiTokenBucket`](crate::KeyedMultiTokenBucket) (several limits per key, inline;
+/// [`per_key_multi`](super::per_key_multi) reports each of them).
 pub trait PerKeyMap<K>: Send + Sync + 'static {
     /// The map's clock reading now: the time a request is decided at.
     fn now(&self) -> Nanos;
