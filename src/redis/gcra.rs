@@ -118,7 +118,7 @@ use super::{denied_after, Connection, RedisBatch, RedisLimitError, RedisLimiter}
 use crate::{Compact, ConfigError, Denied, Limit, QuantaClock, QuotaStatus, TokenBucket};
 
 /// Units of time per µs: a unit is 10⁻¹⁸ s.
-const UNITS_PER_US: u128 = 1_000_000_000_000;
+pub(super) const UNITS_PER_US: u128 = 1_000_000_000_000;
 /// Units per ns.
 const UNITS_PER_NS: u128 = 1_000_000_000;
 /// Units per second.
@@ -270,8 +270,9 @@ impl GcraBuilder {
     }
 }
 
-/// `T` and `tau` in units, for a valid configuration.
-fn intervals(limit: Limit, burst: u32) -> Result<(u128, u128), ConfigError> {
+/// `T` and `tau` in units, for a valid configuration (also [`MultiGcra`](super::MultiGcra)'s,
+/// per limit).
+pub(super) fn intervals(limit: Limit, burst: u32) -> Result<(u128, u128), ConfigError> {
     if limit == Limit::ZERO {
         return Err(ConfigError::ZeroRate);
     }
@@ -288,13 +289,13 @@ fn intervals(limit: Limit, burst: u32) -> Result<(u128, u128), ConfigError> {
 }
 
 /// A span in units as whole ns, rounded up.
-fn ceil_duration(units: u128) -> Duration {
+pub(super) fn ceil_duration(units: u128) -> Duration {
     let ns = units.div_ceil(UNITS_PER_NS);
     Duration::from_nanos(u64::try_from(ns).unwrap_or(u64::MAX))
 }
 
 /// Splits units into the script's (µs, units below a µs) pair.
-fn split(units: u128) -> (u64, u64) {
+pub(super) fn split(units: u128) -> (u64, u64) {
     // Below 2⁵³ µs by construction (at most MAX_TAU).
     ((units / UNITS_PER_US) as u64, (units % UNITS_PER_US) as u64)
 }

@@ -10,6 +10,7 @@
 //! | [`TokenBucket`] | go-zero `TokenLimiter` (`{key}.tokens`, `{key}.ts`) | tokens and a whole-second timestamp |
 //! | [`FixedWindow`] | go-zero `PeriodLimit` (`prefix + key`) | a counter with a TTL |
 //! | [`Gcra`] | redis-cell's `CL.THROTTLE` answers | one key: the theoretical arrival time, on `TIME` |
+//! | [`MultiGcra`] | [`MultiTokenBucket`](crate::MultiTokenBucket)'s decisions | one key per client: one to four arrival times, checked all-or-nothing, on `TIME` |
 //!
 //! Every limiter is generic over its connection: a single server through the [`Connection`]
 //! [`connect`] builds (redis-rs's reconnecting [`ConnectionManager`], with a response
@@ -55,6 +56,7 @@ mod error_log;
 pub mod fallback;
 pub mod fixed_window;
 pub mod gcra;
+pub mod multi_gcra;
 pub mod token_bucket;
 
 pub use blocking::{Blocking, BlockingBuilder};
@@ -63,6 +65,7 @@ pub use connection::{connect, connect_with, ConnectOptions, Connection};
 pub use fallback::{Fallback, FallbackBuilder, FallbackStats, Mode};
 pub use fixed_window::{FixedWindow, FixedWindowBuilder};
 pub use gcra::{Gcra, GcraBuilder, Throttle};
+pub use multi_gcra::{MultiGcra, MultiGcraBuilder, MultiThrottle};
 pub use token_bucket::{TokenBucket, TokenBucketBuilder};
 
 pub(crate) use error_log::ErrorLog;

@@ -23,5 +23,6 @@ mod fallback_limiters;
 mod faults;
 mod gcra;
 mod harness;
+mod multi_gcra;
 mod token_bucket;
 mod window;
