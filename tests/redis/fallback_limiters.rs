@@ -1,7 +1,7 @@
 //! `Fallback` over the real Redis limiters other than the token bucket (whose own test file
-//! has its case): `redis::Gcra` and `redis::FixedWindow` answer from Redis, from their
-//! in-process twin at the fleet share while the server is down, and from Redis again once it
-//! is back.
+//! has its case): `redis::Gcra`, `redis::MultiGcra` and `redis::FixedWindow` answer from
+//! Redis, from their in-process twin at the fleet share while the server is down, and from
+//! Redis again once it is back.
 #![cfg(feature = "redis")]
 
 use crate::common;
@@ -9,7 +9,10 @@ use crate::common;
 use std::time::Duration;
 
 use common::redis_server::RedisServer;
-use turnstile::redis::{self, Fallback, FixedWindow, Gcra, Mode, RedisLimiter, StatusVerdict};
+use turnstile::multi_token_bucket::Bandwidth;
+use turnstile::redis::{
+    self, Fallback, FixedWindow, Gcra, Mode, MultiGcra, RedisLimiter, StatusVerdict,
+};
 use turnstile::{Clock, Limit, QuotaStatus};
 
 /// Kill, answer in process, restart, back on Redis: the same steps for any limiter whose
@@ -64,6 +67,87 @@ async fn gcra_through_an_outage() {
         Duration::from_secs(20),
         through_an_outage(&mut s, g, "g:k", 3),
     )
+    .await
+    .expect("no hang");
+}
+
+#[tokio::test]
+async fn multi_gcra_through_an_outage() {
+    let Some(mut s) = RedisServer::start("multi_gcra_through_an_outage") else {
+        return;
+    };
+    let con = redis::connect(&s.url()).await.unwrap();
+    // 6 a minute and 100 a day: the fleet share of 2 admits 3 at once (the per-minute
+    // limit's half), from a local MultiTokenBucket.
+    let m = MultiGcra::builder(&[
+        Bandwidth::per(6, Duration::from_secs(60)),
+        Bandwidth::per(100, Duration::from_secs(86_400)),
+    ])
+    .prefix("m:")
+    .build(con)
+    .unwrap();
+    tokio::time::timeout(
+        Duration::from_secs(20),
+        through_an_outage(&mut s, m, "m:k", 3),
+    )
+    .await
+    .expect("no hang");
+}
+
+/// `try_check_n_status` through a `Fallback<MultiGcra>`: the binding limit's status from
+/// Redis, then from the key's local `MultiTokenBucket` (its binding limit too).
+#[tokio::test]
+async fn multi_gcra_status_from_redis_then_from_the_local_limiter() {
+    let Some(mut s) =
+        RedisServer::start("multi_gcra_status_from_redis_then_from_the_local_limiter")
+    else {
+        return;
+    };
+    tokio::time::timeout(Duration::from_secs(20), async {
+        let con = redis::connect(&s.url()).await.unwrap();
+        let m = MultiGcra::builder(&[
+            Bandwidth::per(60, Duration::from_secs(60)),
+            Bandwidth::per(4, Duration::from_secs(3600)),
+        ])
+        .build(con)
+        .unwrap();
+        let f = Fallback::builder(m)
+            .timeout(Duration::from_millis(300))
+            .fleet_size(2)
+            .build()
+            .unwrap();
+        // Redis: the hourly limit binds, from a full bucket (reset exactly one T, 15 min).
+        assert_eq!(
+            RedisLimiter::try_check_n_status(&f, "k", 1).await.unwrap(),
+            StatusVerdict {
+                result: Ok(()),
+                status: Some(QuotaStatus {
+                    quota: 4,
+                    window: Duration::from_secs(3600),
+                    remaining: 3,
+                    reset: Duration::from_secs(900),
+                }),
+            }
+        );
+        s.kill();
+        // Local: the hourly limit's share, 2 per hour (30 min a permit), binds.
+        for left in [1, 0] {
+            let v = RedisLimiter::try_check_n_status(&f, "k", 1).await.unwrap();
+            assert_eq!(v.result, Ok(()));
+            assert_eq!(f.mode(), Mode::Fallback);
+            let st = v.status.unwrap();
+            assert_eq!(
+                (st.quota, st.remaining, st.window_secs()),
+                (2, left, 3600),
+                "{st:?}"
+            );
+        }
+        let v = RedisLimiter::try_check_n_status(&f, "k", 1).await.unwrap();
+        assert!(v.result.is_err());
+        s.restart();
+        common::back_on_redis(&f).await;
+        assert!(f.check("k").await.unwrap().is_ok(), "a fresh server grants");
+    })
     .await
     .expect("no hang");
 }

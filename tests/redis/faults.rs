@@ -3,7 +3,7 @@
 //! (SIGKILL), `OOM` under `noeviction`, a long script (`BUSY`), a demotion to replica
 //! (`READONLY`) and a failover behind a proxy, `SCRIPT FLUSH`, `CLIENT KILL TYPE normal`, and
 //! misconfigurations (`WRONGTYPE`, `NOPERM`), under a `Fallback` over a `Gcra`, a `Fallback`
-//! over a `Coalesce`, and a `Blocking` `Fallback`; and the deadlines of the bare limiters,
+//! over a `Coalesce`, a `Blocking` `Fallback` and a `Fallback` over a `MultiGcra`; and the deadlines of the bare limiters,
 //! `Coalesce` and `Blocking`, the queue bound and the key cap.
 //!
 //! Each fault prints one line (`FAULT ...`): requests sent, answers by kind, the slowest
@@ -24,9 +24,10 @@ use std::time::{Duration, Instant};
 
 use common::redis_server::{wait_until, Proxy, RedisServer};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use turnstile::multi_token_bucket::Bandwidth;
 use turnstile::redis::{
-    self as tr, Blocking, Coalesce, Connection, Fallback, FixedWindow, Gcra, Mode, RedisLimitError,
-    RedisLimiter, TokenBucket,
+    self as tr, Blocking, Coalesce, Connection, Fallback, FixedWindow, Gcra, Mode, MultiGcra,
+    RedisLimitError, RedisLimiter, TokenBucket,
 };
 use turnstile::{Denied, Limit};
 
@@ -389,11 +390,35 @@ fn blocking_fallback(url: String) -> Arc<dyn Probe> {
     )
 }
 
+/// Two limits: the fleet's burst of 5 an hour, and 20 a day (whose local share, 10, is
+/// larger than the first's, 3): the first binds, in Redis and in process.
+fn multi_gcra(con: Connection) -> MultiGcra {
+    MultiGcra::new(
+        con,
+        &[
+            Bandwidth::new(limit(), BURST),
+            Bandwidth::per(20, Duration::from_secs(86_400)),
+        ],
+    )
+    .unwrap()
+}
+
+fn multi_gcra_fallback(url: String) -> Arc<dyn Probe> {
+    Arc::new(OnRuntime::new(|| async move {
+        let con = tr::connect(&url).await.unwrap();
+        Fallback::builder(multi_gcra(con))
+            .fleet_size(FLEET)
+            .build()
+            .unwrap()
+    }))
+}
+
 type Flavour = fn(String) -> Arc<dyn Probe>;
-const FLAVOURS: [(&str, Flavour); 3] = [
+const FLAVOURS: [(&str, Flavour); 4] = [
     ("fallback(gcra)", gcra_fallback),
     ("fallback(coalesce(gcra))", coalesce_fallback),
     ("blocking(fallback(gcra))", blocking_fallback),
+    ("fallback(multi_gcra)", multi_gcra_fallback),
 ];
 
 /// Every flavour through `fault`, each on a server (and a primary for it) of its own.
@@ -546,8 +571,10 @@ async fn a_bare_limiter_answers_a_stalled_server_within_the_response_timeout() {
     let con = tr::connect(&server.url()).await.unwrap();
     let gcra = Gcra::new(con.clone(), limit(), BURST).unwrap();
     let tb = TokenBucket::new(con.clone(), 1, BURST).unwrap();
-    let fw = FixedWindow::new(con, BURST, Duration::from_secs(60)).unwrap();
+    let fw = FixedWindow::new(con.clone(), BURST, Duration::from_secs(60)).unwrap();
+    let multi = multi_gcra(con);
     assert!(gcra.try_check_n("k", 1).await.unwrap().is_ok());
+    assert!(multi.try_check_n("k", 1).await.unwrap().is_ok());
     server.pause();
     let mut slowest = Duration::ZERO;
     for _ in 0..3 {
@@ -556,8 +583,9 @@ async fn a_bare_limiter_answers_a_stalled_server_within_the_response_timeout() {
             answer_of(gcra.try_check_n("k", 1)).await,
             answer_of(tb.try_check_n("k", 1)).await,
             answer_of(fw.try_check_n("k", 1)).await,
+            answer_of(multi.try_check_n("k", 1)).await,
         ];
-        slowest = slowest.max(t.elapsed() / 3);
+        slowest = slowest.max(t.elapsed() / 4);
         for a in answers {
             let e = a.expect_err("a stalled server answers nothing");
             assert!(e.is_outage(), "{e:?}");
@@ -565,7 +593,7 @@ async fn a_bare_limiter_answers_a_stalled_server_within_the_response_timeout() {
     }
     server.resume();
     common::summary::line(&format!(
-        "FAULT bare limiters SIGSTOP: 9 checks, 9 outage errors, slowest {} ms (response timeout {} ms)",
+        "FAULT bare limiters SIGSTOP: 12 checks, 12 outage errors, slowest {} ms (response timeout {} ms)",
         slowest.as_millis(),
         RESPONSE_TIMEOUT.as_millis()
     ));
@@ -747,9 +775,11 @@ async fn keys_over_the_cap_are_refused_before_any_round_trip() {
         .unwrap();
     let coalesced = Coalesce::new(Gcra::new(con.clone(), limit(), BURST).unwrap());
     let fb = Fallback::new(Gcra::new(con.clone(), limit(), BURST).unwrap());
+    let multi = multi_gcra(con.clone());
     // Every limiter's default cap: 512 bytes.
     let max = gcra.max_key_len();
     assert_eq!(max, 512);
+    assert_eq!(multi.max_key_len(), max);
     assert_eq!(tb.max_key_len(), max);
     assert_eq!(coalesced.max_key_len(), max);
     assert_eq!(fb.max_key_len(), max);
@@ -766,6 +796,7 @@ async fn keys_over_the_cap_are_refused_before_any_round_trip() {
     too_long(gcra.try_check_n(&over, 1).await, max);
     too_long(tb.try_check_n(&over, 1).await, max);
     too_long(fw.try_check_n(&over, 1).await, max);
+    too_long(multi.try_check_n(&over, 1).await, max);
     too_long(coalesced.try_check_n(&over, 1).await, max);
     too_long(fb.check(&over).await, max);
     too_long(short.try_check_n("123456789", 1).await, 8);
@@ -785,6 +816,7 @@ async fn keys_over_the_cap_are_refused_before_any_round_trip() {
         gcra.try_check_n(&at_cap, 1).await,
         tb.try_check_n(&at_cap, 1).await,
         fw.try_check_n(&at_cap, 1).await,
+        multi.try_check_n(&at_cap, 1).await,
         short.try_check_n("12345678", 1).await,
     ] {
         assert!(matches!(v, Ok(Ok(()))), "{v:?}");
