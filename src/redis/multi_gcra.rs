@@ -32,21 +32,25 @@
 //!
 //! # The key, and expiry
 //! One key per client, `prefix + key` ([`MultiGcraBuilder::prefix`], default
-//! `"turnstile:multi_gcra:"`), holding a plain string: every limit's `tat_i` in the order the
-//! limits were given, each in µs since the Unix epoch with twelve decimals (as
-//! [`Gcra`](super::Gcra)'s key), separated by one space, e.g.
-//! `1764559341123456.000000500000 1764559398000000.000000000000`. One `GET` and one `SET` per
-//! check whatever the number of limits, which a hash (`HMGET`, `HSET`, `PEXPIRE`) would not
-//! be. A grant sets the key with `PX` = the time until **every** limit is full again (the
-//! largest `after_i`, rounded up to whole ms, at least 1 ms): an idle key disappears exactly
-//! when it would read as full buckets. A refusal and a peek write nothing (the TTL runs on).
+//! `"turnstile:multi_gcra:"`), holding a string of `16 × k` bytes: every limit's `tat_i`, in
+//! the order the limits were given, as two little-endian IEEE doubles, its µs since the Unix
+//! epoch and its units (10⁻¹⁸ s) past that µs, both integers (exact in a double: below 2⁵³
+//! and 10¹²), packed and unpacked by the scripting engine's `struct` library
+//! ([`decode_tats`] reads it). One `GET` and one `SET` per check whatever the number of
+//! limits, which a hash (`HMGET`, `HSET`, `PEXPIRE`) would not be; and one C call each way
+//! for all the times, where [`Gcra`](super::Gcra)'s decimal text would be parsed and
+//! formatted in Lua, limit by limit, on every check (`bench/examples/redis.rs` measures the
+//! two-limit check beside the one-limit one). A grant sets
+//! the key with `PX` = the time until **every** limit is full again (the largest `after_i`,
+//! rounded up to whole ms, at least 1 ms): an idle key disappears exactly when it would read
+//! as full buckets. A refusal and a peek write nothing (the TTL runs on).
 //!
 //! A key written under another list of limits (a rolling deploy that adds or removes one) is
 //! read by position, as [`MultiTokenBucket::set_limits`] keeps its limits: limit `i` reads
 //! the key's `i`-th time (as fewer permits where the old limit had taken more, never as an
 //! error), a limit past the key's times reads as full, and times past the limits are dropped
-//! at the next grant. A key that does not hold such times is a script error
-//! ([`RedisLimitError::Redis`], a misconfiguration).
+//! at the next grant. A key that does not hold such times (another length, a value that is
+//! no such integer) is a script error ([`RedisLimitError::Redis`], a misconfiguration).
 //!
 //! # Redis Cluster
 //! A call touches one key, so it runs on any master of a cluster unchanged, with a
@@ -139,80 +143,103 @@ local F = 1000000000000
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local k = tonumber(ARGV[1])
-local tau_us, tau_f, d_us, d_f, a_us, a_f = {}, {}, {}, {}, {}, {}
-for i = 1, k do
-  tau_us[i], tau_f[i] = tonumber(ARGV[2 * i]), tonumber(ARGV[2 * i + 1])
-  d_us[i], d_f[i] = 0, 0
+local step = 2 * k
+local d, tau = {}, {}
+for j = 1, step do
+  d[j], tau[j] = 0, tonumber(ARGV[j + 1])
 end
 local s = redis.call('GET', KEYS[1])
 if s then
-  local i = 0
-  for tok in string.gmatch(s, '%S+') do
-    i = i + 1
-    local dot = string.find(tok, '.', 1, true)
-    local tat_us, tat_f
-    if dot then
-      tat_us, tat_f = tonumber(string.sub(tok, 1, dot - 1)), tonumber(string.sub(tok, dot + 1))
-    else
-      tat_us, tat_f = tonumber(tok), 0
-    end
-    if not tat_us or not tat_f then
-      return redis.error_reply('turnstile multi_gcra: ' .. KEYS[1] .. ' does not hold TATs')
-    end
-    if i <= k and tat_us >= now then
-      d_us[i], d_f[i] = tat_us - now, tat_f
-    end
-  end
-  if i == 0 then
+  local n = #s / 16
+  if n < 1 or n % 1 ~= 0 then
     return redis.error_reply('turnstile multi_gcra: ' .. KEYS[1] .. ' does not hold TATs')
   end
+  local v = {struct.unpack(string.rep('<d', 2 * n), s)}
+  for j = 1, 2 * n, 2 do
+    local tu, tf = v[j], v[j + 1]
+    if not (tu >= 0 and tu < 9007199254740992 and tu % 1 == 0
+        and tf >= 0 and tf < F and tf % 1 == 0) then
+      return redis.error_reply('turnstile multi_gcra: ' .. KEYS[1] .. ' does not hold TATs')
+    end
+    if j < step and tu >= now then
+      d[j], d[j + 1] = tu - now, tf
+    end
+  end
 end
-local out, took = {}, false
-local step = 2 * k
+local out, a, took = {}, {}, false
 for r = 2 + step, #ARGV - step + 1, step do
   local ok, takes = true, false
-  out[#out + 1] = 0
-  local at = #out
-  for i = 1, k do
-    local inc_us, inc_f = tonumber(ARGV[r + 2 * i - 2]), tonumber(ARGV[r + 2 * i - 1])
-    local x_us, x_f = d_us[i] + inc_us, d_f[i] + inc_f
+  local at = #out + 1
+  out[at] = 0
+  for j = 1, step, 2 do
+    local inc_us, inc_f = tonumber(ARGV[r + j - 1]), tonumber(ARGV[r + j])
+    local x_us, x_f = d[j] + inc_us, d[j + 1] + inc_f
     if x_f >= F then
       x_us, x_f = x_us + 1, x_f - F
     end
-    if x_us > tau_us[i] or (x_us == tau_us[i] and x_f > tau_f[i]) then
+    if x_us > tau[j] or (x_us == tau[j] and x_f > tau[j + 1]) then
       ok = false
     end
     if inc_us > 0 or inc_f > 0 then
       takes = true
     end
-    a_us[i], a_f[i] = x_us, x_f
-    out[#out + 1] = d_us[i]
-    out[#out + 1] = d_f[i]
+    a[j], a[j + 1] = x_us, x_f
+    out[at + j], out[at + j + 1] = d[j], d[j + 1]
   end
   if ok then
     out[at] = 1
     if takes then
-      for i = 1, k do
-        d_us[i], d_f[i] = a_us[i], a_f[i]
-      end
-      took = true
+      d, a, took = a, d, true
     end
   end
 end
 if took then
-  local parts, up = {}, 0
-  for i = 1, k do
-    parts[i] = string.format('%d.%012d', now + d_us[i], d_f[i])
-    local u = d_us[i]
-    if d_f[i] > 0 then u = u + 1 end
+  local v, up = {}, 0
+  for j = 1, step, 2 do
+    v[j], v[j + 1] = now + d[j], d[j + 1]
+    local u = d[j]
+    if d[j + 1] > 0 then u = u + 1 end
     if u > up then up = u end
   end
   local ms = math.floor((up + 999) / 1000)
   if ms < 1 then ms = 1 end
-  redis.call('SET', KEYS[1], table.concat(parts, ' '), 'PX', ms)
+  redis.call('SET', KEYS[1], struct.pack(string.rep('<d', step), unpack(v)), 'PX', ms)
 end
 return out
 "#;
+
+/// The arrival times a [`MultiGcra`] key holds (the raw bytes of its value), each as (µs
+/// since the Unix epoch, units of 10⁻¹⁸ s past that µs), in the order of the limits; `None`
+/// if the bytes are not such times (see the [module docs](self#the-key-and-expiry)).
+///
+/// ```
+/// use turnstile::redis::multi_gcra::decode_tats;
+///
+/// let mut value = Vec::new();
+/// for x in [1_764_559_341_123_456.0f64, 500_000.0, 1_764_559_398_000_000.0, 0.0] {
+///     value.extend_from_slice(&x.to_le_bytes());
+/// }
+/// assert_eq!(
+///     decode_tats(&value),
+///     Some(vec![(1_764_559_341_123_456, 500_000), (1_764_559_398_000_000, 0)])
+/// );
+/// assert_eq!(decode_tats(b"hello"), None);
+/// ```
+pub fn decode_tats(value: &[u8]) -> Option<Vec<(u64, u64)>> {
+    if value.is_empty() || value.len() % 16 != 0 {
+        return None;
+    }
+    let exact =
+        |x: f64, below: f64| (x >= 0.0 && x < below && x.fract() == 0.0).then_some(x as u64);
+    value
+        .chunks_exact(16)
+        .map(|c| {
+            let us = f64::from_le_bytes(c[..8].try_into().ok()?);
+            let units = f64::from_le_bytes(c[8..].try_into().ok()?);
+            Some((exact(us, 9_007_199_254_740_992.0)?, exact(units, 1e12)?))
+        })
+        .collect()
+}
 
 /// A status for the slots past the last limit.
 const NO_STATUS: QuotaStatus = QuotaStatus {

@@ -22,8 +22,8 @@ use common::redis_server::RedisServer;
 use common::redis_shared::{self, patient, patient_connection};
 use turnstile::multi_token_bucket::{Bandwidth, MultiTokenBucket};
 use turnstile::redis::{
-    Coalesce, ConnectionManager, MultiGcra, MultiThrottle, RedisBatch, RedisLimitError,
-    RedisLimiter, StatusVerdict,
+    multi_gcra::decode_tats, Coalesce, ConnectionManager, MultiGcra, MultiThrottle, RedisBatch,
+    RedisLimitError, RedisLimiter, StatusVerdict,
 };
 use turnstile::{ConfigError, Limit, ManualClock, Nanos, QuotaStatus};
 
@@ -63,15 +63,18 @@ fn server_now_us(s: &RedisServer) -> u128 {
     t[0] * 1_000_000 + t[1]
 }
 
-/// The key's arrival times, in µs since the epoch (whole part).
-fn tats_us(s: &RedisServer, key: &str) -> Vec<u128> {
-    let v = s.cli(&["get", key]);
-    v.split(' ')
-        .map(|tat| {
-            let (us, frac) = tat.split_once('.').expect("µs.units");
-            assert_eq!(frac.len(), 12, "{v}");
-            us.parse().unwrap()
-        })
+/// The key's arrival times, in µs since the epoch (whole part), read as the module docs say
+/// the key holds them.
+async fn tats_us(con: &ConnectionManager, key: &str) -> Vec<u128> {
+    let value: Vec<u8> = redis::cmd("GET")
+        .arg(key)
+        .query_async(&mut con.clone())
+        .await
+        .unwrap();
+    decode_tats(&value)
+        .expect("16 bytes a limit")
+        .into_iter()
+        .map(|(us, _)| u128::from(us))
         .collect()
 }
 
@@ -265,7 +268,7 @@ async fn one_key_whose_ttl_is_until_every_limit_is_full() {
         "the slow limit's reset: {pttl} ms"
     );
     // The two arrival times: 20 ms and 12 s past the check's `now`.
-    let tats = tats_us(&s, key);
+    let tats = tats_us(&con, key).await;
     assert_eq!(tats.len(), 2, "{tats:?}");
     assert_eq!(tats[1] - tats[0], 12_000_000 - 20_000);
     assert!(
@@ -427,7 +430,13 @@ async fn foreign_keys_are_misconfigurations_or_read_by_position() {
         &[Bandwidth::per(4, MINUTE), Bandwidth::per(10, DAY)],
     )
     .unwrap();
-    for junk in ["hello", "12.5 x", ""] {
+    for junk in [
+        "hello",
+        "12.5 x",
+        "",
+        "aaaaaaaaaaaaaaaa",
+        "1764559341123456.000000500000",
+    ] {
         s.cli(&["set", "turnstile:multi_gcra:j", junk]);
         let e = two.throttle("j", 1).await.unwrap_err();
         assert!(e.is_misconfiguration(), "{junk:?}: {e:?}");
@@ -453,7 +462,7 @@ async fn foreign_keys_are_misconfigurations_or_read_by_position() {
     .unwrap();
     let t = three.throttle("d", 1).await.unwrap();
     assert_eq!(remaining(&t), [0, 6, 5]);
-    assert_eq!(tats_us(&s, "turnstile:multi_gcra:d").len(), 3);
+    assert_eq!(tats_us(&con, "turnstile:multi_gcra:d").await.len(), 3);
     // And back to one: the others are dropped at the next grant.
     let one = MultiGcra::new(con, &[Bandwidth::per(4, MINUTE)]).unwrap();
     let t = one.peek("d").await.unwrap();
