@@ -16,10 +16,11 @@
 //! it and exits 2. With `--url` it writes keys under `turnstile:bench:*` on that server.
 //!
 //! Every cell runs on one redis-rs `ConnectionManager` (one multiplexed connection) for
-//! `--seconds` (default 1.5 s, about 27 s in all), at each concurrency of `--tasks` (default 1
+//! `--seconds` (default 1.5 s, about 30 s in all), at each concurrency of `--tasks` (default 1
 //! and 16 tokio tasks, on a multi-thread runtime): `PING`; `EVALSHA` of a script that only returns 1 (a
 //! reference: the scripting engine's own cost, the floor of any one-script-per-check limiter);
-//! `Gcra::throttle` on one hot key; `Gcra::throttle` on random keys (`--keys`, default 10 000);
+//! `Gcra::throttle` on one hot key; `MultiGcra::throttle` with two limits on one hot key;
+//! `Gcra::throttle` on random keys (`--keys`, default 10 000);
 //! `Fallback<Gcra>::check` on a hot key, in Redis mode (the wrapper's overhead);
 //! `Coalesce<Gcra>::try_check_n` on a hot key (concurrent checks share a script call);
 //! `redis::TokenBucket` and `redis::FixedWindow` (go-zero's scripts) on a hot key; then `PING`
@@ -32,7 +33,8 @@
 //! The verdict gives each limiter cell's throughput over PING's at the same concurrency (the
 //! mean of PING's two runs) against issue #11's target of 0.8, and what a good result looks
 //! like, and each cell's checks per round trip (its checks over the server's count of its
-//! command's calls): 1 everywhere but the coalesced cell. The machinery is in `bench/examples/redis/bench.rs`, which
+//! command's calls): 1 everywhere but the coalesced cell; and the two-limit `MultiGcra`
+//! cell's ratio over the single-limit `Gcra` cell's against issue #23's target of 0.8. The machinery is in `bench/examples/redis/bench.rs`, which
 //! `tests/redis/example_smoke.rs` also runs (briefly).
 //!
 //! `--fault stall` runs, instead of the cells, a stalled server: tasks (the largest `--tasks`
