@@ -226,7 +226,7 @@ return out
 /// assert_eq!(decode_tats(b"hello"), None);
 /// ```
 pub fn decode_tats(value: &[u8]) -> Option<Vec<(u64, u64)>> {
-    if value.is_empty() || value.len() % 16 != 0 {
+    if value.is_empty() || !value.len().is_multiple_of(16) {
         return None;
     }
     let exact =
