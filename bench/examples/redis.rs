@@ -16,7 +16,7 @@
 //! it and exits 2. With `--url` it writes keys under `turnstile:bench:*` on that server.
 //!
 //! Every cell runs on one redis-rs `ConnectionManager` (one multiplexed connection) for
-//! `--seconds` (default 1.5 s, about 30 s in all), at each concurrency of `--tasks` (default 1
+//! `--seconds` (default 1.35 s, about 27 s in all), at each concurrency of `--tasks` (default 1
 //! and 16 tokio tasks, on a multi-thread runtime): `PING`; `EVALSHA` of a script that only returns 1 (a
 //! reference: the scripting engine's own cost, the floor of any one-script-per-check limiter);
 //! `Gcra::throttle` on one hot key; `MultiGcra::throttle` with two limits on one hot key;

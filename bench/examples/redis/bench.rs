@@ -139,8 +139,9 @@ pub const DEFAULT_STALL: f64 = 3.0;
 /// limiter cells.
 pub const CELLS_PER_LEVEL: usize = 3 + Op::CHECKS.len();
 
-/// The default seconds per cell: the whole run (at the default `--tasks 1,16`) about 30 s.
-pub const DEFAULT_SECONDS: f64 = 1.5;
+/// The default seconds per cell: the whole run (at the default `--tasks 1,16`, 20 cells) about
+/// 27 s, within the 30 s the smoke test holds it to.
+pub const DEFAULT_SECONDS: f64 = 1.35;
 
 impl Args {
     /// How many cells the run has.
