@@ -8,3 +8,4 @@ mod common;
 mod bad_input;
 mod differential;
 mod semantics;
+mod stress;
