@@ -12,7 +12,7 @@
 //!   side thread moving the clock, workers checking at readings up to 50 ms stale and, every
 //!   few checks, reading the clock, stalling until it has moved on, then checking with the
 //!   old reading.
-//! * `concurrent_set_limits_keeps_the_laxest_budget`: the same with a side thread switching
+//! * `concurrent_set_limits_keeps_the_laxest_budget`: the same with the workers switching
 //!   the limits between two configurations; every limit is checked against the laxest burst
 //!   and rate it had (set_limits keeps each limit's tokens, capped at the new burst).
 //! * The keyed map: `keyed_stale_readings_racing_a_tight_sweeper` (`common::stale_race` on a
@@ -55,20 +55,23 @@ fn assert_budget(what: &str, grants: &[(u64, u32)], limits: &[Bandwidth], units:
     }
 }
 
-/// Limit 0 binds first (the burst), limit 1 later (the rate): 20 000/s with a burst of 400,
-/// and 4 000/s with a burst of 4 000.
+/// Limit 0 binds first (the burst), limit 1 later (the rate): 200 000/s with a burst of
+/// 4 000, and 40 000/s with a burst of 40 000. Rates high enough that many checks are granted
+/// (and so race on the word), not just refused.
 fn two_limits() -> [Bandwidth; 2] {
-    [bw(20_000.0, 400), bw(4_000.0, 4_000)]
+    [bw(200_000.0, 4_000), bw(40_000.0, 40_000)]
 }
 
 #[test]
 fn lockstep_drains_hand_out_exactly_what_the_limits_allow() {
     const PHASES: usize = 200;
     const MAX_N: u64 = 3;
-    let step = 5 * MS; // 100 and 20 tokens of refill per phase
+    // Phases long enough (10 000 and 2 000 tokens of refill) that the workers, woken one
+    // by one, still overlap in each: limit 1 binds from phase 50 on.
+    let step = 50 * MS;
     let t0 = SEC;
     let at = |i: usize| Nanos::new(t0 + i as u64 * step);
-    let limits = two_limits();
+    let limits = [bw(200_000.0, 40_000), bw(40_000.0, 400_000)];
     for threads in [2, 6] {
         let clock = ManualClock::new(at(0));
         let l = MultiTokenBucket::builder(&limits)
@@ -130,13 +133,14 @@ fn lockstep_drains_hand_out_exactly_what_the_limits_allow() {
 }
 
 /// Workers check `l` (through `check(reading, n)`) for `run_for` while a side thread moves
-/// `clock` by 2 µs a turn (and runs `side`): half the checks at the clock's reading, the
+/// `clock` by 2 µs a turn; every worker also runs `also(x)` on each operation's random
+/// number `x` (a reconfiguration, now and then): half the checks at the clock's reading, the
 /// rest up to 50 ms stale, and every 8th one at a reading taken before the worker stalls
 /// while the clock moves at least 200 µs on. Returns the grants `(reading, n)`.
 fn stale_hammer(
     clock: &ManualClock,
     check: impl Fn(Nanos, u32) -> bool + Sync,
-    side: impl Fn(u64) + Sync,
+    also: impl Fn(u64) + Sync,
 ) -> Vec<(u64, u32)> {
     let h = Hammer {
         threads: 4,
@@ -144,14 +148,14 @@ fn stale_hammer(
         min_ops: 2_000,
     };
     let stalls = AtomicU64::new(0);
-    let move_clock = |s: Side<'_>| {
+    let move_clock = |_: Side<'_>| {
         clock.advance(Duration::from_nanos(2_000));
-        side(s.turn);
         std::thread::yield_now();
     };
     let run = h.run(
         |o, kept: &mut Vec<(u64, u32)>| {
             let x = common::xorshift(o.rng);
+            also(x);
             let n = 1 + (x % 3) as u32;
             let now = clock.now();
             let reading = match (x >> 8) % 8 {
@@ -201,8 +205,8 @@ fn moving_clock_and_stale_readings_keep_every_limit() {
 fn concurrent_set_limits_keeps_the_laxest_budget() {
     // Two configurations of two limits; each index is checked against its laxest burst and
     // rate. Limit 0 trades burst for rate, limit 1 is tighter in the second throughout.
-    let a = [bw(20_000.0, 400), bw(4_000.0, 4_000)];
-    let b = [bw(40_000.0, 100), bw(2_000.0, 1_000)];
+    let a = two_limits();
+    let b = [bw(400_000.0, 1_000), bw(20_000.0, 10_000)];
     let laxest: Vec<Bandwidth> = a
         .iter()
         .zip(&b)
@@ -227,12 +231,13 @@ fn concurrent_set_limits_keeps_the_laxest_budget() {
     let grants = stale_hammer(
         &clock,
         |t, n| l.check_n_at(t, n).is_ok(),
-        |turn| {
-            // Every 4th turn of the clock, at the clock's reading or a stale one.
-            if turn % 4 == 0 {
-                let c = if turn % 8 == 0 { &a } else { &b };
+        |x| {
+            // One operation in 32 (of every worker's, so a loaded machine that starves a side
+            // thread still reconfigures), at the clock's reading or a stale one.
+            if (x >> 40) % 32 == 0 {
+                let c = if (x >> 45) % 2 == 0 { &a } else { &b };
                 let now = clock.now();
-                let at = if turn % 16 == 0 {
+                let at = if (x >> 46) % 4 == 0 {
                     now.saturating_sub(Duration::from_micros(300))
                 } else {
                     now
@@ -243,7 +248,7 @@ fn concurrent_set_limits_keeps_the_laxest_budget() {
         },
     );
     let sets = sets.into_inner();
-    assert!(sets >= 50, "only {sets} reconfigurations");
+    assert!(sets >= 100, "only {sets} reconfigurations");
     assert!(!grants.is_empty());
     assert_budget("set_limits", &grants, &laxest, &units);
     eprintln!("{sets} reconfigurations");
