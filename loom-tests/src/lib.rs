@@ -38,6 +38,35 @@
 //!   With the old `Mutex` stand-in for `AtomicU128`, state load and first `seq` load both
 //!   `Relaxed` survived every model.
 //!
+//! **`MultiTokenBucket`** (`src/multi_token_bucket/engine.rs`: the 128-bit word's epoch over
+//! `ConfigSlots`; models in `tests/multi_token_bucket.rs`)
+//! * the reconfiguring CAS `AcqRel -> Relaxed` alone, or the check's state load `Acquire ->
+//!   Relaxed` alone: none, as for the smooth limiters (the slot's `seq` publishes the words
+//!   too). Weakening one of each publication, the CAS with `read_with`'s first `seq` load, or
+//!   the check's load with the writer's `seq` store: `check_vs_set_limits_is_linearizable`,
+//!   `check_vs_set_limits_never_grants_what_neither_configuration_grants`,
+//!   `set_limits_twice_vs_check_on_a_full_bucket_grants` and
+//!   `refusal_vs_set_limits_reports_one_configurations_retry`.
+//! * the grant CAS made a load and a store: `check_vs_check_both_land`,
+//!   `check_vs_check_grants_exactly_what_the_budget_allows`,
+//!   `check_vs_check_at_different_readings_is_linearizable` and
+//!   `set_limits_twice_vs_check_on_a_full_bucket_grants` (and, outside loom,
+//!   `tests/multi_token_bucket/stress.rs`' moving-clock test, 3 of 3 runs, and its lockstep
+//!   totals, 2 of 3). `set_limits`' CAS made a store: `set_limits_twice_vs_check_on_a_full_
+//!   bucket_grants`.
+//! * one limit's test dropped from the verdict (`over` for limit 0 only, `word.rs`):
+//!   `check_vs_check_grants_exactly_what_the_budget_allows` (and every test of
+//!   `tests/multi_token_bucket/stress.rs`).
+//! * the grant CAS `AcqRel -> Relaxed`: none, as for `TokenBucket`'s grant CAS.
+//! * `read_with`'s re-check (second `seq` load) dropped: none, and not needed here: a torn hot
+//!   read either grants, and its CAS fails on the word the reconfiguration moved, or refuses,
+//!   and the refusal's full read (`read_first`, after the same `Acquire` fence) finds the slot
+//!   rewritten and retries.
+//! * `read_first`'s re-check dropped: none. Needed (a refusal's retry time and limit from a
+//!   slot rewritten under its full read), but only a refusal racing two reconfigurations
+//!   reaches it, and loom would offer each of that read's 25 words old or new: no bound keeps
+//!   such a model to minutes.
+//!
 //! **Hot-path CASes** of `TokenBucket`'s cancel and the smooth limiters,
 //! `AcqRel`/`Acquire -> Relaxed`: none, and not needed. They publish nothing (the
 //! configuration is published by the reconfiguration), and a reader of a value they wrote
