@@ -64,14 +64,14 @@ fn two_limits() -> [Bandwidth; 2] {
 
 #[test]
 fn lockstep_drains_hand_out_exactly_what_the_limits_allow() {
-    const PHASES: usize = 200;
+    const PHASES: usize = 100;
     const MAX_N: u64 = 3;
-    // Phases long enough (10 000 and 2 000 tokens of refill) that the workers, woken one
-    // by one, still overlap in each: limit 1 binds from phase 50 on.
-    let step = 50 * MS;
+    // Phases long enough (5 000 and 1 000 tokens of refill) that the workers, woken one by
+    // one, still overlap in each: limit 1 binds from phase 50 on.
+    let step = 25 * MS;
     let t0 = SEC;
     let at = |i: usize| Nanos::new(t0 + i as u64 * step);
-    let limits = [bw(200_000.0, 40_000), bw(40_000.0, 400_000)];
+    let limits = [bw(200_000.0, 40_000), bw(40_000.0, 200_000)];
     for threads in [2, 6] {
         let clock = ManualClock::new(at(0));
         let l = MultiTokenBucket::builder(&limits)
@@ -377,7 +377,7 @@ mod keyed {
                 let mut round = 0u64;
                 while open.iter().any(|&o| o) {
                     round += 1;
-                    if w == 0 && round % 64 == 0 {
+                    if w == 0 && round.is_multiple_of(64) {
                         evicted.fetch_add(k.evict_idle_at(now) as u64, Ordering::Relaxed);
                     }
                     for key in 0..KEYS {
