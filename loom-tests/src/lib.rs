@@ -50,10 +50,13 @@
 //! * the grant CAS made a load and a store: `check_vs_check_both_land`,
 //!   `check_vs_check_grants_exactly_what_the_budget_allows`,
 //!   `check_vs_check_at_different_readings_is_linearizable` and
-//!   `set_limits_twice_vs_check_on_a_full_bucket_grants` (and, outside loom,
-//!   `tests/multi_token_bucket/stress.rs`' moving-clock test, 3 of 3 runs, and its lockstep
-//!   totals, 2 of 3). `set_limits`' CAS made a store: `set_limits_twice_vs_check_on_a_full_
-//!   bucket_grants`.
+//!   `set_limits_twice_vs_check_on_a_full_bucket_grants` (and, outside loom, the
+//!   `tests/multi_token_bucket/stress.rs` binary 5 of 5 runs: its lockstep totals 4 of 5, its
+//!   moving-clock budget 2 of 5). `set_limits`' CAS made a store: `set_limits_twice_vs_check_
+//!   on_a_full_bucket_grants`.
+//! * `KeyedMultiTokenBucket`'s grant CAS (`src/keyed/word_map.rs`) made a load and a store:
+//!   `keyed_check_vs_check_on_one_key_both_land`, `keyed_check_vs_evict_keeps_the_grant`
+//!   (and, outside loom, the stress binary's hot-key lockstep totals, 3 of 3 runs).
 //! * one limit's test dropped from the verdict (`over` for limit 0 only, `word.rs`):
 //!   `check_vs_check_grants_exactly_what_the_budget_allows` (and every test of
 //!   `tests/multi_token_bucket/stress.rs`).
