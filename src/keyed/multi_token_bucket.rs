@@ -30,7 +30,8 @@ use crate::error::ConfigError;
 use crate::keyed::word_rule::WordRule;
 use crate::keyed::{InlineMap, InlineMapBuilder};
 use crate::limiter::{Denied, QuotaStatus};
-use crate::multi_token_bucket::{limits_of, Limits, Verdict};
+use crate::multi_token_bucket::word::Verdict;
+use crate::multi_token_bucket::{limits_of, Limits};
 
 /// One quota of a [`KeyedMultiTokenBucket`]: its limits, precomputed. The map's builder makes
 /// it (`builder`, `quota`); it is the map's type parameter, named only to name the map's

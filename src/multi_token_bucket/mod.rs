@@ -14,7 +14,7 @@
 //! `src/multi_token_bucket/word.rs`; the CAS protocols in `engine.rs`.
 
 mod engine;
-mod word;
+pub(crate) mod word;
 
 use std::fmt;
 use std::ops::Deref;
@@ -26,7 +26,7 @@ use crate::limit::Limit;
 use crate::limiter::{Denied, Idle, Limiter, QuotaStatus};
 
 use engine::{Engine, Taken};
-pub(crate) use word::{field_bits, Lim, Limits, Verdict, MAX_LIMITS};
+pub(crate) use word::{field_bits, Lim, Limits, MAX_LIMITS};
 
 /// One limit of a [`MultiTokenBucket`]: a bucket of `burst` tokens refilling at `limit`.
 ///
@@ -405,10 +405,10 @@ impl<C: Clock> MultiTokenBucket<C> {
     fn decide(&self, now: Nanos, n: u32, take: bool) -> Result<(), MultiDenied> {
         match self.engine.check(self.t(now), n, take) {
             Taken::Granted => Ok(()),
-            Taken::Denied { by, retry } => Err(MultiDenied {
-                denied: Denied::new(now, Limits::at(self.engine.base, retry, now)),
-                limit: by,
-            }),
+            Taken::Denied { by, retry } => Err(MultiDenied::new(
+                Denied::new(now, Limits::at(self.engine.base, retry, now)),
+                by,
+            )),
         }
     }
 

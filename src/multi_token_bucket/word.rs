@@ -345,6 +345,7 @@ impl Limits {
     }
 
     /// A check of `n` at `t` ns past the base on the arithmetic's bits `x`.
+    #[cfg(feature = "keyed")] // the keyed map's; the bucket reads its slot's words instead
     #[inline(always)]
     pub(crate) fn check(&self, x: u128, t: u64, n: u32) -> Verdict {
         check(self, x, t, n)
