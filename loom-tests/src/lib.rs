@@ -38,37 +38,32 @@
 //!   With the old `Mutex` stand-in for `AtomicU128`, state load and first `seq` load both
 //!   `Relaxed` survived every model.
 //!
-//! **`MultiTokenBucket`** (`src/multi_token_bucket/engine.rs`: the 128-bit word's epoch over
-//! `ConfigSlots`; models in `tests/multi_token_bucket.rs`)
-//! * the reconfiguring CAS `AcqRel -> Relaxed` alone, or the check's state load `Acquire ->
-//!   Relaxed` alone: none, as for the smooth limiters (the slot's `seq` publishes the words
-//!   too). Weakening one of each publication, the CAS with `read_with`'s first `seq` load, or
-//!   the check's load with the writer's `seq` store: `check_vs_set_limits_is_linearizable`,
+//! **`MultiTokenBucket`** (`src/multi_token_bucket/engine.rs`: the 128-bit word's epoch is the
+//! sequence of two plain-word slots, each ending with the epoch it holds; models in
+//! `tests/multi_token_bucket.rs`)
+//! * drop a refusal's validation (the slot's `SEQ` read), its `Acquire` fence, the writer's
+//!   `Release` fence or its `SEQ = WRITING` store:
+//!   `set_limits_twice_vs_check_on_a_full_bucket_grants`.
+//! * the check's state load `Acquire -> Relaxed`, or the reconfiguring CAS `AcqRel ->
+//!   Relaxed`: `check_vs_set_limits_is_linearizable`,
 //!   `check_vs_set_limits_never_grants_what_neither_configuration_grants`,
-//!   `set_limits_twice_vs_check_on_a_full_bucket_grants` and
-//!   `refusal_vs_set_limits_reports_one_configurations_retry`.
-//! * the grant CAS made a load and a store: `check_vs_check_both_land`,
+//!   `refusal_vs_set_limits_reports_one_configurations_retry` and
+//!   `set_limits_twice_vs_check_on_a_full_bucket_grants`. (A grant has one publication of its
+//!   configuration, the state word; a refusal has two, the word and the slot's `SEQ`.)
+//! * the grant CAS made a store: `check_vs_check_both_land`,
 //!   `check_vs_check_grants_exactly_what_the_budget_allows`,
 //!   `check_vs_check_at_different_readings_is_linearizable` and
 //!   `set_limits_twice_vs_check_on_a_full_bucket_grants` (and, outside loom, the
-//!   `tests/multi_token_bucket/stress.rs` binary 5 of 5 runs: its lockstep totals 4 of 5, its
-//!   moving-clock budget 2 of 5). `set_limits`' CAS made a store: `set_limits_twice_vs_check_
-//!   on_a_full_bucket_grants`.
+//!   `tests/multi_token_bucket/stress.rs` binary: its lockstep totals and its moving-clock
+//!   budget). `set_limits`' CAS made a store: `set_limits_twice_vs_check_on_a_full_bucket_
+//!   grants`.
+//! * the grant CAS `AcqRel -> Relaxed`: none, as for `TokenBucket`'s grant CAS.
 //! * `KeyedMultiTokenBucket`'s grant CAS (`src/keyed/word_map.rs`) made a load and a store:
 //!   `keyed_check_vs_check_on_one_key_both_land`, `keyed_check_vs_evict_keeps_the_grant`
 //!   (and, outside loom, the stress binary's hot-key lockstep totals, 3 of 3 runs).
 //! * one limit's test dropped from the verdict (`over` for limit 0 only, `word.rs`):
 //!   `check_vs_check_grants_exactly_what_the_budget_allows` (and every test of
 //!   `tests/multi_token_bucket/stress.rs`).
-//! * the grant CAS `AcqRel -> Relaxed`: none, as for `TokenBucket`'s grant CAS.
-//! * `read_with`'s re-check (second `seq` load) dropped: none, and not needed here: a torn hot
-//!   read either grants, and its CAS fails on the word the reconfiguration moved, or refuses,
-//!   and the refusal's full read (`read_first`, after the same `Acquire` fence) finds the slot
-//!   rewritten and retries.
-//! * `read_first`'s re-check dropped: none. Needed (a refusal's retry time and limit from a
-//!   slot rewritten under its full read), but only a refusal racing two reconfigurations
-//!   reaches it, and loom would offer each of that read's 25 words old or new: no bound keeps
-//!   such a model to minutes.
 //!
 //! **Hot-path CASes** of `TokenBucket`'s cancel and the smooth limiters,
 //! `AcqRel`/`Acquire -> Relaxed`: none, and not needed. They publish nothing (the
