@@ -8,14 +8,17 @@
 //!   and `multi4` (`MultiTokenBucket` of 2 and 4 limits at 1e9/s and slower, each with a burst
 //!   of a second or more of refill: never empty at < 1e9 checks/s), `mutex_twin2`,
 //!   `governor2` (two governor limiters at 1e9/s, burst `u32::MAX`, checked in turn: both
-//!   grant every time, so each check costs two).
+//!   grant every time, so each check costs two), `floor` (a clock read and a CAS on a 64-bit
+//!   word, as in `token_bucket.rs`) and `floor128` (a clock read, a load and a CAS on a
+//!   128-bit word through portable-atomic: `harness::saturated::Floor128`).
 //! * `multi_saturated_check`: the state a limiter lives in, at its limit: the shootout's phase-1
 //!   quota (1e6/s, burst 1000) as the first limit, then laxer ones (10x and, for `multi4`,
 //!   100x and 2x: `harness::saturated::multi_limits`), `check()` with the refusal's retry
 //!   time black-boxed. ids: `single` (`TokenBucket` at the phase-1 quota: the multi-limit
 //!   bucket's binding limit alone), `multi2`, `multi4`, `mutex_twin2`, `governor2` (the two
 //!   quotas as two governor limiters checked in turn, the binding one first, so that a refusal
-//!   costs governor one check: its cheapest order), `floor` (a clock read and one load). Each
+//!   costs governor one check: its cheapest order), `floor` (a clock read and one load),
+//!   `floor128` (the same with a 128-bit load through portable-atomic). Each
 //!   cell then asserts that checking at full speed saturates it again.
 //!
 //! Per-operation figures as in every turnstile bench (`bench/benches/harness`): the slowest
@@ -27,12 +30,15 @@ mod harness;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use std::hint::black_box;
+use std::sync::atomic::AtomicU64;
+
+use crossbeam_utils::CachePadded;
 
 use governor::{Quota, RateLimiter};
 use harness::saturated as sat;
-use harness::{cell, nz, sat_cell, THREADS};
+use harness::{cell, floor_cas, nz, sat_cell, THREADS};
 use turnstile::multi_token_bucket::{Bandwidth, MultiTokenBucket};
-use turnstile::{reference, Limit, Limiter, QuantaClock, TokenBucket};
+use turnstile::{reference, Clock, Limit, Limiter, QuantaClock, TokenBucket};
 
 fn limit(per_second: f64) -> Limit {
     Limit::per_second(per_second).expect("valid limit")
@@ -79,6 +85,15 @@ fn multi_allowed(c: &mut Criterion) {
             black_box(black_box(&a).check().is_ok() && black_box(&b).check().is_ok());
         });
 
+        let (clock, word) = (QuantaClock::new(), CachePadded::new(AtomicU64::new(0)));
+        cell(&mut g, "floor", threads, || {
+            let now = black_box(&clock).now();
+            floor_cas(black_box(&word), now.as_u64());
+        });
+
+        let floor = sat::Floor128::new(QuantaClock::new());
+        cell(&mut g, "floor128", threads, || floor.grant());
+
         g.finish();
     }
 }
@@ -113,6 +128,11 @@ fn multi_saturated(c: &mut Criterion) {
 
         let floor = sat::Floor::new(QuantaClock::new());
         cell(&mut g, "floor", threads, || {
+            black_box(floor.check());
+        });
+
+        let floor = sat::Floor128::new(QuantaClock::new());
+        cell(&mut g, "floor128", threads, || {
             black_box(floor.check());
         });
 

@@ -645,6 +645,52 @@ pub fn drained_at<L: Limiter>(
 
 // ---- floors --------------------------------------------------------------------------------
 
+/// The floor of a check on one shared 128-bit word (the multi-limit bucket's): a clock read
+/// plus one load of a `portable_atomic::AtomicU128`, and for a grant one CAS on it. On x86_64
+/// without `cmpxchg16b` enabled at compile time (the default target), each is a call through
+/// portable-atomic's runtime dispatch: what any 128-bit lock-free word pays there.
+pub struct Floor128<C> {
+    clock: C,
+    word: CachePadded<portable_atomic::AtomicU128>,
+}
+
+impl<C: Clock> Floor128<C> {
+    pub fn new(clock: C) -> Floor128<C> {
+        Floor128 {
+            clock,
+            word: CachePadded::new(portable_atomic::AtomicU128::new(u128::MAX)),
+        }
+    }
+
+    /// A refused check: the clock and one load (the word holds a time no check reaches).
+    #[inline(always)]
+    pub fn check(&self) -> bool {
+        let now = black_box(&self.clock).now();
+        let w = black_box(&self.word).load(Ordering::Acquire);
+        let ok = u128::from(black_box(now).as_u64()) >= w;
+        if !ok {
+            black_box(w);
+        }
+        ok
+    }
+
+    /// A grant: the clock, one load and one CAS that adds to the word.
+    #[inline(always)]
+    pub fn grant(&self) {
+        let now = black_box(&self.clock).now();
+        let word = black_box(&self.word);
+        let mut cur = word.load(Ordering::Acquire);
+        while let Err(found) = word.compare_exchange_weak(
+            cur,
+            cur.wrapping_add(u128::from(now.as_u64() | 1)),
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        ) {
+            cur = found;
+        }
+    }
+}
+
 /// The floor of a refused check on one shared word: a clock read plus one load. The word holds
 /// a time no check reaches, as a saturated limiter's word holds a time ahead of the clock.
 pub struct Floor<C> {
