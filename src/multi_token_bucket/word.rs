@@ -35,11 +35,11 @@
 //!
 //! **Precision.** Each limit's grid unit is the finest power-of-two fraction of its token
 //! interval that keeps `burst_i * one_i + u_i(G) + 2 < 2^F`, and never finer than the
-//! nanosecond (the 64-bit conversion's range): a 20/s limit with burst 40 alone in a
-//! 21-bit field counts in units of 1.5 µs, a 10 000/day limit in units of 66 ms. A reading
-//! is rounded down to the unit, and a retry time up to the nanosecond, so a limit admits at
-//! most one unit late and never early. [`MultiTokenBucket::precision`] reports each limit's
-//! unit.
+//! nanosecond (the 64-bit conversion's range): among four limits (21-bit fields), a 20/s
+//! limit with burst 40 counts in units of 1.5 µs, a 10 000/day limit in units of 67.5 ms.
+//! A reading is rounded down to the unit, and a retry time up to the nanosecond, so a limit
+//! admits at most one unit late and never early. [`MultiTokenBucket::precision`] reports
+//! each limit's unit.
 //!
 //! **Range.** `w` holds 2^38 intervals of 2^20 ns: readings up to 2^58 ns (9.1 years) past the
 //! base. Past that, time stands still for the word: each limit grants at most its burst more
