@@ -79,6 +79,9 @@ pub(super) struct Engine {
     /// The clock reading every grid counts from.
     pub(super) base: u64,
     /// The current configuration, for `set_limits`: whoever holds it is the one writer.
+    // Off the hot path: only `set_limits` takes it, to serialize reconfigurations (each
+    // writes the spare slot, which two writers at once would tear); checks, peeks and
+    // refusals never touch it, and a reconfiguration is published by the CAS on `state`.
     writer: Mutex<Limits>,
 }
 
@@ -91,7 +94,7 @@ impl Engine {
                 std::array::from_fn(|_| AtomicU64::new(WRITING))
             })),
             base,
-            writer: Mutex::new(limits),
+            writer: Mutex::new(limits), // set_limits only: see the field
         };
         e.write(0, &limits);
         e
