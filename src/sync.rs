@@ -92,6 +92,21 @@ pub(crate) fn retry_hint() {
     loom::thread::yield_now();
 }
 
+/// Nothing, in a form the compiler may neither drop nor move. In one arm of a branch it keeps
+/// the branch a branch, not a conditional move: a hot path that picks between a value it can
+/// compute early (from the clock, from a constant address) and one that waits for the state
+/// word branches, so that, predicted, what it hands the CAS waits only for the early value.
+/// That matters for the 128-bit CAS (`cmpxchg16b`), which starts only once every input is
+/// ready; a 64-bit CAS hides the wait.
+#[inline(always)]
+pub(crate) fn keep_branch() {
+    #[cfg(all(not(miri), any(target_arch = "x86_64", target_arch = "aarch64")))]
+    // SAFETY: an empty template: no instructions, operands, memory, stack or flags.
+    unsafe {
+        core::arch::asm!("", options(nomem, nostack, preserves_flags))
+    }
+}
+
 /// loom stand-in for `portable_atomic::AtomicU128` with the subset of its API we use: an
 /// atomic pointer to immutable boxed values (see the module docs).
 /// Public in name only (this module is private): the state word's atomic in a keyed map's rule.

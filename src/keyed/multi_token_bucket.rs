@@ -30,7 +30,7 @@ use crate::error::ConfigError;
 use crate::keyed::word_rule::WordRule;
 use crate::keyed::{InlineMap, InlineMapBuilder};
 use crate::limiter::{Denied, QuotaStatus};
-use crate::multi_token_bucket::word::Verdict;
+use crate::multi_token_bucket::word::{reading, Verdict};
 use crate::multi_token_bucket::{limits_of, Limits};
 
 /// One quota of a [`KeyedMultiTokenBucket`]: its limits, precomputed. The map's builder makes
@@ -79,7 +79,7 @@ impl WordRule for MultiTokenBucketQuota {
 
     #[inline(always)]
     fn check(&self, x: u128, base: u64, now: Nanos, n: u32) -> Result<Option<u128>, Denied> {
-        let t = Self::t(base, now);
+        let t = reading(now.as_u64(), base);
         match self.limits.check(x, t, n) {
             Verdict::Grant(x2) => Ok(Some(x2)),
             Verdict::Free => Ok(None),

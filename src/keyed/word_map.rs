@@ -127,7 +127,7 @@ use crate::keyed::sweeper::Sweeper;
 use crate::keyed::word_rule::{AtomicWord, Word, WordRule};
 use crate::keyed::{WhenFull, DEFAULT_MAX_KEYS, DEFAULT_SWEEP_EVERY};
 use crate::limiter::Denied;
-use crate::sync::{AtomicPtr, AtomicU64, Mutex, Ordering}; // Mutex: inserts of new keys and resizes only, never a check of an existing key
+use crate::sync::{keep_branch, AtomicPtr, AtomicU64, Mutex, Ordering}; // Mutex: inserts of new keys and resizes only, never a check of an existing key
 
 mod table;
 use table::{Slot, Table};
@@ -484,7 +484,15 @@ where
                 }
                 continue;
             }
-            let new = match self.by_tag[t].check(s & R::Word::X_MASK, self.base, now, n) {
+            // The first quota by its constant index, which the branch predictor then follows:
+            // its rule's words load without waiting for the word's tag ([`keep_branch`]).
+            let rule = if t == 1 {
+                keep_branch();
+                &self.by_tag[1]
+            } else {
+                &self.by_tag[t]
+            };
+            let new = match rule.check(s & R::Word::X_MASK, self.base, now, n) {
                 Ok(Some(x)) => (s & !R::Word::X_MASK) | x,
                 Ok(None) => return Outcome::Done(Ok(())),
                 Err(d) => return Outcome::Done(Err(d)),

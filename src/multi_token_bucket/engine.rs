@@ -5,8 +5,8 @@
 //!
 //! # The protocol
 //! **The state word** (`state`, one `AtomicU128`, cache-padded): the low 123 bits are the
-//! word of `word.rs` (the anchor and one offset per limit), the top five the configuration's
-//! **epoch** modulo 32.
+//! word of `word.rs` (each limit's arrival time, or an anchor and offsets), the top five the
+//! configuration's **epoch** modulo 32.
 //!
 //! **Configurations** live in two slots of plain atomic words beside the state word, one per
 //! epoch parity (`slots`): a header (the number of limits and the smallest burst) and six
@@ -16,6 +16,12 @@
 //! limit's tokens at `now`, re-expressed in the new configuration) and installs it with
 //! epoch `e + 1` by one CAS on the state word. Each slot ends with the epoch it holds (`SEQ`),
 //! written last: what a check that writes nothing validates its reading of the slot by.
+//!
+//! **The slot by a branch.** A check picks its slot by branching on the word's epoch parity,
+//! not by indexing with it: the parity changes only with `set_limits`, so the branch is
+//! predicted, and each arm reads its slot at a constant address, so the configuration loads
+//! beside the word rather than after it. That matters because a 128-bit CAS starts only once
+//! its new value is computed, unlike a 64-bit one (`crate::sync::keep_branch`).
 //!
 //! * **Invariant:** while the word carries epoch `e`, slot `e & 1` holds epoch `e`'s
 //!   configuration: the writer next touches it for `e + 2`, which needs the word at `e + 1`.
@@ -49,9 +55,11 @@
 
 use crossbeam_utils::{Backoff, CachePadded};
 
-use super::word::{check, field_bits, Lim, Limits, Source, Verdict, MAX_LIMITS, X_BITS, X_MASK};
+use super::word::{
+    check, field_bits, reading, Lim, Limits, Source, Verdict, MAX_LIMITS, X_BITS, X_MASK,
+};
 use crate::limit::Limit;
-use crate::sync::{fence, retry_hint, AtomicU128, AtomicU64, Mutex, Ordering}; // Mutex: set_limits only
+use crate::sync::{fence, keep_branch, retry_hint, AtomicU128, AtomicU64, Mutex, Ordering}; // Mutex: set_limits only
 
 /// Words per limit in a slot.
 const PER_LIMIT: usize = 6;
@@ -100,22 +108,39 @@ impl Engine {
         e
     }
 
-    /// A check of `n` at `t` ns past the base, consuming if `take` (else a peek): one attempt
-    /// inline, the retries (a lost CAS, a reconfiguration) out of line.
+    /// A check of `n` at the clock reading `now`, consuming if `take` (else a peek): one
+    /// attempt inline, the retries (a lost CAS, a reconfiguration) out of line.
     #[inline(always)]
-    pub(super) fn check(&self, t: u64, n: u32, take: bool) -> Taken {
+    pub(super) fn check(&self, now: u64, n: u32, take: bool) -> Taken {
+        let t = reading(now, self.base);
         let word = self.state.load(Ordering::Acquire);
-        match self.attempt(word, t, n, take) {
+        // The slot by a branch on the epoch's parity, not by an index (module docs).
+        let attempt = if (word >> X_BITS) & 1 == 0 {
+            keep_branch();
+            self.attempt(0, word, t, n, take)
+        } else {
+            self.attempt(1, word, t, n, take)
+        };
+        match attempt {
             Ok(taken) => taken,
             Err(found) => self.check_slow(found, t, n, take),
         }
     }
 
-    /// One attempt from `word`: the answer, or the word to try again from.
+    /// One attempt from `word`, whose epoch's slot is `parity`: the answer, or the word to try
+    /// again from.
     #[inline(always)]
-    fn attempt(&self, word: u128, t: u64, n: u32, take: bool) -> Result<Taken, u128> {
+    fn attempt(
+        &self,
+        parity: usize,
+        word: u128,
+        t: u64,
+        n: u32,
+        take: bool,
+    ) -> Result<Taken, u128> {
         let epoch = (word >> X_BITS) as u64;
-        let slot = &self.slots[epoch as usize & 1];
+        debug_assert_eq!(epoch as usize & 1, parity);
+        let slot = &self.slots[parity];
         let verdict = check(&Slot(slot), word & X_MASK, t, n);
         if let (Verdict::Grant(x2), true) = (&verdict, take) {
             return self
@@ -147,7 +172,8 @@ impl Engine {
         let backoff = Backoff::new();
         loop {
             backoff.spin();
-            match self.attempt(word, t, n, take) {
+            let parity = (word >> X_BITS) as usize & 1;
+            match self.attempt(parity, word, t, n, take) {
                 Ok(taken) => return taken,
                 Err(found) => word = found,
             }

@@ -26,7 +26,7 @@ use crate::limit::Limit;
 use crate::limiter::{Denied, Idle, Limiter, QuotaStatus};
 
 use engine::{Engine, Taken};
-pub(crate) use word::{field_bits, Lim, Limits, MAX_LIMITS};
+pub(crate) use word::{Lim, Limits, MAX_LIMITS};
 
 /// One limit of a [`MultiTokenBucket`]: a bucket of `burst` tokens refilling at `limit`.
 ///
@@ -100,7 +100,6 @@ pub(crate) fn limits_of(limits: &[Bandwidth]) -> Result<Limits, ConfigError> {
     if k == 0 || k > MAX_LIMITS {
         return Err(ConfigError::LimitCount(k));
     }
-    let f = field_bits(k);
     let mut lims = [Lim::EMPTY; MAX_LIMITS];
     for (i, b) in limits.iter().enumerate() {
         let why = if b.burst == 0 {
@@ -112,11 +111,15 @@ pub(crate) fn limits_of(limits: &[Bandwidth]) -> Result<Limits, ConfigError> {
         };
         let lim = match why {
             Some(why) => None.ok_or(why),
-            None => Lim::new(b.limit, b.burst, f).ok_or(
+            None => Lim::new(b.limit, b.burst, k).ok_or(if k <= 2 {
+                "among one or two limits, a rate above about 1.9e9 per second or a burst past \
+                 2^58 units does not fit the word's field, and refilling a burst may take at \
+                 most 146 years"
+            } else {
                 "its burst, or the refill of one millisecond at its rate, needs more tokens \
-                 than the word's field holds (about 2^62, 2^42, 2^28 or 2^21 units for 1, \
-                 2, 3 or 4 limits), or refilling its burst takes over 146 years",
-            ),
+                 than the word's field holds (about 2^28 or 2^21 units for 3 or 4 limits), or \
+                 refilling its burst takes over 146 years"
+            }),
         };
         lims[i] = lim.map_err(|why| ConfigError::LimitOutOfRange {
             index: i,
@@ -403,7 +406,7 @@ impl<C: Clock> MultiTokenBucket<C> {
 
     #[inline(always)]
     fn decide(&self, now: Nanos, n: u32, take: bool) -> Result<(), MultiDenied> {
-        match self.engine.check(self.t(now), n, take) {
+        match self.engine.check(now.as_u64(), n, take) {
             Taken::Granted => Ok(()),
             Taken::Denied { by, retry } => Err(MultiDenied::new(
                 Denied::new(now, Limits::at(self.engine.base, retry, now)),

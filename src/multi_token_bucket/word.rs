@@ -16,34 +16,48 @@
 //! their number. The only rounding is the reading's: a reading counts as up to one grid unit
 //! `g_i` earlier than it is (fewer tokens, never more).
 //!
-//! **The anchor.** Storing four full arrival times would take four 59-bit fields. But every
-//! grant sets `tat_i >= u_i(t)` and no grant passes `tat_i <= u_i(t) + tau_i`, so after the
-//! latest grant, at `t_max`, every `tat_i` lies in `[u_i(t_max), u_i(t_max) + tau_i]`: the
-//! word stores `t_max` once, coarsely, as `w = floor(t_max / G)` with `G = 2^20` ns (about a
-//! millisecond), and each limit as its offset `d_i = tat_i - a_i(w)` from its anchor
-//! `a_i(w) = u_i(w * G)` on its own grid. The anchor is a fixed function of `w`, so moving
-//! `w` forward re-expresses each `d_i` exactly (`d_i' = tat_i' - a_i(w')`, integers): the
-//! coarse anchor costs bits, never precision. `0 <= d_i <= tau_i + u_i(G) + 1` (the grid
-//! units of one `G`), which is what a field must hold.
+//! **Two layouts.** One or two limits store their arrival times themselves (*wide*); three or
+//! four store them as offsets from a shared anchor (*anchored*). The wide layout is the
+//! shorter check (no anchor to convert), which is why the common cases get it.
+//!
+//! * **Wide** (`k <= 2`): limit `i`'s field, at bit `64 * i`, is `tat_i`: 59 bits, enough for
+//!   every reading of the range and a burst on top (`u_i(T_MAX) + tau_i < 2^59`).
+//! * **Anchored** (`k = 3, 4`): storing four full arrival times would take four 59-bit fields.
+//!   But every grant sets `tat_i >= u_i(t)` and no grant passes `tat_i <= u_i(t) + tau_i`, so
+//!   after the latest grant, at `t_max`, every `tat_i` lies in `[u_i(t_max), u_i(t_max) +
+//!   tau_i]`: the word stores `t_max` once, coarsely, as `w = floor(t_max / G)` with `G =
+//!   2^20` ns (about a millisecond), and each limit as its offset `d_i = tat_i - a_i(w)` from
+//!   its anchor `a_i(w) = u_i(w * G)` on its own grid. The anchor is a fixed function of `w`,
+//!   so moving `w` forward re-expresses each `d_i` exactly (`d_i' = tat_i' - a_i(w')`,
+//!   integers): the coarse anchor costs bits, never precision. `0 <= d_i <= tau_i + u_i(G) +
+//!   1` (the grid units of one `G`), which is what a field must hold.
 //!
 //! ```text
+//!  wide, k = 1, 2:
+//!  127..123   122..64           63..59   58..0
+//! [ owner ][ tat_1: 59 bits ][   0   ][ tat_0: 59 bits ]
+//!
+//!  anchored, k = 3, 4:
 //!  127..123   122..85            84..0
 //! [ owner ][ w: 38 bits ][ d_{k-1} .. d_1 d_0: F bits each, d_0 lowest ]
+//!   F = 28, 21 bits for k = 3, 4 limits
+//!
 //!   owner: the standalone limiter's epoch, or the keyed map's flag and quota tag
-//!   F = 62, 42, 28, 21 bits for k = 1, 2, 3, 4 limits
 //! ```
 //!
 //! **Precision.** Each limit's grid unit is the finest power-of-two fraction of its token
-//! interval that keeps `burst_i * one_i + u_i(G) + 2 < 2^F`, and never finer than the
-//! nanosecond (the 64-bit conversion's range): among four limits (21-bit fields), a 20/s
+//! interval that fits its field, and never finer than the nanosecond (the 64-bit conversion's
+//! range). Wide, that is a few nanoseconds (1 ns for a 20/s limit, 5 ns for 10 000/day), and
+//! a rate above about 1.9e9/s does not fit (a unit may not exceed a token). Anchored, it
+//! keeps `burst_i * one_i + u_i(G) + 2 < 2^F`: among four limits (21-bit fields), a 20/s
 //! limit with burst 40 counts in units of 1.5 µs, a 10 000/day limit in units of 67.5 ms.
 //! A reading is rounded down to the unit, and a retry time up to the nanosecond, so a limit
 //! admits at most one unit late and never early. [`MultiTokenBucket::precision`] reports
 //! each limit's unit.
 //!
-//! **Range.** `w` holds 2^38 intervals of 2^20 ns: readings up to 2^58 ns (9.1 years) past the
-//! base. Past that, time stands still for the word: each limit grants at most its burst more
-//! and then refuses (it fails closed).
+//! **Range.** Readings up to 2^58 ns (9.1 years) past the base (`w` holds 2^38 intervals of
+//! 2^20 ns; a wide field every reading's units). Past that, time stands still for the word:
+//! each limit grants at most its burst more and then refuses (it fails closed).
 //!
 //! **Budget.** `tat_i` never decreases, each grant adds `n * one_i`, and a grant at `t` needs
 //! `tat_i' <= u_i(t) + tau_i`; so over any readings `[a, b]` limit `i` grants at most
@@ -57,6 +71,7 @@ use crate::clock::Nanos;
 use crate::limit::Limit;
 use crate::limiter::QuotaStatus;
 use crate::scale::{nanos_ceil_pos, units, Scale, D_MAX, J};
+use crate::sync::keep_branch;
 
 use std::time::Duration;
 
@@ -82,13 +97,28 @@ const _: () = assert!(FIELDS == 85);
 pub(crate) const T_MAX: u64 = D_MAX;
 const _: () = assert!(T_MAX >> G_SHIFT <= W_MASK);
 
-/// Each offset's bits for `k` limits.
+/// The most limits the wide layout holds, and its fields: 59 bits at bits 0 and 64.
+const WIDE: usize = 2;
+const WIDE_BITS: u32 = 59;
+const WIDE_MASK: u64 = (1 << WIDE_BITS) - 1;
+const _: () = assert!(64 + WIDE_BITS == X_BITS);
+
+/// Each limit's field bits for `k` limits.
 pub(crate) const fn field_bits(k: usize) -> u32 {
-    let f = FIELDS / k as u32;
-    if f > 62 {
-        62
+    if k <= WIDE {
+        WIDE_BITS
     } else {
-        f
+        FIELDS / k as u32
+    }
+}
+
+/// The lowest bit of limit `i`'s field among `k` limits.
+#[inline(always)]
+const fn field_at(i: usize, k: usize) -> u32 {
+    if k <= WIDE {
+        64 * i as u32
+    } else {
+        i as u32 * FIELDS / k as u32
     }
 }
 
@@ -121,17 +151,19 @@ impl Lim {
         limit: Limit::ZERO,
     };
 
-    /// The limit of `limit` and `burst` in a field of `f` bits, or `None` if no grid makes
-    /// it fit (a rate too high for the anchor's grain, or a burst past the field).
-    pub(crate) fn new(limit: Limit, burst: u32, f: u32) -> Option<Lim> {
+    /// The limit of `limit` and `burst` among `k` limits, or `None` if no grid makes it fit
+    /// its field (a rate too high for the field's range, or a burst past it).
+    pub(crate) fn new(limit: Limit, burst: u32, k: usize) -> Option<Lim> {
         if burst == 0 || limit.is_inf() || limit.as_f64() <= 0.0 {
             return None;
         }
         // The finest the 64-bit conversion takes: a unit of at most a nanosecond.
         let finest = Scale::new(limit, burst, 0)?;
-        let room = 1u128 << f;
+        let room = 1u128 << field_bits(k);
+        // What a field holds beside the burst: every reading (wide), or one anchor grain.
+        let span = if k <= WIDE { T_MAX } else { 1 << G_SHIFT };
         let fits = |s: &Scale| {
-            u128::from(burst) * u128::from(s.one) + s.units_wide(1 << G_SHIFT) + 3 <= room
+            u128::from(burst) * u128::from(s.one) + s.units_wide(span) + 3 <= room
                 && s.mul <= finest.mul
         };
         if fits(&finest) {
@@ -244,50 +276,91 @@ fn hi(dj: u64, mul: u64) -> u64 {
 /// configuration `s` gives.
 #[inline(always)]
 pub(crate) fn check<S: Source>(s: &S, x: u128, t: u64, n: u32) -> Verdict {
+    debug_assert!(t <= T_MAX);
     let (k, min_burst) = s.head();
-    match k {
-        1 => check_k::<1, S>(s, min_burst, x, t, n),
-        2 => check_k::<2, S>(s, min_burst, x, t, n),
-        3 => check_k::<3, S>(s, min_burst, x, t, n),
-        _ => check_k::<4, S>(s, min_burst, x, t, n),
-    }
-}
-
-/// The hot path. Wrapping arithmetic: a torn configuration read (discarded afterwards by its
-/// validation) must not panic; a real one never wraps (the module docs' bounds).
-#[inline(always)]
-fn check_k<const K: usize, S: Source>(s: &S, min_burst: u32, x: u128, t: u64, n: u32) -> Verdict {
-    let f = field_bits(K);
-    let mask = (1u64 << f) - 1;
-    let t = t.min(T_MAX);
     if n > min_burst {
-        return never::<K, S>(s, n);
+        return never(s, k, n);
     }
     if n == 0 {
         return Verdict::Free;
     }
+    match k {
+        2 => check_wide::<2, S>(s, x, t, n),
+        1 => check_wide::<1, S>(s, x, t, n),
+        3 => check_anchored::<3, S>(s, x, t, n),
+        _ => check_anchored::<4, S>(s, x, t, n),
+    }
+}
+
+/// A clock reading `now` as the word's reading past `base`: a reading before the base counts
+/// as the base, one past the word's range as its end. A branch, not a clamp, on the way from
+/// the clock to the CAS ([`keep_branch`]).
+#[inline(always)]
+pub(crate) fn reading(now: u64, base: u64) -> u64 {
+    let t = now.wrapping_sub(base);
+    if t > T_MAX {
+        return reading_far(now, base);
+    }
+    t
+}
+
+#[cold]
+#[inline(never)]
+fn reading_far(now: u64, base: u64) -> u64 {
+    now.saturating_sub(base).min(T_MAX)
+}
+
+/// The hot path of up to two limits (`n` in `1..=min_burst`, `t <= T_MAX`): each field is
+/// its limit's `tat`. Wrapping arithmetic: a torn configuration read (discarded afterwards by
+/// its validation) must not panic; a real one never wraps (the module docs' bounds).
+#[inline(always)]
+fn check_wide<const K: usize, S: Source>(s: &S, x: u128, t: u64, n: u32) -> Verdict {
+    let tj = t << J;
+    let mut need = [(0u64, 0u64); K];
+    let mut over = false;
+    for (i, need) in need.iter_mut().enumerate() {
+        let (mul, one, tau) = s.hot(i);
+        let u = hi(tj, mul);
+        let tat = later((x >> field_at(i, K)) as u64 & WIDE_MASK, u)
+            .wrapping_add(u64::from(n).wrapping_mul(one));
+        let limit = u.wrapping_add(tau);
+        over |= tat > limit;
+        *need = (tat, limit);
+    }
+    if over {
+        return refused(s, &need, t);
+    }
+    let mut out = 0u128;
+    for (i, &(tat, _)) in need.iter().enumerate() {
+        out |= u128::from(tat) << field_at(i, K);
+    }
+    Verdict::Grant(out)
+}
+
+/// The hot path of three or four limits (`n` in `1..=min_burst`, `t <= T_MAX`): each field
+/// is its limit's offset from the anchor. Wrapping as [`check_wide`].
+#[inline(always)]
+fn check_anchored<const K: usize, S: Source>(s: &S, x: u128, t: u64, n: u32) -> Verdict {
+    let mask = (1u64 << field_bits(K)) - 1;
     let w = (x >> FIELDS) as u64 & W_MASK;
     let w2 = w.max(t >> G_SHIFT);
-    let (tw, ww) = (t << J, w << (G_SHIFT + J));
+    let (tj, wj) = (t << J, w << (G_SHIFT + J));
     // Each limit's `tat'`, `u + tau` and anchor: decided first, packed only for a grant.
     let mut need = [(0u64, 0u64); K];
     let mut anchor = [0u64; K];
     let mut over = false;
     for i in 0..K {
         let (mul, one, tau) = s.hot(i);
-        let d = (x >> (i as u32 * f)) as u64 & mask;
-        let u = hi(tw, mul);
-        anchor[i] = hi(ww, mul);
-        let tat = anchor[i]
-            .wrapping_add(d)
-            .max(u)
-            .wrapping_add(u64::from(n).wrapping_mul(one));
+        let d = (x >> field_at(i, K)) as u64 & mask;
+        let u = hi(tj, mul);
+        anchor[i] = hi(wj, mul);
+        let tat = later(anchor[i].wrapping_add(d), u).wrapping_add(u64::from(n).wrapping_mul(one));
         let limit = u.wrapping_add(tau);
         over |= tat > limit;
         need[i] = (tat, limit);
     }
     if over {
-        return refused::<K, S>(s, &need, t);
+        return refused(s, &need, t);
     }
     let mut out = u128::from(w2) << FIELDS;
     for i in 0..K {
@@ -296,16 +369,29 @@ fn check_k<const K: usize, S: Source>(s: &S, min_burst: u32, x: u128, t: u64, n:
         } else {
             units(w2 << G_SHIFT, s.hot(i).0)
         };
-        out |= u128::from(need[i].0.wrapping_sub(a2)) << (i as u32 * f);
+        out |= u128::from(need[i].0.wrapping_sub(a2)) << field_at(i, K);
     }
     Verdict::Grant(out)
+}
+
+/// `max(tat, u)` by a branch ([`keep_branch`]). Which is later depends on the workload (a
+/// limit that is full, or one being drained), which the branch predictor learns per limit;
+/// predicted, a full limit's new `tat` waits only for the clock, not for the loaded word.
+#[inline(always)]
+fn later(tat: u64, u: u64) -> u64 {
+    if tat > u {
+        keep_branch();
+        tat
+    } else {
+        u
+    }
 }
 
 /// A refusal with `need[i] = (tat_i', u_i + tau_i)` for a check of at most every burst: the
 /// limit that admits last and when, from the limits that refused (`tat_i' > u_i + tau_i`),
 /// each of which admits once `u_i` reaches `tat_i' - tau_i`.
 #[inline(always)]
-fn refused<const K: usize, S: Source>(s: &S, need: &[(u64, u64); K], t: u64) -> Verdict {
+fn refused<S: Source>(s: &S, need: &[(u64, u64)], t: u64) -> Verdict {
     let (mut by, mut latest) = (0, 0u64);
     for (i, &(tat, limit)) in need.iter().enumerate() {
         if tat > limit {
@@ -326,8 +412,8 @@ fn refused<const K: usize, S: Source>(s: &S, need: &[(u64, u64); K], t: u64) -> 
 
 /// The refusal of a check past some limit's burst: the first such limit, never.
 #[cold]
-fn never<const K: usize, S: Source>(s: &S, n: u32) -> Verdict {
-    let by = (0..K).find(|&i| n > s.cold(i).2).unwrap_or(0);
+fn never<S: Source>(s: &S, k: usize, n: u32) -> Verdict {
+    let by = (0..k).find(|&i| n > s.cold(i).2).unwrap_or(0);
     Verdict::Deny { by, retry: NEVER }
 }
 
@@ -335,11 +421,22 @@ impl Limits {
     /// The state of a word whose limits are all full at `t`.
     pub(crate) fn born(&self, t: u64) -> u128 {
         let t = t.min(T_MAX);
-        let w = t >> G_SHIFT;
-        let f = field_bits(self.k);
-        let mut x = u128::from(w) << FIELDS;
-        for (i, l) in self.lims[..self.k].iter().enumerate() {
-            x |= u128::from(l.u(t) - l.a(w)) << (i as u32 * f);
+        self.pack(std::array::from_fn(|i| self.lims[i].u(t)), t)
+    }
+
+    /// The word of each limit's `tat_i` at a reading `t` with `u_i(t) <= tat_i <= u_i(t) +
+    /// tau_i`: fields of `tat_i` (wide), or of offsets from the anchor of `t` (anchored).
+    fn pack(&self, tats: [u64; MAX_LIMITS], t: u64) -> u128 {
+        let k = self.k;
+        let w = t.min(T_MAX) >> G_SHIFT;
+        let mut x = if k <= WIDE {
+            0
+        } else {
+            u128::from(w) << FIELDS
+        };
+        for (i, (l, tat)) in self.lims[..k].iter().zip(tats).enumerate() {
+            let d = if k <= WIDE { tat } else { tat - l.a(w) };
+            x |= u128::from(d) << field_at(i, k);
         }
         x
     }
@@ -353,17 +450,23 @@ impl Limits {
 
     /// Each limit's `tat_i` in its units.
     pub(crate) fn tats(&self, x: u128) -> [u64; MAX_LIMITS] {
-        let f = field_bits(self.k);
-        let mask = (1u64 << f) - 1;
+        let k = self.k;
+        let mask = (1u64 << field_bits(k)) - 1;
         let w = (x >> FIELDS) as u64 & W_MASK;
-        std::array::from_fn(|i| {
-            if i < self.k {
-                let l = &self.lims[i];
-                l.a(w) + ((x >> (i as u32 * f)) as u64 & mask)
-            } else {
-                0
-            }
+        std::array::from_fn(|i| match i {
+            _ if i >= k => 0,
+            _ if k <= WIDE => (x >> field_at(i, k)) as u64 & mask,
+            _ => self.lims[i].a(w) + ((x >> field_at(i, k)) as u64 & mask),
         })
+    }
+
+    /// The reading a word's anchor says it has reached: a reading before it counts as it.
+    fn floor(&self, x: u128) -> u64 {
+        if self.k <= WIDE {
+            0
+        } else {
+            ((x >> FIELDS) as u64 & W_MASK) << G_SHIFT
+        }
     }
 
     /// Each limit's tokens at `t` (at most its burst).
@@ -419,23 +522,20 @@ impl Limits {
     /// `SetLimit` and `SetBurst` keep them; a limit added starts full. A reading before the
     /// word's anchor counts as the anchor.
     pub(crate) fn convert(&self, x: u128, new: &Limits, t: u64) -> u128 {
-        let w = (x >> FIELDS) as u64 & W_MASK;
-        let t = t.min(T_MAX).max(w << G_SHIFT);
+        let t = t.min(T_MAX).max(self.floor(x));
         let tokens = self.tokens(x, t);
-        let w2 = t >> G_SHIFT;
-        let f = field_bits(new.k);
-        let mut out = u128::from(w2) << FIELDS;
-        for (i, l) in new.lims[..new.k].iter().enumerate() {
-            let u = l.u(t);
-            let keep = if i < self.k {
-                ((tokens[i] * l.one as f64) as u64).min(l.tau)
-            } else {
-                l.tau
-            };
-            let tat = (u + l.tau - keep).max(l.a(w2));
-            out |= u128::from(tat - l.a(w2)) << (i as u32 * f);
-        }
-        out
+        new.pack(
+            std::array::from_fn(|i| {
+                let l = &new.lims[i];
+                let keep = if i < self.k {
+                    ((tokens[i] * l.one as f64) as u64).min(l.tau)
+                } else {
+                    l.tau
+                };
+                l.u(t) + l.tau - keep
+            }),
+            t,
+        )
     }
 
     /// The retry time `retry` (ns past the base, or [`NEVER`]) as a reading no earlier than

@@ -107,3 +107,39 @@ fn extreme_readings_and_weights_never_panic() {
         k.evict_idle_at(t);
     }
 }
+
+#[test]
+fn one_or_two_limits_hold_rates_up_to_about_two_per_nanosecond() {
+    // One or two limits keep each arrival time whole in a 59-bit field: every reading of the
+    // 9.1-year range must fit in units no coarser than a token.
+    let daily = Bandwidth::per(10_000, Duration::from_secs(86_400));
+    let fits = Bandwidth::new(Limit::per_second(1.9e9).unwrap(), 1000);
+    let b = build(&[daily, fits]).unwrap();
+    assert!(b.check_n_at(Nanos::ZERO, 1000).is_ok());
+    assert!(b.check_n_at(Nanos::ZERO, 1).is_err());
+    assert_eq!(b.precision()[1], Duration::from_nanos(1));
+    let past = Bandwidth::new(Limit::per_second(2e9).unwrap(), 1000);
+    assert_eq!(out_of_range(build(&[past]).unwrap_err()), 0);
+    assert_eq!(out_of_range(build(&[daily, past]).unwrap_err()), 1);
+}
+
+#[test]
+fn a_reading_before_the_base_counts_as_the_base() {
+    // Built at 5 s: the grids count from there, and an earlier reading is the base itself.
+    let limits = [
+        Bandwidth::per(20, Duration::from_secs(1)).burst_of(40),
+        Bandwidth::per(10_000, Duration::from_secs(86_400)),
+    ];
+    let base = Nanos::new(5_000_000_000);
+    let b = MultiTokenBucket::builder(&limits)
+        .clock(ManualClock::new(base))
+        .build()
+        .unwrap();
+    assert!(b.check_n_at(Nanos::ZERO, 40).is_ok());
+    let d = b.check_n_at(Nanos::ZERO, 1).unwrap_err();
+    assert_eq!(d.retry_at(), Some(Nanos::new(base.as_u64() + 50_000_000)));
+    // A second after the base the burst limit has refilled 20.
+    let later = Nanos::new(base.as_u64() + 1_000_000_000);
+    assert!(b.check_n_at(later, 20).is_ok());
+    assert!(b.check_n_at(later, 1).is_err());
+}
