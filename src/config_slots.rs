@@ -80,6 +80,26 @@ impl<const N: usize, P: Layout> ConfigSlots<N, P> {
         Some(words)
     }
 
+    /// Slot `parity`'s words, for a hot path that loads only the words it needs and then
+    /// validates them with [`ConfigSlots::holds`] (without `read`'s first `seq` load: the
+    /// state word's `Acquire` load that found the epoch is that first read).
+    #[inline(always)]
+    pub(crate) fn words(&self, parity: usize) -> &[AtomicU64; N] {
+        &self.slots[parity & 1].words
+    }
+
+    /// Whether slot `parity` still holds epoch `epoch` after the caller's `Relaxed` loads of
+    /// its words: an `Acquire` fence, then `seq`. If not, the caller's state word is stale.
+    #[inline(always)]
+    pub(crate) fn holds(&self, parity: usize, epoch: u32) -> bool {
+        fence(Ordering::Acquire);
+        if self.slots[parity & 1].seq.load(Ordering::Relaxed) != u64::from(epoch) {
+            retry_hint();
+            return false;
+        }
+        true
+    }
+
     /// Writes epoch `epoch`'s configuration. Only one writer at a time, and only for the epoch
     /// after the state word's current one (or before the limiter is shared).
     pub(crate) fn write(&self, epoch: u32, words: [u64; N]) {

@@ -39,17 +39,17 @@
 //!   `Relaxed` survived every model.
 //!
 //! **`MultiTokenBucket`** (`src/multi_token_bucket/engine.rs`: the 128-bit word's epoch is the
-//! sequence of two plain-word slots, each ending with the epoch it holds; models in
+//! sequence of the two slots of a `ConfigSlots`, each with the epoch it holds; models in
 //! `tests/multi_token_bucket.rs`)
-//! * drop a refusal's validation (the slot's `SEQ` read), its `Acquire` fence, the writer's
-//!   `Release` fence or its `SEQ = WRITING` store:
+//! * drop a refusal's validation (`ConfigSlots::holds`' `seq` read), its `Acquire` fence, the
+//!   writer's `Release` fence or its `seq = WRITING` store (`ConfigSlots::write`):
 //!   `set_limits_twice_vs_check_on_a_full_bucket_grants`.
 //! * the check's state load `Acquire -> Relaxed`, or the reconfiguring CAS `AcqRel ->
 //!   Relaxed`: `check_vs_set_limits_is_linearizable`,
 //!   `check_vs_set_limits_never_grants_what_neither_configuration_grants`,
 //!   `refusal_vs_set_limits_reports_one_configurations_retry` and
 //!   `set_limits_twice_vs_check_on_a_full_bucket_grants`. (A grant has one publication of its
-//!   configuration, the state word; a refusal has two, the word and the slot's `SEQ`.)
+//!   configuration, the state word; a refusal has two, the word and the slot's `seq`.)
 //! * the grant CAS made a store: `check_vs_check_both_land`,
 //!   `check_vs_check_grants_exactly_what_the_budget_allows`,
 //!   `check_vs_check_at_different_readings_is_linearizable` and

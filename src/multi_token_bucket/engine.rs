@@ -8,13 +8,13 @@
 //! word of `word.rs` (each limit's arrival time, or an anchor and offsets), the top five the
 //! configuration's **epoch** modulo 32.
 //!
-//! **Configurations** live in two slots of plain atomic words beside the state word, one per
-//! epoch parity (`slots`): a header (the number of limits and the smallest burst) and six
+//! **Configurations** live in the two seqlocked slots of a `ConfigSlots`
+//! (`src/config_slots.rs`), one per epoch parity (`slots`): a header (the number of limits and the smallest burst) and six
 //! words per limit, the three a check reads first, then the two a refusal's retry time needs,
 //! then the rate for readers. Only `set_limits` writes them, serialized by a mutex the hot
 //! path never touches: it writes the slot of epoch `e + 1`, then converts the state (each
 //! limit's tokens at `now`, re-expressed in the new configuration) and installs it with
-//! epoch `e + 1` by one CAS on the state word. Each slot ends with the epoch it holds (`SEQ`),
+//! epoch `e + 1` by one CAS on the state word. Each slot carries the epoch it holds (`seq`),
 //! written last: what a check that writes nothing validates its reading of the slot by.
 //!
 //! **The slot by a branch.** A check picks its slot by branching on the word's epoch parity,
@@ -30,21 +30,21 @@
 //!   its epoch's (a rewrite of that slot needs the word moved first). So no check is ever
 //!   computed half under an old configuration: `set_limits` is linearizable with checks.
 //! * A **refusal** (and a peek, and a check of zero) writes nothing: after reading the slot it
-//!   reads the slot's `SEQ` and accepts its answer if it is still the word's epoch (the
+//!   reads the slot's `seq` and accepts its answer if it is still the word's epoch (the
 //!   slot was not rewritten meanwhile); it then linearizes at its load. A refusal is decided
 //!   from that one load of the state word, and validated by one 64-bit load.
 //! * **ABA bound.** The epoch has 5 bits: a grant could commit against a stale slot only if
 //!   32 reconfigurations ran (each taking the mutex and a CAS) between its load and its CAS
 //!   *and* left the word's other 123 bits as they were; a refusal only if 32 ran between its
-//!   load and its `SEQ` read.
+//!   load and its `seq` read.
 //!
 //! **Orderings.** The state word is loaded with `Acquire`: it pairs with the `Release` of the
 //! reconfiguring CAS, so the slot written before that CAS is visible to whoever sees the new
 //! epoch. A grant's CAS is `AcqRel` (failure `Acquire`, since the found word is the next
 //! attempt's). Slot words are `Relaxed`: the writer, once it has seen the word at `e` (so the
-//! slot of `e + 1` is spare), stores `SEQ = WRITING`, issues a `Release` fence, writes the
-//! words and stores `SEQ = e + 1` (`Release`); a refusal's validation is an `Acquire` fence
-//! then the `SEQ` load. If a reader read any slot word of a later write, the two fences
+//! slot of `e + 1` is spare), stores `seq = WRITING`, issues a `Release` fence, writes the
+//! words and stores `seq = e + 1` (`Release`) (`ConfigSlots::write`); a refusal's validation
+//! is an `Acquire` fence then the `seq` load (`ConfigSlots::holds`). If a reader read any slot word of a later write, the two fences
 //! synchronize and it reads `WRITING` or a later epoch, so it retries (the seqlock argument,
 //! with the state word's `Acquire` load as the first read of the sequence: it synchronizes
 //! with the CAS that published `e`, after the slot's write for `e`). A grant needs no fence: its
@@ -58,15 +58,13 @@ use crossbeam_utils::{Backoff, CachePadded};
 use super::word::{
     check, field_bits, reading, Lim, Limits, Source, Verdict, MAX_LIMITS, X_BITS, X_MASK,
 };
+use crate::config_slots::ConfigSlots;
 use crate::limit::Limit;
-use crate::sync::{fence, keep_branch, retry_hint, AtomicU128, AtomicU64, Mutex, Ordering}; // Mutex: set_limits only
+use crate::sync::{keep_branch, AtomicU128, AtomicU64, Mutex, Ordering}; // Mutex: set_limits only
 
 /// Words per limit in a slot.
 const PER_LIMIT: usize = 6;
 const WORDS: usize = 1 + PER_LIMIT * MAX_LIMITS;
-/// The slot word after the configuration: the epoch the slot holds, or `WRITING`.
-const SEQ: usize = WORDS;
-const WRITING: u64 = u64::MAX;
 /// Epochs count modulo 32, in the word's top five bits.
 const EPOCHS: u32 = 32;
 
@@ -83,29 +81,24 @@ pub(super) enum Taken {
 pub(super) struct Engine {
     state: CachePadded<AtomicU128>,
     /// The configurations of the word's epoch and the next, by parity.
-    slots: CachePadded<[[AtomicU64; WORDS + 1]; 2]>,
+    slots: ConfigSlots<WORDS>,
     /// The clock reading every grid counts from.
     pub(super) base: u64,
-    /// The current configuration, for `set_limits`: whoever holds it is the one writer.
-    // Off the hot path: only `set_limits` takes it, to serialize reconfigurations (each
-    // writes the spare slot, which two writers at once would tear); checks, peeks and
-    // refusals never touch it, and a reconfiguration is published by the CAS on `state`.
-    writer: Mutex<Limits>,
+    /// The current configuration, for `set_limits`: whoever holds it is the one writer. Only
+    /// `set_limits` takes it, to serialize reconfigurations (each writes the spare slot, which
+    /// two writers at once would tear); a reconfiguration is published by the CAS on `state`.
+    writer: Mutex<Limits>, // off the hot path: checks, peeks and refusals never take it
 }
 
 impl Engine {
     /// An engine of `limits`, all full at `base`.
     pub(super) fn new(limits: Limits, base: u64) -> Engine {
-        let e = Engine {
+        Engine {
             state: CachePadded::new(AtomicU128::new(limits.born(0))),
-            slots: CachePadded::new(std::array::from_fn(|_| {
-                std::array::from_fn(|_| AtomicU64::new(WRITING))
-            })),
+            slots: ConfigSlots::new(to_words(&limits)),
             base,
             writer: Mutex::new(limits), // set_limits only: see the field
-        };
-        e.write(0, &limits);
-        e
+        }
     }
 
     /// A check of `n` at the clock reading `now`, consuming if `take` (else a peek): one
@@ -140,8 +133,7 @@ impl Engine {
     ) -> Result<Taken, u128> {
         let epoch = (word >> X_BITS) as u64;
         debug_assert_eq!(epoch as usize & 1, parity);
-        let slot = &self.slots[parity];
-        let verdict = check(&Slot(slot), word & X_MASK, t, n);
+        let verdict = check(&Slot(self.slots.words(parity)), word & X_MASK, t, n);
         if let (Verdict::Grant(x2), true) = (&verdict, take) {
             return self
                 .state
@@ -154,9 +146,7 @@ impl Engine {
                 .map(|_| Taken::Granted);
         }
         // Nothing written: valid if the slot still holds the word's epoch (module docs).
-        fence(Ordering::Acquire);
-        if slot[SEQ].load(Ordering::Relaxed) != epoch {
-            retry_hint();
+        if !self.slots.holds(parity, epoch as u32) {
             return Err(self.state.load(Ordering::Acquire));
         }
         Ok(match verdict {
@@ -184,27 +174,10 @@ impl Engine {
     pub(super) fn snapshot(&self) -> (Limits, u128) {
         loop {
             let word = self.state.load(Ordering::Acquire);
-            let epoch = (word >> X_BITS) as u64;
-            let slot = &self.slots[epoch as usize & 1];
-            let words: [u64; WORDS] = std::array::from_fn(|i| slot[i].load(Ordering::Relaxed));
-            fence(Ordering::Acquire);
-            if slot[SEQ].load(Ordering::Relaxed) == epoch {
+            if let Some(words) = self.slots.read((word >> X_BITS) as u32) {
                 return (full(&words), word & X_MASK);
             }
-            retry_hint();
         }
-    }
-
-    /// Writes epoch `epoch`'s configuration into its slot: by the writer only, once the slot
-    /// is spare (or before the engine is shared).
-    fn write(&self, epoch: u32, limits: &Limits) {
-        let slot = &self.slots[epoch as usize & 1];
-        slot[SEQ].store(WRITING, Ordering::Relaxed);
-        fence(Ordering::Release);
-        for (w, v) in slot.iter().zip(to_words(limits)) {
-            w.store(v, Ordering::Relaxed);
-        }
-        slot[SEQ].store(u64::from(epoch), Ordering::Release);
     }
 
     /// Installs `new` at `t` ns past the base: each limit kept by index keeps its tokens.
@@ -212,7 +185,7 @@ impl Engine {
         let mut current = self.writer.lock().unwrap_or_else(|e| e.into_inner());
         let mut word = self.state.load(Ordering::Acquire);
         let epoch = ((word >> X_BITS) as u32 + 1) % EPOCHS;
-        self.write(epoch, &new);
+        self.slots.write(epoch, to_words(&new));
         let backoff = Backoff::new();
         loop {
             let x = current.convert(word & X_MASK, &new, t);
@@ -262,7 +235,7 @@ fn to_words(l: &Limits) -> [u64; WORDS] {
 /// A slot's words as a check reads them: the header, and each limit's words one by one. Any
 /// words give values `check` takes without panicking (`k` is two bits, the index masked), as a
 /// torn read must.
-struct Slot<'a>(&'a [AtomicU64; WORDS + 1]);
+struct Slot<'a>(&'a [AtomicU64; WORDS]);
 
 impl Source for Slot<'_> {
     #[inline(always)]
