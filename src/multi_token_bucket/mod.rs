@@ -447,9 +447,10 @@ impl<C: Clock> MultiTokenBucket<C> {
         self.engine.snapshot().0.bandwidths()
     }
 
-    /// Each limit's time unit: a reading counts as up to one unit earlier than it is (fewer
-    /// tokens, never more), so a limit admits at most this late. A fraction of its token
-    /// interval, as fine as the word's bits allow (module docs).
+    /// Each limit's precision: a reading counts as up to this much earlier than it is (fewer
+    /// tokens, never more), so a limit admits at most this late, and never early. One unit of
+    /// the limit's time grid for one or two limits, two for three or four; a unit is a
+    /// fraction of the token interval, as fine as the word's bits allow (module docs).
     ///
     /// ```
     /// use std::time::Duration;
@@ -461,7 +462,7 @@ impl<C: Clock> MultiTokenBucket<C> {
     /// ```
     pub fn precision(&self) -> Vec<Duration> {
         let (limits, _) = self.engine.snapshot();
-        limits.lims[..limits.k].iter().map(Lim::unit).collect()
+        (0..limits.k).map(|i| limits.precision(i)).collect()
     }
 
     /// Replaces the limits at the clock's reading (see [`set_limits_at`](Self::set_limits_at)).

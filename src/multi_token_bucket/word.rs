@@ -32,6 +32,13 @@
 //!   integers): the coarse anchor costs bits, never precision. `0 <= d_i <= tau_i + u_i(G) +
 //!   1` (the grid units of one `G`), which is what a field must hold.
 //!
+//!   A reading `t` counts, on limit `i`'s grid, as the anchor of its own grain plus the units
+//!   since it: `u_i'(t) = a_i(floor(t / G)) + u_i(t mod G)`. Within the word's grain (a busy
+//!   limiter's every check) that is the offset `r_i = u_i(t mod G)` from the stored anchor,
+//!   so a check compares and packs offsets as they are: one multiply per limit. Two roundings
+//!   down make `u_i'(t)` up to one unit less than `u_i(t)`, still monotonic in `t`; where `G`
+//!   is a whole number of units they are equal.
+//!
 //! ```text
 //!  wide, k = 1, 2:
 //!  127..123   122..64           63..59   58..0
@@ -51,9 +58,9 @@
 //! a rate above about 1.9e9/s does not fit (a unit may not exceed a token). Anchored, it
 //! keeps `burst_i * one_i + u_i(G) + 2 < 2^F`: among four limits (21-bit fields), a 20/s
 //! limit with burst 40 counts in units of 1.5 µs, a 10 000/day limit in units of 67.5 ms.
-//! A reading is rounded down to the unit, and a retry time up to the nanosecond, so a limit
-//! admits at most one unit late and never early. [`MultiTokenBucket::precision`] reports
-//! each limit's unit.
+//! A reading is rounded down to the unit (wide) or up to two (anchored), and a retry time up
+//! to the nanosecond, so a limit admits at most one unit late (wide) or two (anchored), and
+//! never early. [`MultiTokenBucket::precision`] reports that bound for each limit.
 //!
 //! **Range.** Readings up to 2^58 ns (9.1 years) past the base (`w` holds 2^38 intervals of
 //! 2^20 ns; a wide field every reading's units). Past that, time stands still for the word:
@@ -61,8 +68,8 @@
 //!
 //! **Budget.** `tat_i` never decreases, each grant adds `n * one_i`, and a grant at `t` needs
 //! `tat_i' <= u_i(t) + tau_i`; so over any readings `[a, b]` limit `i` grants at most
-//! `burst_i + limit_i * (b - a)` (plus one unit), whatever order the readings arrive in:
-//! a stale reading only finds a smaller `u_i`, so fewer tokens. All limits hold together,
+//! `burst_i + limit_i * (b - a)` (plus one unit, two anchored), whatever order the readings
+//! arrive in: a stale reading only finds a smaller `u_i`, so fewer tokens. All limits hold together,
 //! since a grant is one word.
 //!
 //! [`MultiTokenBucket::precision`]: super::MultiTokenBucket::precision
@@ -87,6 +94,7 @@ pub(crate) const X_MASK: u128 = (1 << X_BITS) - 1;
 
 /// `G = 2^G_SHIFT` ns: the anchor's grain.
 const G_SHIFT: u32 = 20;
+const G_MASK: u64 = (1 << G_SHIFT) - 1;
 const W_BITS: u32 = 38;
 const W_MASK: u64 = (1 << W_BITS) - 1;
 /// The offsets' bits, below `w`.
@@ -328,7 +336,7 @@ fn check_wide<const K: usize, S: Source>(s: &S, x: u128, t: u64, n: u32) -> Verd
         *need = (tat, limit);
     }
     if over {
-        return refused(s, &need, t);
+        return refused::<S, false>(s, &need, t);
     }
     let mut out = 0u128;
     for (i, &(tat, _)) in need.iter().enumerate() {
@@ -338,40 +346,111 @@ fn check_wide<const K: usize, S: Source>(s: &S, x: u128, t: u64, n: u32) -> Verd
 }
 
 /// The hot path of three or four limits (`n` in `1..=min_burst`, `t <= T_MAX`): each field
-/// is its limit's offset from the anchor. Wrapping as [`check_wide`].
+/// is its limit's offset from the anchor. A reading in the anchor's own grain (a word checked
+/// again within the grain: a busy limiter) is its offset `r_i` from the anchor already, so
+/// the offsets compare and pack as they are. Wrapping as [`check_wide`].
 #[inline(always)]
 fn check_anchored<const K: usize, S: Source>(s: &S, x: u128, t: u64, n: u32) -> Verdict {
-    let mask = (1u64 << field_bits(K)) - 1;
     let w = (x >> FIELDS) as u64 & W_MASK;
-    let w2 = w.max(t >> G_SHIFT);
-    let (tj, wj) = (t << J, w << (G_SHIFT + J));
-    // Each limit's `tat'`, `u + tau` and anchor: decided first, packed only for a grant.
+    if t >> G_SHIFT != w {
+        return check_moved::<K, S>(s, x, t, n, w);
+    }
+    let mask = (1u64 << field_bits(K)) - 1;
+    let rj = (t & G_MASK) << J;
     let mut need = [(0u64, 0u64); K];
-    let mut anchor = [0u64; K];
+    let mut over = false;
+    for (i, need) in need.iter_mut().enumerate() {
+        let (mul, one, tau) = s.hot(i);
+        let r = hi(rj, mul);
+        let d = (x >> field_at(i, K)) as u64 & mask;
+        let tat = later(d, r).wrapping_add(u64::from(n).wrapping_mul(one));
+        let limit = r.wrapping_add(tau);
+        over |= tat > limit;
+        *need = (tat, limit);
+    }
+    if over {
+        return refused::<S, true>(s, &need, t);
+    }
+    let mut out = Halves::of(x & (u128::from(W_MASK) << FIELDS));
+    for (i, &(tat, _)) in need.iter().enumerate() {
+        out.put(tat, field_at(i, K), field_bits(K));
+    }
+    Verdict::Grant(out.whole())
+}
+
+/// [`check_anchored`] at a reading outside the anchor's grain `w`: later (the anchor moves
+/// to the reading's grain), or earlier (a stale reading; the anchor stays). Arrival times in
+/// units from the base, then re-expressed from the anchor kept.
+#[inline(always)]
+fn check_moved<const K: usize, S: Source>(s: &S, x: u128, t: u64, n: u32, w: u64) -> Verdict {
+    let mask = (1u64 << field_bits(K)) - 1;
+    let wr = t >> G_SHIFT;
+    let w2 = w.max(wr);
+    let (wj, wrj, rj) = (w << (G_SHIFT + J), wr << (G_SHIFT + J), (t & G_MASK) << J);
+    // Each limit's `tat'` and `u + tau` from the reading's anchor, and the kept anchor's
+    // offset from it: decided first, packed only for a grant.
+    let mut need = [(0u64, 0u64); K];
+    let mut kept = [0u64; K];
     let mut over = false;
     for i in 0..K {
         let (mul, one, tau) = s.hot(i);
+        let (a, ar) = (hi(wj, mul), hi(wrj, mul));
         let d = (x >> field_at(i, K)) as u64 & mask;
-        let u = hi(tj, mul);
-        anchor[i] = hi(wj, mul);
-        let tat = later(anchor[i].wrapping_add(d), u).wrapping_add(u64::from(n).wrapping_mul(one));
+        let u = ar.wrapping_add(hi(rj, mul));
+        let tat = later(a.wrapping_add(d), u).wrapping_add(u64::from(n).wrapping_mul(one));
         let limit = u.wrapping_add(tau);
         over |= tat > limit;
-        need[i] = (tat, limit);
+        need[i] = (tat.wrapping_sub(ar), limit.wrapping_sub(ar));
+        kept[i] = if w2 == w { a.wrapping_sub(ar) } else { 0 };
     }
     if over {
-        return refused(s, &need, t);
+        return refused::<S, true>(s, &need, t);
     }
-    let mut out = u128::from(w2) << FIELDS;
+    let mut out = Halves::of(u128::from(w2) << FIELDS);
     for i in 0..K {
-        let a2 = if w2 == w {
-            anchor[i]
-        } else {
-            units(w2 << G_SHIFT, s.hot(i).0)
-        };
-        out |= u128::from(need[i].0.wrapping_sub(a2)) << field_at(i, K);
+        out.put(
+            need[i].0.wrapping_sub(kept[i]),
+            field_at(i, K),
+            field_bits(K),
+        );
     }
-    Verdict::Grant(out)
+    Verdict::Grant(out.whole())
+}
+
+/// A word built as its two 64-bit halves: a field `put` whole into the half it lies in (or
+/// split across both), where a `u128` shift of a `u64` would also carry the bits the field
+/// never has into the high half.
+struct Halves {
+    lo: u64,
+    hi: u64,
+}
+
+impl Halves {
+    #[inline(always)]
+    fn of(x: u128) -> Halves {
+        Halves {
+            lo: x as u64,
+            hi: (x >> 64) as u64,
+        }
+    }
+
+    /// Ors in `v`, which fits its `bits`, at bit `at` (constants once unrolled).
+    #[inline(always)]
+    fn put(&mut self, v: u64, at: u32, bits: u32) {
+        if at >= 64 {
+            self.hi |= v << (at - 64);
+        } else {
+            self.lo |= v << at;
+            if at + bits > 64 {
+                self.hi |= v >> (64 - at);
+            }
+        }
+    }
+
+    #[inline(always)]
+    fn whole(&self) -> u128 {
+        u128::from(self.hi) << 64 | u128::from(self.lo)
+    }
 }
 
 /// `max(tat, u)` by a branch ([`keep_branch`]). Which is later depends on the workload (a
@@ -389,16 +468,23 @@ fn later(tat: u64, u: u64) -> u64 {
 
 /// A refusal with `need[i] = (tat_i', u_i + tau_i)` for a check of at most every burst: the
 /// limit that admits last and when, from the limits that refused (`tat_i' > u_i + tau_i`),
-/// each of which admits once `u_i` reaches `tat_i' - tau_i`.
+/// each of which admits once `u_i` reaches `tat_i' - tau_i`. Wide, the units count from the
+/// base; anchored (`ANCHORED`), from the anchor of the reading's grain, where a reading is
+/// exact up to the grain's end and counts up to one unit less past it (module docs), so a
+/// retry past the grain waits one unit more.
 #[inline(always)]
-fn refused<S: Source>(s: &S, need: &[(u64, u64)], t: u64) -> Verdict {
+fn refused<S: Source, const ANCHORED: bool>(s: &S, need: &[(u64, u64)], t: u64) -> Verdict {
     let (mut by, mut latest) = (0, 0u64);
+    let origin = if ANCHORED { t & !G_MASK } else { 0 };
     for (i, &(tat, limit)) in need.iter().enumerate() {
         if tat > limit {
             let (per, per_shift, _) = s.cold(i);
-            let tau = s.hot(i).2;
-            let ns =
-                nanos_ceil_pos(tat.wrapping_sub(tau).max(1), per, per_shift).unwrap_or(u64::MAX);
+            let v = tat.wrapping_sub(s.hot(i).2).max(1);
+            let mut ns = nanos_ceil_pos(v, per, per_shift).unwrap_or(u64::MAX);
+            if ANCHORED && ns > G_MASK {
+                ns = nanos_ceil_pos(v + 1, per, per_shift).unwrap_or(u64::MAX);
+            }
+            let ns = origin.saturating_add(ns);
             if ns >= latest {
                 (by, latest) = (i, ns);
             }
@@ -421,7 +507,30 @@ impl Limits {
     /// The state of a word whose limits are all full at `t`.
     pub(crate) fn born(&self, t: u64) -> u128 {
         let t = t.min(T_MAX);
-        self.pack(std::array::from_fn(|i| self.lims[i].u(t)), t)
+        self.pack(std::array::from_fn(|i| self.u(i, t)), t)
+    }
+
+    /// Limit `i`'s reading of `t <= T_MAX` in units: `u_i(t)` (wide), or the anchor of `t`'s
+    /// grain plus the units since it (anchored, module docs).
+    fn u(&self, i: usize, t: u64) -> u64 {
+        let l = &self.lims[i];
+        if i >= self.k {
+            0
+        } else if self.k <= WIDE {
+            l.u(t)
+        } else {
+            l.a(t >> G_SHIFT) + l.u(t & G_MASK)
+        }
+    }
+
+    /// How late limit `i` may admit: one grid unit (wide), two (anchored).
+    pub(crate) fn precision(&self, i: usize) -> Duration {
+        let unit = self.lims[i].unit();
+        if self.k <= WIDE {
+            unit
+        } else {
+            unit.saturating_mul(2)
+        }
     }
 
     /// The word of each limit's `tat_i` at a reading `t` with `u_i(t) <= tat_i <= u_i(t) +
@@ -478,7 +587,7 @@ impl Limits {
                 return 0.0;
             }
             let l = &self.lims[i];
-            let have = (l.u(t) + l.tau).saturating_sub(tats[i]).min(l.tau);
+            let have = (self.u(i, t) + l.tau).saturating_sub(tats[i]).min(l.tau);
             have as f64 / l.one as f64
         })
     }
@@ -487,7 +596,7 @@ impl Limits {
     pub(crate) fn idle(&self, x: u128, t: u64) -> bool {
         let t = t.min(T_MAX);
         let tats = self.tats(x);
-        (0..self.k).all(|i| tats[i] <= self.lims[i].u(t))
+        (0..self.k).all(|i| tats[i] <= self.u(i, t))
     }
 
     /// Each limit as a client may be told of it at `t`: its burst, the time it takes to
@@ -505,7 +614,7 @@ impl Limits {
                 };
             }
             let l = &self.lims[i];
-            let u = l.u(t);
+            let u = self.u(i, t);
             let have = (u + l.tau).saturating_sub(tats[i]).min(l.tau);
             let reset = tats[i].saturating_sub(u);
             QuotaStatus {
@@ -532,7 +641,7 @@ impl Limits {
                 } else {
                     l.tau
                 };
-                l.u(t) + l.tau - keep
+                new.u(i, t) + l.tau - keep
             }),
             t,
         )

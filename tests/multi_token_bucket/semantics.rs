@@ -65,6 +65,70 @@ fn the_retry_time_is_when_every_limit_admits() {
     assert_eq!((d.limit(), d.retry_at()), (0, None));
 }
 
+/// Three or four limits count a reading up to two units early (`precision()`); a refusal's
+/// retry time must still be one at which the check is granted, within the precision of the
+/// exact twin's (while the two agree). Rates that are no whole number of units per anchor grain, so that readings
+/// round differently inside and across grains.
+#[test]
+fn a_retry_time_admits_and_is_never_early_for_four_limits() {
+    let mut rng = 0x2545_F491_4F6C_DD1Du64;
+    let mut next = move || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    let (mut checked, mut past_grain) = (0, 0);
+    for _ in 0..1_000 {
+        let limits: Vec<Bandwidth> = (0..4)
+            .map(|_| {
+                let per_second = 0.5 + (next() % 100_000) as f64 / 7.0;
+                Bandwidth::new(
+                    Limit::per_second(per_second).unwrap(),
+                    1 + next() as u32 % 20,
+                )
+            })
+            .collect();
+        let Ok(b) = MultiTokenBucket::builder(&limits)
+            .clock(ManualClock::default())
+            .build()
+        else {
+            continue;
+        };
+        let twin =
+            turnstile::reference::MultiTokenBucket::with_clock(&limits, ManualClock::default())
+                .unwrap();
+        // The twin's state may lead by the precision too (module docs of `differential`).
+        let slack = 2 * b.precision().iter().max().unwrap().as_nanos() as u64 + 2;
+        let mut t = next() % (10 * SEC);
+        for _ in 0..40 {
+            let n = 1 + next() as u32 % 3;
+            let (mine, exact) = (b.check_n_at(at(t), n), twin.check_n_at(at(t), n));
+            match (mine, exact) {
+                (Err(d), Err(e)) if d.retry_at().is_some() => {
+                    let retry = d.retry_at().unwrap();
+                    let exact = e.retry_at().unwrap().as_u64();
+                    assert!(
+                        retry.as_u64().abs_diff(exact) <= slack,
+                        "{limits:?} n {n} at {t}"
+                    );
+                    assert!(b.peek_n_at(retry, n).is_ok(), "{limits:?} n {n} at {t}");
+                    checked += 1;
+                    past_grain += usize::from(retry.as_u64() >> 20 != t >> 20);
+                    t = retry.as_u64();
+                }
+                (Ok(_), Ok(_)) => t += next() % (2 * MS),
+                // Within the precision of a boundary: the two states part here.
+                _ => break,
+            }
+        }
+    }
+    assert!(
+        checked > 1_000 && past_grain > 500,
+        "{checked} refusals, {past_grain} past the grain"
+    );
+}
+
 #[test]
 fn peeks_and_zero_checks_take_nothing() {
     let b = bucket(&[
@@ -142,6 +206,31 @@ fn stale_readings_get_no_more_than_the_latest() {
     assert_eq!(b.check_n_at(at(9 * SEC), 1).unwrap_err().limit(), 0);
     assert!(b.check_n_at(at(11 * SEC), 1).is_ok());
     assert_eq!(b.check_n_at(at(12 * SEC), 1).unwrap_err().limit(), 1);
+}
+
+/// Four limits keep offsets from an anchor that a later reading moves: a stale reading
+/// (before the anchor) takes its own tokens and no more, and leaves the anchor where it is.
+#[test]
+fn a_stale_reading_takes_only_its_tokens_from_four_limits() {
+    let limits = [
+        Bandwidth::per(10, Duration::from_secs(1)),
+        Bandwidth::per(100, Duration::from_secs(60)),
+        Bandwidth::per(1_000, Duration::from_secs(3_600)),
+        Bandwidth::per(5_000, DAY),
+    ];
+    let b = bucket(&limits);
+    assert!(b.check_n_at(at(10 * SEC), 3).is_ok());
+    // 5 ms earlier: a stale reading, in an earlier grain than the anchor.
+    assert!(b.check_n_at(at(10 * SEC - 5 * MS), 2).is_ok());
+    let left: Vec<u64> = b
+        .status_at(at(10 * SEC))
+        .iter()
+        .map(|s| s.remaining)
+        .collect();
+    assert_eq!(left, [5, 95, 995, 4_995]);
+    // The word stayed anchored at 10 s: 0.5 s later the first limit has 5 more.
+    assert!(b.check_n_at(at(10 * SEC + 500 * MS), 10).is_ok());
+    assert!(b.check_at(at(10 * SEC + 500 * MS)).is_err());
 }
 
 #[test]
