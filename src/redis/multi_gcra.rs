@@ -129,10 +129,12 @@ use super::{denied_after, Connection, RedisBatch, RedisLimitError, RedisLimiter}
 use crate::multi_token_bucket::{limits_of, Bandwidth, MultiTokenBucket, MAX_LIMITS};
 use crate::{ConfigError, Denied, Limit, QuotaStatus};
 
-/// The multi-limit GCRA script. `KEYS[1]` the client's key; `ARGV` = `k` (the number of
-/// limits), then each limit's `tau_i`, then for each request (a batch:
-/// [`Coalesce`](super::Coalesce)) each limit's `n × T_i`; every duration as whole µs then the
-/// remaining units (10⁻¹⁸ s, below 10¹²). The requests are taken one after another at the
+/// The multi-limit GCRA script. `KEYS[1]` the client's key; `ARGV[1]` a string of
+/// little-endian IEEE doubles, all integers: `k` (the number of limits), then each limit's
+/// `tau_i`, then for each request (a batch: [`Coalesce`](super::Coalesce)) each limit's
+/// `n × T_i`; every duration as whole µs then the remaining units (10⁻¹⁸ s, below 10¹²). One
+/// argument unpacked by one C call, where a decimal argument per number would cost Redis an
+/// argument and the script a `tonumber` each. The requests are taken one after another at the
 /// same `now`, each as if alone, each all-or-nothing over the `k` limits. Returns per request
 /// `{allowed (1/0), d_1 µs, d_1 units, ..., d_k µs, d_k units}`, with
 /// `d_i = max(tat_i, now) - now` before that request; the caller derives the refusing limit,
@@ -141,21 +143,24 @@ pub const SCRIPT: &str = r#"
 if redis.replicate_commands then redis.replicate_commands() end
 local F = 1000000000000
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local k = tonumber(ARGV[1])
-local step = 2 * k
-local d, tau = {}, {}
-for j = 1, step do
-  d[j], tau[j] = 0, tonumber(ARGV[j + 1])
+local now = t[1] * 1000000 + t[2]
+local m = #ARGV[1] / 8
+if m < 1 or m % 1 ~= 0 then
+  return redis.error_reply('turnstile multi_gcra: ARGV[1] is no string of doubles')
 end
+local p = {struct.unpack(string.rep('<d', m), ARGV[1])}
+local step = 2 * p[1]
+local fmt = string.rep('<d', step)
+local d, a = {}, {}
+for j = 1, step do d[j] = 0 end
 local s = redis.call('GET', KEYS[1])
 if s then
-  local n = #s / 16
-  if n < 1 or n % 1 ~= 0 then
+  local n = #s / 8
+  if n < 2 or n % 2 ~= 0 then
     return redis.error_reply('turnstile multi_gcra: ' .. KEYS[1] .. ' does not hold TATs')
   end
-  local v = {struct.unpack(string.rep('<d', 2 * n), s)}
-  for j = 1, 2 * n, 2 do
+  local v = {struct.unpack(n == step and fmt or string.rep('<d', n), s)}
+  for j = 1, n, 2 do
     local tu, tf = v[j], v[j + 1]
     if not (tu >= 0 and tu < 9007199254740992 and tu % 1 == 0
         and tf >= 0 and tf < F and tf % 1 == 0) then
@@ -166,31 +171,29 @@ if s then
     end
   end
 end
-local out, a, took = {}, {}, false
-for r = 2 + step, #ARGV - step + 1, step do
-  local ok, takes = true, false
-  local at = #out + 1
-  out[at] = 0
+local out, at, took = {}, 0, false
+for r = 2 + step, m - step + 1, step do
+  local ok, takes = 1, false
   for j = 1, step, 2 do
-    local inc_us, inc_f = tonumber(ARGV[r + j - 1]), tonumber(ARGV[r + j])
+    local inc_us, inc_f = p[r + j - 1], p[r + j]
     local x_us, x_f = d[j] + inc_us, d[j + 1] + inc_f
     if x_f >= F then
       x_us, x_f = x_us + 1, x_f - F
     end
-    if x_us > tau[j] or (x_us == tau[j] and x_f > tau[j + 1]) then
-      ok = false
+    local tau_us = p[j + 1]
+    if x_us > tau_us or (x_us == tau_us and x_f > p[j + 2]) then
+      ok = 0
     end
     if inc_us > 0 or inc_f > 0 then
       takes = true
     end
     a[j], a[j + 1] = x_us, x_f
-    out[at + j], out[at + j + 1] = d[j], d[j + 1]
+    out[at + j + 1], out[at + j + 2] = d[j], d[j + 1]
   end
-  if ok then
-    out[at] = 1
-    if takes then
-      d, a, took = a, d, true
-    end
+  out[at + 1] = ok
+  at = at + step + 1
+  if ok == 1 and takes then
+    d, a, took = a, d, true
   end
 end
 if took then
@@ -203,7 +206,7 @@ if took then
   end
   local ms = math.floor((up + 999) / 1000)
   if ms < 1 then ms = 1 end
-  redis.call('SET', KEYS[1], struct.pack(string.rep('<d', step), unpack(v)), 'PX', ms)
+  redis.call('SET', KEYS[1], struct.pack(fmt, unpack(v)), 'PX', ms)
 end
 return out
 "#;
@@ -448,18 +451,24 @@ where
             return Ok(Vec::new());
         }
         let k = self.limits.len();
-        let mut invocation = self.script.key(self.redis_key(key));
-        invocation.arg(k);
+        // The script's one argument: the doubles Lua would have read the numbers as anyway.
+        let mut packed = Vec::with_capacity(8 * (1 + 2 * k * (1 + ns.len())));
+        let mut put = |x: u64| packed.extend_from_slice(&(x as f64).to_le_bytes());
+        put(k as u64);
         for &tau in &self.tau[..k] {
             let (us, f) = split(tau);
-            invocation.arg(us).arg(f);
+            put(us);
+            put(f);
         }
         for &n in ns {
             for &t in &self.t[..k] {
                 let (us, f) = split(t * u128::from(n));
-                invocation.arg(us).arg(f);
+                put(us);
+                put(f);
             }
         }
+        let mut invocation = self.script.key(self.redis_key(key));
+        invocation.arg(packed);
         let mut con = self.con.clone();
         let reply: Vec<i64> = invocation.invoke_async(&mut con).await?;
         let per = 1 + 2 * k;
