@@ -55,6 +55,7 @@ use std::collections::hash_map::RandomState;
 use std::hint::black_box;
 use std::num::NonZeroU32;
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use governor::clock::FakeRelativeClock;
@@ -255,6 +256,17 @@ const INLINE: [&str; 8] = [
     "inline-warming",
     "inline-sliding",
 ];
+
+/// The implementations of an allowed cell that has a floor beside turnstile and governor: a
+/// load and a CAS on the word, 64-bit (`floor`, the single-limit bucket's) or 128-bit
+/// (`floor128`, the multi-limit bucket's).
+fn allowed_imps(cell: &str) -> Option<Vec<&'static str>> {
+    match cell {
+        "tb-allow" => Some(vec!["turnstile", "governor", "floor"]),
+        "multi2-allow" | "multi4-allow" => Some(vec!["turnstile", "governor", "floor128"]),
+        _ => None,
+    }
+}
 
 /// Every implementation `cell` measures (see [`SAT_CELLS`]); `None` if it is not a saturated
 /// or burst cell.
@@ -849,6 +861,26 @@ fn run(cell: &str, imp: &str, ops: u64) -> Result<(), String> {
             });
             assert!(tb.allow_n_at(NOW, 1), "tb-allow ran dry");
         }
+        ("tb-allow", "floor") => {
+            // As `floor_cas` in bench/benches/harness/mod.rs.
+            let word = AtomicU64::new(0);
+            measured(ops, || {
+                let (word, now) = (black_box(&word), black_box(NOW).as_u64());
+                let mut cur = word.load(Ordering::Acquire);
+                while let Err(found) = word.compare_exchange_weak(
+                    cur,
+                    cur.wrapping_add(now | 1),
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                ) {
+                    cur = found;
+                }
+            });
+        }
+        ("multi2-allow" | "multi4-allow", "floor128") => {
+            let f = sat::Floor128::new(ManualClock::new(NOW));
+            measured(ops, || f.grant_at(black_box(NOW)));
+        }
         ("tb-allow", "governor") => {
             let g = RateLimiter::direct_with_clock(gov_ok_quota(), FakeRelativeClock::default());
             measured(ops, || {
@@ -976,7 +1008,7 @@ fn main() -> ExitCode {
     // `instructions imps <cell>`: the implementations a cell measures (for the script).
     if let [word, cell] = args.as_slice() {
         if word == "imps" {
-            match imps(cell) {
+            match allowed_imps(cell).or_else(|| imps(cell)) {
                 Some(imps) => println!("{}", imps.join(" ")),
                 None => println!("turnstile governor"),
             }

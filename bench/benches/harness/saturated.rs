@@ -677,7 +677,12 @@ impl<C: Clock> Floor128<C> {
     /// A grant: the clock, one load and one CAS that adds to the word.
     #[inline(always)]
     pub fn grant(&self) {
-        let now = black_box(&self.clock).now();
+        self.grant_at(black_box(&self.clock).now());
+    }
+
+    /// A grant at `now`: one load and one CAS that adds to the word.
+    #[inline(always)]
+    pub fn grant_at(&self, now: Nanos) {
         let word = black_box(&self.word);
         let mut cur = word.load(Ordering::Acquire);
         while let Err(found) = word.compare_exchange_weak(
