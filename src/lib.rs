@@ -105,6 +105,8 @@ pub mod reference;
 
 // Internals the limiters share: configuration slots, fixed-point scales, the atomics (loom's
 // under `cfg(loom)`).
+#[cfg(not(loom))]
+mod atomic_u128;
 mod config_slots;
 mod scale;
 mod sync;

@@ -35,11 +35,11 @@
 //! orderings: under it, weakening both publications of a configuration survives every model.
 
 #[cfg(not(loom))]
+pub(crate) use crate::atomic_u128::AtomicU128;
+#[cfg(not(loom))]
 pub(crate) use core::sync::atomic::{
     fence, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering,
 };
-#[cfg(not(loom))]
-pub(crate) use portable_atomic::AtomicU128;
 #[cfg(not(loom))]
 pub(crate) use std::sync::Mutex; // for reconfiguration only, never the hot path
 

@@ -286,11 +286,13 @@ fn hi(dj: u64, mul: u64) -> u64 {
 pub(crate) fn check<S: Source>(s: &S, x: u128, t: u64, n: u32) -> Verdict {
     debug_assert!(t <= T_MAX);
     let (k, min_burst) = s.head();
-    if n > min_burst {
-        return never(s, k, n);
-    }
-    if n == 0 {
-        return Verdict::Free;
+    // One compare for both: `n == 0` wraps past every burst (`min_burst >= 1`).
+    if n.wrapping_sub(1) >= min_burst {
+        return if n == 0 {
+            Verdict::Free
+        } else {
+            never(s, k, n)
+        };
     }
     match k {
         2 => check_wide::<2, S>(s, x, t, n),
