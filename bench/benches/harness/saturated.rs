@@ -648,7 +648,8 @@ pub fn drained_at<L: Limiter>(
 /// The floor of a check on one shared 128-bit word (the multi-limit bucket's): a clock read
 /// plus one load of a `portable_atomic::AtomicU128`, and for a grant one CAS on it. On x86_64
 /// without `cmpxchg16b` enabled at compile time (the default target), each is a call through
-/// portable-atomic's runtime dispatch: what any 128-bit lock-free word pays there.
+/// portable-atomic's runtime dispatch: what a 128-bit word pays there through it. (The
+/// crate's own 128-bit CAS is inline, `src/atomic_u128.rs`: a few instructions less.)
 pub struct Floor128<C> {
     clock: C,
     word: CachePadded<portable_atomic::AtomicU128>,
