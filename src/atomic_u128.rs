@@ -52,13 +52,8 @@ impl AtomicU128 {
         success: Ordering,
         failure: Ordering,
     ) -> Result<u128, u128> {
-        #[cfg(all(target_arch = "x86_64", not(miri)))]
-        if has_cmpxchg16b() {
-            // SAFETY: the module docs: aligned, atomic everywhere, and the processor has it.
-            let (found, ok) = unsafe { cmpxchg16b(self.0.as_ptr(), current, new) };
-            return if ok { Ok(found) } else { Err(found) };
-        }
-        self.0.compare_exchange(current, new, success, failure)
+        self.inline_cas(current, new)
+            .unwrap_or_else(|| self.0.compare_exchange(current, new, success, failure))
     }
 
     /// As [`compare_exchange`](Self::compare_exchange): `cmpxchg16b` never fails spuriously.
@@ -70,13 +65,21 @@ impl AtomicU128 {
         success: Ordering,
         failure: Ordering,
     ) -> Result<u128, u128> {
+        self.inline_cas(current, new)
+            .unwrap_or_else(|| self.0.compare_exchange_weak(current, new, success, failure))
+    }
+
+    /// The inline CAS, or `None` where there is none (see the module docs).
+    #[inline(always)]
+    fn inline_cas(&self, current: u128, new: u128) -> Option<Result<u128, u128>> {
         #[cfg(all(target_arch = "x86_64", not(miri)))]
         if has_cmpxchg16b() {
-            // SAFETY: as in `compare_exchange`.
+            // SAFETY: the module docs: aligned, atomic everywhere, and the processor has it.
             let (found, ok) = unsafe { cmpxchg16b(self.0.as_ptr(), current, new) };
-            return if ok { Ok(found) } else { Err(found) };
+            return Some(if ok { Ok(found) } else { Err(found) });
         }
-        self.0.compare_exchange_weak(current, new, success, failure)
+        let _ = (current, new);
+        None
     }
 }
 

@@ -55,7 +55,7 @@ use std::collections::hash_map::RandomState;
 use std::hint::black_box;
 use std::num::NonZeroU32;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use governor::clock::FakeRelativeClock;
@@ -862,19 +862,9 @@ fn run(cell: &str, imp: &str, ops: u64) -> Result<(), String> {
             assert!(tb.allow_n_at(NOW, 1), "tb-allow ran dry");
         }
         ("tb-allow", "floor") => {
-            // As `floor_cas` in bench/benches/harness/mod.rs.
             let word = AtomicU64::new(0);
             measured(ops, || {
-                let (word, now) = (black_box(&word), black_box(NOW).as_u64());
-                let mut cur = word.load(Ordering::Acquire);
-                while let Err(found) = word.compare_exchange_weak(
-                    cur,
-                    cur.wrapping_add(now | 1),
-                    Ordering::AcqRel,
-                    Ordering::Acquire,
-                ) {
-                    cur = found;
-                }
+                sat::floor_cas(black_box(&word), black_box(NOW).as_u64())
             });
         }
         ("multi2-allow" | "multi4-allow", "floor128") => {

@@ -15,6 +15,7 @@
 #![allow(dead_code)] // each bench uses a subset
 
 pub mod saturated;
+pub use saturated::floor_cas;
 
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -112,21 +113,6 @@ pub fn stepped_cell(
         })
     });
     saturated::verify(&mut s, expect, &format!("{what} {id}"), op);
-}
-
-/// The CAS of a `floor` cell: one load and a CAS loop on `word`, adding `v | 1` (the value a
-/// limiter's grant would compute from the time it read).
-#[inline(always)]
-pub fn floor_cas(word: &AtomicU64, v: u64) {
-    let mut cur = word.load(Ordering::Acquire);
-    while let Err(actual) = word.compare_exchange_weak(
-        cur,
-        cur.wrapping_add(v | 1),
-        Ordering::AcqRel,
-        Ordering::Acquire,
-    ) {
-        cur = actual;
-    }
 }
 
 /// A nonzero `u32` for governor's quotas.

@@ -645,6 +645,21 @@ pub fn drained_at<L: Limiter>(
 
 // ---- floors --------------------------------------------------------------------------------
 
+/// The CAS of a `floor` cell: one load and a CAS loop on `word`, adding `v | 1` (the value a
+/// limiter's grant would compute from the time it read).
+#[inline(always)]
+pub fn floor_cas(word: &AtomicU64, v: u64) {
+    let mut cur = word.load(Ordering::Acquire);
+    while let Err(actual) = word.compare_exchange_weak(
+        cur,
+        cur.wrapping_add(v | 1),
+        Ordering::AcqRel,
+        Ordering::Acquire,
+    ) {
+        cur = actual;
+    }
+}
+
 /// The floor of a check on one shared 128-bit word (the multi-limit bucket's): a clock read
 /// plus one load of a `portable_atomic::AtomicU128`, and for a grant one CAS on it. On x86_64
 /// without `cmpxchg16b` enabled at compile time (the default target), each is a call through
