@@ -15,10 +15,10 @@
 #![allow(dead_code)] // each bench uses a subset
 
 pub mod saturated;
+#[allow(unused_imports)] // each bench uses a subset
 pub use saturated::floor_cas;
 
 use std::num::NonZeroU32;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
