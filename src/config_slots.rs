@@ -72,12 +72,7 @@ impl<const N: usize, P: Layout> ConfigSlots<N, P> {
             return None;
         }
         let words = std::array::from_fn(|i| slot.words[i].load(Ordering::Relaxed));
-        fence(Ordering::Acquire);
-        if slot.seq.load(Ordering::Relaxed) != u64::from(epoch) {
-            retry_hint();
-            return None;
-        }
-        Some(words)
+        self.holds(epoch as usize, epoch).then_some(words)
     }
 
     /// Slot `parity`'s words, for a hot path that loads only the words it needs and then
