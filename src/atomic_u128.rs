@@ -1,24 +1,29 @@
 //! The crate's 128-bit atomic outside loom (`crate::sync` re-exports it): portable-atomic's
-//! `AtomicU128`, whose compare-exchange on x86_64 is a `lock cmpxchg16b` written inline
-//! here.
+//! `AtomicU128`, whose load and compare-exchange on x86_64 are a `vmovdqa` and a
+//! `lock cmpxchg16b` written inline here.
 //!
 //! # Why not portable-atomic's alone
-//! The default x86_64 targets do not assume `cmpxchg16b` (the first 64-bit AMD processors
-//! lack it), so portable-atomic detects it at run time and calls its CAS through a function
-//! pointer: an indirect call, and a function that saves and restores `rbx`, on every CAS of
-//! a hot path whose whole cost is a few dozen instructions. Here the CAS is the same
-//! instruction inline, behind a branch on the same detection (std's `is_x86_feature_detected`,
-//! cached after its first call), so a processor without it still gets portable-atomic's
-//! fallback. Loads stay portable-atomic's (its `vmovdqa` where AVX makes that atomic).
-//! Under Miri, and on other architectures, every operation is portable-atomic's.
+//! The default x86_64 targets assume neither `cmpxchg16b` (the first 64-bit AMD processors
+//! lack it) nor AVX (which makes a 16-byte `vmovdqa` atomic), so portable-atomic detects them
+//! at run time and calls its load and CAS through function pointers: an indirect call each,
+//! and for the CAS a function that saves and restores `rbx`, on a hot path whose whole cost is
+//! a few dozen instructions. Here each is the same instruction inline, behind a test of one
+//! byte that caches std's detection ([`FEATURES`]), so a processor without them still gets
+//! portable-atomic's fallback. Stores, rare, stay portable-atomic's. Under Miri, and on other
+//! architectures, every operation is portable-atomic's.
 //!
-//! # Safety of the inline CAS
-//! `cmpxchg16b` needs its operand 16-byte aligned (`portable_atomic::AtomicU128` is), and
-//! the processor to have it (checked first). It is an atomic read-modify-write with
-//! sequential consistency, at least every ordering a caller passes. Every access to the word
-//! is atomic (through this type), so no non-atomic access races it. `rbx`, which
-//! `cmpxchg16b` reads and LLVM may reserve, is saved in a scratch register around it; every
-//! operand is in a named register, none in one the allocator could make `rbx`.
+//! # Safety
+//! Both instructions need their operand 16-byte aligned (`portable_atomic::AtomicU128` is),
+//! and the processor to have them (tested first). `lock cmpxchg16b` is an atomic
+//! read-modify-write with sequential consistency, at least every ordering a caller passes. A
+//! `vmovdqa` load is atomic where the processor has AVX, and used only where it also has
+//! `cmpxchg16b`, so that every write it can race is a 16-byte atomic too (portable-atomic's
+//! store is then `vmovdqa` or `cmpxchg16b`, never its lock-based fallback); as any x86 load it
+//! is an acquire, and a sequentially consistent store pays for its own fence, so it serves
+//! every ordering. Every access to the word is atomic (through this type), so no non-atomic
+//! access races it. `rbx`, which `cmpxchg16b` reads and LLVM may reserve, is saved in a
+//! scratch register around it; every operand of that block is in a named register, none in
+//! one the allocator could make `rbx`.
 
 use core::sync::atomic::Ordering;
 
@@ -35,6 +40,12 @@ impl AtomicU128 {
 
     #[inline(always)]
     pub fn load(&self, order: Ordering) -> u128 {
+        #[cfg(all(target_arch = "x86_64", not(miri)))]
+        if has(ATOMIC_VMOVDQA) {
+            // SAFETY: the module docs: aligned, atomic everywhere, and the processor makes
+            // this load atomic.
+            return unsafe { vmovdqa(self.0.as_ptr()) };
+        }
         self.0.load(order)
     }
 
@@ -73,7 +84,7 @@ impl AtomicU128 {
     #[inline(always)]
     fn inline_cas(&self, current: u128, new: u128) -> Option<Result<u128, u128>> {
         #[cfg(all(target_arch = "x86_64", not(miri)))]
-        if has_cmpxchg16b() {
+        if has(CMPXCHG16B) {
             // SAFETY: the module docs: aligned, atomic everywhere, and the processor has it.
             let (found, ok) = unsafe { cmpxchg16b(self.0.as_ptr(), current, new) };
             return Some(if ok { Ok(found) } else { Err(found) });
@@ -83,12 +94,76 @@ impl AtomicU128 {
     }
 }
 
-/// Whether the processor has `cmpxchg16b`: a constant where the target promises it, else
-/// std's run-time detection (one load of its cache and a predicted branch after the first).
+/// [`FEATURES`] bit: the processor has `cmpxchg16b`.
+#[cfg(all(target_arch = "x86_64", not(miri)))]
+const CMPXCHG16B: u8 = 1 << 1;
+/// [`FEATURES`] bit: a 16-byte `vmovdqa` from an aligned address is atomic, which holds where
+/// the processor has AVX (Intel, AMD and Zhaoxin document it; LLVM and Boost rely on it, as
+/// portable-atomic does). Set only with [`CMPXCHG16B`], so that every write to a word read
+/// this way is a 16-byte atomic too, never portable-atomic's lock-based fallback.
+#[cfg(all(target_arch = "x86_64", not(miri)))]
+const ATOMIC_VMOVDQA: u8 = 1 << 2;
+
+/// What the processor offers, from std's detection, kept in one byte (bit 0: detected):
+/// testing a bit here is one instruction, where `is_x86_feature_detected!("avx")` is a dozen
+/// (its bit sits in the second word of std's cache, which LLVM reaches with a generic shift).
+#[cfg(all(target_arch = "x86_64", not(miri)))]
+static FEATURES: core::sync::atomic::AtomicU8 = core::sync::atomic::AtomicU8::new(0);
+
+/// Whether the processor has `feature` (a [`FEATURES`] bit): a constant where the target
+/// promises it, else one load of [`FEATURES`] and a predicted branch after the first call.
 #[cfg(all(target_arch = "x86_64", not(miri)))]
 #[inline(always)]
-fn has_cmpxchg16b() -> bool {
-    cfg!(target_feature = "cmpxchg16b") || std::is_x86_feature_detected!("cmpxchg16b")
+fn has(feature: u8) -> bool {
+    let compiled = match feature {
+        CMPXCHG16B => cfg!(target_feature = "cmpxchg16b"),
+        _ => cfg!(all(target_feature = "cmpxchg16b", target_feature = "avx")),
+    };
+    // Relaxed: the byte is a pure function of the processor; a thread that reads 0 detects
+    // again and stores the same value.
+    compiled || FEATURES.load(Ordering::Relaxed) & feature != 0 || detect() & feature != 0
+}
+
+/// Fills [`FEATURES`] on first use; afterwards only reached for a feature the processor lacks.
+#[cfg(all(target_arch = "x86_64", not(miri)))]
+#[cold]
+fn detect() -> u8 {
+    let cas = std::is_x86_feature_detected!("cmpxchg16b");
+    let avx = std::is_x86_feature_detected!("avx");
+    let f = match (cas, avx) {
+        (true, true) => 1 | CMPXCHG16B | ATOMIC_VMOVDQA,
+        (true, false) => 1 | CMPXCHG16B,
+        (false, _) => 1,
+    };
+    FEATURES.store(f, Ordering::Relaxed);
+    f
+}
+
+/// `vmovdqa` of `[src]`, split into the two halves in general registers.
+///
+/// # Safety
+/// `src` is valid for reads, 16-byte aligned, accessed only atomically, and the processor
+/// has [`ATOMIC_VMOVDQA`].
+#[cfg(all(target_arch = "x86_64", not(miri)))]
+#[inline(always)]
+unsafe fn vmovdqa(src: *mut u128) -> u128 {
+    debug_assert!(src.addr().is_multiple_of(16));
+    let (lo, hi): (u64, u64);
+    // SAFETY: the caller's contract; a load (x86 loads are acquire; a sequentially consistent
+    // store pays for its own fence), touching no flags and no stack.
+    unsafe {
+        core::arch::asm!(
+            "vmovdqa {x}, xmmword ptr [{src}]",
+            "vmovq {lo}, {x}",
+            "vpextrq {hi}, {x}, 1",
+            src = in(reg) src,
+            x = out(xmm_reg) _,
+            lo = out(reg) lo,
+            hi = out(reg) hi,
+            options(nostack, preserves_flags, readonly),
+        );
+    }
+    (u128::from(hi) << 64) | u128::from(lo)
 }
 
 /// `lock cmpxchg16b [dst]`: if `*dst == old`, stores `new`; returns the value found and
@@ -154,6 +229,58 @@ mod tests {
                 assert_eq!(r1.is_ok(), a == b);
             }
         }
+    }
+
+    /// The inline load reads what portable-atomic's reads, both halves in place.
+    #[test]
+    fn the_inline_load_agrees_with_portable_atomic() {
+        for v in [
+            0u128,
+            1,
+            u128::MAX,
+            1 << 64,
+            (1 << 64) - 1,
+            0x0123 << 100 | 0x4567,
+        ] {
+            let w = AtomicU128::new(v);
+            assert_eq!(w.load(Ordering::Acquire), v);
+            assert_eq!(w.load(Ordering::Acquire), w.0.load(Ordering::Acquire));
+        }
+    }
+
+    /// A load racing CASes sees one whole value or another, never halves of two: each value
+    /// written has equal halves.
+    #[test]
+    fn a_load_is_never_torn() {
+        let w = AtomicU128::new(0);
+        let done = core::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                for i in 1..=200_000u128 {
+                    let cur = w.load(Ordering::Relaxed);
+                    let next = i << 64 | i;
+                    let _ = w.compare_exchange(cur, next, Ordering::AcqRel, Ordering::Relaxed);
+                }
+                done.store(true, Ordering::Release);
+            });
+            let mut seen = 0u64;
+            while !done.load(Ordering::Acquire) || seen == 0 {
+                let v = w.load(Ordering::Acquire);
+                assert_eq!(v >> 64, v & u128::from(u64::MAX), "torn: {v:#x}");
+                seen += 1;
+            }
+        });
+    }
+
+    /// The feature byte agrees with std's detection.
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
+    #[test]
+    fn the_feature_byte_is_std_detection() {
+        let cas = std::is_x86_feature_detected!("cmpxchg16b");
+        let avx = std::is_x86_feature_detected!("avx");
+        assert_eq!(has(CMPXCHG16B), cas);
+        assert_eq!(has(ATOMIC_VMOVDQA), cas && avx);
+        assert_eq!(FEATURES.load(Ordering::Relaxed) & 1, 1);
     }
 
     /// Many threads adding through the CAS lose no update.

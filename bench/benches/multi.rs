@@ -10,7 +10,8 @@
 //!   `governor2` (two governor limiters at 1e9/s, burst `u32::MAX`, checked in turn: both
 //!   grant every time, so each check costs two), `floor` (a clock read and a CAS on a 64-bit
 //!   word, as in `token_bucket.rs`) and `floor128` (a clock read, a load and a CAS on a
-//!   128-bit word through portable-atomic: `harness::saturated::Floor128`).
+//!   128-bit word, inline `vmovdqa` and `lock cmpxchg16b` on x86_64:
+//!   `harness::saturated::Floor128`).
 //! * `multi_saturated_check`: the state a limiter lives in, at its limit: the shootout's phase-1
 //!   quota (1e6/s, burst 1000) as the first limit, then laxer ones (10x and, for `multi4`,
 //!   100x and 2x: `harness::saturated::multi_limits`), `check()` with the refusal's retry
@@ -18,7 +19,7 @@
 //!   bucket's binding limit alone), `multi2`, `multi4`, `mutex_twin2`, `governor2` (the two
 //!   quotas as two governor limiters checked in turn, the binding one first, so that a refusal
 //!   costs governor one check: its cheapest order), `floor` (a clock read and one load),
-//!   `floor128` (the same with a 128-bit load through portable-atomic). Each
+//!   `floor128` (the same with a 128-bit load). Each
 //!   cell then asserts that checking at full speed saturates it again.
 //!
 //! Per-operation figures as in every turnstile bench (`bench/benches/harness`): the slowest

@@ -97,7 +97,7 @@
 //! written: that the word is the whole state, that a CAS from a value fails if any write
 //! changed it, and the `Release`/`Acquire` pairs named. A 64-bit word is std's `AtomicU64`.
 //! A 128-bit word is `portable_atomic::AtomicU128` (through `crate::sync`, which issues its
-//! CAS inline on x86_64: `src/atomic_u128.rs`): on x86_64 its CAS is one `lock cmpxchg16b`,
+//! load and CAS inline on x86_64: `src/atomic_u128.rs`): on x86_64 its CAS is one `lock cmpxchg16b`,
 //! a single atomic read-modify-write of all 16 bytes (a full barrier, so at least the
 //! ordering asked); its load is one `vmovdqa` where the processor has AVX
 //! (atomic for aligned 16 bytes there) and otherwise a `cmpxchg16b` that writes back what it

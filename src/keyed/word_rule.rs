@@ -7,7 +7,7 @@
 //! fits 59 bits) or `u128` (Guava's warming-up limiter, whose state is two independent
 //! numbers). The map is the same code for both, monomorphized; only the atomic differs
 //! (std's `AtomicU64`, or `AtomicU128` through `crate::sync`: portable-atomic's with an
-//! inline `cmpxchg16b` per CAS on x86_64, or loom's stand-in).
+//! inline `vmovdqa` per load and `cmpxchg16b` per CAS on x86_64, or loom's stand-in).
 //!
 //! # The contract
 //! A key's state is `x`, at most [`Word::X_MASK`] (the word's low `BITS - 5` bits: 59 of a

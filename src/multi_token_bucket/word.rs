@@ -286,8 +286,9 @@ fn hi(dj: u64, mul: u64) -> u64 {
 pub(crate) fn check<S: Source>(s: &S, x: u128, t: u64, n: u32) -> Verdict {
     debug_assert!(t <= T_MAX);
     let (k, min_burst) = s.head();
-    // One compare for both: `n == 0` wraps past every burst (`min_burst >= 1`).
-    if n.wrapping_sub(1) >= min_burst {
+    // One compare for both: `n == 0` wraps past every burst (`min_burst >= 1`). None for a
+    // check of one (`allow`, a constant once inlined): every burst is at least one.
+    if n != 1 && n.wrapping_sub(1) >= min_burst {
         return if n == 0 {
             Verdict::Free
         } else {
@@ -327,17 +328,15 @@ fn reading_far(now: u64, base: u64) -> u64 {
 fn check_wide<const K: usize, S: Source>(s: &S, x: u128, t: u64, n: u32) -> Verdict {
     let tj = t << J;
     let mut need = [(0u64, 0u64); K];
-    let mut over = false;
     for (i, need) in need.iter_mut().enumerate() {
         let (mul, one, tau) = s.hot(i);
         let u = hi(tj, mul);
         let tat = later((x >> field_at(i, K)) as u64 & WIDE_MASK, u)
             .wrapping_add(u64::from(n).wrapping_mul(one));
         let limit = u.wrapping_add(tau);
-        over |= tat > limit;
         *need = (tat, limit);
     }
-    if over {
+    if refuses(&need) {
         return refused::<S, false>(s, &need, t);
     }
     let mut out = 0u128;
@@ -360,17 +359,15 @@ fn check_anchored<const K: usize, S: Source>(s: &S, x: u128, t: u64, n: u32) -> 
     let mask = (1u64 << field_bits(K)) - 1;
     let rj = (t & G_MASK) << J;
     let mut need = [(0u64, 0u64); K];
-    let mut over = false;
     for (i, need) in need.iter_mut().enumerate() {
         let (mul, one, tau) = s.hot(i);
         let r = hi(rj, mul);
         let d = (x >> field_at(i, K)) as u64 & mask;
         let tat = later(d, r).wrapping_add(u64::from(n).wrapping_mul(one));
         let limit = r.wrapping_add(tau);
-        over |= tat > limit;
         *need = (tat, limit);
     }
-    if over {
+    if refuses(&need) {
         return refused::<S, true>(s, &need, t);
     }
     let mut out = Halves::of(x & (u128::from(W_MASK) << FIELDS));
@@ -393,7 +390,6 @@ fn check_moved<const K: usize, S: Source>(s: &S, x: u128, t: u64, n: u32, w: u64
     // offset from it: decided first, packed only for a grant.
     let mut need = [(0u64, 0u64); K];
     let mut kept = [0u64; K];
-    let mut over = false;
     for i in 0..K {
         let (mul, one, tau) = s.hot(i);
         let (a, ar) = (hi(wj, mul), hi(wrj, mul));
@@ -401,11 +397,10 @@ fn check_moved<const K: usize, S: Source>(s: &S, x: u128, t: u64, n: u32, w: u64
         let u = ar.wrapping_add(hi(rj, mul));
         let tat = later(a.wrapping_add(d), u).wrapping_add(u64::from(n).wrapping_mul(one));
         let limit = u.wrapping_add(tau);
-        over |= tat > limit;
         need[i] = (tat.wrapping_sub(ar), limit.wrapping_sub(ar));
         kept[i] = if w2 == w { a.wrapping_sub(ar) } else { 0 };
     }
-    if over {
+    if refuses(&need) {
         return refused::<S, true>(s, &need, t);
     }
     let mut out = Halves::of(u128::from(w2) << FIELDS);
@@ -453,6 +448,21 @@ impl Halves {
     fn whole(&self) -> u128 {
         u128::from(self.hi) << 64 | u128::from(self.lo)
     }
+}
+
+/// Whether some limit refuses (`tat_i' > u_i + tau_i`): a branch per limit, not an or of
+/// flags. A 128-bit CAS is issued only once every instruction before it has run, so a chain
+/// of flags (with four limits, spilled to the stack) would delay every grant's CAS, where
+/// predicted branches delay nothing ([`keep_branch`]).
+#[inline(always)]
+fn refuses(need: &[(u64, u64)]) -> bool {
+    for &(tat, limit) in need {
+        if tat > limit {
+            keep_branch();
+            return true;
+        }
+    }
+    false
 }
 
 /// `max(tat, u)` by a branch ([`keep_branch`]). Which is later depends on the workload (a

@@ -78,7 +78,7 @@
 //!   waits for the debt owed from before the switch (`next_free - now`), and the resync it
 //!   would write (`next_free = now`, stored full) is unobservable: both `try_acquire` and the
 //!   next `set_rate` treat a past `next_free` like `now`. (The 128-bit load is
-//!   `portable_atomic`'s: on x86_64 one `vmovdqa` where the processor has AVX, detected at
+//!   `crate::sync`'s: on x86_64 one `vmovdqa` where the processor has AVX, detected at
 //!   run time; without AVX it is a `lock cmpxchg16b` that writes back the value it read,
 //!   which changes nothing but takes the cache line exclusive.)
 //! * **Epoch width.** 24 bits leave 40 for the fraction. A stale CAS could succeed only if the
