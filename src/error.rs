@@ -113,6 +113,26 @@ pub enum ConfigError {
     /// blocked on it, so a fallback would never learn that Redis is back.
     #[error("a current-thread runtime runs no task between calls; a blocking Redis limiter needs a multi-thread runtime")]
     CurrentThreadRuntime,
+    /// A sketch's cells per key were not 1 to 3.
+    #[error("{0} cells per key; a sketch token bucket takes 1 to 3")]
+    SketchCells(usize),
+    /// A sketch's burst was above 2^15, what its cells hold.
+    #[error("burst {0}; a sketch token bucket holds at most 32768 tokens a client")]
+    SketchBurst(u32),
+    /// A sketch's memory was below one 64-byte line or above 2^38 bytes.
+    #[error(
+        "memory of {0} bytes; a sketch token bucket takes 64 bytes (one line) to 2^38 (256 GiB)"
+    )]
+    SketchMemory(usize),
+    /// A sketch sized for a false-refusal rate: the rate was not in (0, 1), or even 256 GiB
+    /// do not reach it.
+    #[error("no sketch of at most 256 GiB keeps the false-refusal rate with {abusers} abusers at {rate}; the rate must be in (0, 1)")]
+    SketchSize {
+        /// The clients at their limit it was sized for.
+        abusers: u64,
+        /// The false-refusal rate asked for.
+        rate: f64,
+    },
     /// A multi-limit bucket got no limits, or more than its word holds (4).
     #[error("{0} limits; a multi-limit token bucket takes 1 to 4")]
     LimitCount(usize),

@@ -12,7 +12,10 @@
 //!   classes per map and one set of map settings ([`InlineMapBuilder`]).
 //!
 //! Both bound the keys they hold ([`KeyedBuilder::max_keys`], [`WhenFull`]) and sweep idle
-//! keys in the background, so a flood of new clients costs bounded memory.
+//! keys in the background, so a flood of new clients costs bounded memory. A third kind holds
+//! no keys at all: [`SketchTokenBucket`], token buckets per client in a fixed-size sketch
+//! that never grows, at the price of a small, stated rate of early refusals of clients that
+//! share all their cells with abusers.
 //!
 //! # `Keyed`: the map
 //! A check of a held key takes no lock and writes no shared memory but the limiter's: one
@@ -924,6 +927,7 @@ pub(crate) mod key_bound;
 pub mod leaky_bucket;
 pub mod leaky_meter;
 pub mod multi_token_bucket;
+pub mod sketch_token_bucket;
 pub mod sliding_window;
 pub mod smooth_bursty;
 pub mod smooth_warming_up;
@@ -938,6 +942,7 @@ pub use inline_map::{InlineMap, InlineMapBuilder};
 pub use leaky_bucket::KeyedLeakyBucket;
 pub use leaky_meter::KeyedLeakyMeter;
 pub use multi_token_bucket::KeyedMultiTokenBucket;
+pub use sketch_token_bucket::SketchTokenBucket;
 pub use sliding_window::KeyedSlidingWindow;
 pub(crate) use slot::Slot;
 use slot::DEAD;

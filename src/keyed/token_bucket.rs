@@ -194,6 +194,38 @@ impl TokenBucketQuota {
         }
     }
 
+    /// The quota of `limit` and `burst` in units that fit a whole burst in `2^bits` (one token
+    /// is `2^k` units, `burst << k <= 2^bits`): for a word whose fields hold an arrival time
+    /// within a burst of its anchor. `None` if the burst has more than `2^bits` tokens.
+    pub(crate) fn within(limit: Limit, burst: u32, bits: u32) -> Option<TokenBucketQuota> {
+        let q = TokenBucketQuota::new(limit, burst);
+        if u64::from(burst) > 1 << bits {
+            return None;
+        }
+        if q.inf || q.zero {
+            return Some(q); // a zero limit counts whole tokens: `one = 1`
+        }
+        let k_max = bits - (32 - burst.leading_zeros()).min(bits);
+        (0..=k_max).rev().find_map(|k| {
+            let scale = Scale::with_k(limit, k)?;
+            Some(TokenBucketQuota {
+                scale,
+                tau: u64::from(burst) << k,
+                ..q
+            })
+        })
+    }
+
+    /// The tokens at `now` of a key whose arrival time is `x`: at most the burst (the burst
+    /// under `Limit::INF`), below zero only for a reading older than the key's last grant.
+    pub(crate) fn tokens(&self, x: u64, base: u64, now: Nanos) -> f64 {
+        if self.inf {
+            return f64::from(self.burst);
+        }
+        let units = (self.units(base, now) + self.tau) as f64 - x as f64;
+        (units / self.scale.one as f64).min(f64::from(self.burst))
+    }
+
     /// A water-level meter of `capacity` units leaking at `leak`: the bucket of `leak` and
     /// `burst = capacity`, refusing more than `capacity` under every leak.
     pub(crate) fn meter(capacity: u32, leak: Limit) -> TokenBucketQuota {
@@ -205,7 +237,7 @@ impl TokenBucketQuota {
 
     /// Units at `now` (ns on the map's clock) past `base`, saturating at both ends.
     #[inline(always)]
-    fn units(&self, base: u64, now: Nanos) -> u64 {
+    pub(crate) fn units(&self, base: u64, now: Nanos) -> u64 {
         let d = now.as_u64().saturating_sub(base).min(D_MAX);
         self.scale.units(d).min(U_MAX)
     }
@@ -595,14 +627,8 @@ where
     C: Clock,
 {
     let (q, x) = map.read(key)?;
-    let (q, x) = match (q.as_ref(), x) {
-        (q, Some(_)) if q.inf => return Some((q, f64::from(q.burst))),
-        (q, Some(x)) => (q, x),
-        (_, None) => return None,
-    };
-    let u = q.units(map.base(), now);
-    let units = (u + q.tau) as f64 - x as f64;
-    Some((q, (units / q.scale.one as f64).min(f64::from(q.burst))))
+    let q = q.as_ref();
+    Some((q, q.tokens(x?, map.base(), now)))
 }
 
 impl<K, S, C> InlineMapBuilder<K, TokenBucketQuota, S, C>

@@ -1,6 +1,8 @@
 //! The keyed maps: `Keyed<K, L>` (`keyed`, `keyed_stress`), the maps with the state inline
 //! (`bucket`, `leaky`, `meter`, `sliding`, `smooth`, `warming`, `window`, each with its `_stress`
-//! races) and `per_key`'s bound (`bound`). One test binary of one module per file, so the suite
+//! races), `per_key`'s bound (`bound`) and the fixed-memory sketch (`sketch`, `sketch_sim`,
+//! `sketch_stress`).
+//! One test binary of one module per file, so the suite
 //! links one binary here rather than one per file (each links the whole dev-dependency tree;
 //! CONTRIBUTING.md, "Where things go"). Run one module with a filter:
 //! `cargo test --all-features --test keyed -- bucket_stress::`.
@@ -20,6 +22,9 @@ mod keyed_stress;
 mod leaky;
 mod leaky_stress;
 mod meter;
+mod sketch;
+mod sketch_sim;
+mod sketch_stress;
 mod sliding;
 mod sliding_stress;
 mod smooth;

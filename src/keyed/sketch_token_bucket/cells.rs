@@ -1,0 +1,193 @@
+//! The sketch's cells and the protocol that raises them: a count-min sketch of GCRA arrival
+//! times with conservative update, all-or-nothing per key in one 128-bit word. The user docs
+//! are on [`SketchTokenBucket`](super::SketchTokenBucket).
+//!
+//! # Layout
+//! A table of `2^b` lines of 64 bytes, each four 128-bit **words** of four **cells**:
+//!
+//! ```text
+//!  127      112 111       96 95        80 79        64 63                      0
+//! [ offset 3  ][ offset 2  ][ offset 1  ][ offset 0  ][        anchor a        ]
+//! ```
+//!
+//! A cell holds an arrival time in the rule's units, `a * G + offset` with `G = 2^15` (the
+//! **grain**): the anchor is the grain of the latest reading that wrote the word. A key's hash
+//! picks one line, one word in it and `d` of the word's four cells (`1 <= d <= 3`): one cache
+//! line per key, so a check misses the cache at most once, and one word, so a grant is one
+//! CAS. The rule's units are set so that a whole burst spans at most `G` units (`tau <= G`),
+//! which keeps every offset below `2^16` (below).
+//!
+//! # A check
+//! Load the key's word; its arrival time is `m`, the smallest of its cells. Run the rule (a
+//! token bucket, `TokenBucketQuota`) on `m` at the reading `u`: a refusal returns, having
+//! written nothing (one load). A grant leaves `x' = max(m, u) + n * one <= u + tau`; the new
+//! word has the anchor `a' = max(a, u / G)`, each of the key's cells raised to at least `x'`
+//! (conservative update), every other cell unchanged except that a value below `a' * G` is
+//! raised to `a' * G` (it was full at `u` and stays full for every later reading). One CAS
+//! from the loaded word installs it, or the check starts over from the word it found.
+//!
+//! **Offsets fit.** With `a' = u / G`: a key's new offset is `x' - a' * G <= (u - a' * G) + tau
+//! < G + tau <= 2^16`. With `a' = a > u / G` (a stale reading): `x' - a * G < tau`, since
+//! `u < a * G`. Other cells' offsets only shrink.
+//!
+//! # The invariant
+//! Let `T_k` be key `k`'s arrival time under an exact per-key token bucket fed the checks of
+//! `k` this table granted, in the order of their CASes. Then **every cell of every key `k`
+//! holds at least `T_k`**: a grant of `k` raises all of `k`'s cells to `x' >= max(T_k, u) +
+//! n * one` (the new `T_k`, since `m >= T_k`) in the same CAS that commits it, and no write
+//! lowers a cell except to `a' * G`, which only replaces a value that is at most `a' * G`
+//! with that value. So `m >= T_k`: a check granted at `m` is granted at `T_k` (a token
+//! bucket's check is monotonic in its arrival time) and no key is ever granted beyond its own
+//! budget, whoever shares its cells, at any reading, stale or not. Other keys only push a
+//! cell up, which can refuse `k` early (a false refusal: the sketch's one error) but never
+//! grant it late.
+//!
+//! Each grant is one CAS on one word, so checks are linearizable at their CAS (grants) or
+//! load (refusals), and concurrent checks of one key race like checks of one token bucket;
+//! `loom-tests/tests/keyed_sketch.rs` model-checks it. The CAS can fail only when another
+//! check wrote the word: lock-free, with `crossbeam_utils::Backoff` between attempts.
+//!
+//! **Orderings.** The word is the whole state of its keys and nothing else is published
+//! through it, so `Relaxed` would do for the decisions; the load is `Acquire` and the CAS
+//! `AcqRel` (the same instructions on x86_64) so that a grant happens-before any check that
+//! sees it, which a caller that hands work between threads by the limiter's answers may
+//! expect.
+
+use crossbeam_utils::Backoff;
+
+use crate::clock::Nanos;
+use crate::keyed::token_bucket::TokenBucketQuota;
+use crate::keyed::word_rule::WordRule;
+use crate::limiter::Denied;
+use crate::sync::{AtomicU128, Ordering};
+
+/// Words per line: four 128-bit words, one 64-byte cache line.
+pub(crate) const WORDS: usize = 4;
+/// Cells per word.
+pub(crate) const CELLS: usize = 4;
+/// The grain's bits: `G = 2^G_BITS` units.
+pub(crate) const G_BITS: u32 = 15;
+/// An offset's bits.
+const OFFSET_BITS: u32 = 16;
+const OFFSET_MASK: u64 = (1 << OFFSET_BITS) - 1;
+
+/// One cache line of words.
+#[repr(C, align(64))]
+pub(crate) struct Line([AtomicU128; WORDS]);
+
+impl Line {
+    fn new() -> Line {
+        Line(std::array::from_fn(|_| AtomicU128::new(0)))
+    }
+}
+
+/// Where a key's cells are: its line, its word in the line, and its cells in the word as a
+/// bit set of the four.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Spot {
+    pub(crate) line: usize,
+    pub(crate) word: usize,
+    pub(crate) cells: u8,
+}
+
+/// The table.
+pub(crate) struct Cells {
+    lines: Box<[Line]>,
+    /// Cells per key.
+    d: usize,
+}
+
+impl Cells {
+    /// `lines` lines (at least one), every word 0: every key full.
+    pub(crate) fn new(lines: usize, d: usize) -> Cells {
+        debug_assert!(lines >= 1 && (1..=3).contains(&d));
+        Cells {
+            lines: (0..lines).map(|_| Line::new()).collect(),
+            d,
+        }
+    }
+
+    pub(crate) fn lines(&self) -> usize {
+        self.lines.len()
+    }
+
+    /// Cells per key.
+    pub(crate) fn d(&self) -> usize {
+        self.d
+    }
+
+    fn word(&self, spot: Spot) -> &AtomicU128 {
+        &self.lines[spot.line % self.lines.len()].0[spot.word % WORDS]
+    }
+
+    /// A check of `n` at `spot` under `rule`, whose units span a burst in at most `G`: see
+    /// the module docs.
+    #[inline]
+    pub(crate) fn check(
+        &self,
+        rule: &TokenBucketQuota,
+        spot: Spot,
+        base: u64,
+        now: Nanos,
+        n: u32,
+    ) -> Result<(), Denied> {
+        let word = self.word(spot);
+        let mut w = word.load(Ordering::Acquire);
+        let backoff = Backoff::new();
+        loop {
+            let Some(x2) = rule.check(arrival(w, spot.cells), base, now, n)? else {
+                return Ok(()); // nothing to take: `n == 0`, or an infinite limit
+            };
+            let next = raised(w, spot.cells, x2, rule.units(base, now) >> G_BITS);
+            match word.compare_exchange_weak(w, next, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return Ok(()),
+                Err(found) => w = found,
+            }
+            backoff.spin();
+        }
+    }
+
+    /// The arrival time of the key at `spot`: the smallest of its cells.
+    pub(crate) fn arrival(&self, spot: Spot) -> u64 {
+        arrival(self.word(spot).load(Ordering::Acquire), spot.cells)
+    }
+}
+
+/// The smallest of the cells in `set` of word `w`, in units.
+#[inline(always)]
+fn arrival(w: u128, set: u8) -> u64 {
+    let anchor = w as u64;
+    let mut min = u64::MAX;
+    for i in 0..CELLS {
+        if set >> i & 1 == 1 {
+            min = min.min(offset(w, i));
+        }
+    }
+    (anchor << G_BITS).saturating_add(min)
+}
+
+/// Cell `i`'s offset in word `w`.
+#[inline(always)]
+fn offset(w: u128, i: usize) -> u64 {
+    (w >> (64 + OFFSET_BITS as usize * i)) as u64 & OFFSET_MASK
+}
+
+/// Word `w` after a grant that leaves the cells in `set` at `x2`, read in grain `g`: anchored
+/// at `max(a, g)`, the key's cells raised to `x2`, every cell at least the anchor (module
+/// docs).
+#[inline(always)]
+fn raised(w: u128, set: u8, x2: u64, g: u64) -> u128 {
+    let anchor = (w as u64).max(g);
+    let start = anchor << G_BITS;
+    let mut hi = 0u64;
+    for i in 0..CELLS {
+        let v = ((w as u64) << G_BITS).saturating_add(offset(w, i));
+        let v = if set >> i & 1 == 1 { v.max(x2) } else { v };
+        // An offset below 2^16 (module docs: "Offsets fit"); a cell below the anchor is 0.
+        let off = v.saturating_sub(start);
+        debug_assert!(off <= OFFSET_MASK, "offset {off} of cell {i}");
+        let off = off.min(OFFSET_MASK);
+        hi |= off << (OFFSET_BITS as usize * i);
+    }
+    u128::from(hi) << 64 | u128::from(anchor)
+}

@@ -1,0 +1,392 @@
+//! Per-client token buckets in fixed memory: a count-min sketch of arrival times that never
+//! forgives an abuser ([`SketchTokenBucket`]).
+//!
+//! # When to choose it over `KeyedTokenBucket`
+//! [`KeyedTokenBucket`](super::KeyedTokenBucket) keeps each client's exact bucket, so its
+//! memory follows the clients it holds: under a flood of new clients it grows to its
+//! `max_keys` bound and then either refuses new clients or lets them through untracked.
+//! `SketchTokenBucket` keeps no keys at all: its memory is fixed when it is built and never
+//! grows, shrinks, resizes or sweeps, whatever the clients do. The price is a small, stated
+//! rate of **false refusals** of well-behaved clients that share all their cells with
+//! abusers ([`SketchTokenBucket::false_refusal_rate`]); it never errs the other way.
+//!
+//! # How it works
+//! As Knot Resolver's KRU ("count-min sketch with aging"), with token buckets for counters:
+//! each client's key hashes, with a secret key (the default hasher is std's `RandomState`,
+//! SipHash-1-3 keyed at random per limiter, so no client can choose keys that collide with
+//! another's), to one 128-bit word of the table and to `d` of its four **cells** (2 by
+//! default). A cell is a GCRA arrival time, the state of a token bucket
+//! ([`TokenBucket`](crate::TokenBucket)'s algorithm). A check runs the bucket on the
+//! **smallest** of the client's cells; a refusal writes nothing; a grant raises all the
+//! client's cells to the new arrival time (conservative update) with one CAS on the word.
+//! Time alone refills every cell, so nothing is ever evicted.
+//!
+//! # Guarantees
+//! 1. **No client is ever granted beyond its own budget**: over any span of readings
+//!    `[a, b]`, at most `burst + limit * (b - a)` tokens, exactly as one
+//!    [`KeyedTokenBucket`](super::KeyedTokenBucket) bucket per client, whoever shares its
+//!    cells and however many threads check it at once. Every cell stays at or above the
+//!    arrival time of every client it serves, so the smallest of a client's cells is at
+//!    least its own; concurrent grants are linearizable (the protocol and its proof:
+//!    `cells.rs`, model-checked by loom).
+//! 2. **A client at or over its limit is always limited**, and an abuser gains nothing from
+//!    sharing cells with others: sharing only raises cells.
+//! 3. **An innocent client is refused early only if all `d` of its cells are held by
+//!    clients at their limit**: with `A` such clients in `L` lines, with the probability
+//!    [`false_refusal_rate`](SketchTokenBucket::false_refusal_rate) gives (the formula:
+//!    `sizing.rs`); a client alone in its cells is exactly a token bucket.
+//! 4. **Memory is fixed**: `lines * 64` bytes, allocated at construction. A check allocates
+//!    nothing and touches one cache line of the table: one load, and for a grant one CAS.
+//!
+//! **Precision.** A cell counts time in units of `burst / limit / 2^15` or finer (a whole burst
+//! spans at most 2^15 units, so that an arrival time fits 16 bits beside its word's anchor):
+//! a reading is rounded down to a unit, so a grant may come up to one unit later than a token
+//! bucket's, never earlier, and a refusal's retry time is never early. A burst is at most
+//! 2^15 (32 768) tokens.
+//!
+//! A refusal's [`Denied::retry_at`] is when the smallest of the client's cells admits: for a
+//! client alone in its cells, exactly a token bucket's; with shared cells, the earliest
+//! time the sketch could admit it if no one else checks meanwhile.
+//!
+//! # Sizing
+//! [`SketchTokenBucketBuilder::memory`] sets the size in bytes (4 MiB, 65 536 lines, by
+//! default); [`SketchTokenBucketBuilder::sized_for`] picks the smallest table that keeps the
+//! false-refusal rate at or below a target with a given number of clients at their limit.
+
+mod cells;
+mod sizing;
+
+use std::hash::{BuildHasher, Hash};
+use std::marker::PhantomData;
+
+use crate::clock::{Clock, Nanos, QuantaClock};
+use crate::error::ConfigError;
+use crate::keyed::token_bucket::TokenBucketQuota;
+use crate::limit::Limit;
+use crate::limiter::Denied;
+
+use cells::{Cells, Spot, CELLS, G_BITS, WORDS};
+
+/// The default table: 4 MiB.
+const DEFAULT_MEMORY: usize = 4 << 20;
+/// The largest table: 2^32 lines (256 GiB).
+const MAX_LINES: usize = 1 << 32;
+/// Bytes per line.
+const LINE: usize = 64;
+
+/// Per-client token buckets in a fixed-size table: see the [module docs](self) for the
+/// guarantees, and when to choose it over
+/// [`KeyedTokenBucket`](super::KeyedTokenBucket).
+///
+/// ```
+/// use turnstile::keyed::sketch_token_bucket::SketchTokenBucket;
+/// use turnstile::{Limit, ManualClock, Nanos};
+///
+/// // 10 requests a second per client address, bursts of 2, in 1 MiB whatever the clients.
+/// let per_ip = SketchTokenBucket::<str, _, _>::builder(Limit::per_second(10.0).unwrap(), 2)
+///     .memory(1 << 20)
+///     .clock(ManualClock::default())
+///     .build()
+///     .unwrap();
+/// assert!(per_ip.check_n_at("192.0.2.7", Nanos::ZERO, 2).is_ok());
+/// let denied = per_ip.check_n_at("192.0.2.7", Nanos::ZERO, 1).unwrap_err();
+/// assert_eq!(denied.retry_after(), Some(std::time::Duration::from_millis(100)));
+/// assert!(per_ip.check_n_at("198.51.100.1", Nanos::ZERO, 1).is_ok()); // another client
+/// assert_eq!(per_ip.memory(), 1 << 20);
+/// ```
+pub struct SketchTokenBucket<K: ?Sized, S = std::hash::RandomState, C = QuantaClock> {
+    cells: Cells,
+    rule: TokenBucketQuota,
+    /// The clock reading every cell counts from.
+    base: u64,
+    /// `lines - 1` (a power of two).
+    line_mask: u64,
+    /// Every set of `d` of a word's cells, as a bit set; `subsets[..sets]`.
+    subsets: [u8; 6],
+    sets: u64,
+    hasher: S,
+    clock: C,
+    _key: PhantomData<fn(&K)>,
+}
+
+impl<K: Hash + ?Sized> SketchTokenBucket<K> {
+    /// `limit` tokens per second per client, bursts of `burst`, in the default 4 MiB with
+    /// two cells per client, on the quanta clock.
+    ///
+    /// ```
+    /// use turnstile::keyed::sketch_token_bucket::SketchTokenBucket;
+    /// use turnstile::Limit;
+    /// let k = SketchTokenBucket::<u64>::new(Limit::per_second(5.0).unwrap(), 1);
+    /// assert!(k.check(&42).is_ok());
+    /// assert!(k.check(&42).is_err());
+    /// assert_eq!(k.memory(), 4 << 20);
+    /// ```
+    pub fn new(limit: Limit, burst: u32) -> Self {
+        Self::builder(limit, burst)
+            .build()
+            .unwrap_or_else(|_| unreachable!("the defaults are valid"))
+    }
+
+    /// A builder of `limit` per second per client with bursts of `burst`.
+    ///
+    /// ```
+    /// use turnstile::keyed::sketch_token_bucket::SketchTokenBucket;
+    /// use turnstile::Limit;
+    /// // At most one innocent refusal in 1 000 checks with 1 000 clients at their limit.
+    /// let k = SketchTokenBucket::<u64>::builder(Limit::per_second(5.0).unwrap(), 10)
+    ///     .sized_for(1_000, 1e-3)
+    ///     .build()
+    ///     .unwrap();
+    /// assert!(k.false_refusal_rate(1_000) <= 1e-3);
+    /// assert_eq!(k.memory(), 4 << 20);
+    /// ```
+    pub fn builder(limit: Limit, burst: u32) -> SketchTokenBucketBuilder<K> {
+        SketchTokenBucketBuilder {
+            limit,
+            burst,
+            size: Size::Memory(DEFAULT_MEMORY),
+            d: 2,
+            hasher: std::hash::RandomState::new(),
+            clock: QuantaClock::new(),
+            _key: PhantomData,
+        }
+    }
+}
+
+impl<K: Hash + ?Sized, S: BuildHasher, C: Clock> SketchTokenBucket<K, S, C> {
+    /// A check of one token for `key` at the limiter's clock reading.
+    #[inline]
+    pub fn check(&self, key: &K) -> Result<(), Denied> {
+        self.check_n_at(key, self.clock.now(), 1)
+    }
+
+    /// A check of `n` tokens for `key` at the limiter's clock reading.
+    #[inline]
+    pub fn check_n(&self, key: &K, n: u32) -> Result<(), Denied> {
+        self.check_n_at(key, self.clock.now(), n)
+    }
+
+    /// A check of `n` tokens for `key` at `now`: granted (all `n`) or refused with the
+    /// earliest time a retry could pass. More than the burst is refused with no retry time;
+    /// `n = 0` is granted and takes nothing; under [`Limit::INF`] every check is granted.
+    ///
+    /// ```
+    /// use turnstile::keyed::sketch_token_bucket::SketchTokenBucket;
+    /// use turnstile::{Limit, ManualClock, Nanos};
+    /// let k = SketchTokenBucket::<u8, _, _>::builder(Limit::per_second(1.0).unwrap(), 3)
+    ///     .clock(ManualClock::default())
+    ///     .build()
+    ///     .unwrap();
+    /// assert!(k.check_n_at(&1, Nanos::ZERO, 3).is_ok());
+    /// assert!(k.check_n_at(&1, Nanos::ZERO, 1).is_err());
+    /// assert!(k.check_n_at(&1, Nanos::new(1_000_000_000), 1).is_ok()); // a second later
+    /// assert_eq!(k.check_n_at(&1, Nanos::ZERO, 4).unwrap_err().retry_at(), None);
+    /// ```
+    #[inline]
+    pub fn check_n_at(&self, key: &K, now: Nanos, n: u32) -> Result<(), Denied> {
+        let spot = self.spot(self.hasher.hash_one(key));
+        self.cells.check(&self.rule, spot, self.base, now, n)
+    }
+
+    /// The tokens `key` could take at `now` as the sketch knows it (at most what its own
+    /// bucket holds): between 0 and the burst.
+    pub fn tokens_at(&self, key: &K, now: Nanos) -> f64 {
+        let x = self.cells.arrival(self.spot(self.hasher.hash_one(key)));
+        self.rule.tokens(x, self.base, now)
+    }
+
+    /// Where `key`'s cells are: the line from the hash's high half, the word and the set of
+    /// cells in it from its low half (by multiplication, not a modulo: a uniform pick among
+    /// the `WORDS * sets` choices).
+    #[inline(always)]
+    fn spot(&self, h: u64) -> Spot {
+        let pick = (u64::from(h as u32) * (WORDS as u64 * self.sets)) >> 32;
+        Spot {
+            line: ((h >> 32) & self.line_mask) as usize,
+            word: (pick / self.sets) as usize,
+            cells: self.subsets[(pick % self.sets) as usize % self.subsets.len()],
+        }
+    }
+}
+
+impl<K: ?Sized, S, C: Clock> SketchTokenBucket<K, S, C> {
+    /// The table's size in bytes, fixed at construction.
+    pub fn memory(&self) -> usize {
+        self.cells.lines() * LINE
+    }
+
+    /// Cells per client.
+    pub fn cells_per_key(&self) -> usize {
+        self.cells.d()
+    }
+
+    /// The probability that a client well under its limit is refused because all its cells
+    /// are held by `abusers` clients at their limit (the formula and its model: the module
+    /// docs of `sizing.rs`, summarized in [the module docs](self)).
+    ///
+    /// ```
+    /// use turnstile::keyed::sketch_token_bucket::SketchTokenBucket;
+    /// use turnstile::Limit;
+    /// let k = SketchTokenBucket::<u64>::new(Limit::per_second(5.0).unwrap(), 10); // 4 MiB
+    /// assert!(k.false_refusal_rate(1_000) < 1e-3);
+    /// assert!(k.false_refusal_rate(1_000_000) > 0.1);
+    /// ```
+    pub fn false_refusal_rate(&self, abusers: u64) -> f64 {
+        sizing::false_refusal_rate(self.cells.lines(), self.cells_per_key(), abusers)
+    }
+
+    /// The limiter's clock.
+    pub fn clock(&self) -> &C {
+        &self.clock
+    }
+
+    /// The limit per client.
+    pub fn limit(&self) -> Limit {
+        self.rule.limit
+    }
+
+    /// The burst per client.
+    pub fn burst(&self) -> u32 {
+        self.rule.burst
+    }
+}
+
+impl<K: ?Sized, S, C: Clock> std::fmt::Debug for SketchTokenBucket<K, S, C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SketchTokenBucket")
+            .field("limit", &self.rule.limit)
+            .field("burst", &self.rule.burst)
+            .field("memory", &self.memory())
+            .field("cells_per_key", &self.cells_per_key())
+            .finish_non_exhaustive()
+    }
+}
+
+/// How the builder sizes the table.
+#[derive(Clone, Copy, Debug)]
+enum Size {
+    Memory(usize),
+    For { abusers: u64, rate: f64 },
+}
+
+/// Builds a [`SketchTokenBucket`]: size, cells per client, hasher and clock.
+#[derive(Debug)]
+#[must_use = "a builder does nothing until `build`"]
+pub struct SketchTokenBucketBuilder<K: ?Sized, S = std::hash::RandomState, C = QuantaClock> {
+    limit: Limit,
+    burst: u32,
+    size: Size,
+    d: usize,
+    hasher: S,
+    clock: C,
+    _key: PhantomData<fn(&K)>,
+}
+
+impl<K: ?Sized, S: BuildHasher, C: Clock> SketchTokenBucketBuilder<K, S, C> {
+    /// The table's size: `bytes` rounded down to a power of two of 64-byte lines, at least
+    /// one line (64 bytes) and at most 2^38 bytes (256 GiB), else [`ConfigError::SketchMemory`].
+    /// 4 MiB by default.
+    ///
+    /// ```
+    /// use turnstile::keyed::sketch_token_bucket::SketchTokenBucket;
+    /// use turnstile::Limit;
+    /// let k = SketchTokenBucket::<u64>::builder(Limit::per_second(5.0).unwrap(), 1)
+    ///     .memory(3 << 20) // 3 MiB: 2 MiB of lines
+    ///     .build()
+    ///     .unwrap();
+    /// assert_eq!(k.memory(), 2 << 20);
+    /// ```
+    pub fn memory(mut self, bytes: usize) -> Self {
+        self.size = Size::Memory(bytes);
+        self
+    }
+
+    /// The smallest table that keeps [`false_refusal_rate`](SketchTokenBucket::false_refusal_rate)
+    /// at or below `rate` with `abusers` clients at their limit; [`ConfigError::SketchSize`]
+    /// if 256 GiB do not, or if `rate` is not in `(0, 1)`.
+    pub fn sized_for(mut self, abusers: u64, rate: f64) -> Self {
+        self.size = Size::For { abusers, rate };
+        self
+    }
+
+    /// Cells per client, of its word's four: 1 to 3 ([`ConfigError::SketchCells`] otherwise); 2
+    /// by default, which makes a false refusal rarest (a client's cells are then one of six
+    /// pairs, against four single cells or four triples).
+    pub fn cells_per_key(mut self, d: usize) -> Self {
+        self.d = d;
+        self
+    }
+
+    /// The hasher that places keys. It must be keyed with a secret for the guarantee that
+    /// no client can pick keys that share another's cells (std's `RandomState`, the default,
+    /// is); a fixed one suits tests.
+    pub fn hasher<T: BuildHasher>(self, hasher: T) -> SketchTokenBucketBuilder<K, T, C> {
+        SketchTokenBucketBuilder {
+            limit: self.limit,
+            burst: self.burst,
+            size: self.size,
+            d: self.d,
+            hasher,
+            clock: self.clock,
+            _key: PhantomData,
+        }
+    }
+
+    /// The clock (the quanta clock by default).
+    pub fn clock<D: Clock>(self, clock: D) -> SketchTokenBucketBuilder<K, S, D> {
+        SketchTokenBucketBuilder {
+            limit: self.limit,
+            burst: self.burst,
+            size: self.size,
+            d: self.d,
+            hasher: self.hasher,
+            clock,
+            _key: PhantomData,
+        }
+    }
+
+    /// The limiter, its table allocated and every client full; the clock's reading now is
+    /// the base its cells count from.
+    pub fn build(self) -> Result<SketchTokenBucket<K, S, C>, ConfigError> {
+        let d = self.d;
+        if !(1..=3).contains(&d) {
+            return Err(ConfigError::SketchCells(d));
+        }
+        let rule = TokenBucketQuota::within(self.limit, self.burst, G_BITS)
+            .ok_or(ConfigError::SketchBurst(self.burst))?;
+        let lines = match self.size {
+            Size::Memory(bytes) => {
+                if !(LINE..=MAX_LINES * LINE).contains(&bytes) {
+                    return Err(ConfigError::SketchMemory(bytes));
+                }
+                1usize << (bytes / LINE).ilog2()
+            }
+            Size::For { abusers, rate } => {
+                if !(rate > 0.0 && rate < 1.0) {
+                    return Err(ConfigError::SketchSize { abusers, rate });
+                }
+                sizing::lines_for(abusers, d, rate, MAX_LINES)
+                    .ok_or(ConfigError::SketchSize { abusers, rate })?
+            }
+        };
+        let mut subsets = [0u8; 6];
+        let mut sets = 0;
+        for set in 0u8..1 << CELLS {
+            if set.count_ones() as usize == d {
+                subsets[sets] = set;
+                sets += 1;
+            }
+        }
+        Ok(SketchTokenBucket {
+            cells: Cells::new(lines, d),
+            rule,
+            base: self.clock.now().as_u64(),
+            line_mask: lines as u64 - 1,
+            subsets,
+            sets: sets as u64,
+            hasher: self.hasher,
+            clock: self.clock,
+            _key: PhantomData,
+        })
+    }
+}
