@@ -25,8 +25,9 @@ fn limit(per_sec: f64) -> Limit {
     Limit::per_second(per_sec).unwrap()
 }
 
-/// A map on a manual clock at 0 (its base), swept only by hand.
-fn map(
+/// A map on a manual clock at 0 (its base), swept only by hand (also the sketch's exact
+/// per-key buckets, `sketch.rs`).
+pub(crate) fn map(
     per_sec: f64,
     burst: u32,
 ) -> KeyedTokenBucket<u64, std::collections::hash_map::RandomState, ManualClock> {

@@ -6,11 +6,9 @@
 #![cfg(feature = "keyed")]
 
 use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher, Hasher};
-use std::time::Duration;
 
 use proptest::prelude::*;
 use turnstile::keyed::sketch_token_bucket::SketchTokenBucket;
-use turnstile::keyed::token_bucket::KeyedTokenBucket;
 use turnstile::{ConfigError, Limit, Limiter, ManualClock, Nanos, TokenBucket};
 
 const MS: u64 = 1_000_000;
@@ -37,15 +35,6 @@ fn sketch(
         .memory(bytes)
         .cells_per_key(d)
         .hasher(Fixed::default())
-        .clock(ManualClock::default())
-        .build()
-        .unwrap()
-}
-
-/// The exact per-key buckets: a `KeyedTokenBucket` that never evicts.
-fn exact(per_sec: f64, burst: u32) -> KeyedTokenBucket<u64, std::hash::RandomState, ManualClock> {
-    KeyedTokenBucket::builder(limit(per_sec), burst)
-        .sweep_every(Duration::MAX)
         .clock(ManualClock::default())
         .build()
         .unwrap()
@@ -195,7 +184,8 @@ proptest! {
             (0u64..).filter(|&k| seen.insert(line_of(k, lines))).take(4).collect()
         };
         ops.sort_by_key(|op| op.1);
-        let (s, e) = (sketch(rate, 4, 1 << 20, d), exact(rate, 4));
+        // The exact per-key buckets: a `KeyedTokenBucket` that never evicts.
+        let (s, e) = (sketch(rate, 4, 1 << 20, d), crate::bucket::map(rate, 4));
         let unit = 4.0 * 1e9 / rate / f64::from(1 << 14);
         for (key, ms, n) in ops {
             let (key, now) = (keys[key], at(ms * MS));
