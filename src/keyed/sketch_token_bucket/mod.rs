@@ -34,19 +34,20 @@
 //! 3. **An innocent client is refused early only if all `d` of its cells are held by
 //!    clients at their limit**: with `A` such clients in `L` lines, with the probability
 //!    [`false_refusal_rate`](SketchTokenBucket::false_refusal_rate) gives (the formula:
-//!    `sizing.rs`); a client alone in its cells is exactly a token bucket.
+//!    `sizing.rs`); a client alone in its cells is a token bucket, to the precision below.
 //! 4. **Memory is fixed**: `lines * 64` bytes, allocated at construction. A check allocates
 //!    nothing and touches one cache line of the table: one load, and for a grant one CAS.
 //!
-//! **Precision.** A cell counts time in units of `burst / limit / 2^15` or finer (a whole burst
-//! spans at most 2^15 units, so that an arrival time fits 16 bits beside its word's anchor):
+//! **Precision.** A cell counts time in units of at most `burst / limit / 2^14` (a whole burst
+//! spans at most 2^15 units, so that an arrival time fits 16 bits beside its word's anchor,
+//! and a token a power of two of them, so that grants never drift):
 //! a reading is rounded down to a unit, so a grant may come up to one unit later than a token
 //! bucket's, never earlier, and a refusal's retry time is never early. A burst is at most
 //! 2^15 (32 768) tokens.
 //!
 //! A refusal's [`Denied::retry_at`] is when the smallest of the client's cells admits: for a
-//! client alone in its cells, exactly a token bucket's; with shared cells, the earliest
-//! time the sketch could admit it if no one else checks meanwhile.
+//! client alone in its cells, a token bucket's (to that precision); with shared cells, the
+//! earliest time the sketch could admit it if no one else checks meanwhile.
 //!
 //! # Sizing
 //! [`SketchTokenBucketBuilder::memory`] sets the size in bytes (4 MiB, 65 536 lines, by
