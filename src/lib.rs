@@ -31,6 +31,7 @@
 //! | [`KeyedSmoothWarmingUp`] | Guava's `SmoothWarmingUp` per key, its state inline (a 128-bit word) | [`keyed::smooth_warming_up`] |
 //! | [`KeyedWindow`] | a fixed window (go-zero `PeriodLimit`) per key, its state inline | [`keyed::fixed_window`] |
 //! | [`KeyedSlidingWindow`] | the sliding-window counter per key, its state inline | [`keyed::sliding_window`] |
+//! | [`SketchTokenBucket`] | a token bucket per key in fixed memory, holding no keys (Knot Resolver's KRU) | [`keyed::sketch_token_bucket`] |
 //!
 //! The seven maps with their state inline are one type, [`keyed::InlineMap`], under their
 //! algorithms' names: one set of map methods and settings, each algorithm's own constructors
@@ -131,7 +132,7 @@ pub use token_bucket::{OwnedReservation, Peek, Reservation, TokenBucket};
 #[cfg_attr(docsrs, doc(cfg(feature = "keyed")))]
 pub use keyed::{
     Keyed, KeyedLeakyBucket, KeyedLeakyMeter, KeyedMultiTokenBucket, KeyedSlidingWindow,
-    KeyedSmoothBursty, KeyedSmoothWarmingUp, KeyedTokenBucket, KeyedWindow,
+    KeyedSmoothBursty, KeyedSmoothWarmingUp, KeyedTokenBucket, KeyedWindow, SketchTokenBucket,
 };
 
 /// The README's Rust blocks, run as doc tests (`cargo test --doc --all-features`, as
