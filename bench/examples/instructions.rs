@@ -25,6 +25,10 @@
 //!   `KeyedTokenBucket` (the state inline, one word per key), 1e9/s with a burst of `u32::MAX`
 //!   (governor's quota), with std's SipHash (the default, as governor's) or a seeded foldhash;
 //!   the governor side is that of `keyed-hot` / `keyed-random`.
+//! * `sketch-random`: the random-key workload on `SketchTokenBucket` (issue #24: no keys held,
+//!   a 4 MiB table of cells, std's SipHash), at the same limit with its largest burst, 2^15,
+//!   which the checks never exhaust; the governor side is `keyed-random`'s. The table is eight
+//!   times the simulated last-level cache, so a random key's check misses it, once.
 //! * `tb-allow-clock`, `tb-deny-clock`, `keyed-hot-clock`: the same with each crate's default
 //!   real clock (turnstile `TokenBucket::new` + `allow()`, `Keyed::check`; governor
 //!   `RateLimiter::direct`/`keyed` + `check`/`check_key`). Under valgrind the clock read is
@@ -61,6 +65,7 @@ use std::time::Duration;
 use governor::clock::FakeRelativeClock;
 use governor::{Quota, RateLimiter};
 use turnstile::keyed::multi_token_bucket::{Bandwidth, KeyedMultiTokenBucket};
+use turnstile::keyed::sketch_token_bucket::SketchTokenBucket;
 use turnstile::MultiTokenBucket;
 use turnstile::{
     Keyed, KeyedLeakyBucket, KeyedLeakyMeter, KeyedSlidingWindow, KeyedSmoothBursty,
@@ -188,6 +193,22 @@ fn inline_random<S: std::hash::BuildHasher>(hasher: S, ops: u64) {
     let k = ts_inline(&ManualClock::new(NOW), hasher);
     let check = |key| black_box(&k).check_n_at(&key, black_box(NOW), 1).is_ok();
     random_keys(ops, check, || k.len(), "inline-random");
+}
+
+/// The sketch of `sketch-random`: see the module docs.
+fn sketch() -> SketchTokenBucket<u64, std::collections::hash_map::RandomState, ManualClock> {
+    SketchTokenBucket::builder(limit(OK_LIMIT_INLINE), 1 << 15)
+        .clock(ManualClock::new(NOW))
+        .build()
+        .expect("valid sketch")
+}
+
+/// The sketch over `KEYS` keys checked once each first (it holds no keys: `len` is `KEYS`
+/// by definition), then in the xorshift order.
+fn sketch_random(ops: u64) {
+    let k = sketch();
+    let check = |key| black_box(&k).check_n_at(&key, black_box(NOW), 1).is_ok();
+    random_keys(ops, check, || KEYS as usize, "sketch-random");
 }
 
 // ---- the saturated and burst cells (bench/benches/harness/saturated.rs) ---------------------------
@@ -850,8 +871,9 @@ fn run(cell: &str, imp: &str, ops: u64) -> Result<(), String> {
         ("inline-random-foldhash", "turnstile") => {
             inline_random(foldhash::fast::RandomState::default(), ops)
         }
+        ("sketch-random", "turnstile") => sketch_random(ops),
         ("inline-hot" | "inline-hot-foldhash", "governor") => return run("keyed-hot", imp, ops),
-        ("inline-random" | "inline-random-foldhash", "governor") => {
+        ("inline-random" | "inline-random-foldhash" | "sketch-random", "governor") => {
             return run("keyed-random", imp, ops)
         }
         ("tb-allow", "turnstile") => {
