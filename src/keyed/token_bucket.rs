@@ -216,6 +216,28 @@ impl TokenBucketQuota {
         })
     }
 
+    /// [`WordRule::check`] with the reading already in units, `u = units(base, now)`: for a
+    /// caller that needs `u` itself (the sketch's anchor), so that it converts once.
+    #[inline(always)]
+    pub(crate) fn check_units(
+        &self,
+        x: u64,
+        u: u64,
+        base: u64,
+        now: Nanos,
+        n: u32,
+    ) -> Result<Option<u64>, Denied> {
+        if self.inf && !(self.capped && n > self.burst) {
+            return Ok(None);
+        }
+        if n > self.burst {
+            return Err(Denied::new(now, None));
+        }
+        let x2 = self.step(x, u, n, base, now)?;
+        // A check of nothing takes nothing: not written (the rule's contract 2).
+        Ok((n != 0).then_some(x2))
+    }
+
     /// The tokens at `now` of a key whose arrival time is `x`: at most the burst (the burst
     /// under `Limit::INF`), below zero only for a reading older than the key's last grant.
     pub(crate) fn tokens(&self, x: u64, base: u64, now: Nanos) -> f64 {
@@ -326,15 +348,7 @@ impl WordRule for TokenBucketQuota {
 
     #[inline(always)]
     fn check(&self, x: u64, base: u64, now: Nanos, n: u32) -> Result<Option<u64>, Denied> {
-        if self.inf && !(self.capped && n > self.burst) {
-            return Ok(None);
-        }
-        if n > self.burst {
-            return Err(Denied::new(now, None));
-        }
-        let x2 = self.step(x, self.units(base, now), n, base, now)?;
-        // A check of nothing takes nothing: not written (the rule's contract 2).
-        Ok((n != 0).then_some(x2))
+        self.check_units(x, self.units(base, now), base, now, n)
     }
 
     /// Full again: `x <= units(now)`, the state a key born at `now` or later starts from,

@@ -57,7 +57,6 @@ use crossbeam_utils::Backoff;
 
 use crate::clock::Nanos;
 use crate::keyed::token_bucket::TokenBucketQuota;
-use crate::keyed::word_rule::WordRule;
 use crate::limiter::Denied;
 use crate::sync::{AtomicU128, Ordering};
 
@@ -98,9 +97,9 @@ pub(crate) struct Cells {
 }
 
 impl Cells {
-    /// `lines` lines (at least one), every word 0: every key full.
+    /// `lines` lines (a power of two), every word 0: every key full.
     pub(crate) fn new(lines: usize, d: usize) -> Cells {
-        debug_assert!(lines >= 1 && (1..=3).contains(&d));
+        debug_assert!(lines.is_power_of_two() && (1..=3).contains(&d));
         Cells {
             lines: (0..lines).map(|_| Line::new()).collect(),
             d,
@@ -116,8 +115,10 @@ impl Cells {
         self.d
     }
 
+    /// The word at `spot` (its line masked: the table is a power of two of lines).
+    #[inline(always)]
     fn word(&self, spot: Spot) -> &AtomicU128 {
-        &self.lines[spot.line % self.lines.len()].0[spot.word % WORDS]
+        &self.lines[spot.line & (self.lines.len() - 1)].0[spot.word % WORDS]
     }
 
     /// A check of `n` at `spot` under `rule`, whose units span a burst in at most `G`: see
@@ -132,13 +133,14 @@ impl Cells {
         n: u32,
     ) -> Result<(), Denied> {
         let word = self.word(spot);
+        let u = rule.units(base, now);
         let mut w = word.load(Ordering::Acquire);
         let backoff = Backoff::new();
         loop {
-            let Some(x2) = rule.check(arrival(w, spot.cells), base, now, n)? else {
+            let Some(x2) = rule.check_units(arrival(w, spot.cells), u, base, now, n)? else {
                 return Ok(()); // nothing to take: `n == 0`, or an infinite limit
             };
-            let next = raised(w, spot.cells, x2, rule.units(base, now) >> G_BITS);
+            let next = raised(w, spot.cells, x2, u >> G_BITS);
             match word.compare_exchange_weak(w, next, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => return Ok(()),
                 Err(found) => w = found,
