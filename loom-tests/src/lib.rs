@@ -83,6 +83,10 @@
 //! * `Sometimes` interval claim: `interval_slot_claimed_once`; `fetch_max -> store`:
 //!   `count_run_at_an_earlier_time_never_moves_the_interval_back`; `fetch_add -> load + store`:
 //!   all six others.
+//! * `SketchTokenBucket`'s grant CAS (`src/keyed/sketch_token_bucket/cells.rs`) made a store:
+//!   both `keyed_sketch` models (and, outside loom, `tests/keyed/sketch_stress.rs`'s one-key
+//!   total, 3 of 3 runs). Its load `Acquire -> Relaxed` and CAS `AcqRel -> Relaxed`: none, and
+//!   not needed: the word publishes nothing but itself.
 //!
 //! **`Keyed`'s eviction protocol** (`src/keyed/slot.rs`, `src/keyed.rs`; its models are in
 //! `tests/keyed.rs`, whose header lists the mutations with the models that catch each)
