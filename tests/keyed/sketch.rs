@@ -21,11 +21,11 @@ fn limit(per_sec: f64) -> Limit {
     Limit::per_second(per_sec).unwrap()
 }
 
-type Fixed = BuildHasherDefault<DefaultHasher>;
+pub(crate) type Fixed = BuildHasherDefault<DefaultHasher>;
 
 /// A sketch of `bytes` with `d` cells per key on a manual clock at 0, keys placed by a fixed
-/// hasher (so a failing case replays).
-fn sketch(
+/// hasher (so a failing case replays); also `sketch_stress.rs`'s.
+pub(crate) fn sketch(
     per_sec: f64,
     burst: u32,
     bytes: usize,

@@ -7,24 +7,19 @@
 
 use crate::common;
 
-use std::hash::{BuildHasherDefault, DefaultHasher};
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use turnstile::keyed::sketch_token_bucket::SketchTokenBucket;
-use turnstile::{Limit, ManualClock, Nanos};
+use turnstile::{ManualClock, Nanos};
 
 const THREADS: usize = 4;
 const PHASES: usize = if cfg!(miri) { 1 } else { 20 };
 
-type Sketch = SketchTokenBucket<u64, BuildHasherDefault<DefaultHasher>, ManualClock>;
+type Sketch = SketchTokenBucket<u64, crate::sketch::Fixed, ManualClock>;
 
+/// One token a second, two cells a key (the default), on a manual clock at 0.
 fn sketch(burst: u32, bytes: usize) -> Sketch {
-    SketchTokenBucket::builder(Limit::per_second(1.0).unwrap(), burst)
-        .memory(bytes)
-        .hasher(BuildHasherDefault::default())
-        .clock(ManualClock::default())
-        .build()
-        .unwrap()
+    crate::sketch::sketch(1.0, burst, bytes, 2)
 }
 
 /// Four threads drain one key: together they take exactly its burst, no more (a grant

@@ -102,9 +102,10 @@ pub struct SketchTokenBucket<K: ?Sized, S = std::hash::RandomState, C = QuantaCl
     base: u64,
     /// `lines - 1` (a power of two).
     line_mask: u64,
-    /// Every set of `d` of a word's cells, as a bit set; `subsets[..sets]`.
-    subsets: [u8; 6],
-    sets: u64,
+    /// Every place a key may take in a line, `choices[..count]`: its word (high nibble) and
+    /// its set of `d` of the word's cells (low nibble, a bit set), words first.
+    choices: [u8; WORDS * 6],
+    count: u64,
     hasher: S,
     clock: C,
     _key: PhantomData<fn(&K)>,
@@ -197,15 +198,16 @@ impl<K: Hash + ?Sized, S: BuildHasher, C: Clock> SketchTokenBucket<K, S, C> {
     }
 
     /// Where `key`'s cells are: the line from the hash's high half, the word and the set of
-    /// cells in it from its low half (by multiplication, not a modulo: a uniform pick among
-    /// the `WORDS * sets` choices).
+    /// cells in it from its low half (by multiplication, not a modulo or a division: a uniform
+    /// pick among the `count` choices, looked up).
     #[inline(always)]
     fn spot(&self, h: u64) -> Spot {
-        let pick = (u64::from(h as u32) * (WORDS as u64 * self.sets)) >> 32;
+        let pick = (u64::from(h as u32) * self.count) >> 32;
+        let choice = self.choices[pick as usize % self.choices.len()];
         Spot {
             line: ((h >> 32) & self.line_mask) as usize,
-            word: (pick / self.sets) as usize,
-            cells: self.subsets[(pick % self.sets) as usize % self.subsets.len()],
+            word: usize::from(choice >> 4),
+            cells: choice & 0xf,
         }
     }
 }
@@ -370,12 +372,12 @@ impl<K: ?Sized, S: BuildHasher, C: Clock> SketchTokenBucketBuilder<K, S, C> {
                     .ok_or(ConfigError::SketchSize { abusers, rate })?
             }
         };
-        let mut subsets = [0u8; 6];
-        let mut sets = 0;
-        for set in 0u8..1 << CELLS {
-            if set.count_ones() as usize == d {
-                subsets[sets] = set;
-                sets += 1;
+        let mut choices = [0u8; WORDS * 6];
+        let mut count = 0;
+        for word in 0..WORDS as u8 {
+            for set in (0u8..1 << CELLS).filter(|s| s.count_ones() as usize == d) {
+                choices[count] = word << 4 | set;
+                count += 1;
             }
         }
         Ok(SketchTokenBucket {
@@ -383,8 +385,8 @@ impl<K: ?Sized, S: BuildHasher, C: Clock> SketchTokenBucketBuilder<K, S, C> {
             rule,
             base: self.clock.now().as_u64(),
             line_mask: lines as u64 - 1,
-            subsets,
-            sets: sets as u64,
+            choices,
+            count: count as u64,
             hasher: self.hasher,
             clock: self.clock,
             _key: PhantomData,
