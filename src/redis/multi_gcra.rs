@@ -148,65 +148,81 @@ local m = #ARGV[1] / 8
 if m < 1 or m % 1 ~= 0 then
   return redis.error_reply('turnstile multi_gcra: ARGV[1] is no string of doubles')
 end
-local p = {struct.unpack(string.rep('<d', m), ARGV[1])}
+-- Formats are cut from one constant: a short string Lua already holds, where string.rep
+-- would build and hash a new one on every call.
+local D = '<dddddddddddddddddddddddddddddddd'
+local p = {struct.unpack(m < 32 and string.sub(D, 1, m + 1) or string.rep('<d', m), ARGV[1])}
 local step = 2 * p[1]
-local fmt = string.rep('<d', step)
-local d, a = {}, {}
-for j = 1, step do d[j] = 0 end
+local fmt = string.sub(D, 1, step + 1)
+local d
 local s = redis.call('GET', KEYS[1])
 if s then
   local n = #s / 8
   if n < 2 or n % 2 ~= 0 then
     return redis.error_reply('turnstile multi_gcra: ' .. KEYS[1] .. ' does not hold TATs')
   end
-  local v = {struct.unpack(n == step and fmt or string.rep('<d', n), s)}
+  -- d[j] becomes limit j's time below full (0 if full); times past the key's read as full.
+  d = {struct.unpack(n == step and fmt or string.rep('<d', n), s)}
   for j = 1, n, 2 do
-    local tu, tf = v[j], v[j + 1]
+    local tu, tf = d[j], d[j + 1]
     if not (tu >= 0 and tu < 9007199254740992 and tu % 1 == 0
         and tf >= 0 and tf < F and tf % 1 == 0) then
       return redis.error_reply('turnstile multi_gcra: ' .. KEYS[1] .. ' does not hold TATs')
     end
-    if j < step and tu >= now then
-      d[j], d[j + 1] = tu - now, tf
+    if tu >= now then
+      d[j] = tu - now
+    else
+      d[j], d[j + 1] = 0, 0
     end
   end
+  for j = n + 1, step do d[j] = 0 end
+else
+  d = {}
+  for j = 1, step do d[j] = 0 end
 end
-local out, at, took = {}, 0, false
-for r = 2 + step, m - step + 1, step do
+local out, at, took = {}, 1, false
+for r = 1 + step, m - step, step do
   local ok, takes = 1, false
   for j = 1, step, 2 do
-    local inc_us, inc_f = p[r + j - 1], p[r + j]
-    local x_us, x_f = d[j] + inc_us, d[j + 1] + inc_f
+    local inc_us, inc_f = p[r + j], p[r + j + 1]
+    local du, df = d[j], d[j + 1]
+    local x_us, x_f = du + inc_us, df + inc_f
     if x_f >= F then
       x_us, x_f = x_us + 1, x_f - F
     end
-    local tau_us = p[j + 1]
-    if x_us > tau_us or (x_us == tau_us and x_f > p[j + 2]) then
+    if x_us > p[j + 1] or (x_us == p[j + 1] and x_f > p[j + 2]) then
       ok = 0
     end
     if inc_us > 0 or inc_f > 0 then
       takes = true
     end
-    a[j], a[j + 1] = x_us, x_f
-    out[at + j + 1], out[at + j + 2] = d[j], d[j + 1]
+    out[at + j], out[at + j + 1] = du, df
   end
-  out[at + 1] = ok
-  at = at + step + 1
+  out[at] = ok
   if ok == 1 and takes then
-    d, a, took = a, d, true
+    -- Recomputed rather than kept from the check: a table per request costs more.
+    for j = 1, step, 2 do
+      local x_us, x_f = d[j] + p[r + j], d[j + 1] + p[r + j + 1]
+      if x_f >= F then
+        x_us, x_f = x_us + 1, x_f - F
+      end
+      d[j], d[j + 1] = x_us, x_f
+    end
+    took = true
   end
+  at = at + step + 1
 end
 if took then
-  local v, up = {}, 0
+  local up = 0
   for j = 1, step, 2 do
-    v[j], v[j + 1] = now + d[j], d[j + 1]
     local u = d[j]
     if d[j + 1] > 0 then u = u + 1 end
     if u > up then up = u end
+    d[j] = now + d[j]
   end
   local ms = math.floor((up + 999) / 1000)
   if ms < 1 then ms = 1 end
-  redis.call('SET', KEYS[1], struct.pack(fmt, unpack(v)), 'PX', ms)
+  redis.call('SET', KEYS[1], struct.pack(fmt, unpack(d, 1, step)), 'PX', ms)
 end
 return out
 "#;

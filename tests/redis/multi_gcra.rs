@@ -78,6 +78,54 @@ async fn tats_us(con: &ConnectionManager, key: &str) -> Vec<u128> {
         .collect()
 }
 
+/// The key's arrival times in units (10⁻¹⁸ s) since the epoch.
+async fn tats_units(con: &ConnectionManager, key: &str) -> Vec<u128> {
+    let value: Vec<u8> = redis::cmd("GET")
+        .arg(key)
+        .query_async(&mut con.clone())
+        .await
+        .unwrap();
+    decode_tats(&value)
+        .expect("16 bytes a limit")
+        .into_iter()
+        .map(|(us, units)| u128::from(us) * 1_000_000_000_000 + u128::from(units))
+        .collect()
+}
+
+/// Grants add exactly `n × T_i` to every limit's time, where no `T_i` is a whole number of µs
+/// (7 per minute: 8.571428571428571428... s; 11 per hour: 327.272727... s): the units carry into the µs on the server, so nothing drifts.
+#[tokio::test]
+async fn grants_add_exactly_n_times_t_to_every_limit() {
+    let Some(s) = RedisServer::start("grants_add_exactly_n_times_t_to_every_limit") else {
+        return;
+    };
+    let con = connect(&s).await;
+    let m = MultiGcra::builder(&[
+        Bandwidth::per(7, MINUTE).burst_of(100_000),
+        Bandwidth::per(11, HOUR).burst_of(100_000),
+    ])
+    .build(con.clone())
+    .unwrap();
+    let key = "turnstile:multi_gcra:exact";
+    assert!(m.throttle("exact", 1).await.unwrap().allowed);
+    let first = tats_units(&con, key).await;
+    let mut total = 0u128;
+    for n in [1, 1, 1, 600, 7, 3_333, 59] {
+        assert!(m.throttle("exact", n).await.unwrap().allowed);
+        total += u128::from(n);
+    }
+    let now = tats_units(&con, key).await;
+    // (seconds, permits) of each limit, so T_i = seconds / permits.
+    for (i, (seconds, permits)) in [(60, 7), (3_600, 11)].into_iter().enumerate() {
+        let exact = total * seconds * 1_000_000_000_000_000_000 / permits;
+        let grown = now[i] - first[i];
+        assert!(
+            grown.abs_diff(exact) < exact / 1_000_000_000_000,
+            "limit {i}: grew {grown} units for {total} permits; exact {exact}"
+        );
+    }
+}
+
 /// A refusal by the daily limit takes nothing from the per-minute one and writes nothing at
 /// all; a refusal by the per-minute limit takes nothing from the daily one.
 #[tokio::test]
