@@ -16,7 +16,7 @@
 //! it and exits 2. With `--url` it writes keys under `turnstile:bench:*` on that server.
 //!
 //! Every cell runs on one redis-rs `ConnectionManager` (one multiplexed connection) for
-//! `--seconds` (default 1.35 s, about 27 s in all), at each concurrency of `--tasks` (default 1
+//! `--seconds` (default 1.05 s, about 27 s in all with the alternating rounds), at each concurrency of `--tasks` (default 1
 //! and 16 tokio tasks, on a multi-thread runtime): `PING`; `EVALSHA` of a script that only returns 1 (a
 //! reference: the scripting engine's own cost, the floor of any one-script-per-check limiter);
 //! `Gcra::throttle` on one hot key; `MultiGcra::throttle` with two limits on one hot key;
@@ -34,7 +34,9 @@
 //! mean of PING's two runs) against issue #11's target of 0.8, and what a good result looks
 //! like, and each cell's checks per round trip (its checks over the server's count of its
 //! command's calls): 1 everywhere but the coalesced cell; and the two-limit `MultiGcra`
-//! cell's ratio over the single-limit `Gcra` cell's against issue #23's target of 0.8. The machinery is in `bench/examples/redis/bench.rs`, which
+//! cell's ratio over the single-limit `Gcra` cell's against issue #23's target of 0.8, the
+//! median of six short rounds that alternate the two after each level's cells (so both see
+//! the same machine). The machinery is in `bench/examples/redis/bench.rs`, which
 //! `tests/redis/example_smoke.rs` also runs (briefly).
 //!
 //! `--fault stall` runs, instead of the cells, a stalled server: tasks (the largest `--tasks`

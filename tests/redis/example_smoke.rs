@@ -113,7 +113,7 @@ fn every_cell_runs_against_a_real_server() {
             let n = report
                 .cells
                 .iter()
-                .filter(|c| c.op == op && c.tasks == tasks)
+                .filter(|c| c.op == op && c.tasks == tasks && c.round == 0)
                 .count();
             assert_eq!(n, 1, "{} at {tasks} tasks\n{text}", op.name());
         }
@@ -124,6 +124,13 @@ fn every_cell_runs_against_a_real_server() {
             .map(|c| c.round)
             .collect();
         assert_eq!(pings, [0, 1], "PING before and after, at {tasks} tasks");
+        // The alternating rounds of the two-limit cell and the one-limit one: a ratio each.
+        let rounds = report.multi_over_single_rounds(tasks);
+        assert_eq!(rounds.len(), bench::PAIR_ROUNDS, "{text}");
+        assert!(
+            rounds.iter().all(|r| r.is_finite() && *r > 0.0),
+            "{rounds:?}"
+        );
         assert!(report.ping_ops_per_sec(tasks).unwrap() > 0.0);
     }
     for c in &report.cells {
