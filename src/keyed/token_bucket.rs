@@ -248,6 +248,54 @@ impl TokenBucketQuota {
         (units / self.scale.one as f64).min(f64::from(self.burst))
     }
 
+    /// The `RateLimit` fields of a key whose arrival time is `x` (`None`: a key the map
+    /// does not hold, full) at `now`.
+    pub(crate) fn status(&self, x: Option<u64>, base: u64, now: Nanos) -> QuotaStatus {
+        let burst = u64::from(self.burst);
+        let window = if self.inf {
+            Duration::ZERO
+        } else if self.zero {
+            Duration::MAX
+        } else {
+            u64::try_from(self.scale.nanos_ceil(self.tau))
+                .map_or(Duration::MAX, Duration::from_nanos)
+        };
+        let full = QuotaStatus {
+            quota: burst,
+            window,
+            remaining: burst,
+            reset: Duration::ZERO,
+        };
+        let Some(x) = x.filter(|_| !self.inf) else {
+            return full;
+        };
+        let u = self.units(base, now);
+        // Units held at `now`, capped at the burst; negative in deficit.
+        let held = (i128::from(u) + i128::from(self.tau) - i128::from(x)).min(i128::from(self.tau));
+        if held == i128::from(self.tau) {
+            return full;
+        }
+        let remaining = if held <= 0 {
+            0
+        } else {
+            (held as u64) / self.scale.one
+        };
+        let reset = if self.zero {
+            Duration::MAX
+        } else {
+            // Full once u reaches x: at base + nanos_ceil(x), as a denial's retry time.
+            u64::try_from(u128::from(base) + self.scale.nanos_ceil(x)).map_or(Duration::MAX, |t| {
+                Nanos::new(t).saturating_duration_since(now)
+            })
+        };
+        QuotaStatus {
+            quota: burst,
+            window,
+            remaining,
+            reset,
+        }
+    }
+
     /// A water-level meter of `capacity` units leaking at `leak`: the bucket of `leak` and
     /// `burst = capacity`, refusing more than `capacity` under every leak.
     pub(crate) fn meter(capacity: u32, leak: Limit) -> TokenBucketQuota {
@@ -515,51 +563,7 @@ where
             Some((quota, x)) => (quota, x),
             None => (self.map.classify(&key.to_owned()), None),
         };
-        let burst = u64::from(quota.burst);
-        let window = if quota.inf {
-            Duration::ZERO
-        } else if quota.zero {
-            Duration::MAX
-        } else {
-            u64::try_from(quota.scale.nanos_ceil(quota.tau))
-                .map_or(Duration::MAX, Duration::from_nanos)
-        };
-        let full = QuotaStatus {
-            quota: burst,
-            window,
-            remaining: burst,
-            reset: Duration::ZERO,
-        };
-        let Some(x) = x.filter(|_| !quota.inf) else {
-            return Some(full);
-        };
-        let base = self.map.base();
-        let u = quota.units(base, now);
-        // Units held at `now`, capped at the burst; negative in deficit.
-        let held =
-            (i128::from(u) + i128::from(quota.tau) - i128::from(x)).min(i128::from(quota.tau));
-        if held == i128::from(quota.tau) {
-            return Some(full);
-        }
-        let remaining = if held <= 0 {
-            0
-        } else {
-            (held as u64) / quota.scale.one
-        };
-        let reset = if quota.zero {
-            Duration::MAX
-        } else {
-            // Full once u reaches x: at base + nanos_ceil(x), as a denial's retry time.
-            u64::try_from(u128::from(base) + quota.scale.nanos_ceil(x)).map_or(Duration::MAX, |t| {
-                Nanos::new(t).saturating_duration_since(now)
-            })
-        };
-        Some(QuotaStatus {
-            quota: burst,
-            window,
-            remaining,
-            reset,
-        })
+        Some(quota.status(x, self.map.base(), now))
     }
 
     /// Gives `n` tokens back to `key` at `now`, for a grant that a second, layered limit then

@@ -166,8 +166,9 @@ fn line_of(k: u64, lines: u64) -> u64 {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(if cfg!(miri) { 4 } else { 256 }))]
 
-    /// Keys alone in their lines: every decision is `KeyedTokenBucket`'s, and every retry time
-    /// within one of the sketch's units of it (a sketch counts in units of at most 1/2^14 of a
+    /// Keys alone in their lines: every decision and every key's whole tokens left are
+    /// `KeyedTokenBucket`'s, and every retry and reset time within one of the sketch's units
+    /// of it (a sketch counts in units of at most 1/2^14 of a
     /// burst, `KeyedTokenBucket` in units of at most a nanosecond), on random checks at
     /// readings that never go back (`KeyedTokenBucket` dates a new key at its first reading,
     /// which the sketch, holding no keys, cannot: a reading before it finds fewer tokens there
@@ -200,6 +201,14 @@ proptest! {
                 },
                 (a, b) => prop_assert!(false, "key {} n {} at {:?}: {:?} vs {:?}", key, n, now, a, b),
             }
+            // And the RateLimit fields: the same whole tokens, the reset within a unit.
+            let (a, b) = (s.quota_at(&key, now), e.quota_at(&key, now).unwrap());
+            prop_assert_eq!((a.quota, a.remaining), (b.quota, b.remaining), "{:?} vs {:?}", a, b);
+            prop_assert!(a.window.abs_diff(b.window).as_nanos() as f64 <= unit * 4.0 + 1.0);
+            prop_assert!(
+                a.reset.abs_diff(b.reset).as_nanos() as f64 <= unit + 1.0,
+                "key {} at {:?}: {:?} vs {:?}", key, now, a, b
+            );
         }
     }
 

@@ -20,7 +20,9 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use turnstile::tower::key::{Cidr, ForwardedIp, PeerIp};
 use turnstile::tower::{global, per_key, Headers, MissingKey, Policy, PolicyExt, RateLimitLayer};
-use turnstile::{Clock, Keyed, KeyedTokenBucket, Limit, ManualClock, Nanos, TokenBucket};
+use turnstile::{
+    Clock, Keyed, KeyedTokenBucket, Limit, ManualClock, Nanos, SketchTokenBucket, TokenBucket,
+};
 
 type Bucket = TokenBucket<ManualClock>;
 type Inline = KeyedTokenBucket<IpAddr, std::collections::hash_map::RandomState, ManualClock>;
@@ -640,6 +642,68 @@ async fn delay_mode_over_the_inline_map_refuses_at_once() {
     assert_eq!(get_from(&c, server, &[]).await.status, StatusCode::OK);
     assert_eq!(
         get_from(&c, server, &[]).await.status,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+}
+
+/// A [`SketchTokenBucket`] per client behind a trusted proxy: the client is its IPv6 /64 (the
+/// extractor's default prefix), so twenty addresses of one /64 share one bucket, refused after
+/// its burst with the bucket's exact fields; another /64 and an untrusted peer that forges the
+/// header are clients of their own; a retry after `Retry-After` passes. The hasher is SipHash
+/// with fixed keys, so the cells the test's keys get are the same on every run.
+#[tokio::test]
+async fn sketch_per_client_keys_by_ipv6_prefix_with_exact_headers() {
+    type Fixed = std::hash::BuildHasherDefault<std::hash::DefaultHasher>;
+    let clock = ManualClock::new(Nanos::new(1_000_000_000));
+    let sketch = SketchTokenBucket::<IpAddr, _, _>::builder(Limit::per_second(0.5).unwrap(), 3)
+        .memory(1 << 16)
+        .hasher(Fixed::default())
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    let proxies = ForwardedIp::x_forwarded_for(["127.0.0.5/32".parse::<Cidr>().unwrap()]);
+    let layer = RateLimitLayer::new(per_key("per-client", proxies, sketch));
+    let server = serve(app(layer)).await;
+    let proxy = client("127.0.0.5");
+    let mut statuses = Vec::new();
+    let mut last = None;
+    for n in 1..=20 {
+        let xff = format!("2001:db8:1:2:{n:x}::{n:x}");
+        let g = get_from(&proxy, server, &[("x-forwarded-for", xff.as_str())]).await;
+        statuses.push(g.status.as_u16());
+        last = Some(g);
+    }
+    assert_eq!(statuses[..4], [200, 200, 200, 429], "{statuses:?}");
+    assert!(statuses[3..].iter().all(|&s| s == 429), "{statuses:?}");
+    let g = last.unwrap();
+    // 0.5/s: the next token in 2 s; full again in 6 s; it refills from empty in 6 s.
+    assert_eq!(header(&g, "retry-after"), Some("2"));
+    assert_eq!(
+        header(&g, "ratelimit-policy"),
+        Some(r#""per-client";q=3;w=6"#)
+    );
+    assert_eq!(header(&g, "ratelimit"), Some(r#""per-client";r=0;t=6"#));
+    // Another /64 is another client, with its whole burst.
+    let other = [("x-forwarded-for", "2001:db8:1:3::1")];
+    for _ in 0..3 {
+        assert_eq!(
+            get_from(&proxy, server, &other).await.status,
+            StatusCode::OK
+        );
+    }
+    // A peer that is no trusted proxy is keyed by its own address, whatever it forwards.
+    let direct = client("127.0.0.2");
+    let forged = [("x-forwarded-for", "2001:db8:1:3::1")];
+    assert_eq!(
+        get_from(&direct, server, &forged).await.status,
+        StatusCode::OK
+    );
+    // Retry-After later, the /64 gets one token, then is refused again.
+    clock.advance(Duration::from_secs(2));
+    let same = [("x-forwarded-for", "2001:db8:1:2::77")];
+    assert_eq!(get_from(&proxy, server, &same).await.status, StatusCode::OK);
+    assert_eq!(
+        get_from(&proxy, server, &same).await.status,
         StatusCode::TOO_MANY_REQUESTS
     );
 }

@@ -64,7 +64,7 @@ use crate::clock::{Clock, Nanos, QuantaClock};
 use crate::error::ConfigError;
 use crate::keyed::token_bucket::TokenBucketQuota;
 use crate::limit::Limit;
-use crate::limiter::Denied;
+use crate::limiter::{Denied, QuotaStatus};
 
 use cells::{Cells, Spot, CELLS, G_BITS, WORDS};
 
@@ -195,6 +195,33 @@ impl<K: Hash + ?Sized, S: BuildHasher, C: Clock> SketchTokenBucket<K, S, C> {
     pub fn tokens_at(&self, key: &K, now: Nanos) -> f64 {
         let x = self.cells.arrival(self.spot(self.hasher.hash_one(key)));
         self.rule.tokens(x, self.base, now)
+    }
+
+    /// `key`'s `RateLimit` fields at `now`, as the sketch knows it: the burst, the time it
+    /// takes to refill from empty, the whole tokens it could take and the time until it is
+    /// full (the smallest of its cells'). Every key has them: a key never seen is full
+    /// unless its cells are held by others.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::keyed::sketch_token_bucket::SketchTokenBucket;
+    /// use turnstile::{Limit, ManualClock, Nanos, QuotaStatus};
+    /// let k = SketchTokenBucket::<u8, _, _>::builder(Limit::per_second(10.0).unwrap(), 5)
+    ///     .clock(ManualClock::default())
+    ///     .build()
+    ///     .unwrap();
+    /// k.check_n_at(&1, Nanos::ZERO, 5).unwrap();
+    /// let s = k.quota_at(&1, Nanos::new(250_000_000)); // 2.5 tokens back
+    /// assert_eq!(s, QuotaStatus {
+    ///     quota: 5,
+    ///     window: Duration::from_millis(500),
+    ///     remaining: 2,
+    ///     reset: Duration::from_millis(250),
+    /// });
+    /// ```
+    pub fn quota_at(&self, key: &K, now: Nanos) -> QuotaStatus {
+        let x = self.cells.arrival(self.spot(self.hasher.hash_one(key)));
+        self.rule.status(Some(x), self.base, now)
     }
 
     /// Where `key`'s cells are: the line from the hash's high half, the word and the set of

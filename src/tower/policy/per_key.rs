@@ -9,7 +9,9 @@ use http::Request;
 
 use super::*;
 use crate::tower::key::{KeyExtractor, KeyType};
-use crate::{Clock, Denied, Idle, Keyed, KeyedTokenBucket, Limiter, Nanos, QuotaStatus};
+use crate::{
+    Clock, Denied, Idle, Keyed, KeyedTokenBucket, Limiter, Nanos, QuotaStatus, SketchTokenBucket,
+};
 
 /// What a [`PerKey`] policy does with a request its extractor finds no key in.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,9 +39,10 @@ pub struct Taken {
 
 /// A per-key limiter map a [`PerKey`] policy takes permits from: implemented by
 /// [`Keyed`] (any limiter per key, built by a factory), by [`KeyedTokenBucket`] (a token
-/// bucket per key, its state inline: one word per key, the cheaper check) and by
+/// bucket per key, its state inline: one word per key, the cheaper check), by
 /// [`KeyedMultiTokenBucket`](crate::KeyedMultiTokenBucket) (several limits per key, inline;
-/// [`per_key_multi`](super::per_key_multi) reports each of them).
+/// [`per_key_multi`](super::per_key_multi) reports each of them) and by
+/// [`SketchTokenBucket`] (a token bucket per key in fixed memory, no key held).
 pub trait PerKeyMap<K>: Send + Sync + 'static {
     /// The map's clock reading now: the time a request is decided at.
     fn now(&self) -> Nanos;
@@ -170,6 +173,41 @@ where
         // Detached: it ends by itself when the map drops.
         drop(KeyedTokenBucket::spawn_sweeper(self));
     }
+}
+
+/// The fixed-memory map: one hash and one cache line per request, whatever the number of
+/// clients, and nothing to sweep (its module docs: when to choose it over
+/// [`KeyedTokenBucket`]).
+///
+/// **No reserve-ahead and no refund.** As [`KeyedTokenBucket`], a request it cannot grant now
+/// is refused at once under [`RateLimitLayer::delay`](crate::tower::RateLimitLayer::delay).
+/// A grant raised cells other clients may share, so it cannot be taken back without lowering
+/// theirs: the policy is not [`Refunds`], and goes last in an [`and`](super::PolicyExt::and).
+impl<K, S, C> PerKeyMap<K> for SketchTokenBucket<K, S, C>
+where
+    K: Hash + Send + Sync + 'static,
+    S: BuildHasher + Send + Sync + 'static,
+    C: Clock + 'static,
+{
+    #[inline]
+    fn now(&self) -> Nanos {
+        self.clock().now()
+    }
+
+    #[inline]
+    fn take(&self, key: &K, now: Nanos, ask: Ask) -> Taken {
+        let result = self.check_n_at(key, now, ask.cost);
+        // As the inline map's: a second load of the key's word, only when the answer shows it.
+        let status = ask.reports(result.is_ok()).then(|| self.quota_at(key, now));
+        Taken {
+            result,
+            wait: Duration::ZERO,
+            status,
+        }
+    }
+
+    #[inline]
+    fn refund(&self, _: &K, _: Nanos, _: u32) {}
 }
 
 /// A limiter per key, picked by a [`KeyExtractor`]: [`per_key`].
