@@ -5,12 +5,13 @@
 //!
 //! ```text
 //! cargo run --release -p turnstile-bench --example flood -- [--keys N] [--rate KEYS_PER_S]
-//!     [--map inline|keyed] [--max-keys N] [--capacity N] [--interval-us US] [--limit PER_S]
-//!     [--burst B]
+//!     [--map inline|keyed|sketch] [--max-keys N] [--capacity N] [--memory BYTES]
+//!     [--interval-us US] [--limit PER_S] [--burst B]
 //! ```
 //!
 //! The map is built with its defaults (the key bound, `sweep_every`) unless `--max-keys` says
-//! otherwise, and `per_key` runs its sweeps, as a server would get them. Every client has the
+//! otherwise, and `per_key` runs its sweeps, as a server would get them. `--map sketch` is a
+//! `SketchTokenBucket` of `--memory` bytes (4 MiB by default): no keys, no bound, no sweeps. Every client has the
 //! same quota (`--limit`/`--burst`); the legitimate client checks well within it, so any
 //! refusal it gets is the map's doing. The flood keys are idle (and so evictable) once their
 //! token is back, `1/limit` after their check.
@@ -25,7 +26,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use turnstile::tower::{key, per_key, Ask, PerKey, PerKeyMap, Policy};
-use turnstile::{Keyed, KeyedTokenBucket, Limit, TokenBucket};
+use turnstile::{Keyed, KeyedTokenBucket, Limit, SketchTokenBucket, TokenBucket};
 
 struct Args {
     keys: u64,
@@ -35,6 +36,8 @@ struct Args {
     max_keys: Option<u64>,
     /// The inline map's table sized up front for this many keys (its builder's `capacity`).
     capacity: usize,
+    /// The sketch's table, bytes.
+    memory: usize,
     interval: Duration,
     limit: f64,
     burst: u32,
@@ -43,8 +46,8 @@ struct Args {
 fn usage() -> ! {
     eprintln!(
         "usage: flood [--keys N (10000000)] [--rate KEYS_PER_S (1000000; 0 = max)] \
-         [--map inline|keyed (inline)] [--max-keys N (the map's default)] \
-         [--capacity N (0; inline only)] \
+         [--map inline|keyed|sketch (inline)] [--max-keys N (the map's default)] \
+         [--capacity N (0; inline only)] [--memory BYTES (4194304; sketch only)] \
          [--interval-us US (1000)] [--limit PER_S (1000)] [--burst B (1000)]"
     );
     std::process::exit(2)
@@ -57,6 +60,7 @@ fn parse() -> Args {
         map: "inline".into(),
         max_keys: None,
         capacity: 0,
+        memory: 4 << 20,
         interval: Duration::from_millis(1),
         limit: 1000.0,
         burst: 1000,
@@ -70,6 +74,7 @@ fn parse() -> Args {
             "--map" => a.map = value(),
             "--max-keys" => a.max_keys = Some(value().parse().unwrap_or_else(|_| usage())),
             "--capacity" => a.capacity = value().parse().unwrap_or_else(|_| usage()),
+            "--memory" => a.memory = value().parse().unwrap_or_else(|_| usage()),
             "--interval-us" => {
                 a.interval = Duration::from_micros(value().parse().unwrap_or_else(|_| usage()))
             }
@@ -78,7 +83,7 @@ fn parse() -> Args {
             _ => usage(),
         }
     }
-    if a.map != "inline" && a.map != "keyed" {
+    if !["inline", "keyed", "sketch"].contains(&a.map.as_str()) {
         usage();
     }
     a
@@ -107,6 +112,10 @@ fn pct(sorted: &[u64], p: f64) -> u64 {
     sorted[i]
 }
 
+fn held(keys: Option<usize>) -> String {
+    keys.map_or("-".to_string(), |n| n.to_string())
+}
+
 fn us(ns: u64) -> String {
     format!("{:.1} µs", ns as f64 / 1e3)
 }
@@ -118,21 +127,27 @@ fn decide<M: PerKeyMap<IpAddr>>(p: &Arc<PerKey<IpAddr, key::PeerIp, M>>, ip: IpA
         .is_ok()
 }
 
-fn run<M: PerKeyMap<IpAddr>>(a: &Args, map: M, len: fn(&M) -> usize) {
+/// `len` is the keys the map holds (`None`: a map that holds none).
+fn run<M: PerKeyMap<IpAddr>>(a: &Args, map: M, len: fn(&M) -> Option<usize>) {
     let policy = Arc::new(per_key("flood", key::PeerIp, map));
     let stop = Arc::new(AtomicBool::new(false));
     let sent = Arc::new(AtomicU64::new(0));
+    let started = Arc::new(AtomicU64::new(0));
     let legit_ip = IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 0xffff, 0, 0, 0, 0, 1));
 
+    // Touched up front, so that the samples add nothing to RSS during the flood.
+    let mut samples = vec![1u64; 1 << 18]; // not 0: calloc would hand back untouched pages
+    samples.clear();
     let legit = {
         let (policy, stop, interval) = (policy.clone(), stop.clone(), a.interval);
+        let started = started.clone();
         std::thread::spawn(move || {
-            let mut samples = Vec::with_capacity(1 << 16);
             let mut refused = 0u64;
             while !stop.load(Ordering::Relaxed) {
                 let t = Instant::now();
                 let ok = decide(&policy, legit_ip);
                 samples.push(t.elapsed().as_nanos() as u64);
+                started.store(1, Ordering::Relaxed);
                 refused += u64::from(!ok);
                 std::thread::sleep(interval);
             }
@@ -140,6 +155,9 @@ fn run<M: PerKeyMap<IpAddr>>(a: &Args, map: M, len: fn(&M) -> usize) {
         })
     };
 
+    while started.load(Ordering::Relaxed) == 0 {
+        std::thread::yield_now();
+    }
     let flood = {
         let (policy, sent, keys, rate) = (policy.clone(), sent.clone(), a.keys, a.rate);
         std::thread::spawn(move || {
@@ -163,6 +181,16 @@ fn run<M: PerKeyMap<IpAddr>>(a: &Args, map: M, len: fn(&M) -> usize) {
     };
 
     let start = Instant::now();
+    // The baseline: both threads running (their stacks, stdout's buffer touched), the first
+    // 1 024 flood keys in; what the map takes for the rest is the growth reported.
+    while sent.load(Ordering::Relaxed) == 0 && !flood.is_finished() {
+        std::thread::yield_now();
+    }
+    let (rss0, _) = rss();
+    println!(
+        "{:>5.1} s  after the first 1024 keys: RSS {rss0:.1} MiB",
+        start.elapsed().as_secs_f64()
+    );
     while !flood.is_finished() {
         std::thread::sleep(Duration::from_millis(100));
         let t = start.elapsed();
@@ -172,7 +200,7 @@ fn run<M: PerKeyMap<IpAddr>>(a: &Args, map: M, len: fn(&M) -> usize) {
                 "{:>5.1} s  sent {:>10}  map {:>9}  RSS {rss:>7.1} MiB  peak {hwm:>7.1} MiB",
                 t.as_secs_f64(),
                 sent.load(Ordering::Relaxed),
-                len(policy.map()),
+                held(len(policy.map())),
             );
         }
     }
@@ -183,11 +211,13 @@ fn run<M: PerKeyMap<IpAddr>>(a: &Args, map: M, len: fn(&M) -> usize) {
     samples.sort_unstable();
     let (rss, hwm) = rss();
     println!(
-        "done: {} keys in {:.2} s ({:.0} keys/s); map {}; RSS {rss:.1} MiB, peak {hwm:.1} MiB",
+        "done: {} keys in {:.2} s ({:.0} keys/s); map {}; RSS {rss:.1} MiB, peak {hwm:.1} MiB \
+         ({:+.0} KiB after the first 1024 keys)",
         a.keys,
         elapsed.as_secs_f64(),
         a.keys as f64 / elapsed.as_secs_f64(),
-        len(policy.map()),
+        held(len(policy.map())),
+        (rss - rss0) * 1024.0,
     );
     println!(
         "legitimate client: {} checks, {} refused; latency p50 {}, p99 {}, p99.9 {}, max {}",
@@ -223,11 +253,13 @@ fn main() {
         if let Some(m) = a.max_keys {
             b = b.max_keys(m);
         }
-        run(
-            &a,
-            b.build().unwrap_or_else(|_| usage()),
-            KeyedTokenBucket::len,
-        );
+        run(&a, b.build().unwrap_or_else(|_| usage()), |m| Some(m.len()));
+    } else if a.map == "sketch" {
+        let sketch = SketchTokenBucket::builder(limit, a.burst)
+            .memory(a.memory)
+            .build()
+            .unwrap_or_else(|_| usage());
+        run(&a, sketch, |_| None);
     } else {
         let burst = a.burst;
         let mut b =
@@ -235,6 +267,6 @@ fn main() {
         if let Some(m) = a.max_keys {
             b = b.max_keys(m);
         }
-        run(&a, b.build().unwrap_or_else(|_| usage()), Keyed::len);
+        run(&a, b.build().unwrap_or_else(|_| usage()), |m| Some(m.len()));
     }
 }
