@@ -710,10 +710,117 @@ fn keyed_limiters_random(c: &mut Criterion) {
     }
 }
 
+/// Issue #24's cells: `SketchTokenBucket` (its default 4 MiB) beside `KeyedTokenBucket` and
+/// governor's keyed limiter, all at 1e9/s with a burst of 2^15 per client (the sketch's
+/// largest burst), so every check is granted: a lookup and a CAS, the write path. The hot
+/// client's groups also have `floor128`, the sketch's floor (a hash, a clock read and one
+/// 128-bit CAS).
+fn keyed_sketch(c: &mut Criterion) {
+    const RATE: f64 = 1e9;
+    const BURST: u32 = 1 << 15;
+    let limit = Limit::per_second(RATE).expect("a rate");
+    for (workload, keys, threads) in [
+        ("hot", 1, &THREADS[..]),
+        ("random_100k", 100_000, &[1][..]),
+        ("random_10m", 10_000_000, &[1][..]),
+    ] {
+        for &threads in threads {
+            let name = format!("keyed_sketch_{workload}/{threads}t");
+            let mut g = c.benchmark_group(&name);
+            let key = || if keys == 1 { 7 } else { random_key_in(keys) };
+
+            let k = SketchTokenBucket::<u64>::new(limit, BURST);
+            filled_cell(
+                &mut g,
+                &name,
+                "sketch_token_bucket",
+                threads,
+                || {},
+                || k.check(&key()).is_ok(),
+            );
+            drop(k);
+
+            let k = KeyedTokenBucket::builder(limit, BURST)
+                .max_keys(keys.max(1 << 20))
+                .sweep_every(Duration::MAX)
+                .build()
+                .expect("valid keyed limiter");
+            let fill = || (0..keys).for_each(|key| assert!(k.check(&key).is_ok()));
+            filled_cell(&mut g, &name, "keyed_token_bucket", threads, fill, || {
+                k.check(&key()).is_ok()
+            });
+            drop(k);
+
+            let gov = RateLimiter::keyed(Quota::per_second(nz(RATE as u32)).allow_burst(nz(BURST)));
+            let fill = || (0..keys).for_each(|key| assert!(gov.check_key(&key).is_ok()));
+            filled_cell(&mut g, &name, "governor", threads, fill, || {
+                gov.check_key(&key()).is_ok()
+            });
+            drop(gov);
+
+            if keys == 1 {
+                // The sketch's physical floor on one client: SipHash of the key, a clock read,
+                // one 128-bit load and CAS (inline `vmovdqa`, `lock cmpxchg16b`); no table.
+                let (hasher, clock) = (RandomState::new(), QuantaClock::new());
+                let floor = sat::Floor128::new(QuantaClock::new());
+                cell(&mut g, "floor128", threads, || {
+                    let h = black_box(&hasher).hash_one(black_box(&7u64));
+                    floor.grant_at(Nanos::new(black_box(&clock).now().as_u64() ^ h));
+                });
+            }
+
+            g.finish();
+        }
+    }
+}
+
+/// Cell `id` of `what`: `fill` runs first (once, and only if criterion runs the cell: ten
+/// million keys take seconds and a gigabyte), with the process's RSS growth over it printed;
+/// then `op` is timed, and afterwards must still grant.
+fn filled_cell(
+    g: &mut BenchmarkGroup<'_, WallTime>,
+    what: &str,
+    id: &str,
+    threads: usize,
+    fill: impl FnOnce(),
+    op: impl Fn() -> bool + Sync,
+) {
+    let mut fill = Some(fill);
+    let mut ran = false;
+    let cell_op = || {
+        black_box(op());
+    };
+    g.bench_function(id, |b| {
+        if let Some(fill) = fill.take() {
+            let before = rss_mib();
+            fill();
+            eprintln!("{what} {id}: RSS +{:.1} MiB to fill", rss_mib() - before);
+        }
+        ran = true;
+        b.iter_custom(|iters| harness::contended(threads, iters, &cell_op))
+    });
+    if ran {
+        assert!(op(), "{what} {id}: refused after the cell");
+    }
+}
+
+/// The process's resident set, MiB (`VmRSS`).
+fn rss_mib() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
+        })
+        .map_or(f64::NAN, |kb| kb / 1024.0)
+}
+
 criterion_group! {
     name = benches;
     config = harness::config();
     targets = keyed_hot, keyed_hot_deny, keyed_random, keyed_random_compact, keyed_inline_hot,
-        keyed_inline_random, keyed_saturated, keyed_saturated_at, keyed_limiters_random
+        keyed_inline_random, keyed_saturated, keyed_saturated_at, keyed_limiters_random,
+        keyed_sketch
 }
 criterion_main!(benches);
