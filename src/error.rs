@@ -119,6 +119,15 @@ pub enum ConfigError {
     /// A sketch's burst was above 2^15, what its cells hold.
     #[error("burst {0}; a sketch token bucket holds at most 32768 tokens a client")]
     SketchBurst(u32),
+    /// A sketch's penalty was longer than its cells hold beside the burst: `burst + penalty *
+    /// limit` above 2^15 tokens.
+    #[error("penalty {penalty:?} with burst {burst}; a sketch token bucket's cells hold at most 32768 tokens of burst and penalty together")]
+    SketchPenalty {
+        /// The penalty asked for.
+        penalty: std::time::Duration,
+        /// The burst beside it.
+        burst: u32,
+    },
     /// A sketch's memory was below one 64-byte line or above 2^38 bytes.
     #[error(
         "memory of {0} bytes; a sketch token bucket takes 64 bytes (one line) to 2^38 (256 GiB)"

@@ -86,7 +86,8 @@
 //! * `SketchTokenBucket`'s grant CAS (`src/keyed/sketch_token_bucket/cells.rs`) made a store:
 //!   both `keyed_sketch` models (and, outside loom, `tests/keyed/sketch_stress.rs`'s one-key
 //!   total, 3 of 3 runs). Its load `Acquire -> Relaxed` and CAS `AcqRel -> Relaxed`: none, and
-//!   not needed: the word publishes nothing but itself.
+//!   not needed: the word publishes nothing but itself. A penalty's refusal answering without
+//!   retrying a failed CAS: `a_penalty_and_a_grant_on_one_word_both_land`.
 //!
 //! **`Keyed`'s eviction protocol** (`src/keyed/slot.rs`, `src/keyed.rs`; its models are in
 //! `tests/keyed.rs`, whose header lists the mutations with the models that catch each)

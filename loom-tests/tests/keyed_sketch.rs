@@ -1,7 +1,8 @@
 //! loom models of `SketchTokenBucket`'s conservative update
 //! (`src/keyed/sketch_token_bucket/cells.rs`: one CAS on the key's 128-bit word raises all
 //! its cells): concurrent checks of one key, and of keys that share a cell, never grant a key
-//! beyond its own bucket, and never refuse a key whose own cell is free.
+//! beyond its own bucket, and never refuse a key whose own cell is free; a penalty and a
+//! grant on one word both land.
 //!
 //! The table is one line, two cells per key, and keys are placed by an identity hash, so the
 //! models choose who shares what: key `A` (hash 0) holds cells 0 and 1 of word 0, key `B`
@@ -82,5 +83,35 @@ fn a_shared_cell_moving_between_two_checks_grants_no_key_twice() {
         let b = t2.join().unwrap();
         assert!(a ^ a2, "A granted here {a}, there {a2}");
         assert!(b, "B refused: its cell 2 is its own");
+    });
+}
+
+/// A penalty (10 s) raising `A`'s cells on its refusal while `B`, sharing cell 0, is granted:
+/// both writes land, whichever CAS goes first. `A` is shut out until the penalty's end, and
+/// `B` keeps its own bucket (its cell 2).
+#[test]
+fn a_penalty_and_a_grant_on_one_word_both_land() {
+    model_at_bound(3, || {
+        let s: &'static Sketch = Box::leak(Box::new(
+            SketchTokenBucket::builder(Limit::per_second(1.0).unwrap(), 1)
+                .memory(64)
+                .cells_per_key(2)
+                .penalty(std::time::Duration::from_secs(10))
+                .hasher(BuildHasherDefault::<Identity>::default())
+                .clock(ManualClock::default())
+                .build()
+                .unwrap(),
+        ));
+        assert!(check(s, A), "A's one token");
+        let t = thread::spawn(move || check(s, B));
+        let denied = s.check_n_at(&A, Nanos::ZERO, 1).unwrap_err();
+        assert!(t.join().unwrap(), "B refused: its cell 2 is its own");
+        assert_eq!(denied.retry_at(), Some(Nanos::new(11_000_000_000)));
+        let (a, b) = (
+            s.tokens_at(&A, Nanos::new(9_000_000_000)),
+            s.tokens_at(&B, Nanos::new(1_000_000_000)),
+        );
+        assert!(a < 0.0, "A's penalty lost: {a} tokens at 9 s");
+        assert_eq!(b, 1.0, "B's own bucket");
     });
 }

@@ -194,18 +194,25 @@ impl TokenBucketQuota {
         }
     }
 
-    /// The quota of `limit` and `burst` in units that fit a whole burst in `2^bits` (one token
-    /// is `2^k` units, `burst << k <= 2^bits`): for a word whose fields hold an arrival time
-    /// within a burst of its anchor. `None` if the burst has more than `2^bits` tokens.
-    pub(crate) fn within(limit: Limit, burst: u32, bits: u32) -> Option<TokenBucketQuota> {
+    /// The quota of `limit` and `burst` in units that fit a whole burst and `extra` tokens
+    /// more in `2^bits` (one token is `2^k` units, `(burst + extra) << k <= 2^bits`): for a
+    /// word whose fields hold an arrival time within that span of its anchor. `None` if the
+    /// span has more than `2^bits` tokens.
+    pub(crate) fn within(
+        limit: Limit,
+        burst: u32,
+        extra: u64,
+        bits: u32,
+    ) -> Option<TokenBucketQuota> {
         let q = TokenBucketQuota::new(limit, burst);
-        if u64::from(burst) > 1 << bits {
+        let span = u64::from(burst).checked_add(extra)?;
+        if span > 1 << bits {
             return None;
         }
         if q.inf || q.zero {
             return Some(q); // a zero limit counts whole tokens: `one = 1`
         }
-        let k_max = bits - (32 - burst.leading_zeros()).min(bits);
+        let k_max = bits - (64 - span.leading_zeros()).min(bits);
         (0..=k_max).rev().find_map(|k| {
             let scale = Scale::with_k(limit, k)?;
             Some(TokenBucketQuota {
@@ -331,7 +338,7 @@ impl TokenBucketQuota {
     /// The refusal of a check that left the word at `x2 > u + tau`, with its retry time:
     /// inline, as a check at its limit is mostly refusals.
     #[inline(always)]
-    fn denied(&self, x2: u64, base: u64, now: Nanos) -> Denied {
+    pub(crate) fn denied(&self, x2: u64, base: u64, now: Nanos) -> Denied {
         if self.zero {
             return self.denied_slow(x2, base, now);
         }

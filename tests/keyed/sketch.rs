@@ -6,6 +6,7 @@
 #![cfg(feature = "keyed")]
 
 use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher, Hasher};
+use std::time::Duration;
 
 use proptest::prelude::*;
 use turnstile::keyed::sketch_token_bucket::SketchTokenBucket;
@@ -84,6 +85,72 @@ fn an_abuser_is_limited_and_a_client_in_other_cells_is_not() {
     );
 }
 
+/// A sketch as `sketch`'s, with a penalty.
+fn penalized(per_sec: f64, burst: u32, bytes: usize, d: usize, penalty: Duration) -> Sketch {
+    SketchTokenBucket::builder(limit(per_sec), burst)
+        .memory(bytes)
+        .cells_per_key(d)
+        .penalty(penalty)
+        .hasher(Fixed::default())
+        .clock(ManualClock::default())
+        .build()
+        .unwrap()
+}
+
+type Sketch = SketchTokenBucket<u64, Fixed, ManualClock>;
+
+/// An abuser refused once is shut out for the penalty (a refusal during it does not extend
+/// it), then refills from empty; asking again at once, over its limit, starts another. Keys
+/// sharing all its cells wait with it; keys in other cells are untouched; the RateLimit
+/// fields say so.
+#[test]
+fn a_penalty_shuts_an_abuser_out_then_refills_it_from_empty() {
+    const S: u64 = 1_000_000_000;
+    let k = penalized(1.0, 2, 64, 1, Duration::from_secs(10));
+    assert!(k.check_n_at(&1, at(0), 2).is_ok());
+    let d = k.check_n_at(&1, at(S / 2), 1).unwrap_err();
+    assert_eq!(d.retry_at(), Some(at(S / 2 + 11 * S)), "10 s, then a token");
+    let s = k.quota_at(&1, at(S / 2));
+    assert_eq!((s.remaining, s.reset), (0, Duration::from_secs(12)));
+    // The penalty runs from 0.5 s to 10.5 s; the token it then refills comes at 11.5 s.
+    for t in [S, 5 * S, 10 * S, 10 * S + S / 2 - 1] {
+        let d = k.check_n_at(&1, at(t), 1).unwrap_err();
+        assert_eq!(
+            d.retry_at(),
+            Some(at(S / 2 + 11 * S)),
+            "at {t}: not extended"
+        );
+    }
+    // The same refusals without a penalty: a token a second.
+    let plain = sketch(1.0, 2, 64, 1);
+    assert!(plain.check_n_at(&1, at(0), 2).is_ok());
+    assert_eq!(
+        plain.check_n_at(&1, at(S / 2), 1).unwrap_err().retry_at(),
+        Some(at(S))
+    );
+    // Keys sharing the abuser's one cell are shut out with it; the others are full.
+    let (mut free, mut shared) = (0, 0);
+    for key in 2..200u64 {
+        match k.tokens_at(&key, at(S)) {
+            2.0 => free += 1,
+            t if t <= -9.0 => shared += 1,
+            t => panic!("key {key}: {t} tokens"),
+        }
+    }
+    assert!(
+        shared > 0 && free > shared * 3,
+        "free {free}, shared {shared}"
+    );
+    // After it, a token a second from empty; asked at once again, another penalty.
+    assert!(k.check_n_at(&1, at(S / 2 + 11 * S), 1).is_ok());
+    let d = k.check_n_at(&1, at(S / 2 + 11 * S), 1).unwrap_err();
+    assert_eq!(d.retry_at(), Some(at(S / 2 + 22 * S)));
+    // A check that could never pass (more than the burst) is no abuse: no penalty.
+    let k = penalized(1.0, 2, 64, 1, Duration::from_secs(10));
+    assert_eq!(k.check_n_at(&1, at(0), 3).unwrap_err().retry_at(), None);
+    assert!(k.check_n_at(&1, at(0), 2).is_ok());
+}
+
 #[test]
 fn the_limits_edge_cases() {
     let clock = ManualClock::default();
@@ -150,6 +217,33 @@ fn bad_configurations_are_typed_errors() {
     assert!(SketchTokenBucket::<u64>::builder(limit(1e-9), 1)
         .build()
         .is_ok());
+    // A penalty: the burst and `penalty * limit` tokens fit 2^15 together.
+    let with = |burst, penalty| {
+        SketchTokenBucket::<u64>::builder(limit(1000.0), burst)
+            .penalty(penalty)
+            .build()
+    };
+    assert!(with(1000, Duration::from_secs(31)).is_ok());
+    assert!(with(1 << 15, Duration::ZERO).is_ok());
+    for (burst, penalty) in [
+        (1000, Duration::from_secs(32)),
+        (1 << 15, Duration::from_millis(1)),
+        (1, Duration::from_secs(1 << 40)),
+        (1, Duration::MAX),
+    ] {
+        assert_eq!(
+            with(burst, penalty).unwrap_err(),
+            ConfigError::SketchPenalty { penalty, burst },
+            "{burst} {penalty:?}"
+        );
+    }
+    // Nothing to penalize where nothing refills or nothing is refused for want of time.
+    for l in [Limit::INF, Limit::ZERO] {
+        assert!(SketchTokenBucket::<u64>::builder(l, 1)
+            .penalty(Duration::MAX)
+            .build()
+            .is_ok());
+    }
     assert_eq!(b().memory(64).build().unwrap().memory(), 64);
     assert_eq!(b().memory(127).build().unwrap().memory(), 64);
     assert_eq!(b().sized_for(0, 0.5).build().unwrap().memory(), 64);
@@ -221,8 +315,9 @@ proptest! {
         ops in proptest::collection::vec((0u64..16, 0u64..3_000, 0u32..4), 1..300),
         d in 1usize..=3,
         burst in 1u32..4,
+        penalty_ms in prop_oneof![Just(0u64), Just(250), Just(1_000)],
     ) {
-        let s = sketch(10.0, burst, 64, d);
+        let s = penalized(10.0, burst, 64, d, Duration::from_millis(penalty_ms));
         let mut own = std::collections::HashMap::new();
         for (key, ms, n) in ops {
             let now = at(ms * MS);

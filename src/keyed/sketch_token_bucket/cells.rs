@@ -14,8 +14,8 @@
 //! **grain**): the anchor is the grain of the latest reading that wrote the word. A key's hash
 //! picks one line, one word in it and `d` of the word's four cells (`1 <= d <= 3`): one cache
 //! line per key, so a check misses the cache at most once, and one word, so a grant is one
-//! CAS. The rule's units are set so that a whole burst spans at most `G` units (`tau <= G`),
-//! which keeps every offset below `2^16` (below).
+//! CAS. The rule's units are set so that a whole burst and the penalty (if any) span at most `G`
+//! units (`tau + p <= G`), which keeps every offset below `2^16` (below).
 //!
 //! # A check
 //! Load the key's word; its arrival time is `m`, the smallest of its cells. Run the rule (a
@@ -26,9 +26,14 @@
 //! raised to `a' * G` (it was full at `u` and stays full for every later reading). One CAS
 //! from the loaded word installs it, or the check starts over from the word it found.
 //!
-//! **Offsets fit.** With `a' = u / G`: a key's new offset is `x' - a' * G <= (u - a' * G) + tau
-//! < G + tau <= 2^16`. With `a' = a > u / G` (a stale reading): `x' - a * G < tau`, since
-//! `u < a * G`. Other cells' offsets only shrink.
+//! **A penalty** of `p > 0` units: a refusal of a key whose arrival time is a normal debt
+//! (`m <= u + tau`) raises the key's cells to `x_p = u + tau + p` instead of writing nothing
+//! (the same new word as a grant's, with `x_p` for `x'`, by one CAS); a refusal with
+//! `m > u + tau` (during a penalty, or at a stale reading) writes nothing.
+//!
+//! **Offsets fit.** With `a' = u / G`: a key's new offset is `x' - a' * G <= (u - a' * G) +
+//! tau + p < G + tau + p <= 2^16`. With `a' = a > u / G` (a stale reading): `x' - a * G < tau +
+//! p`, since `u < a * G`. Other cells' offsets only shrink.
 //!
 //! # The invariant
 //! Let `T_k` be key `k`'s arrival time under an exact per-key token bucket fed the checks of
@@ -36,7 +41,7 @@
 //! holds at least `T_k`**: a grant of `k` raises all of `k`'s cells to `x' >= max(T_k, u) +
 //! n * one` (the new `T_k`, since `m >= T_k`) in the same CAS that commits it, and no write
 //! lowers a cell except to `a' * G`, which only replaces a value that is at most `a' * G`
-//! with that value. So `m >= T_k`: a check granted at `m` is granted at `T_k` (a token
+//! with that value (a penalty only raises cells). So `m >= T_k`: a check granted at `m` is granted at `T_k` (a token
 //! bucket's check is monotonic in its arrival time) and no key is ever granted beyond its own
 //! budget, whoever shares its cells, at any reading, stale or not. Other keys only push a
 //! cell up, which can refuse `k` early (a false refusal: the sketch's one error) but never
@@ -121,12 +126,14 @@ impl Cells {
         &self.lines[spot.line & (self.lines.len() - 1)].0[spot.word % WORDS]
     }
 
-    /// A check of `n` at `spot` under `rule`, whose units span a burst in at most `G`: see
-    /// the module docs.
+    /// A check of `n` at `spot` under `rule`, with `penalty` units for a client that goes
+    /// over its limit (0 for none), where the rule's burst and the penalty span at most `G`
+    /// units: see the module docs.
     #[inline]
     pub(crate) fn check(
         &self,
         rule: &TokenBucketQuota,
+        penalty: u64,
         spot: Spot,
         base: u64,
         now: Nanos,
@@ -137,12 +144,24 @@ impl Cells {
         let mut w = word.load(Ordering::Acquire);
         let backoff = Backoff::new();
         loop {
-            let Some(x2) = rule.check_units(arrival(w, spot.cells), u, base, now, n)? else {
-                return Ok(()); // nothing to take: `n == 0`, or an infinite limit
+            let m = arrival(w, spot.cells);
+            let (next, answer) = match rule.check_units(m, u, base, now, n) {
+                Ok(Some(x2)) => (raised(w, spot.cells, x2, u >> G_BITS), Ok(())),
+                Ok(None) => return Ok(()), // nothing to take: `n == 0`, or an infinite limit
+                Err(denied) => {
+                    // A penalty starts only from a normal debt (`m <= u + tau`): not during
+                    // one, nor for a check that could never pass (no retry time).
+                    if penalty == 0 || m > u + rule.tau || denied.retry_at().is_none() {
+                        return Err(denied);
+                    }
+                    let xp = u + rule.tau + penalty;
+                    let cost = u64::from(n) * rule.scale.one;
+                    let next = raised(w, spot.cells, xp, u >> G_BITS);
+                    (next, Err(rule.denied(xp + cost, base, now)))
+                }
             };
-            let next = raised(w, spot.cells, x2, u >> G_BITS);
             match word.compare_exchange_weak(w, next, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => return Ok(()),
+                Ok(_) => return answer,
                 Err(found) => w = found,
             }
             backoff.spin();

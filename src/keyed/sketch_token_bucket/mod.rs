@@ -38,6 +38,10 @@
 //! 4. **Memory is fixed**: `lines * 64` bytes, allocated at construction. A check allocates
 //!    nothing and touches one cache line of the table: one load, and for a grant one CAS.
 //!
+//! An optional **penalty** ([`SketchTokenBucketBuilder::penalty`]) shuts a client that goes
+//! over its limit out for a set time, then refills it from empty. It only raises cells, so
+//! guarantees 1, 2 and 4 stand; for 3, a penalized client counts as one at its limit.
+//!
 //! **Precision.** A cell counts time in units of at most `burst / limit / 2^14` (a whole burst
 //! spans at most 2^15 units, so that an arrival time fits 16 bits beside its word's anchor,
 //! and a token a power of two of them, so that grants never drift):
@@ -59,6 +63,7 @@ mod sizing;
 
 use std::hash::{BuildHasher, Hash};
 use std::marker::PhantomData;
+use std::time::Duration;
 
 use crate::clock::{Clock, Nanos, QuantaClock};
 use crate::error::ConfigError;
@@ -98,6 +103,8 @@ const LINE: usize = 64;
 pub struct SketchTokenBucket<K: ?Sized, S = std::hash::RandomState, C = QuantaClock> {
     cells: Cells,
     rule: TokenBucketQuota,
+    /// [`SketchTokenBucketBuilder::penalty`] in units; 0 for none.
+    penalty: u64,
     /// The clock reading every cell counts from.
     base: u64,
     /// `lines - 1` (a power of two).
@@ -148,6 +155,7 @@ impl<K: Hash + ?Sized> SketchTokenBucket<K> {
             burst,
             size: Size::Memory(DEFAULT_MEMORY),
             d: 2,
+            penalty: Duration::ZERO,
             hasher: std::hash::RandomState::new(),
             clock: QuantaClock::new(),
             _key: PhantomData,
@@ -187,7 +195,8 @@ impl<K: Hash + ?Sized, S: BuildHasher, C: Clock> SketchTokenBucket<K, S, C> {
     #[inline]
     pub fn check_n_at(&self, key: &K, now: Nanos, n: u32) -> Result<(), Denied> {
         let spot = self.spot(self.hasher.hash_one(key));
-        self.cells.check(&self.rule, spot, self.base, now, n)
+        self.cells
+            .check(&self.rule, self.penalty, spot, self.base, now, n)
     }
 
     /// The tokens `key` could take at `now` as the sketch knows it (at most what its own
@@ -292,6 +301,14 @@ impl<K: ?Sized, S, C: Clock> std::fmt::Debug for SketchTokenBucket<K, S, C> {
     }
 }
 
+/// `penalty` in `rule`'s units, at most what the cells hold beside a burst (`2^G_BITS - tau`:
+/// the offsets' bound, `cells.rs`).
+fn penalty_units(rule: &TokenBucketQuota, penalty: Duration) -> u64 {
+    let ns = u64::try_from(penalty.as_nanos()).unwrap_or(u64::MAX);
+    let units = u64::try_from(rule.scale.units_wide(ns)).unwrap_or(u64::MAX);
+    units.min((1 << G_BITS) - rule.tau)
+}
+
 /// How the builder sizes the table.
 #[derive(Clone, Copy, Debug)]
 enum Size {
@@ -307,6 +324,7 @@ pub struct SketchTokenBucketBuilder<K: ?Sized, S = std::hash::RandomState, C = Q
     burst: u32,
     size: Size,
     d: usize,
+    penalty: Duration,
     hasher: S,
     clock: C,
     _key: PhantomData<fn(&K)>,
@@ -347,6 +365,49 @@ impl<K: ?Sized, S: BuildHasher, C: Clock> SketchTokenBucketBuilder<K, S, C> {
         self
     }
 
+    /// A penalty for a client that goes over its limit: a check refused while the client
+    /// still had its normal debt (its bucket at most empty) gets nothing more for `penalty`,
+    /// after which its bucket refills from empty. Checks refused during the penalty do not
+    /// extend it; the first refusal after it (the client back at its limit at once) starts
+    /// another. That refusal's [`Denied::retry_at`] is the penalty's end plus the tokens
+    /// asked for. Zero (none) by default.
+    ///
+    /// The penalty raises the client's cells, so whoever shares **all** of them waits it out
+    /// too (a false refusal, as with any cell an abuser holds); those who share some do not.
+    /// The sketch cannot tell a client's own debt from its cells' other holders', so a client
+    /// refused falsely is penalized as an abuser is: with a penalty, a false refusal lasts the
+    /// penalty.
+    /// That refusal writes (one CAS, as a grant); every other refusal is still one load.
+    /// The cells must span the burst and the penalty, `burst + penalty * limit` at most 2^15
+    /// tokens ([`ConfigError::SketchPenalty`] otherwise), and count in units of at most
+    /// 1/2^14 of that span.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::keyed::sketch_token_bucket::SketchTokenBucket;
+    /// use turnstile::{Limit, ManualClock, Nanos};
+    /// let k = SketchTokenBucket::<str, _, _>::builder(Limit::per_second(1.0).unwrap(), 2)
+    ///     .penalty(Duration::from_secs(10))
+    ///     .clock(ManualClock::default())
+    ///     .build()
+    ///     .unwrap();
+    /// assert!(k.check_n_at("abuser", Nanos::ZERO, 2).is_ok());
+    /// let denied = k.check_n_at("abuser", Nanos::ZERO, 1).unwrap_err();
+    /// // 10 s of nothing, then a token a second from empty.
+    /// assert_eq!(denied.retry_after(), Some(Duration::from_secs(11)));
+    /// // Refused during the penalty, which that does not extend.
+    /// let denied = k.check_n_at("abuser", Nanos::new(5_000_000_000), 1).unwrap_err();
+    /// assert_eq!(denied.retry_after(), Some(Duration::from_secs(6)));
+    /// assert!(k.check_n_at("abuser", Nanos::new(11_000_000_000), 1).is_ok());
+    /// // At once again: over its limit, so another penalty.
+    /// let denied = k.check_n_at("abuser", Nanos::new(11_000_000_000), 1).unwrap_err();
+    /// assert_eq!(denied.retry_after(), Some(Duration::from_secs(11)));
+    /// ```
+    pub fn penalty(mut self, penalty: Duration) -> Self {
+        self.penalty = penalty;
+        self
+    }
+
     /// The hasher that places keys. It must be keyed with a secret for the guarantee that
     /// no client can pick keys that share another's cells (std's `RandomState`, the default,
     /// is); a fixed one suits tests.
@@ -356,6 +417,7 @@ impl<K: ?Sized, S: BuildHasher, C: Clock> SketchTokenBucketBuilder<K, S, C> {
             burst: self.burst,
             size: self.size,
             d: self.d,
+            penalty: self.penalty,
             hasher,
             clock: self.clock,
             _key: PhantomData,
@@ -369,6 +431,7 @@ impl<K: ?Sized, S: BuildHasher, C: Clock> SketchTokenBucketBuilder<K, S, C> {
             burst: self.burst,
             size: self.size,
             d: self.d,
+            penalty: self.penalty,
             hasher: self.hasher,
             clock,
             _key: PhantomData,
@@ -382,8 +445,25 @@ impl<K: ?Sized, S: BuildHasher, C: Clock> SketchTokenBucketBuilder<K, S, C> {
         if !(1..=3).contains(&d) {
             return Err(ConfigError::SketchCells(d));
         }
-        let rule = TokenBucketQuota::within(self.limit, self.burst, G_BITS)
+        let rule = TokenBucketQuota::within(self.limit, self.burst, 0, G_BITS)
             .ok_or(ConfigError::SketchBurst(self.burst))?;
+        // The penalty in tokens, rounded up, for the span the cells must hold; none where
+        // nothing is ever refused for want of time (an infinite or a zero limit).
+        let refills = !(rule.inf || rule.zero);
+        let extra = if refills && !self.penalty.is_zero() {
+            let tokens = (self.penalty.as_secs_f64() * self.limit.as_f64()).ceil();
+            Some(tokens)
+                .filter(|t| *t <= f64::from(1u32 << G_BITS))
+                .and_then(|t| TokenBucketQuota::within(self.limit, self.burst, t as u64, G_BITS))
+                .map(|r| (r, penalty_units(&r, self.penalty)))
+                .ok_or(ConfigError::SketchPenalty {
+                    penalty: self.penalty,
+                    burst: self.burst,
+                })?
+        } else {
+            (rule, 0)
+        };
+        let (rule, penalty) = extra;
         let lines = match self.size {
             Size::Memory(bytes) => {
                 if !(LINE..=MAX_LINES * LINE).contains(&bytes) {
@@ -410,6 +490,7 @@ impl<K: ?Sized, S: BuildHasher, C: Clock> SketchTokenBucketBuilder<K, S, C> {
         Ok(SketchTokenBucket {
             cells: Cells::new(lines, d),
             rule,
+            penalty,
             base: self.clock.now().as_u64(),
             line_mask: lines as u64 - 1,
             choices,
