@@ -145,23 +145,19 @@ impl Cells {
         let backoff = Backoff::new();
         loop {
             let m = arrival(w, spot.cells);
-            let (next, answer) = match rule.check_units(m, u, base, now, n) {
-                Ok(Some(x2)) => (raised(w, spot.cells, x2, u >> G_BITS), Ok(())),
+            let x2 = match rule.check_units(m, u, base, now, n) {
+                Ok(Some(x2)) => x2,
                 Ok(None) => return Ok(()), // nothing to take: `n == 0`, or an infinite limit
-                Err(denied) => {
-                    // A penalty starts only from a normal debt (`m <= u + tau`): not during
-                    // one, nor for a check that could never pass (no retry time).
-                    if penalty == 0 || m > u + rule.tau || denied.retry_at().is_none() {
-                        return Err(denied);
-                    }
-                    let xp = u + rule.tau + penalty;
-                    let cost = u64::from(n) * rule.scale.one;
-                    let next = raised(w, spot.cells, xp, u >> G_BITS);
-                    (next, Err(rule.denied(xp + cost, base, now)))
+                // A penalty starts only from a normal debt (`m <= u + tau`): not during one,
+                // nor for a check that could never pass (no retry time).
+                Err(denied) if penalty == 0 || m > u + rule.tau || denied.retry_at().is_none() => {
+                    return Err(denied)
                 }
+                Err(_) => return penalize(word, w, rule, penalty, spot.cells, u, base, now, n),
             };
+            let next = raised(w, spot.cells, x2, u >> G_BITS);
             match word.compare_exchange_weak(w, next, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => return answer,
+                Ok(_) => return Ok(()),
                 Err(found) => w = found,
             }
             backoff.spin();
@@ -171,6 +167,40 @@ impl Cells {
     /// The arrival time of the key at `spot`: the smallest of its cells.
     pub(crate) fn arrival(&self, spot: Spot) -> u64 {
         arrival(self.word(spot).load(Ordering::Acquire), spot.cells)
+    }
+}
+
+/// The refusal of a check of `n` at `u` that starts a penalty of `p` units on word `w`, read
+/// by that check (module docs): one CAS raises the key's cells to `u + tau + p`, or, where
+/// another write got in first, the check is judged again on the word it found. Cells only
+/// rise, so the check stays refused; a penalty someone else started answers as one.
+#[cold]
+#[allow(clippy::too_many_arguments)]
+fn penalize(
+    word: &AtomicU128,
+    mut w: u128,
+    rule: &TokenBucketQuota,
+    p: u64,
+    set: u8,
+    u: u64,
+    base: u64,
+    now: Nanos,
+    n: u32,
+) -> Result<(), Denied> {
+    let cost = u64::from(n) * rule.scale.one;
+    let backoff = Backoff::new();
+    loop {
+        let m = arrival(w, set);
+        if m > u + rule.tau {
+            return Err(rule.denied(m + cost, base, now));
+        }
+        let xp = u + rule.tau + p;
+        let next = raised(w, set, xp, u >> G_BITS);
+        match word.compare_exchange_weak(w, next, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => return Err(rule.denied(xp + cost, base, now)),
+            Err(found) => w = found,
+        }
+        backoff.spin();
     }
 }
 
