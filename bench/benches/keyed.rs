@@ -94,9 +94,9 @@ use std::hint::black_box;
 use turnstile::keyed::multi_token_bucket::{Bandwidth, KeyedMultiTokenBucket};
 use turnstile::keyed::sketch_token_bucket::SketchTokenBucket;
 use turnstile::{
-    Clock, Idle, Keyed, KeyedLeakyBucket, KeyedLeakyMeter, KeyedSlidingWindow, KeyedSmoothBursty,
-    KeyedSmoothWarmingUp, KeyedTokenBucket, KeyedWindow, Limit, Limiter, ManualClock, Nanos,
-    QuantaClock, TokenBucket,
+    reference, Clock, Idle, Keyed, KeyedLeakyBucket, KeyedLeakyMeter, KeyedSlidingWindow,
+    KeyedSmoothBursty, KeyedSmoothWarmingUp, KeyedTokenBucket, KeyedWindow, Limit, Limiter,
+    ManualClock, Nanos, QuantaClock, TokenBucket,
 };
 
 const KEYS: u64 = 100_000;
@@ -710,7 +710,8 @@ fn keyed_limiters_random(c: &mut Criterion) {
     }
 }
 
-/// Issue #24's cells: `SketchTokenBucket` (its default 4 MiB) beside `KeyedTokenBucket` and
+/// Issue #24's cells: `SketchTokenBucket` (its default 4 MiB) beside its mutex twin
+/// (`mutex_twin`: the same sketch, unpacked, under a mutex), `KeyedTokenBucket` and
 /// governor's keyed limiter, all at 1e9/s with a burst of 2^15 per client (the sketch's
 /// largest burst), so every check is granted: a lookup and a CAS, the write path. The hot
 /// client's groups also have `floor128`, the sketch's floor (a hash, a clock read and one
@@ -734,6 +735,17 @@ fn keyed_sketch(c: &mut Criterion) {
                 &mut g,
                 &name,
                 "sketch_token_bucket",
+                threads,
+                || {},
+                || k.check(&key()).is_ok(),
+            );
+            drop(k);
+
+            let k = reference::SketchTokenBucket::<u64>::new(limit, BURST).expect("valid twin");
+            filled_cell(
+                &mut g,
+                &name,
+                "mutex_twin",
                 threads,
                 || {},
                 || k.check(&key()).is_ok(),

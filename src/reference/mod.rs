@@ -18,6 +18,9 @@
 pub mod fixed_window;
 pub mod leaky_bucket;
 pub mod multi_token_bucket;
+#[cfg(feature = "keyed")]
+#[cfg_attr(docsrs, doc(cfg(feature = "keyed")))]
+pub mod sketch_token_bucket;
 pub mod sliding_window;
 pub mod smooth;
 pub mod token_bucket;
@@ -25,6 +28,8 @@ pub mod token_bucket;
 pub use fixed_window::FixedWindow;
 pub use leaky_bucket::LeakyBucket;
 pub use multi_token_bucket::MultiTokenBucket;
+#[cfg(feature = "keyed")]
+pub use sketch_token_bucket::SketchTokenBucket;
 pub use sliding_window::SlidingWindow;
 pub use smooth::{SmoothBursty, SmoothWarmingUp};
 pub use token_bucket::TokenBucket;

@@ -2,7 +2,8 @@
 //! (a differential test on random checks); no client is ever granted beyond its own budget
 //! however many share its cells (a property test against an exact per-key bucket fed the
 //! sketch's grants, on tables of one line where every key collides, with stale readings);
-//! bad configurations are typed errors; the limits' edge cases.
+//! its answers are its mutex twin's (`reference::SketchTokenBucket`, unpacked cells) where
+//! keys collide; bad configurations are typed errors; the limits' edge cases; the penalty.
 #![cfg(feature = "keyed")]
 
 use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher, Hasher};
@@ -10,7 +11,7 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use turnstile::keyed::sketch_token_bucket::SketchTokenBucket;
-use turnstile::{ConfigError, Limit, Limiter, ManualClock, Nanos, TokenBucket};
+use turnstile::{reference, ConfigError, Limit, Limiter, ManualClock, Nanos, TokenBucket};
 
 const MS: u64 = 1_000_000;
 
@@ -303,6 +304,42 @@ proptest! {
                 a.reset.abs_diff(b.reset).as_nanos() as f64 <= unit + 1.0,
                 "key {} at {:?}: {:?} vs {:?}", key, now, a, b
             );
+        }
+    }
+
+    /// The sketch and its mutex twin (`reference::SketchTokenBucket`: the same placement and
+    /// rule on unpacked `u64` cells) on tables of one or two lines where 24 keys share cells
+    /// in every way `d` allows, with and without a penalty, on random checks at readings that
+    /// never go back: every decision and retry time, and every key's tokens and RateLimit
+    /// fields after each check, are equal. What this checks is the packing: a word's anchor,
+    /// its 16-bit offsets, the clamp of a cell to the anchor and the conservative update.
+    #[test]
+    fn the_sketch_answers_as_its_twin(
+        mut ops in proptest::collection::vec((0u64..24, 0u64..4_000, 0u32..5), 1..300),
+        d in 1usize..=3,
+        burst in 1u32..5,
+        rate in prop_oneof![Just(10.0), Just(3.0), Just(1e6)],
+        penalty_tokens in prop_oneof![Just(0.0), Just(3.0)],
+        bytes in prop_oneof![Just(64usize), Just(128)],
+    ) {
+        ops.sort_by_key(|op| op.1);
+        let options = || {
+            SketchTokenBucket::<u64, _, _>::builder(limit(rate), burst)
+                .memory(bytes)
+                .cells_per_key(d)
+                .penalty(Duration::from_secs_f64(penalty_tokens / rate))
+                .hasher(Fixed::default())
+                .clock(ManualClock::default())
+        };
+        let (s, twin) = (options().build().unwrap(), reference::SketchTokenBucket::try_from(options()).unwrap());
+        for (key, ms, n) in ops {
+            let now = at(ms * MS);
+            let (a, b) = (s.check_n_at(&key, now, n), twin.check_n_at(&key, now, n));
+            prop_assert_eq!(a, b, "key {} n {} at {:?}", key, n, now);
+            for k in 0..24 {
+                prop_assert_eq!(s.tokens_at(&k, now), twin.tokens_at(&k, now), "key {}", k);
+                prop_assert_eq!(s.quota_at(&k, now), twin.quota_at(&k, now), "key {}", k);
+            }
         }
     }
 

@@ -61,6 +61,8 @@
 mod cells;
 mod sizing;
 
+pub(crate) use cells::{Spot, CELLS, WORDS};
+
 use std::hash::{BuildHasher, Hash};
 use std::marker::PhantomData;
 use std::time::Duration;
@@ -71,7 +73,7 @@ use crate::keyed::token_bucket::TokenBucketQuota;
 use crate::limit::Limit;
 use crate::limiter::{Denied, QuotaStatus};
 
-use cells::{Cells, Spot, CELLS, G_BITS, WORDS};
+use cells::{Cells, G_BITS};
 
 /// The default table: 4 MiB.
 const DEFAULT_MEMORY: usize = 4 << 20;
@@ -107,12 +109,7 @@ pub struct SketchTokenBucket<K: ?Sized, S = std::hash::RandomState, C = QuantaCl
     penalty: u64,
     /// The clock reading every cell counts from.
     base: u64,
-    /// `lines - 1` (a power of two).
-    line_mask: u64,
-    /// Every place a key may take in a line, `choices[..count]`: its word (high nibble) and
-    /// its set of `d` of the word's cells (low nibble, a bit set), words first.
-    choices: [u8; WORDS * 6],
-    count: u64,
+    placement: Placement,
     hasher: S,
     clock: C,
     _key: PhantomData<fn(&K)>,
@@ -233,11 +230,46 @@ impl<K: Hash + ?Sized, S: BuildHasher, C: Clock> SketchTokenBucket<K, S, C> {
         self.rule.status(Some(x), self.base, now)
     }
 
-    /// Where `key`'s cells are: the line from the hash's high half, the word and the set of
-    /// cells in it from its low half (by multiplication, not a modulo or a division: a uniform
-    /// pick among the `count` choices, looked up).
     #[inline(always)]
     fn spot(&self, h: u64) -> Spot {
+        self.placement.spot(h)
+    }
+}
+
+/// Where keys go: a key's hash picks its line, its word and its cells.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Placement {
+    /// `lines - 1` (a power of two).
+    line_mask: u64,
+    /// Every place a key may take in a line, `choices[..count]`: its word (high nibble) and
+    /// its set of `d` of the word's cells (low nibble, a bit set), words first.
+    choices: [u8; WORDS * 6],
+    count: u64,
+}
+
+impl Placement {
+    /// `lines` lines (a power of two), `d` cells a key.
+    fn new(lines: usize, d: usize) -> Placement {
+        let mut choices = [0u8; WORDS * 6];
+        let mut count = 0;
+        for word in 0..WORDS as u8 {
+            for set in (0u8..1 << CELLS).filter(|s| s.count_ones() as usize == d) {
+                choices[count] = word << 4 | set;
+                count += 1;
+            }
+        }
+        Placement {
+            line_mask: lines as u64 - 1,
+            choices,
+            count: count as u64,
+        }
+    }
+
+    /// Where the key of hash `h` is: the line from the hash's high half, the word and the set
+    /// of cells in it from its low half (by multiplication, not a modulo or a division: a
+    /// uniform pick among the `count` choices, looked up).
+    #[inline(always)]
+    pub(crate) fn spot(&self, h: u64) -> Spot {
         let pick = (u64::from(h as u32) * self.count) >> 32;
         let choice = self.choices[pick as usize % self.choices.len()];
         Spot {
@@ -246,6 +278,19 @@ impl<K: Hash + ?Sized, S: BuildHasher, C: Clock> SketchTokenBucket<K, S, C> {
             cells: choice & 0xf,
         }
     }
+}
+
+/// What a builder makes, before the table: for the sketch and its twin
+/// ([`reference::SketchTokenBucket`](crate::reference::SketchTokenBucket)).
+pub(crate) struct Parts<S, C> {
+    pub(crate) rule: TokenBucketQuota,
+    /// The penalty in the rule's units.
+    pub(crate) penalty: u64,
+    pub(crate) lines: usize,
+    pub(crate) d: usize,
+    pub(crate) placement: Placement,
+    pub(crate) hasher: S,
+    pub(crate) clock: C,
 }
 
 impl<K: ?Sized, S, C: Clock> SketchTokenBucket<K, S, C> {
@@ -441,6 +486,21 @@ impl<K: ?Sized, S: BuildHasher, C: Clock> SketchTokenBucketBuilder<K, S, C> {
     /// The limiter, its table allocated and every client full; the clock's reading now is
     /// the base its cells count from.
     pub fn build(self) -> Result<SketchTokenBucket<K, S, C>, ConfigError> {
+        let p = self.parts()?;
+        Ok(SketchTokenBucket {
+            cells: Cells::new(p.lines, p.d),
+            rule: p.rule,
+            penalty: p.penalty,
+            base: p.clock.now().as_u64(),
+            placement: p.placement,
+            hasher: p.hasher,
+            clock: p.clock,
+            _key: PhantomData,
+        })
+    }
+
+    /// The configuration, validated, without the table.
+    pub(crate) fn parts(self) -> Result<Parts<S, C>, ConfigError> {
         let d = self.d;
         if !(1..=3).contains(&d) {
             return Err(ConfigError::SketchCells(d));
@@ -479,25 +539,14 @@ impl<K: ?Sized, S: BuildHasher, C: Clock> SketchTokenBucketBuilder<K, S, C> {
                     .ok_or(ConfigError::SketchSize { abusers, rate })?
             }
         };
-        let mut choices = [0u8; WORDS * 6];
-        let mut count = 0;
-        for word in 0..WORDS as u8 {
-            for set in (0u8..1 << CELLS).filter(|s| s.count_ones() as usize == d) {
-                choices[count] = word << 4 | set;
-                count += 1;
-            }
-        }
-        Ok(SketchTokenBucket {
-            cells: Cells::new(lines, d),
+        Ok(Parts {
             rule,
             penalty,
-            base: self.clock.now().as_u64(),
-            line_mask: lines as u64 - 1,
-            choices,
-            count: count as u64,
+            lines,
+            d,
+            placement: Placement::new(lines, d),
             hasher: self.hasher,
             clock: self.clock,
-            _key: PhantomData,
         })
     }
 }
