@@ -24,7 +24,10 @@
 //! word has the anchor `a' = max(a, u / G)`, each of the key's cells raised to at least `x'`
 //! (conservative update), every other cell unchanged except that a value below `a' * G` is
 //! raised to `a' * G` (it was full at `u` and stays full for every later reading). One CAS
-//! from the loaded word installs it, or the check starts over from the word it found.
+//! from the loaded word installs it, or the check starts over from the word it found. When
+//! `u / G <= a` (every grant but the first in a grain) the anchor stays and no cell is below
+//! it, so only the key's `d` fields are touched; the check is compiled once per `d`, so it
+//! reads and writes exactly those.
 //!
 //! **A penalty** of `p > 0` units: a refusal of a key whose arrival time is a normal debt
 //! (`m <= u + tau`) raises the key's cells to `x_p = u + tau + p` instead of writing nothing
@@ -92,6 +95,9 @@ pub(crate) struct Spot {
     pub(crate) line: usize,
     pub(crate) word: usize,
     pub(crate) cells: u8,
+    /// The same cells as the bit offsets of their fields in the word's high half (0, 16, 32
+    /// or 48), six bits each, in the order of `cells`' bits.
+    pub(crate) shifts: u32,
 }
 
 /// The table.
@@ -139,12 +145,31 @@ impl Cells {
         now: Nanos,
         n: u32,
     ) -> Result<(), Denied> {
+        // One body per number of cells a key has, so that a check reads and raises exactly
+        // those fields, unrolled.
+        match self.d {
+            1 => self.check_d::<1>(rule, penalty, spot, base, now, n),
+            2 => self.check_d::<2>(rule, penalty, spot, base, now, n),
+            _ => self.check_d::<3>(rule, penalty, spot, base, now, n),
+        }
+    }
+
+    #[inline(always)]
+    fn check_d<const D: usize>(
+        &self,
+        rule: &TokenBucketQuota,
+        penalty: u64,
+        spot: Spot,
+        base: u64,
+        now: Nanos,
+        n: u32,
+    ) -> Result<(), Denied> {
         let word = self.word(spot);
         let u = rule.units(base, now);
         let mut w = word.load(Ordering::Acquire);
         let backoff = Backoff::new();
         loop {
-            let m = arrival(w, spot.cells);
+            let m = arrival_d::<D>(w, spot.shifts);
             let x2 = match rule.check_units(m, u, base, now, n) {
                 Ok(Some(x2)) => x2,
                 Ok(None) => return Ok(()), // nothing to take: `n == 0`, or an infinite limit
@@ -155,7 +180,7 @@ impl Cells {
                 }
                 Err(_) => return penalize(word, w, rule, penalty, spot.cells, u, base, now, n),
             };
-            let next = raised(w, spot.cells, x2, u >> G_BITS);
+            let next = raised_d::<D>(w, spot, x2, u >> G_BITS);
             match word.compare_exchange_weak(w, next, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => return Ok(()),
                 Err(found) => w = found,
@@ -202,6 +227,41 @@ fn penalize(
         }
         backoff.spin();
     }
+}
+
+/// [`arrival`] for a key of `D` cells at `shifts` (`Spot::shifts`).
+#[inline(always)]
+fn arrival_d<const D: usize>(w: u128, shifts: u32) -> u64 {
+    let hi = (w >> 64) as u64;
+    let field = |j: usize| hi >> (shifts >> (6 * j) & 63) & OFFSET_MASK;
+    let min = match D {
+        1 => field(0),
+        2 => field(0).min(field(1)),
+        _ => field(0).min(field(1)).min(field(2)),
+    };
+    ((w as u64) << G_BITS) + min
+}
+
+/// [`raised`] for a key of `D` cells at `spot`: where the reading's grain is not past the
+/// anchor (all but the first grant in each grain of `G` units), the anchor stays and only the
+/// key's fields move, each to at least `x2 - a * G`; otherwise the general form.
+#[inline(always)]
+fn raised_d<const D: usize>(w: u128, spot: Spot, x2: u64, g: u64) -> u128 {
+    let anchor = w as u64;
+    if g > anchor {
+        return raised(w, spot.cells, x2, g);
+    }
+    // `x2 >= m >= a * G` (every cell is at least its anchor) and, as in `raised`, below
+    // `a * G + 2^16`.
+    let x = x2 - (anchor << G_BITS);
+    debug_assert!(x <= OFFSET_MASK, "offset {x}");
+    let mut hi = (w >> 64) as u64;
+    for j in 0..D {
+        let at = spot.shifts >> (6 * j) & 63;
+        let field = hi >> at & OFFSET_MASK;
+        hi = hi & !(OFFSET_MASK << at) | field.max(x) << at;
+    }
+    u128::from(hi) << 64 | u128::from(anchor)
 }
 
 /// The smallest of the cells in `set` of word `w`, in units.

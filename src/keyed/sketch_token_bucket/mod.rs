@@ -241,20 +241,26 @@ impl<K: Hash + ?Sized, S: BuildHasher, C: Clock> SketchTokenBucket<K, S, C> {
 pub(crate) struct Placement {
     /// `lines - 1` (a power of two).
     line_mask: u64,
-    /// Every place a key may take in a line, `choices[..count]`: its word (high nibble) and
-    /// its set of `d` of the word's cells (low nibble, a bit set), words first.
-    choices: [u8; WORDS * 6],
+    /// Every place a key may take in a line, `choices[..count]`, words first: its set of `d`
+    /// of the word's cells (bits 0-3, a bit set), its word (bits 4-5), and its cells' bit
+    /// offsets in the word's high half (`Spot::shifts`, from bit 8). Thirty-two entries, so
+    /// that a pick is indexed with a mask.
+    choices: [u32; 32],
     count: u64,
 }
 
 impl Placement {
     /// `lines` lines (a power of two), `d` cells a key.
     fn new(lines: usize, d: usize) -> Placement {
-        let mut choices = [0u8; WORDS * 6];
+        let mut choices = [0u32; 32];
         let mut count = 0;
-        for word in 0..WORDS as u8 {
-            for set in (0u8..1 << CELLS).filter(|s| s.count_ones() as usize == d) {
-                choices[count] = word << 4 | set;
+        for word in 0..WORDS as u32 {
+            for set in (0u32..1 << CELLS).filter(|s| s.count_ones() as usize == d) {
+                let shifts = (0..CELLS as u32)
+                    .filter(|i| set >> i & 1 == 1)
+                    .enumerate()
+                    .fold(0, |acc, (j, i)| acc | (16 * i) << (6 * j));
+                choices[count] = shifts << 8 | word << 4 | set;
                 count += 1;
             }
         }
@@ -271,11 +277,12 @@ impl Placement {
     #[inline(always)]
     pub(crate) fn spot(&self, h: u64) -> Spot {
         let pick = (u64::from(h as u32) * self.count) >> 32;
-        let choice = self.choices[pick as usize % self.choices.len()];
+        let choice = self.choices[pick as usize & 31];
         Spot {
             line: ((h >> 32) & self.line_mask) as usize,
-            word: usize::from(choice >> 4),
-            cells: choice & 0xf,
+            word: (choice >> 4 & 3) as usize,
+            cells: (choice & 0xf) as u8,
+            shifts: choice >> 8,
         }
     }
 }
