@@ -164,34 +164,109 @@ impl Cells {
         now: Nanos,
         n: u32,
     ) -> Result<(), Denied> {
-        let word = self.word(spot);
-        let u = rule.units(base, now);
-        let mut w = word.load(Ordering::Acquire);
-        let backoff = Backoff::new();
-        loop {
-            let m = arrival_d::<D>(w, spot.shifts);
-            let x2 = match rule.check_units(m, u, base, now, n) {
-                Ok(Some(x2)) => x2,
-                Ok(None) => return Ok(()), // nothing to take: `n == 0`, or an infinite limit
-                // A penalty starts only from a normal debt (`m <= u + tau`): not during one,
-                // nor for a check that could never pass (no retry time).
-                Err(denied) if penalty == 0 || m > u + rule.tau || denied.retry_at().is_none() => {
-                    return Err(denied)
+        let c = Check {
+            word: self.word(spot),
+            rule,
+            penalty,
+            spot,
+            base,
+            now,
+            n,
+            u: rule.units(base, now),
+        };
+        // The first attempt inline; the loop, with its backoff, only when a CAS lost a race
+        // (keeping it out of line keeps the uncontended check's registers free).
+        let w = c.word.load(Ordering::Acquire);
+        match c.step::<D>(w) {
+            Step::Answer(a) => a,
+            Step::Write(next) => {
+                match c
+                    .word
+                    .compare_exchange(w, next, Ordering::AcqRel, Ordering::Acquire)
+                {
+                    Ok(_) => Ok(()),
+                    Err(found) => c.contended::<D>(found),
                 }
-                Err(_) => return penalize(word, w, rule, penalty, spot.cells, u, base, now, n),
-            };
-            let next = raised_d::<D>(w, spot, x2, u >> G_BITS);
-            match word.compare_exchange_weak(w, next, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => return Ok(()),
-                Err(found) => w = found,
             }
-            backoff.spin();
         }
     }
 
     /// The arrival time of the key at `spot`: the smallest of its cells.
     pub(crate) fn arrival(&self, spot: Spot) -> u64 {
         arrival(self.word(spot).load(Ordering::Acquire), spot.cells)
+    }
+}
+
+/// One check: its word, its rule, and its reading in units.
+struct Check<'a> {
+    word: &'a AtomicU128,
+    rule: &'a TokenBucketQuota,
+    penalty: u64,
+    spot: Spot,
+    base: u64,
+    now: Nanos,
+    n: u32,
+    u: u64,
+}
+
+/// What a check does with the word it read.
+enum Step {
+    /// It is decided, with nothing (more) to write.
+    Answer(Result<(), Denied>),
+    /// A grant: CAS the word read to this one.
+    Write(u128),
+}
+
+impl Check<'_> {
+    /// The check of `D` cells on word `w` (module docs).
+    #[inline(always)]
+    fn step<const D: usize>(&self, w: u128) -> Step {
+        let (rule, u) = (self.rule, self.u);
+        let m = arrival_d::<D>(w, self.spot.shifts);
+        match rule.check_units(m, u, self.base, self.now, self.n) {
+            Ok(Some(x2)) => Step::Write(raised_d::<D>(w, self.spot, x2, u >> G_BITS)),
+            // Nothing to take: `n == 0`, or an infinite limit.
+            Ok(None) => Step::Answer(Ok(())),
+            // A penalty starts only from a normal debt (`m <= u + tau`): not during one, nor
+            // for a check that could never pass (no retry time).
+            Err(denied) if self.penalty == 0 || m > u + rule.tau || denied.retry_at().is_none() => {
+                Step::Answer(Err(denied))
+            }
+            Err(_) => Step::Answer(penalize(
+                self.word,
+                w,
+                rule,
+                self.penalty,
+                self.spot.cells,
+                u,
+                self.base,
+                self.now,
+                self.n,
+            )),
+        }
+    }
+
+    /// The check again from `w`, the word a lost CAS found, until its CAS wins or it is
+    /// decided.
+    #[cold]
+    #[inline(never)]
+    fn contended<const D: usize>(&self, mut w: u128) -> Result<(), Denied> {
+        let backoff = Backoff::new();
+        loop {
+            backoff.spin();
+            match self.step::<D>(w) {
+                Step::Answer(a) => return a,
+                Step::Write(next) => match self.word.compare_exchange_weak(
+                    w,
+                    next,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                ) {
+                    Ok(_) => return Ok(()),
+                    Err(found) => w = found,
+                },
+            }
+        }
     }
 }
 
