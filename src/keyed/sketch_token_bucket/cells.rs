@@ -319,18 +319,33 @@ fn arrival_d<const D: usize>(w: u128, shifts: u32) -> u64 {
 
 /// [`raised`] for a key of `D` cells at `spot`: where the reading's grain is not past the
 /// anchor (all but the first grant in each grain of `G` units), the anchor stays and only the
-/// key's fields move, each to at least `x2 - a * G`; otherwise the general form.
+/// key's fields move, each to at least `x2 - a * G`; where it is two grains or more past (a
+/// word idle that long, as most are under random keys), every other field is 0; one grain
+/// past, the general form.
 #[inline(always)]
 fn raised_d<const D: usize>(w: u128, spot: Spot, x2: u64, g: u64) -> u128 {
     let anchor = w as u64;
+    // Branches, not a `max`: the anchor the common case writes comes from the word, not
+    // from the clock reading's later conversion.
     if g > anchor {
-        return raised(w, spot.cells, x2, g);
+        if g - anchor == 1 {
+            return raised(w, spot.cells, x2, g);
+        }
+        // Two grains or more on (a word no one wrote lately): every cell, below `a * G +
+        // 2^16 <= g * G`, is full at `g * G` and its field is 0, as `raised` would leave it.
+        return with_fields::<D>(0, g, spot, x2);
     }
-    // `x2 >= m >= a * G` (every cell is at least its anchor) and, as in `raised`, below
-    // `a * G + 2^16`.
+    with_fields::<D>((w >> 64) as u64, anchor, spot, x2)
+}
+
+/// The word of anchor `anchor` and fields `hi`, with the `D` fields at `spot` raised to at
+/// least `x2 - anchor * G`.
+#[inline(always)]
+fn with_fields<const D: usize>(mut hi: u64, anchor: u64, spot: Spot, x2: u64) -> u128 {
+    // `x2 >= m >= anchor * G` (every cell is at least its anchor) or `x2 >= u >= g * G`, and,
+    // as in `raised`, below `anchor * G + 2^16`.
     let x = x2 - (anchor << G_BITS);
     debug_assert!(x <= OFFSET_MASK, "offset {x}");
-    let mut hi = (w >> 64) as u64;
     for j in 0..D {
         let at = spot.shifts >> (6 * j) & 63;
         let field = hi >> at & OFFSET_MASK;
