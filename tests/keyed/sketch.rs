@@ -27,19 +27,8 @@ pub(crate) type Fixed = BuildHasherDefault<DefaultHasher>;
 
 /// A sketch of `bytes` with `d` cells per key on a manual clock at 0, keys placed by a fixed
 /// hasher (so a failing case replays); also `sketch_stress.rs`'s.
-pub(crate) fn sketch(
-    per_sec: f64,
-    burst: u32,
-    bytes: usize,
-    d: usize,
-) -> SketchTokenBucket<u64, Fixed, ManualClock> {
-    SketchTokenBucket::builder(limit(per_sec), burst)
-        .memory(bytes)
-        .cells_per_key(d)
-        .hasher(Fixed::default())
-        .clock(ManualClock::default())
-        .build()
-        .unwrap()
+pub(crate) fn sketch(per_sec: f64, burst: u32, bytes: usize, d: usize) -> Sketch {
+    penalized(per_sec, burst, bytes, d, Duration::ZERO)
 }
 
 #[test]
@@ -86,8 +75,14 @@ fn an_abuser_is_limited_and_a_client_in_other_cells_is_not() {
     );
 }
 
-/// A sketch as `sketch`'s, with a penalty.
-fn penalized(per_sec: f64, burst: u32, bytes: usize, d: usize, penalty: Duration) -> Sketch {
+/// A sketch as `sketch`'s, with a penalty; also `sketch_stress.rs`'s.
+pub(crate) fn penalized(
+    per_sec: f64,
+    burst: u32,
+    bytes: usize,
+    d: usize,
+    penalty: Duration,
+) -> Sketch {
     SketchTokenBucket::builder(limit(per_sec), burst)
         .memory(bytes)
         .cells_per_key(d)
@@ -98,7 +93,7 @@ fn penalized(per_sec: f64, burst: u32, bytes: usize, d: usize, penalty: Duration
         .unwrap()
 }
 
-type Sketch = SketchTokenBucket<u64, Fixed, ManualClock>;
+pub(crate) type Sketch = SketchTokenBucket<u64, Fixed, ManualClock>;
 
 /// An abuser refused once is shut out for the penalty (a refusal during it does not extend
 /// it), then refills from empty; asking again at once, over its limit, starts another. Keys

@@ -10,13 +10,12 @@ use crate::common;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use turnstile::keyed::sketch_token_bucket::SketchTokenBucket;
-use turnstile::{Limit, ManualClock, Nanos};
+use turnstile::Nanos;
 
 const THREADS: usize = 4;
 const PHASES: usize = if cfg!(miri) { 1 } else { 20 };
 
-type Sketch = SketchTokenBucket<u64, crate::sketch::Fixed, ManualClock>;
+use crate::sketch::Sketch;
 
 /// One token a second, two cells a key (the default), on a manual clock at 0.
 fn sketch(burst: u32, bytes: usize) -> Sketch {
@@ -72,15 +71,7 @@ fn keys_sharing_words(penalty: Duration) {
     let burst = if cfg!(miri) { 3 } else { 1_000 };
     const KEYS: u64 = 64;
     let sketches: Vec<Sketch> = (0..PHASES)
-        .map(|_| {
-            SketchTokenBucket::builder(Limit::per_second(1.0).unwrap(), burst)
-                .memory(64)
-                .penalty(penalty)
-                .hasher(crate::sketch::Fixed::default())
-                .clock(ManualClock::default())
-                .build()
-                .unwrap()
-        })
+        .map(|_| crate::sketch::penalized(1.0, burst, 64, 2, penalty))
         .collect();
     let grants: Vec<Vec<AtomicU32>> = (0..PHASES)
         .map(|_| (0..KEYS).map(|_| AtomicU32::new(0)).collect())

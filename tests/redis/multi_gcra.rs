@@ -63,22 +63,8 @@ fn server_now_us(s: &RedisServer) -> u128 {
     t[0] * 1_000_000 + t[1]
 }
 
-/// The key's arrival times, in µs since the epoch (whole part), read as the module docs say
+/// The key's arrival times in units (10⁻¹⁸ s) since the epoch, read as the module docs say
 /// the key holds them.
-async fn tats_us(con: &ConnectionManager, key: &str) -> Vec<u128> {
-    let value: Vec<u8> = redis::cmd("GET")
-        .arg(key)
-        .query_async(&mut con.clone())
-        .await
-        .unwrap();
-    decode_tats(&value)
-        .expect("16 bytes a limit")
-        .into_iter()
-        .map(|(us, _)| u128::from(us))
-        .collect()
-}
-
-/// The key's arrival times in units (10⁻¹⁸ s) since the epoch.
 async fn tats_units(con: &ConnectionManager, key: &str) -> Vec<u128> {
     let value: Vec<u8> = redis::cmd("GET")
         .arg(key)
@@ -92,8 +78,15 @@ async fn tats_units(con: &ConnectionManager, key: &str) -> Vec<u128> {
         .collect()
 }
 
+/// The same in whole µs.
+async fn tats_us(con: &ConnectionManager, key: &str) -> Vec<u128> {
+    let units = tats_units(con, key).await;
+    units.into_iter().map(|t| t / 1_000_000_000_000).collect()
+}
+
 /// Grants add exactly `n × T_i` to every limit's time, where no `T_i` is a whole number of µs
-/// (7 per minute: 8.571428571428571428... s; 11 per hour: 327.272727... s): the units carry into the µs on the server, so nothing drifts.
+/// (7 per minute: 8.571428571428571428... s; 11 per hour: 327.272727... s): the units carry
+/// into the µs on the server, so nothing drifts.
 #[tokio::test]
 async fn grants_add_exactly_n_times_t_to_every_limit() {
     let Some(s) = RedisServer::start("grants_add_exactly_n_times_t_to_every_limit") else {

@@ -17,8 +17,9 @@
 //! another's), to one 128-bit word of the table and to `d` of its four **cells** (2 by
 //! default). A cell is a GCRA arrival time, the state of a token bucket
 //! ([`TokenBucket`](crate::TokenBucket)'s algorithm). A check runs the bucket on the
-//! **smallest** of the client's cells; a refusal writes nothing; a grant raises all the
-//! client's cells to the new arrival time (conservative update) with one CAS on the word.
+//! **smallest** of the client's cells; a refusal writes nothing (but one that starts a
+//! penalty, if the limiter has one); a grant raises all the client's cells to the new arrival
+//! time (conservative update) with one CAS on the word.
 //! Time alone refills every cell, so nothing is ever evicted.
 //!
 //! # Guarantees
@@ -36,7 +37,8 @@
 //!    [`false_refusal_rate`](SketchTokenBucket::false_refusal_rate) gives (the formula:
 //!    `sizing.rs`); a client alone in its cells is a token bucket, to the precision below.
 //! 4. **Memory is fixed**: `lines * 64` bytes, allocated at construction. A check allocates
-//!    nothing and touches one cache line of the table: one load, and for a grant one CAS.
+//!    nothing and touches one cache line of the table: one load, and for a grant (or a
+//!    refusal that starts a penalty) one CAS.
 //!
 //! An optional **penalty** ([`SketchTokenBucketBuilder::penalty`]) shuts a client that goes
 //! over its limit out for a set time, then refills it from empty. It only raises cells, so
