@@ -5,13 +5,16 @@
 //!
 //! ```text
 //! cargo run --release -p turnstile-bench --example flood -- [--keys N] [--rate KEYS_PER_S]
-//!     [--map inline|keyed|sketch] [--max-keys N] [--capacity N] [--memory BYTES]
+//!     [--map inline|keyed|sketch|governor] [--max-keys N] [--capacity N] [--memory BYTES]
 //!     [--interval-us US] [--limit PER_S] [--burst B]
 //! ```
 //!
 //! The map is built with its defaults (the key bound, `sweep_every`) unless `--max-keys` says
 //! otherwise, and `per_key` runs its sweeps, as a server would get them. `--map sketch` is a
-//! `SketchTokenBucket` of `--memory` bytes (4 MiB by default): no keys, no bound, no sweeps. Every client has the
+//! `SketchTokenBucket` of `--memory` bytes (4 MiB by default): no keys, no bound, no sweeps.
+//! `--map governor` is governor's keyed limiter (`RateLimiter::keyed`, dashmap) behind the same
+//! policy: no bound and no sweeps either (`retain_recent` is its user's to call), so it holds
+//! every key the flood sends. Every client has the
 //! same quota (`--limit`/`--burst`); the legitimate client checks well within it, so any
 //! refusal it gets is the map's doing. The flood keys are idle (and so evictable) once their
 //! token is back, `1/limit` after their check.
@@ -25,8 +28,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use turnstile::tower::{key, per_key, Ask, PerKey, PerKeyMap, Policy};
-use turnstile::{Keyed, KeyedTokenBucket, Limit, SketchTokenBucket, TokenBucket};
+use std::num::NonZeroU32;
+
+use turnstile::tower::{key, per_key, Ask, PerKey, PerKeyMap, Policy, Taken};
+use turnstile::{
+    Clock, Denied, Keyed, KeyedTokenBucket, Limit, Nanos, QuantaClock, SketchTokenBucket,
+    TokenBucket,
+};
 
 struct Args {
     keys: u64,
@@ -46,7 +54,7 @@ struct Args {
 fn usage() -> ! {
     eprintln!(
         "usage: flood [--keys N (10000000)] [--rate KEYS_PER_S (1000000; 0 = max)] \
-         [--map inline|keyed|sketch (inline)] [--max-keys N (the map's default)] \
+         [--map inline|keyed|sketch|governor (inline)] [--max-keys N (the map's default)] \
          [--capacity N (0; inline only)] [--memory BYTES (4194304; sketch only)] \
          [--interval-us US (1000)] [--limit PER_S (1000)] [--burst B (1000)]"
     );
@@ -83,7 +91,7 @@ fn parse() -> Args {
             _ => usage(),
         }
     }
-    if !["inline", "keyed", "sketch"].contains(&a.map.as_str()) {
+    if !["inline", "keyed", "sketch", "governor"].contains(&a.map.as_str()) {
         usage();
     }
     a
@@ -125,6 +133,31 @@ fn decide<M: PerKeyMap<IpAddr>>(p: &Arc<PerKey<IpAddr, key::PeerIp, M>>, ip: IpA
         .into_inner()
         .result
         .is_ok()
+}
+
+/// governor's keyed limiter as a per-key map: `check_key` for each request's key.
+struct GovernorMap {
+    limiter: governor::DefaultKeyedRateLimiter<IpAddr>,
+    clock: QuantaClock,
+}
+
+impl PerKeyMap<IpAddr> for GovernorMap {
+    fn now(&self) -> Nanos {
+        self.clock.now()
+    }
+
+    fn take(&self, key: &IpAddr, now: Nanos, _: Ask) -> Taken {
+        Taken {
+            result: self
+                .limiter
+                .check_key(key)
+                .map_err(|_| Denied::new(now, None)),
+            wait: Duration::ZERO,
+            status: None,
+        }
+    }
+
+    fn refund(&self, _: &IpAddr, _: Nanos, _: u32) {}
 }
 
 /// `len` is the keys the map holds (`None`: a map that holds none).
@@ -254,6 +287,15 @@ fn main() {
             b = b.max_keys(m);
         }
         run(&a, b.build().unwrap_or_else(|_| usage()), |m| Some(m.len()));
+    } else if a.map == "governor" {
+        let quota =
+            governor::Quota::per_second(NonZeroU32::new(a.limit as u32).unwrap_or_else(|| usage()))
+                .allow_burst(NonZeroU32::new(a.burst).unwrap_or_else(|| usage()));
+        let map = GovernorMap {
+            limiter: governor::RateLimiter::keyed(quota),
+            clock: QuantaClock::new(),
+        };
+        run(&a, map, |m| Some(m.limiter.len()));
     } else if a.map == "sketch" {
         let sketch = SketchTokenBucket::builder(limit, a.burst)
             .memory(a.memory)
