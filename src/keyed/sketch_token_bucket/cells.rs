@@ -145,25 +145,6 @@ impl Cells {
         now: Nanos,
         n: u32,
     ) -> Result<(), Denied> {
-        // One body per number of cells a key has, so that a check reads and raises exactly
-        // those fields, unrolled.
-        match self.d {
-            1 => self.check_d::<1>(rule, penalty, spot, base, now, n),
-            2 => self.check_d::<2>(rule, penalty, spot, base, now, n),
-            _ => self.check_d::<3>(rule, penalty, spot, base, now, n),
-        }
-    }
-
-    #[inline(always)]
-    fn check_d<const D: usize>(
-        &self,
-        rule: &TokenBucketQuota,
-        penalty: u64,
-        spot: Spot,
-        base: u64,
-        now: Nanos,
-        n: u32,
-    ) -> Result<(), Denied> {
         let c = Check {
             word: self.word(spot),
             rule,
@@ -174,20 +155,12 @@ impl Cells {
             n,
             u: rule.units(base, now),
         };
-        // The first attempt inline; the loop, with its backoff, only when a CAS lost a race
-        // (keeping it out of line keeps the uncontended check's registers free).
-        let w = c.word.load(Ordering::Acquire);
-        match c.step::<D>(w) {
-            Step::Answer(a) => a,
-            Step::Write(next) => {
-                match c
-                    .word
-                    .compare_exchange(w, next, Ordering::AcqRel, Ordering::Acquire)
-                {
-                    Ok(_) => Ok(()),
-                    Err(found) => c.contended::<D>(found),
-                }
-            }
+        // One body per number of cells a key has, so that a check reads and raises exactly
+        // those fields, unrolled.
+        match self.d {
+            1 => c.run::<1>(),
+            2 => c.run::<2>(),
+            _ => c.run::<3>(),
         }
     }
 
@@ -218,6 +191,26 @@ enum Step {
 }
 
 impl Check<'_> {
+    /// The check of `D` cells: the first attempt inline; the loop, with its backoff, only
+    /// when a CAS lost a race (keeping it out of line keeps the uncontended check's
+    /// registers free).
+    #[inline(always)]
+    fn run<const D: usize>(&self) -> Result<(), Denied> {
+        let w = self.word.load(Ordering::Acquire);
+        match self.step::<D>(w) {
+            Step::Answer(a) => a,
+            Step::Write(next) => {
+                match self
+                    .word
+                    .compare_exchange(w, next, Ordering::AcqRel, Ordering::Acquire)
+                {
+                    Ok(_) => Ok(()),
+                    Err(found) => self.contended::<D>(found),
+                }
+            }
+        }
+    }
+
     /// The check of `D` cells on word `w` (module docs).
     #[inline(always)]
     fn step<const D: usize>(&self, w: u128) -> Step {

@@ -519,7 +519,7 @@ impl<K: ?Sized, S: BuildHasher, C: Clock> SketchTokenBucketBuilder<K, S, C> {
         // The penalty in tokens, rounded up, for the span the cells must hold; none where
         // nothing is ever refused for want of time (an infinite or a zero limit).
         let refills = !(rule.inf || rule.zero);
-        let extra = if refills && !self.penalty.is_zero() {
+        let (rule, penalty) = if refills && !self.penalty.is_zero() {
             let tokens = (self.penalty.as_secs_f64() * self.limit.as_f64()).ceil();
             Some(tokens)
                 .filter(|t| *t <= f64::from(1u32 << G_BITS))
@@ -532,7 +532,6 @@ impl<K: ?Sized, S: BuildHasher, C: Clock> SketchTokenBucketBuilder<K, S, C> {
         } else {
             (rule, 0)
         };
-        let (rule, penalty) = extra;
         let lines = match self.size {
             Size::Memory(bytes) => {
                 if !(LINE..=MAX_LINES * LINE).contains(&bytes) {
