@@ -142,6 +142,9 @@ pub enum ConfigError {
         /// The false-refusal rate asked for.
         rate: f64,
     },
+    /// A tower policy's enforced fraction of clients was NaN or outside `[0, 1]`.
+    #[error("enforced fraction {0} is not in [0, 1]; it is the share of clients whose refusals are enforced")]
+    EnforcedFraction(f64),
     /// A multi-limit bucket got no limits, or more than its word holds (4).
     #[error("{0} limits; a multi-limit token bucket takes 1 to 4")]
     LimitCount(usize),

@@ -110,6 +110,8 @@ pub mod reference;
 mod atomic_u128;
 mod config_slots;
 mod scale;
+#[cfg(feature = "tower")]
+mod striped_counters;
 mod sync;
 
 pub use clock::{Clock, CoarseClock, ManualClock, Nanos, QuantaClock};

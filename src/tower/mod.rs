@@ -140,9 +140,10 @@ pub use service::RateLimit;
 #[cfg(feature = "redis")]
 pub use policy::{fleet, FailurePolicy, Fleet, FleetBuilder};
 pub use policy::{
-    global, global_multi, per_key, per_key_multi, And, AndFuture, Ask, Cost, Decision, Global,
-    GlobalMulti, KeyGrant, MissingKey, MultiQuota, PerKey, PerKeyMap, PerKeyMulti, PerKeyMultiMap,
-    Policy, PolicyExt, Refunds, Report, ReportItem, Taken,
+    global, global_multi, per_key, per_key_multi, And, AndFuture, Ask, Cost, Counts, Decision,
+    Enforced, EnforcedFuture, Enforcement, Global, GlobalMulti, KeyGrant, MissingKey, Mode,
+    MultiQuota, PerKey, PerKeyMap, PerKeyMulti, PerKeyMultiMap, Policy, PolicyExt, Refunds, Report,
+    ReportItem, Taken,
 };
 
 use std::future::Future;

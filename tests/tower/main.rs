@@ -17,6 +17,7 @@
 mod common;
 
 mod cost;
+mod enforcement;
 mod faults;
 mod grpc;
 mod hostile;

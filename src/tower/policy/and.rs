@@ -53,6 +53,11 @@ impl<Body: 'static, A: Policy<Body>, B: Policy<Body>> Policy<Body> for And<A, B>
         self.second.refund(b);
         self.first.refund(a);
     }
+
+    fn hash_client<H: std::hash::Hasher>(&self, (a, b): &Self::Key, state: &mut H) {
+        self.first.hash_client(a, state);
+        self.second.hash_client(b, state);
+    }
 }
 
 pin_project_lite::pin_project! {

@@ -45,6 +45,11 @@ where
     fn refund(&self, grant: Self::Grant) {
         self.inner.refund(grant)
     }
+
+    /// The inner policy's client: the cost is the request's, not the client's.
+    fn hash_client<H: std::hash::Hasher>(&self, (key, _): &Self::Key, state: &mut H) {
+        self.inner.hash_client(key, state);
+    }
 }
 
 impl<P: Refunds, F> Refunds for Cost<P, F> {}

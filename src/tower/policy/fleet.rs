@@ -429,6 +429,10 @@ where
     }
 
     fn refund(&self, _: ()) {}
+
+    fn hash_client<H: std::hash::Hasher>(&self, key: &Self::Key, state: &mut H) {
+        std::hash::Hash::hash(key, state);
+    }
 }
 
 /// A fleet decision, with no report.

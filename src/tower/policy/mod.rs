@@ -14,6 +14,7 @@
 
 mod and;
 mod cost;
+mod enforced;
 #[cfg(feature = "redis")]
 mod fleet;
 mod global;
@@ -24,6 +25,7 @@ mod tests;
 
 pub use and::{And, AndFuture};
 pub use cost::Cost;
+pub use enforced::{Counts, Enforced, EnforcedFuture, Enforcement, Mode};
 #[cfg(feature = "redis")]
 pub use fleet::{fleet, FailurePolicy, Fleet, FleetBuilder};
 pub use global::{global, Global};
@@ -33,6 +35,7 @@ pub use multi::{
 pub use per_key::{per_key, KeyGrant, MissingKey, PerKey, PerKeyMap, Taken};
 
 use std::future::Future;
+use std::hash::Hasher;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -158,6 +161,14 @@ pub trait Policy<B>: Send + Sync + 'static {
     /// Gives back a grant of this policy (a later policy refused the request). Exact where
     /// the limiter's [`Limiter::refund_n_at`] is; a limiter that cannot refund keeps it.
     fn refund(&self, grant: Self::Grant);
+
+    /// Feeds `state` what in `key` names the client, so that [`Mode::Fraction`] puts each
+    /// client wholly in or out of the enforced share ([`PolicyExt::enforcement`]): a per-key
+    /// policy's key, both keys of an [`And`], not a request's [`Cost`]. The default feeds
+    /// nothing: a policy without a key ([`Global`]) is one client, in or out as a whole.
+    fn hash_client<H: Hasher>(&self, key: &Self::Key, state: &mut H) {
+        let _ = (key, state);
+    }
 }
 
 /// A policy whose [`Policy::refund`] gives a grant back, as [`PolicyExt::and`] needs of the
@@ -229,6 +240,17 @@ pub trait PolicyExt: Sized {
             inner: Arc::new(self),
             cost,
         }
+    }
+
+    /// This policy under `enforcement`'s mode, which an operator changes at run time:
+    /// refusals enforced ([`Mode::Enforce`]), only counted while the request goes on
+    /// ([`Mode::Shadow`]), or enforced for a stable fraction of clients
+    /// ([`Mode::Fraction`]); every decision counted ([`Enforced::counts`]). Shadow mode
+    /// takes from the limiters exactly what enforcement would ([`Enforced`] says why), so
+    /// its shadow refusals are the ones enforcement would make. One handle may drive
+    /// several policies; wrap each policy of an [`And`] to roll them out apart.
+    fn enforcement(self, enforcement: Enforcement) -> Enforced<Self> {
+        Enforced::new(self, enforcement)
     }
 }
 

@@ -403,6 +403,10 @@ where
             self.inner.map.refund(&key, at, n);
         }
     }
+
+    fn hash_client<H: std::hash::Hasher>(&self, key: &Self::Key, state: &mut H) {
+        key.hash(state);
+    }
 }
 
 impl<K, X, M> Refunds for PerKeyMulti<K, X, M> where PerKey<K, X, M>: Refunds {}

@@ -393,6 +393,10 @@ where
             self.map.refund(&key, at, n);
         }
     }
+
+    fn hash_client<H: std::hash::Hasher>(&self, key: &Self::Key, state: &mut H) {
+        key.hash(state);
+    }
 }
 
 impl<K, X, L, C> Refunds for PerKey<K, X, Keyed<K, L, C>>

@@ -492,3 +492,88 @@ fn the_binding_item_is_the_statuses_binding_limit() {
     let s = mtb.status_at(Nanos::ZERO);
     assert_eq!(multi_report(&names[..2], &s).items.len(), 2);
 }
+
+/// A policy that refuses, its decision in flight for two polls (a Redis round trip).
+struct RefusesLater;
+
+impl Policy<()> for RefusesLater {
+    type Key = ();
+    type Grant = ();
+    type Future = Pin<Box<dyn Future<Output = Decision<()>> + Send>>;
+    fn key(&self, _: &Request<()>) {}
+    fn decide(self: &Arc<Self>, _: (), _: Ask) -> Self::Future {
+        let mut polls = 0;
+        Box::pin(std::future::poll_fn(move |cx| {
+            polls += 1;
+            if polls <= 2 {
+                cx.waker().wake_by_ref();
+                return Poll::Pending;
+            }
+            Poll::Ready(Decision {
+                result: Err(Denied::new(Nanos::ZERO, None)),
+                wait: Duration::ZERO,
+                report: Report::default(),
+            })
+        }))
+    }
+    fn refund(&self, _: ()) {}
+}
+
+#[test]
+fn a_decision_in_flight_is_judged_when_it_comes() {
+    for (mode, passes, counts) in [
+        (Mode::Shadow, true, (0, 0, 1)),
+        (Mode::Enforce, false, (0, 1, 0)),
+    ] {
+        let p = Arc::new(RefusesLater.enforcement(Enforcement::new(mode).unwrap()));
+        let mut fut = Policy::<()>::decide(&p, (), Ask::default());
+        let noop = &mut Context::from_waker(Waker::noop());
+        // Still deciding after `decide`'s poll and this one: nothing counted yet.
+        assert!(Pin::new(&mut fut).poll(noop).is_pending());
+        assert_eq!(p.counts(), Counts::default());
+        let Poll::Ready(d) = Pin::new(&mut fut).poll(noop) else {
+            panic!("decided on the third poll")
+        };
+        assert_eq!(d.result.is_ok(), passes);
+        let c = p.counts();
+        assert_eq!((c.allowed, c.refused, c.shadow_refused), counts);
+    }
+}
+
+#[test]
+fn a_client_is_its_keys_not_its_cost() {
+    use std::hash::{DefaultHasher, Hasher};
+    let hash = |f: &dyn Fn(&mut DefaultHasher)| {
+        let mut h = DefaultHasher::new();
+        f(&mut h);
+        h.finish()
+    };
+    let ip = |b: u8| key::from_fn(move |_: &Request<()>| Some(b));
+    let map = || KeyedTokenBucket::new(Limit::per_second(1.0).unwrap(), 1);
+    let one = per_key("k", ip(1), map());
+    let priced = per_key("k", ip(1), map()).cost(|_: &Request<()>| 3);
+    // A cost changes nothing: the client is the inner policy's key.
+    assert_eq!(
+        hash(&|h| Policy::<()>::hash_client(&priced, &(Some(7u8), 3), h)),
+        hash(&|h| Policy::<()>::hash_client(&priced, &(Some(7u8), 9), h)),
+    );
+    assert_eq!(
+        hash(&|h| Policy::<()>::hash_client(&priced, &(Some(7u8), 3), h)),
+        hash(&|h| Policy::<()>::hash_client(&one, &Some(7u8), h)),
+    );
+    assert_ne!(
+        hash(&|h| Policy::<()>::hash_client(&one, &Some(7u8), h)),
+        hash(&|h| Policy::<()>::hash_client(&one, &Some(8u8), h)),
+    );
+    // Both keys of an `And`; a global policy has none.
+    let both = per_key("a", ip(1), map()).and(per_key("b", ip(2), map()));
+    assert_ne!(
+        hash(&|h| Policy::<()>::hash_client(&both, &(Some(1u8), Some(2u8)), h)),
+        hash(&|h| Policy::<()>::hash_client(&both, &(Some(1u8), Some(3u8)), h)),
+    );
+    let all = global("all", TokenBucket::new(Limit::per_second(1.0).unwrap(), 1));
+    assert_eq!(
+        hash(&|h| Policy::<()>::hash_client(&all, &(), h)),
+        DefaultHasher::new().finish()
+    );
+}
