@@ -98,6 +98,10 @@ pub mod redis;
 #[cfg(feature = "tower")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
 pub mod tower;
+// What the limiters count, published through the `metrics` facade.
+#[cfg(feature = "metrics")]
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
+pub mod metrics;
 
 // The mutex twins: the tests' oracle and the benchmarks' baseline.
 #[cfg(feature = "reference")]

@@ -29,6 +29,8 @@
 //!   a 4 MiB table of cells, std's SipHash), at the same limit with its largest burst, 2^15,
 //!   which the checks never exhaust; the governor side is `keyed-random`'s. The table is eight
 //!   times the simulated last-level cache, so a random key's check misses it, once.
+//! * `policy-hot` (`turnstile`, `facade`): issue #25's metrics overhead, see [`policy_hot`];
+//!   `scripts/metrics-overhead` runs it, not `scripts/instructions`.
 //! * `tb-allow-clock`, `tb-deny-clock`, `keyed-hot-clock`: the same with each crate's default
 //!   real clock (turnstile `TokenBucket::new` + `allow()`, `Keyed::check`; governor
 //!   `RateLimiter::direct`/`keyed` + `check`/`check_key`). Under valgrind the clock read is
@@ -209,6 +211,43 @@ fn sketch_random(ops: u64) {
     let k = sketch();
     let check = |key| black_box(&k).check_n_at(&key, black_box(NOW), 1).is_ok();
     random_keys(ops, check, || KEYS as usize, "sketch-random");
+}
+
+/// `policy-hot` (issue #25, `scripts/metrics-overhead`): `Policy::decide` of a `per_key`
+/// over the inline map of `inline-hot`, its hot key, granted; `facade` adds one increment of
+/// a Prometheus counter through the `metrics` facade. Built with and without the bench's
+/// `metrics` feature, `turnstile` is the decision with and without its counts.
+fn policy_hot(ops: u64, facade: bool) {
+    use axum::http::Request;
+    use std::sync::Arc;
+    use turnstile::tower::{key, per_key, Ask, Policy};
+    let map = ts_inline(&ManualClock::new(NOW), RandomState::new());
+    let p = Arc::new(per_key(
+        "hot",
+        key::from_fn(|_: &Request<()>| Some(7u64)),
+        map,
+    ));
+    // The whole decision black-boxed, as the layer reads all of it (result, wait, report):
+    // the optimizer may not drop the parts a loop that only tests the result leaves unread.
+    let decide = || {
+        let d = Policy::<()>::decide(black_box(&p), Some(7), Ask::default()).into_inner();
+        black_box(&d).result.is_ok()
+    };
+    if facade {
+        let prometheus = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+        let counter = metrics::with_local_recorder(&prometheus, || {
+            metrics::counter!("bench_decisions_total")
+        });
+        measured(ops, || {
+            decide();
+            counter.increment(1);
+        });
+    } else {
+        measured(ops, || {
+            decide();
+        });
+    }
+    assert!(decide(), "policy-hot ran dry");
 }
 
 // ---- the saturated and burst cells (bench/benches/harness/saturated.rs) ---------------------------
@@ -872,6 +911,8 @@ fn run(cell: &str, imp: &str, ops: u64) -> Result<(), String> {
             inline_random(foldhash::fast::RandomState::default(), ops)
         }
         ("sketch-random", "turnstile") => sketch_random(ops),
+        ("policy-hot", "turnstile") => policy_hot(ops, false),
+        ("policy-hot", "facade") => policy_hot(ops, true),
         ("inline-hot" | "inline-hot-foldhash", "governor") => return run("keyed-hot", imp, ops),
         ("inline-random" | "inline-random-foldhash" | "sketch-random", "governor") => {
             return run("keyed-random", imp, ops)

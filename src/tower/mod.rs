@@ -77,6 +77,13 @@
 //! client must not choose its own price, so cap what it reads from a header (the method's
 //! docs show how).
 //!
+//! **Rolling a limit out.** [`PolicyExt::enforcement`] puts a policy under an
+//! [`Enforcement`] handle whose [`Mode`] an operator changes at run time: enforce every
+//! refusal, none (shadow mode: counted, and the request goes on, the limiter taking exactly
+//! what enforcing would), or those of a stable fraction of clients. [`Enforced::counts`]
+//! says what it decided; with the feature `metrics`, every policy's decisions are counted
+//! for `turnstile::metrics` too, labelled by the policy's name and the mode.
+//!
 //! The layer is cheap to clone (one `Arc`) and adds no allocation per request on the hot
 //! path beyond the key itself (an `IpAddr` is none); the RateLimit headers, when sent, are
 //! formatted into one small buffer each. Allowed responses pass through as the inner service

@@ -41,6 +41,8 @@ where
             max_wait: config.max_wait,
             // A `Cost` policy sets its own.
             cost: 1,
+            // An `Enforced` policy clears it for the clients it lets through.
+            enforced: true,
         };
         let mut check = policy.decide(key, ask);
         // An in-process policy has decided already (its future is `Ready`): act on the

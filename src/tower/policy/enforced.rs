@@ -270,12 +270,15 @@ where
     }
 
     fn decide(self: &Arc<Self>, key: Self::Key, ask: Ask) -> Self::Future {
-        let enforced = self.enforcement.enforces(|| {
-            let mut h = self.hasher.build_hasher();
-            self.inner.hash_client(&key, &mut h);
-            h.finish()
-        });
-        let mut fut = self.inner.decide(key, ask);
+        // Enforced only if every `Enforced` policy above enforces it too: one that does not
+        // lets the request through whatever this one says.
+        let enforced = ask.enforced
+            && self.enforcement.enforces(|| {
+                let mut h = self.hasher.build_hasher();
+                self.inner.hash_client(&key, &mut h);
+                h.finish()
+            });
+        let mut fut = self.inner.decide(key, Ask { enforced, ..ask });
         // An in-process policy has decided already: judge it here, so that the common case
         // holds no reference to the policy (a count more on its `Arc` would be two writes to
         // a shared line per request).

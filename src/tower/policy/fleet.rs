@@ -67,6 +67,7 @@ pub enum FailurePolicy {
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub struct Fleet<X, R: crate::redis::RedisLimiter + 'static> {
     pub(super) name: Arc<str>,
+    pub(super) observer: Observer,
     pub(super) extractor: X,
     // Shared with the local map's factory, which builds a key's limiter from it.
     pub(super) limiter: Arc<R>,
@@ -217,6 +218,7 @@ impl<X, R: crate::redis::RedisLimiter + 'static> FleetBuilder<X, R> {
             FailurePolicy::Open | FailurePolicy::Closed => None,
         };
         Ok(Fleet {
+            observer: Observer::new(&self.name),
             name: self.name,
             extractor: self.extractor,
             limiter,
@@ -321,6 +323,12 @@ impl<X, R: crate::redis::RedisLimiter + 'static> Fleet<X, R> {
         self.local.as_ref()
     }
 
+    /// `result`, counted, as a decision with no report.
+    fn observed(&self, result: Result<(), Denied>, ask: &Ask) -> Decision<()> {
+        self.observer.record(result.is_ok(), ask);
+        decided(result)
+    }
+
     /// The answer of the failure policy to a check of `key` the limiter failed with `error`.
     #[cold]
     fn failed(&self, key: &str, error: &crate::redis::RedisLimitError, ask: Ask) -> StatusVerdict {
@@ -380,17 +388,18 @@ where
         let key = match key.filter(|k| !k.is_empty() && k.len() <= max) {
             Some(k) => k,
             None => match &self.missing {
-                MissingKey::Allow => return Box::pin(ready(decided(Ok(())))),
+                MissingKey::Allow => return Box::pin(ready(self.observed(Ok(()), &ask))),
                 MissingKey::Deny => {
                     let now = crate::QuantaClock::new().now();
-                    return Box::pin(ready(decided(Err(Denied::new(now, None)))));
+                    let denied = Err(Denied::new(now, None));
+                    return Box::pin(ready(self.observed(denied, &ask)));
                 }
                 MissingKey::As(k) => k.clone(),
             },
         };
         // Free: no round trip, nothing taken.
         if ask.cost == 0 {
-            return Box::pin(ready(decided(Ok(()))));
+            return Box::pin(ready(self.observed(Ok(()), &ask)));
         }
         let this = self.clone();
         let n = ask.cost;
@@ -423,7 +432,7 @@ where
             let report = one_report(ask.reports(result.is_ok()), &this.name, || status);
             Decision {
                 report,
-                ..decided(result)
+                ..this.observed(result, &ask)
             }
         })
     }

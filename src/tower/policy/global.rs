@@ -12,6 +12,7 @@ use crate::{Limiter, Nanos};
 pub struct Global<L> {
     pub(super) name: Arc<str>,
     pub(super) limiter: L,
+    pub(super) observer: Observer,
 }
 
 /// A policy that takes one permit from `limiter` per request, whatever the request (or the
@@ -27,8 +28,10 @@ pub struct Global<L> {
 /// # let _ = all;
 /// ```
 pub fn global<L: Limiter + 'static>(name: impl Into<Arc<str>>, limiter: L) -> Global<L> {
+    let name = name.into();
     Global {
-        name: name.into(),
+        observer: Observer::new(&name),
+        name,
         limiter,
     }
 }
@@ -54,6 +57,7 @@ impl<B, L: Limiter + 'static> Policy<B> for Global<L> {
     fn decide(self: &Arc<Self>, _: (), ask: Ask) -> Self::Future {
         let now = self.limiter.now();
         let (result, wait) = take(&self.limiter, now, ask.cost, ask.max_wait);
+        self.observer.record(result.is_ok(), &ask);
         let report = one_report(ask.reports(result.is_ok()), &self.name, || {
             self.limiter.quota_at(now)
         });

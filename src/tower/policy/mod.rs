@@ -19,6 +19,7 @@ mod enforced;
 mod fleet;
 mod global;
 mod multi;
+mod observer;
 mod per_key;
 #[cfg(test)]
 mod tests;
@@ -33,6 +34,8 @@ pub use multi::{
     global_multi, per_key_multi, GlobalMulti, MultiQuota, PerKeyMulti, PerKeyMultiMap,
 };
 pub use per_key::{per_key, KeyGrant, MissingKey, PerKey, PerKeyMap, Taken};
+
+use observer::Observer;
 
 use std::future::Future;
 use std::hash::Hasher;
@@ -73,9 +76,14 @@ pub struct Ask {
     /// another from the request. Zero passes without asking the limiter; more than a limit's
     /// burst is refused with no retry time (no `Retry-After`: no wait makes it pass).
     pub cost: u32,
+    /// Whether a refusal is enforced: false for a client an [`Enforced`] policy above lets
+    /// through anyway ([`Mode::Shadow`], or outside a [`Mode::Fraction`]), so that the
+    /// policies deciding count the refusal as shadow-refused (feature `metrics`). Deciding
+    /// is the same either way.
+    pub enforced: bool,
 }
 
-/// Refusals only, no wait, a cost of 1.
+/// Refusals only, no wait, a cost of 1, enforced.
 impl Default for Ask {
     fn default() -> Self {
         Ask {
@@ -83,6 +91,7 @@ impl Default for Ask {
             report_grants: false,
             max_wait: Duration::ZERO,
             cost: 1,
+            enforced: true,
         }
     }
 }

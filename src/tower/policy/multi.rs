@@ -98,6 +98,7 @@ fn set_names<N: Into<Arc<str>>>(all: &mut Vec<Arc<str>>, names: impl IntoIterato
 pub struct GlobalMulti<L> {
     pub(super) names: Vec<Arc<str>>,
     pub(super) limiter: L,
+    pub(super) observer: Observer,
 }
 
 /// A policy that takes one permit (or the request's cost: [`PolicyExt::cost`]) from every
@@ -132,6 +133,7 @@ pub fn global_multi<L: MultiQuota + 'static>(name: impl AsRef<str>, limiter: L) 
     GlobalMulti {
         names: default_names(name.as_ref(), count),
         limiter,
+        observer: Observer::new(name.as_ref()),
     }
 }
 
@@ -163,6 +165,7 @@ impl<B, L: MultiQuota + 'static> Policy<B> for GlobalMulti<L> {
     fn decide(self: &Arc<Self>, _: (), ask: Ask) -> Self::Future {
         let now = self.limiter.now();
         let (result, wait) = take(&self.limiter, now, ask.cost, ask.max_wait);
+        self.observer.record(result.is_ok(), &ask);
         let report = if ask.reports(result.is_ok()) {
             multi_report(&self.names, &self.limiter.quotas_at(now))
         } else {
@@ -388,14 +391,16 @@ where
 
     #[inline]
     fn decide(self: &Arc<Self>, key: Self::Key, ask: Ask) -> Self::Future {
-        ready(self.inner.decide_with(key, ask, |map, key, now| {
+        let d = self.inner.decide_with(key, ask, |map, key, now| {
             let (Taken { result, wait, .. }, quotas) = map.take_all(key, now, ask);
             let report = match quotas {
                 Some(q) => multi_report(&self.names, &q),
                 None => Report::default(),
             };
             (result, wait, report)
-        }))
+        });
+        self.inner.observer.record(d.result.is_ok(), &ask);
+        ready(d)
     }
 
     fn refund(&self, grant: KeyGrant<K>) {

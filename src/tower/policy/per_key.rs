@@ -217,6 +217,7 @@ pub struct PerKey<K, X, M> {
     /// Shared with the map's sweeper thread, which holds a `Weak` and ends when this drops.
     pub(super) map: Arc<M>,
     pub(super) missing: MissingKey<K>,
+    pub(super) observer: Observer,
 }
 
 /// A policy that takes one permit per request from the limiter of the request's key, in
@@ -285,8 +286,10 @@ where
 {
     let map = Arc::new(map);
     map.spawn_sweeper();
+    let name = name.into();
     PerKey {
-        name: name.into(),
+        observer: Observer::new(&name),
+        name,
         extractor,
         map,
         missing: MissingKey::Allow,
@@ -377,7 +380,7 @@ where
 
     #[inline]
     fn decide(self: &Arc<Self>, key: Self::Key, ask: Ask) -> Self::Future {
-        ready(self.decide_with(key, ask, |map, key, now| {
+        let d = self.decide_with(key, ask, |map, key, now| {
             let Taken {
                 result,
                 wait,
@@ -385,7 +388,9 @@ where
             } = map.take(key, now, ask);
             let report = one_report(status.is_some(), &self.name, || status);
             (result, wait, report)
-        }))
+        });
+        self.observer.record(d.result.is_ok(), &ask);
+        ready(d)
     }
 
     fn refund(&self, grant: KeyGrant<K>) {

@@ -577,3 +577,38 @@ fn a_client_is_its_keys_not_its_cost() {
         DefaultHasher::new().finish()
     );
 }
+
+#[cfg(feature = "metrics")]
+#[test]
+fn policies_of_one_name_add_up_to_one_series() {
+    use metrics_exporter_prometheus::PrometheusBuilder;
+    let prometheus = PrometheusBuilder::new().build_recorder();
+    let handle = prometheus.handle();
+    // A name no other test uses: `publish` reads every policy of the process.
+    let name = "policies_of_one_name_add_up";
+    let bucket = |burst| TokenBucket::new(Limit::per_second(1.0).unwrap(), burst);
+    let (a, b) = (
+        Arc::new(global(name, bucket(2))),
+        Arc::new(global(name, bucket(3))),
+    );
+    let dropped = Arc::new(global(name, bucket(100)));
+    for _ in 0..4 {
+        for p in [&a, &b, &dropped] {
+            let _ = now_or_never(Policy::<()>::decide(p, (), Ask::default()));
+        }
+    }
+    // A dropped policy's counts leave the totals; the others' stay, summed.
+    drop(dropped);
+    metrics::with_local_recorder(&prometheus, crate::metrics::publish);
+    let text = handle.render();
+    let series = |decision: &str| {
+        let prefix = format!(
+            "turnstile_decisions_total{{policy=\"{name}\",decision=\"{decision}\",mode=\"enforce\"}} "
+        );
+        text.lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .map(|v| v.parse::<u64>().unwrap())
+    };
+    assert_eq!(series("allowed"), Some(2 + 3), "{text}");
+    assert_eq!(series("refused"), Some(2 + 1), "{text}");
+}

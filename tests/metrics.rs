@@ -1,0 +1,125 @@
+//! The axum example (`examples/axum.rs`, included here as a module) served on loopback with
+//! the Prometheus recorder installed: a real HTTP client drives allowed, refused and
+//! shadow-refused traffic through its three policies, on a clock that stands still, and
+//! the `/metrics` scrape must show each policy's decisions exactly.
+//!
+//! A test binary of its own: the recorder is process-wide, and [`turnstile::metrics::publish`]
+//! adds up every live policy of a name, so no other test's policies may share the process.
+#![cfg(all(feature = "tower", feature = "axum", feature = "metrics"))]
+
+#[allow(dead_code)]
+#[path = "../examples/axum.rs"]
+mod example;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use http_body_util::{BodyExt, Empty};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use metrics_exporter_prometheus::PrometheusBuilder;
+use turnstile::tower::{Enforcement, Mode};
+use turnstile::{ManualClock, Nanos};
+
+type HttpClient = Client<hyper_util::client::legacy::connect::HttpConnector, Empty<bytes::Bytes>>;
+
+/// GETs `path` from `server`: the status and the body.
+async fn get(client: &HttpClient, server: SocketAddr, path: &str) -> (u16, String) {
+    let uri = format!("http://{server}{path}").parse().unwrap();
+    let resp = client.get(uri).await.unwrap();
+    let status = resp.status().as_u16();
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    (status, String::from_utf8(body.to_vec()).unwrap())
+}
+
+/// `n` requests to `/`: how many got each status.
+async fn burst(client: &HttpClient, server: SocketAddr, n: usize) -> BTreeMap<u16, usize> {
+    let mut by_status = BTreeMap::new();
+    for _ in 0..n {
+        *by_status
+            .entry(get(client, server, "/").await.0)
+            .or_default() += 1;
+    }
+    by_status
+}
+
+/// The `turnstile_decisions_total` series of a scrape: labels (as written) to value.
+fn decisions(scrape: &str) -> BTreeMap<String, u64> {
+    scrape
+        .lines()
+        .filter_map(|l| l.strip_prefix("turnstile_decisions_total{"))
+        .map(|l| {
+            let (labels, value) = l.split_once("} ").unwrap();
+            (labels.to_owned(), value.parse().unwrap())
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scrape_counts_every_decision_of_every_policy_exactly() {
+    let prometheus = PrometheusBuilder::new().install_recorder().unwrap();
+    // A clock that stands still: no token comes back between requests.
+    let clock = ManualClock::new(Nanos::new(1_000_000_000));
+    let strict = Enforcement::shadow();
+    let app = example::app(clock, Duration::ZERO, strict.clone(), prometheus);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let server = listener.local_addr().unwrap();
+    let serving = tokio::spawn(async move {
+        axum::serve(
+            listener,
+            app.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .await
+        .unwrap();
+    });
+    let client: HttpClient = Client::builder(TokioExecutor::new()).build_http();
+
+    // Before any request: no series at all.
+    let (status, scrape) = get(&client, server, "/metrics").await;
+    assert_eq!(status, 200);
+    assert_eq!(decisions(&scrape), BTreeMap::new());
+
+    // Shadow: the strict limit (burst 5) lets all 7 through, 2 of them shadow-refused.
+    assert_eq!(burst(&client, server, 7).await, BTreeMap::from([(200, 7)]));
+    // Enforced: it refuses the next 3; "per-ip" granted them first and gets them back.
+    strict.set(Mode::Enforce).unwrap();
+    assert_eq!(burst(&client, server, 3).await, BTreeMap::from([(429, 3)]));
+    // Shadow again: "per-ip" (burst 20, 7 spent) grants 13 and refuses 2; the strict limit
+    // shadow-refuses the 13 it sees.
+    strict.set(Mode::Shadow).unwrap();
+    assert_eq!(
+        burst(&client, server, 15).await,
+        BTreeMap::from([(200, 13), (429, 2)])
+    );
+
+    let (_, scrape) = get(&client, server, "/metrics").await;
+    let want = [
+        (r#"policy="all",decision="allowed",mode="enforce""#, 20),
+        (r#"policy="per-ip",decision="allowed",mode="enforce""#, 23),
+        (r#"policy="per-ip",decision="refused",mode="enforce""#, 2),
+        (
+            r#"policy="per-ip-strict",decision="allowed",mode="shadow""#,
+            5,
+        ),
+        (
+            r#"policy="per-ip-strict",decision="refused",mode="enforce""#,
+            3,
+        ),
+        (
+            r#"policy="per-ip-strict",decision="shadow_refused",mode="shadow""#,
+            15,
+        ),
+    ];
+    let want: BTreeMap<String, u64> = want.iter().map(|(l, v)| (l.to_string(), *v)).collect();
+    assert_eq!(decisions(&scrape), want, "scrape:\n{scrape}");
+    assert!(
+        scrape.contains("# TYPE turnstile_decisions_total counter"),
+        "{scrape}"
+    );
+    // A second scrape, with no request between: the same totals (publishing twice adds
+    // nothing).
+    let (_, again) = get(&client, server, "/metrics").await;
+    assert_eq!(decisions(&again), want);
+    serving.abort();
+}
