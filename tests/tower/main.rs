@@ -20,6 +20,7 @@ mod cost;
 mod enforcement;
 mod faults;
 mod grpc;
+mod headers;
 mod hostile;
 mod http;
 mod http_example_smoke;
