@@ -5,6 +5,10 @@
 //! | name | type | labels | meaning |
 //! |---|---|---|---|
 //! | `turnstile_decisions_total` | counter | `policy`, `decision`, `mode` | decisions of a tower policy ([`crate::tower`]): `decision` is `allowed`, `refused` or `shadow_refused`; `mode` is `enforce` or `shadow`, the mode the request was judged under ([`Enforcement`](crate::tower::Enforcement); `enforce` for a policy without one) |
+//! | `turnstile_keys` | gauge | `policy` | keys a `per_key` policy's map holds (not for a map that holds none, the sketch) |
+//! | `turnstile_keys_max` | gauge | `policy` | the most keys it holds: its bound |
+//! | `turnstile_evictions_total` | counter | `policy` | idle keys its sweeps evicted |
+//! | `turnstile_map_full_total` | counter | `policy` | new keys that found it full (refused, or let through untracked): a key flood, or a bound too small |
 //!
 //! `policy` is the name the policy was given ([`global`](crate::tower::global),
 //! [`per_key`](crate::tower::per_key), …); policies of one name add up to one series.
@@ -37,48 +41,92 @@
 //! ```
 
 use std::collections::BTreeMap;
-use std::sync::{Mutex, Weak};
+use std::sync::{Arc, Mutex};
 
 use metrics::Label;
 
 /// Hands every count turnstile keeps to the installed recorder (the global one, or the
-/// thread's local one): each series' total since its sources were built, as a counter's
-/// absolute value. Cheap enough for every scrape: a lock, and one pass over the live sources
-/// and their stripes.
+/// thread's local one): each series' total since its sources were built, a counter's as its
+/// absolute value, a gauge's as its value. Cheap enough for every scrape: a lock, and one
+/// pass over the live sources and their stripes.
 pub fn publish() {
-    let mut totals = BTreeMap::<(&'static str, Vec<(&'static str, String)>), u64>::new();
+    type Labels = Vec<(&'static str, String)>;
+    let mut totals = BTreeMap::<(&'static str, Labels), (Kind, u64)>::new();
     {
         let mut sources = SOURCES.lock().unwrap_or_else(|e| e.into_inner());
-        sources.retain(|s| s.strong_count() > 0);
-        for s in sources.iter().filter_map(Weak::upgrade) {
+        // Another holder (the policy counting into it) or a live subject keeps a source.
+        sources.retain(|s| Arc::strong_count(s) > 1 || s.alive());
+        for s in sources.iter() {
             s.collect(&mut |series| {
                 let labels = series
                     .labels
                     .iter()
                     .map(|&(k, v)| (k, v.to_owned()))
                     .collect();
-                *totals.entry((series.name, labels)).or_default() += series.value;
+                let total = totals
+                    .entry((series.name, labels))
+                    .or_insert((series.kind, 0));
+                total.1 += series.value;
             });
         }
     }
-    for (name, help) in HELP {
-        metrics::describe_counter!(*name, *help);
+    for (name, kind, help) in HELP {
+        match kind {
+            Kind::Counter => metrics::describe_counter!(*name, *help),
+            Kind::Gauge => metrics::describe_gauge!(*name, *help),
+        }
     }
-    for ((name, labels), value) in totals {
+    for ((name, labels), (kind, value)) in totals {
         let labels: Vec<Label> = labels.into_iter().map(|(k, v)| Label::new(k, v)).collect();
-        metrics::counter!(name, labels).absolute(value);
+        match kind {
+            Kind::Counter => metrics::counter!(name, labels).absolute(value),
+            Kind::Gauge => metrics::gauge!(name, labels).set(value as f64),
+        }
     }
 }
 
-/// The help text of every series.
-const HELP: &[(&str, &str)] = &[(
-    "turnstile_decisions_total",
-    "Decisions of a rate-limit policy, by policy, decision and mode.",
-)];
+/// The kind and help text of every series.
+const HELP: &[(&str, Kind, &str)] = &[
+    (
+        "turnstile_decisions_total",
+        Kind::Counter,
+        "Decisions of a rate-limit policy, by policy, decision and mode.",
+    ),
+    (
+        "turnstile_keys",
+        Kind::Gauge,
+        "Keys a per-key policy's map holds.",
+    ),
+    (
+        "turnstile_keys_max",
+        Kind::Gauge,
+        "The most keys a per-key policy's map holds.",
+    ),
+    (
+        "turnstile_evictions_total",
+        Kind::Counter,
+        "Idle keys a per-key policy's map evicted.",
+    ),
+    (
+        "turnstile_map_full_total",
+        Kind::Counter,
+        "New keys that found a per-key policy's map full: refused, or let through untracked.",
+    ),
+];
+
+/// A series' type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// Only grows: published as a counter's absolute value.
+    Counter,
+    /// Any value: published as a gauge.
+    Gauge,
+}
 
 /// One series' value, as a [`Source`] hands it over.
 pub(crate) struct Series<'a> {
     pub(crate) name: &'static str,
+    pub(crate) kind: Kind,
     pub(crate) labels: &'a [(&'static str, &'a str)],
     pub(crate) value: u64,
 }
@@ -87,16 +135,23 @@ pub(crate) struct Series<'a> {
 pub(crate) trait Source: Send + Sync {
     /// Calls `out` with each of its series.
     fn collect(&self, out: &mut dyn FnMut(Series<'_>));
+
+    /// Whether it still has something to say when the registry holds the only reference
+    /// to it (a source that reads something it does not own). The default: no.
+    fn alive(&self) -> bool {
+        false
+    }
 }
 
-/// Every source built, held weakly: a dropped policy's counts leave the totals (a counter's
-/// absolute value never goes down, so its series keeps its last total).
-static SOURCES: Mutex<Vec<Weak<dyn Source>>> = Mutex::new(Vec::new());
+/// Every source built. One is dropped (at a publication) once nothing but this list holds
+/// it and it is not [`Source::alive`]: a dropped policy's counts leave the totals (a
+/// counter's absolute value never goes down, so its series keeps its last total).
+static SOURCES: Mutex<Vec<Arc<dyn Source>>> = Mutex::new(Vec::new());
 
 /// Adds `source` to what [`publish`] reads. Construction-time only.
 // Only the tower policies count so far.
 #[cfg_attr(not(feature = "tower"), allow(dead_code))]
-pub(crate) fn register(source: Weak<dyn Source>) {
+pub(crate) fn register(source: Arc<dyn Source>) {
     SOURCES
         .lock()
         .unwrap_or_else(|e| e.into_inner())

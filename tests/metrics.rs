@@ -44,11 +44,12 @@ async fn burst(client: &HttpClient, server: SocketAddr, n: usize) -> BTreeMap<u1
     by_status
 }
 
-/// The `turnstile_decisions_total` series of a scrape: labels (as written) to value.
-fn decisions(scrape: &str) -> BTreeMap<String, u64> {
+/// The `name` series of a scrape: labels (as written) to value.
+fn series(scrape: &str, name: &str) -> BTreeMap<String, u64> {
+    let prefix = format!("{name}{{");
     scrape
         .lines()
-        .filter_map(|l| l.strip_prefix("turnstile_decisions_total{"))
+        .filter_map(|l| l.strip_prefix(&prefix))
         .map(|l| {
             let (labels, value) = l.split_once("} ").unwrap();
             (labels.to_owned(), value.parse().unwrap())
@@ -78,7 +79,10 @@ async fn a_scrape_counts_every_decision_of_every_policy_exactly() {
     // Before any request: no series at all.
     let (status, scrape) = get(&client, server, "/metrics").await;
     assert_eq!(status, 200);
-    assert_eq!(decisions(&scrape), BTreeMap::new());
+    assert_eq!(
+        series(&scrape, "turnstile_decisions_total"),
+        BTreeMap::new()
+    );
 
     // Shadow: the strict limit (burst 5) lets all 7 through, 2 of them shadow-refused.
     assert_eq!(burst(&client, server, 7).await, BTreeMap::from([(200, 7)]));
@@ -112,7 +116,26 @@ async fn a_scrape_counts_every_decision_of_every_policy_exactly() {
         ),
     ];
     let want: BTreeMap<String, u64> = want.iter().map(|(l, v)| (l.to_string(), *v)).collect();
-    assert_eq!(decisions(&scrape), want, "scrape:\n{scrape}");
+    assert_eq!(
+        series(&scrape, "turnstile_decisions_total"),
+        want,
+        "scrape:\n{scrape}"
+    );
+    // Both per-IP maps hold the one client, under their default bound; nothing evicted
+    // (the clock stands still: no bucket refills to idle), no new key turned away.
+    for (name, value) in [
+        ("turnstile_keys", 1),
+        ("turnstile_keys_max", 1 << 20),
+        ("turnstile_evictions_total", 0),
+        ("turnstile_map_full_total", 0),
+    ] {
+        let want = BTreeMap::from([
+            (r#"policy="per-ip""#.to_string(), value),
+            (r#"policy="per-ip-strict""#.to_string(), value),
+        ]);
+        assert_eq!(series(&scrape, name), want, "{name}:\n{scrape}");
+    }
+    assert!(scrape.contains("# TYPE turnstile_keys gauge"), "{scrape}");
     assert!(
         scrape.contains("# TYPE turnstile_decisions_total counter"),
         "{scrape}"
@@ -120,6 +143,6 @@ async fn a_scrape_counts_every_decision_of_every_policy_exactly() {
     // A second scrape, with no request between: the same totals (publishing twice adds
     // nothing).
     let (_, again) = get(&client, server, "/metrics").await;
-    assert_eq!(decisions(&again), want);
+    assert_eq!(series(&again, "turnstile_decisions_total"), want);
     serving.abort();
 }

@@ -213,6 +213,26 @@ where
         self.len() == 0
     }
 
+    /// Keys held, the bound, keys evicted and new keys that found the map full.
+    ///
+    /// ```
+    /// use turnstile::keyed::WhenFull;
+    /// use turnstile::{KeyedTokenBucket, Limit, Nanos};
+    /// let k = KeyedTokenBucket::builder(Limit::per_second(1.0).unwrap(), 1)
+    ///     .max_keys(2)
+    ///     .when_full(WhenFull::Deny)
+    ///     .build()
+    ///     .unwrap();
+    /// for ip in 0..3u32 {
+    ///     let _ = k.check_n_at(&ip, Nanos::ZERO, 1);
+    /// }
+    /// let s = k.stats();
+    /// assert_eq!((s.keys, s.max_keys, s.evicted, s.full), (2, 2, 0, 1));
+    /// ```
+    pub fn stats(&self) -> crate::keyed::MapStats {
+        self.map.stats()
+    }
+
     /// The key bound (2^20, 1 048 576, unless the builder set one; `u64::MAX`: none).
     ///
     /// ```

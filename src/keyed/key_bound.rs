@@ -21,6 +21,22 @@ use crate::keyed::WhenFull;
 use crate::limiter::Denied;
 use crate::sync::{AtomicU64, Ordering};
 
+/// What a keyed map holds and has let go, for an operator (`Keyed::stats`,
+/// `InlineMap::stats`; with the feature `metrics`, published for every `per_key` policy).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct MapStats {
+    /// Keys held now (with those being inserted).
+    pub keys: u64,
+    /// The most it holds ([`KeyedBuilder::max_keys`](crate::keyed::KeyedBuilder::max_keys)).
+    pub max_keys: u64,
+    /// Keys evicted by its sweeps since it was built (idle ones: their limiter was full).
+    pub evicted: u64,
+    /// New keys that found it full since it was built: refused, or let through untracked
+    /// ([`WhenFull`]). Non-zero means more clients came than the bound holds: a key flood, or
+    /// a bound too small.
+    pub full: u64,
+}
+
 /// The key bound and the sweep schedule of one keyed map: see the [module docs](self).
 pub(crate) struct KeyBound {
     /// Live keys plus reservations for keys being inserted (or revived).
@@ -40,6 +56,10 @@ pub(crate) struct KeyBound {
     inline_due: AtomicU64,
     /// The latest time any sweep judged idleness at; only grows (`fetch_max`).
     judged: AtomicU64,
+    /// Keys evicted by sweeps, ever: what [`MapStats`] reports.
+    evicted: AtomicU64,
+    /// New keys that found the map full, ever.
+    full: AtomicU64,
 }
 
 /// Room reserved for one key ([`KeyBound::room`]): given back on drop unless [`Room::keep`]
@@ -74,6 +94,8 @@ impl KeyBound {
             last_sweep: AtomicU64::new(now.as_u64()),
             inline_due: AtomicU64::new(now.as_u64().saturating_add(sweep_every)),
             judged: AtomicU64::new(0),
+            evicted: AtomicU64::new(0),
+            full: AtomicU64::new(0),
         }
     }
 
@@ -84,6 +106,23 @@ impl KeyBound {
 
     pub(crate) fn max_keys(&self) -> u64 {
         self.max_keys
+    }
+
+    /// Counts `n` keys a sweep evicted (their room already given back, one by one).
+    pub(crate) fn evicted(&self, n: usize) {
+        if n > 0 {
+            self.evicted.fetch_add(n as u64, Ordering::Relaxed);
+        }
+    }
+
+    /// The map's figures for an operator.
+    pub(crate) fn stats(&self) -> MapStats {
+        MapStats {
+            keys: self.len.load(Ordering::Relaxed),
+            max_keys: self.max_keys,
+            evicted: self.evicted.load(Ordering::Relaxed),
+            full: self.full.load(Ordering::Relaxed),
+        }
     }
 
     #[cfg(not(loom))] // for spawn_sweeper only
@@ -151,6 +190,7 @@ impl KeyBound {
     /// The answer to a new key when the map is full: the `when_full` policy; a denial retries
     /// at the next early sweep.
     pub(crate) fn full(&self, now: Nanos) -> Result<(), Denied> {
+        self.full.fetch_add(1, Ordering::Relaxed);
         match self.when_full {
             WhenFull::Allow => Ok(()),
             WhenFull::Deny => {

@@ -386,6 +386,28 @@ where
     pub fn max_keys(&self) -> u64 {
         self.bound.max_keys()
     }
+
+    /// Keys held, the bound, keys evicted and new keys that found the map full.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::keyed::WhenFull;
+    /// use turnstile::{FixedWindow, Keyed, Nanos};
+    /// let k = Keyed::builder(|_: &u32| FixedWindow::new(1, Duration::from_secs(1)).unwrap())
+    ///     .max_keys(2)
+    ///     .when_full(WhenFull::Deny)
+    ///     .build()
+    ///     .unwrap();
+    /// for ip in 0..3 {
+    ///     let _ = k.check_n_at(&ip, Nanos::ZERO, 1);
+    /// }
+    /// k.evict_idle_at(Nanos::new(1_000_000_000));
+    /// let s = k.stats();
+    /// assert_eq!((s.keys, s.max_keys, s.evicted, s.full), (0, 2, 2, 1));
+    /// ```
+    pub fn stats(&self) -> MapStats {
+        self.bound.stats()
+    }
 }
 
 /// The checks of a map whose factory cannot fail ([`Keyed::new`], [`Keyed::builder`]); a map
@@ -817,6 +839,7 @@ where
                 slot.state.load(Ordering::Relaxed) != DEAD
             }
         });
+        self.bound.evicted(evicted);
         evicted
     }
 
@@ -939,6 +962,7 @@ pub(crate) mod word_rule;
 pub use builder::KeyedBuilder;
 pub use fixed_window::KeyedWindow;
 pub use inline_map::{InlineMap, InlineMapBuilder};
+pub use key_bound::MapStats;
 pub use leaky_bucket::KeyedLeakyBucket;
 pub use leaky_meter::KeyedLeakyMeter;
 pub use multi_token_bucket::KeyedMultiTokenBucket;

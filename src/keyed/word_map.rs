@@ -428,6 +428,10 @@ where
         self.bound.max_keys()
     }
 
+    pub(crate) fn stats(&self) -> crate::keyed::MapStats {
+        self.bound.stats()
+    }
+
     pub(crate) fn capacity(&self) -> usize {
         let guard = reclaim::pin();
         self.table(&guard).slots.len()
@@ -822,6 +826,7 @@ where
                 self.resize(current, 0, &guard);
             }
         }
+        self.bound.evicted(evicted);
         evicted
     }
 

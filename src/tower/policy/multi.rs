@@ -281,6 +281,10 @@ where
         // Detached: it ends by itself when the map drops.
         drop(KeyedMultiTokenBucket::spawn_sweeper(self));
     }
+
+    fn stats(&self) -> Option<crate::keyed::MapStats> {
+        Some(KeyedMultiTokenBucket::stats(self))
+    }
 }
 
 impl<K, S, C> PerKeyMultiMap<K> for KeyedMultiTokenBucket<K, S, C>

@@ -1,10 +1,9 @@
 //! [`Observer`]: a policy's decisions, counted for [`crate::metrics`] (feature `metrics`);
 //! without the feature, nothing at all, and the calls compile away.
 
-#[cfg(feature = "metrics")]
 use std::sync::Arc;
 
-use super::Ask;
+use super::{Ask, PerKeyMap};
 
 /// Counts one policy's decisions by decision and mode, under the policy's name.
 pub(super) struct Observer {
@@ -22,6 +21,15 @@ impl Observer {
         }
     }
 
+    /// The observer of the `per_key` policy named `name` over `map`, which also publishes
+    /// the map's [`PerKeyMap::stats`].
+    #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+    pub(super) fn with_map<K: 'static, M: PerKeyMap<K>>(name: &str, map: &Arc<M>) -> Self {
+        #[cfg(feature = "metrics")]
+        imp::register_map(name, map);
+        Observer::new(name)
+    }
+
     /// Counts a decision that `granted` (or not) under `ask`'s mode.
     #[inline(always)]
     #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
@@ -33,10 +41,58 @@ impl Observer {
 
 #[cfg(feature = "metrics")]
 mod imp {
-    use std::sync::Arc;
+    use std::marker::PhantomData;
+    use std::sync::{Arc, Weak};
 
-    use crate::metrics::{register, Series, Source};
+    use super::PerKeyMap;
+    use crate::metrics::{register, Kind, Series, Source};
     use crate::striped_counters::StripedCounters;
+
+    /// A `per_key` policy's map, read at each publication.
+    struct MapSource<K, M> {
+        name: Box<str>,
+        map: Weak<M>,
+        key: PhantomData<fn(&K)>,
+    }
+
+    pub(super) fn register_map<K: 'static, M: PerKeyMap<K>>(name: &str, map: &Arc<M>) {
+        if map.stats().is_none() {
+            return;
+        }
+        let source: Arc<dyn Source> = Arc::new(MapSource {
+            name: name.into(),
+            map: Arc::downgrade(map),
+            key: PhantomData::<fn(&K)>,
+        });
+        // Held by the registry alone, which drops it once the map is gone (`alive`).
+        register(source);
+    }
+
+    impl<K: 'static, M: PerKeyMap<K>> Source for MapSource<K, M> {
+        fn alive(&self) -> bool {
+            self.map.strong_count() > 0
+        }
+
+        fn collect(&self, out: &mut dyn FnMut(Series<'_>)) {
+            let Some(s) = self.map.upgrade().and_then(|m| m.stats()) else {
+                return;
+            };
+            let labels: &[(&str, &str)] = &[("policy", &self.name)];
+            for (name, kind, value) in [
+                ("turnstile_keys", Kind::Gauge, s.keys),
+                ("turnstile_keys_max", Kind::Gauge, s.max_keys),
+                ("turnstile_evictions_total", Kind::Counter, s.evicted),
+                ("turnstile_map_full_total", Kind::Counter, s.full),
+            ] {
+                out(Series {
+                    name,
+                    kind,
+                    labels,
+                    value,
+                });
+            }
+        }
+    }
 
     /// The series, in counter order: `(decision, mode)`.
     const SERIES: [(&str, &str); 4] = [
@@ -57,8 +113,7 @@ mod imp {
                 name: name.into(),
                 counts: StripedCounters::new(),
             });
-            let source: Arc<dyn Source> = counts.clone();
-            register(Arc::downgrade(&source));
+            register(counts.clone());
             counts
         }
 
@@ -77,6 +132,7 @@ mod imp {
                 if value > 0 {
                     out(Series {
                         name: "turnstile_decisions_total",
+                        kind: Kind::Counter,
                         labels: &[
                             ("policy", &self.name),
                             ("decision", decision),

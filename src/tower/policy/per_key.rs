@@ -8,6 +8,7 @@ use std::time::Duration;
 use http::Request;
 
 use super::*;
+use crate::keyed::MapStats;
 use crate::tower::key::{KeyExtractor, KeyType};
 use crate::{
     Clock, Denied, Idle, Keyed, KeyedTokenBucket, Limiter, Nanos, QuotaStatus, SketchTokenBucket,
@@ -67,6 +68,13 @@ pub trait PerKeyMap<K>: Send + Sync + 'static {
         Self: Sized,
     {
     }
+
+    /// The keys it holds, has evicted and had no room for, where it holds keys (`None`, the
+    /// default, for a map that holds none, as the sketch). With the feature `metrics`, a
+    /// [`per_key`] policy publishes them.
+    fn stats(&self) -> Option<MapStats> {
+        None
+    }
 }
 
 impl<K, L, C> PerKeyMap<K> for Keyed<K, L, C>
@@ -123,6 +131,10 @@ where
         // Detached: it ends by itself when the map drops.
         drop(Keyed::spawn_sweeper(self));
     }
+
+    fn stats(&self) -> Option<MapStats> {
+        Some(Keyed::stats(self))
+    }
 }
 
 /// The inline map: one lookup and one CAS per allowed request, the cheapest per-key check
@@ -172,6 +184,10 @@ where
     fn spawn_sweeper(self: &Arc<Self>) {
         // Detached: it ends by itself when the map drops.
         drop(KeyedTokenBucket::spawn_sweeper(self));
+    }
+
+    fn stats(&self) -> Option<MapStats> {
+        Some(KeyedTokenBucket::stats(self))
     }
 }
 
@@ -288,7 +304,7 @@ where
     map.spawn_sweeper();
     let name = name.into();
     PerKey {
-        observer: Observer::new(&name),
+        observer: Observer::with_map(&name, &map),
         name,
         extractor,
         map,

@@ -612,3 +612,46 @@ fn policies_of_one_name_add_up_to_one_series() {
     assert_eq!(series("allowed"), Some(2 + 3), "{text}");
     assert_eq!(series("refused"), Some(2 + 1), "{text}");
 }
+
+#[cfg(feature = "metrics")]
+#[test]
+fn a_per_key_policy_publishes_its_maps_keys_evictions_and_turned_away() {
+    use crate::keyed::WhenFull;
+    use metrics_exporter_prometheus::PrometheusBuilder;
+    let prometheus = PrometheusBuilder::new().build_recorder();
+    let handle = prometheus.handle();
+    // A name no other test uses: `publish` reads every policy of the process.
+    let name = "a_per_key_policy_publishes_its_map";
+    let clock = ManualClock::new(Nanos::new(1_000_000_000));
+    let map = KeyedTokenBucket::builder(Limit::per_second(1.0).unwrap(), 1)
+        .max_keys(2)
+        .when_full(WhenFull::Deny)
+        .clock(clock.clone())
+        .sweep_every(Duration::MAX)
+        .build()
+        .unwrap();
+    let p = Arc::new(per_key(
+        name,
+        key::from_fn(|r: &Request<()>| r.uri().path().as_bytes().get(1).copied()),
+        map,
+    ));
+    for k in [1u8, 2, 3, 3] {
+        let _ = now_or_never(Policy::<()>::decide(&p, Some(k), Ask::default()));
+    }
+    // Two keys held; key 3 turned away twice; then both refill to idle and are evicted.
+    clock.advance(Duration::from_secs(2));
+    assert_eq!(p.map().evict_idle_at(clock.now()), 2);
+    let _ = now_or_never(Policy::<()>::decide(&p, Some(4), Ask::default()));
+    metrics::with_local_recorder(&prometheus, crate::metrics::publish);
+    let text = handle.render();
+    let value = |series: &str| {
+        let prefix = format!("{series}{{policy=\"{name}\"}} ");
+        text.lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .map(|v| v.parse::<u64>().unwrap())
+    };
+    assert_eq!(value("turnstile_keys"), Some(1), "{text}");
+    assert_eq!(value("turnstile_keys_max"), Some(2), "{text}");
+    assert_eq!(value("turnstile_evictions_total"), Some(2), "{text}");
+    assert_eq!(value("turnstile_map_full_total"), Some(2), "{text}");
+}
