@@ -9,15 +9,28 @@
 //! | `turnstile_keys_max` | gauge | `policy` | the most keys it holds: its bound |
 //! | `turnstile_evictions_total` | counter | `policy` | idle keys its sweeps evicted |
 //! | `turnstile_map_full_total` | counter | `policy` | new keys that found it full (refused, or let through untracked): a key flood, or a bound too small |
+//! | `turnstile_redis_call_seconds` | histogram | `policy` | a [`fleet`](crate::tower::fleet) policy's Redis calls, answered or not, by their time (up to its deadline) |
+//! | `turnstile_redis_errors_total` | counter | `policy`, `kind` | its calls that failed, by [`RedisLimitError::kind`](crate::redis::RedisLimitError::kind) (`timeout`, `io`, `oom`, `readonly`, …) |
+//! | `turnstile_fallback_mode` | gauge | `policy` | 1 while its [`Fallback`](crate::redis::Fallback) answers in process, 0 while Redis does |
+//! | `turnstile_fallback_switches_total` | counter | `policy`, `to` | the fallback's switches, `to="fallback"` and `to="redis"` |
+//! | `turnstile_fallback_misconfigurations_total` | counter | `policy` | calls Redis answered with a misconfiguration, answered in process |
+//! | `turnstile_coalesce_checks_total`, `turnstile_coalesce_calls_total` | counter | `policy` | checks its [`Coalesce`](crate::redis::Coalesce) answered, and the round trips it sent for them: their ratio is the batch size |
+//! | `turnstile_coalesce_queued` | gauge | `policy` | checks waiting behind a call in flight |
 //!
 //! `policy` is the name the policy was given ([`global`](crate::tower::global),
 //! [`per_key`](crate::tower::per_key), …); policies of one name add up to one series.
+//!
+//! The fallback and coalescing series appear for a fleet policy whose limiter is or wraps
+//! one. The Redis series need the feature `redis` too.
 //!
 //! **Publication.** A check does not write the facade: every thread counts into cache lines
 //! of its own, so that two threads checking at once never write one line, and [`publish`]
 //! adds the lines up and hands the totals to the recorder. Call it where the metrics are
 //! read: in the handler of a Prometheus `/metrics` endpoint before rendering (the totals are
-//! then exact as of the scrape), or every few seconds for a recorder that pushes.
+//! then exact as of the scrape), or every few seconds for a recorder that pushes. The one
+//! exception is the latency histogram, whose values go to the recorder as each Redis call
+//! ends (the facade takes a histogram's values one by one), through the recorder installed
+//! when the policy's first call ended: install it before serving.
 //!
 //! ```
 //! # #[cfg(feature = "tower")] {
@@ -111,6 +124,41 @@ const HELP: &[(&str, Kind, &str)] = &[
         "turnstile_map_full_total",
         Kind::Counter,
         "New keys that found a per-key policy's map full: refused, or let through untracked.",
+    ),
+    (
+        "turnstile_redis_errors_total",
+        Kind::Counter,
+        "A fleet policy's Redis calls that failed, by kind.",
+    ),
+    (
+        "turnstile_fallback_mode",
+        Kind::Gauge,
+        "1 while a fleet policy's fallback answers in process, 0 while Redis does.",
+    ),
+    (
+        "turnstile_fallback_switches_total",
+        Kind::Counter,
+        "A fleet policy's fallback's mode switches, by the mode switched to.",
+    ),
+    (
+        "turnstile_fallback_misconfigurations_total",
+        Kind::Counter,
+        "Calls Redis answered with a misconfiguration, answered in process.",
+    ),
+    (
+        "turnstile_coalesce_checks_total",
+        Kind::Counter,
+        "Checks a fleet policy's coalescer answered.",
+    ),
+    (
+        "turnstile_coalesce_calls_total",
+        Kind::Counter,
+        "Round trips a fleet policy's coalescer sent.",
+    ),
+    (
+        "turnstile_coalesce_queued",
+        Kind::Gauge,
+        "Checks waiting behind a coalescer's call in flight.",
     ),
 ];
 

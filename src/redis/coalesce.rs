@@ -455,6 +455,16 @@ impl<L> Shared<L> {
 impl<L: RedisBatch + 'static> RedisLimiter for Coalesce<L> {
     type Local = L::Local;
 
+    /// Its own [`Coalesce::stats`].
+    fn coalesce_stats(&self) -> Option<CoalesceStats> {
+        Some(self.stats())
+    }
+
+    /// The wrapped limiter's.
+    fn fallback_state(&self) -> Option<(super::Mode, super::FallbackStats)> {
+        self.shared.limiter.fallback_state()
+    }
+
     fn local(&self, share: f64) -> Self::Local {
         self.shared.limiter.local(share)
     }

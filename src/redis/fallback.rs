@@ -491,6 +491,16 @@ impl<L: RedisLimiter + 'static> Fallback<L> {
 impl<L: RedisLimiter + 'static> RedisLimiter for Fallback<L> {
     type Local = L::Local;
 
+    /// Its own [`Fallback::mode`] and [`Fallback::stats`].
+    fn fallback_state(&self) -> Option<(Mode, FallbackStats)> {
+        Some((self.mode(), self.stats()))
+    }
+
+    /// The wrapped limiter's.
+    fn coalesce_stats(&self) -> Option<super::CoalesceStats> {
+        self.inner.limiter.coalesce_stats()
+    }
+
     /// The wrapped limiter's [`RedisLimiter::local`].
     fn local(&self, share: f64) -> L::Local {
         self.inner.limiter.local(share)

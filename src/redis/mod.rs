@@ -193,7 +193,87 @@ const OUTAGE_CODES: [&str; 8] = [
     "NOSCRIPT",
 ];
 
+/// Every [`RedisLimitError::kind`], in a fixed order.
+pub(crate) const ERROR_KINDS: [&str; 20] = [
+    "empty_key",
+    "key_too_long",
+    "exceeds_burst",
+    "timeout",
+    "queue_full",
+    "abandoned",
+    "inside_async_runtime",
+    "unexpected_reply",
+    "io",
+    "oom",
+    "busy",
+    "loading",
+    "masterdown",
+    "readonly",
+    "tryagain",
+    "clusterdown",
+    "noscript",
+    "cluster",
+    "server_error",
+    "redis",
+];
+
 impl RedisLimitError {
+    /// A short, stable name for what went wrong, for metrics and logs: `timeout`,
+    /// `queue_full`, `abandoned`, `unexpected_reply`; for an error of Redis's, the server's
+    /// code where it is one of the outages ([`RedisLimitError::is_outage`]: `oom`, `busy`,
+    /// `loading`, `masterdown`, `readonly`, `tryagain`, `clusterdown`, `noscript`), `io` for
+    /// a connection that failed, dropped or was refused, `cluster` for a cluster
+    /// redirection, `server_error` for any other code the server sent (`NOPERM`,
+    /// `WRONGTYPE`, a script error), `redis` for the rest; and for bad input `empty_key`,
+    /// `key_too_long`, `exceeds_burst`, `inside_async_runtime`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::redis::RedisLimitError;
+    /// assert_eq!(RedisLimitError::Timeout(Duration::from_millis(100)).kind(), "timeout");
+    /// let oom = redis::parse_redis_value(b"-OOM command not allowed\r\n")
+    ///     .unwrap()
+    ///     .extract_error()
+    ///     .unwrap_err();
+    /// assert_eq!(RedisLimitError::Redis(oom).kind(), "oom");
+    /// ```
+    pub fn kind(&self) -> &'static str {
+        ERROR_KINDS[self.kind_index()]
+    }
+
+    /// The index of [`RedisLimitError::kind`] in [`ERROR_KINDS`].
+    pub(crate) fn kind_index(&self) -> usize {
+        match self {
+            RedisLimitError::EmptyKey => 0,
+            RedisLimitError::KeyTooLong { .. } => 1,
+            RedisLimitError::ExceedsBurst { .. } => 2,
+            RedisLimitError::Timeout(_) => 3,
+            RedisLimitError::QueueFull { .. } => 4,
+            RedisLimitError::Abandoned => 5,
+            RedisLimitError::InsideAsyncRuntime => 6,
+            RedisLimitError::UnexpectedReply(_) => 7,
+            RedisLimitError::Redis(e) => {
+                if let Some(i) = e
+                    .code()
+                    .and_then(|c| OUTAGE_CODES.iter().position(|&o| o == c))
+                {
+                    return 9 + i;
+                }
+                if e.is_timeout() {
+                    3
+                } else if e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal()
+                {
+                    8
+                } else if e.is_cluster_error() {
+                    17
+                } else if e.code().is_some() {
+                    18
+                } else {
+                    19
+                }
+            }
+        }
+    }
     /// Whether Redis cannot serve now: unreachable (a connection error, a refused or
     /// dropped connection), too slow (a timeout), a full [`Coalesce`] queue, or a server
     /// answering that it cannot (`OOM`, `BUSY`, `LOADING`, `MASTERDOWN`, `READONLY`,
@@ -282,6 +362,19 @@ pub trait RedisLimiter: Send + Sync {
     /// [`Fallback`]'s local map.
     fn max_key_len(&self) -> usize {
         DEFAULT_MAX_KEY_LEN
+    }
+
+    /// The mode and switches of the [`Fallback`] this limiter is or wraps, for an operator
+    /// (what the tower policy `fleet` publishes with the feature `metrics`); `None` (the
+    /// default) for a limiter without one.
+    fn fallback_state(&self) -> Option<(Mode, FallbackStats)> {
+        None
+    }
+
+    /// The figures of the [`Coalesce`] this limiter is or wraps; `None` (the default) for a
+    /// limiter without one.
+    fn coalesce_stats(&self) -> Option<CoalesceStats> {
+        None
     }
 
     /// Takes `n` permits for `key` if the shared limit has them.
@@ -410,3 +503,26 @@ where
 
 /// The probe script: no flags after the shebang means "may write" to Redis 7.
 const PROBE: &str = "#!lua\nreturn 'PONG'";
+
+#[cfg(test)]
+mod kind_tests {
+    use super::*;
+
+    #[test]
+    fn every_outage_code_is_its_own_kind() {
+        for code in OUTAGE_CODES {
+            let e = ::redis::parse_redis_value(format!("-{code} detail\r\n").as_bytes())
+                .unwrap()
+                .extract_error()
+                .unwrap_err();
+            assert_eq!(RedisLimitError::Redis(e).kind(), code.to_lowercase());
+        }
+        let other = ::redis::parse_redis_value(b"-NOPERM no\r\n")
+            .unwrap()
+            .extract_error()
+            .unwrap_err();
+        assert_eq!(RedisLimitError::Redis(other).kind(), "server_error");
+        let kinds: std::collections::HashSet<_> = ERROR_KINDS.iter().collect();
+        assert_eq!(kinds.len(), ERROR_KINDS.len(), "a kind named twice");
+    }
+}

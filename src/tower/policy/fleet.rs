@@ -8,8 +8,9 @@ use std::time::Duration;
 
 use http::Request;
 
-use super::*;
 #[cfg(feature = "redis")]
+use super::fleet_observer::FleetObserver;
+use super::*;
 use crate::redis::StatusVerdict;
 use crate::tower::key::{KeyExtractor, KeyType};
 use crate::{Clock, Denied, Keyed};
@@ -68,6 +69,7 @@ pub enum FailurePolicy {
 pub struct Fleet<X, R: crate::redis::RedisLimiter + 'static> {
     pub(super) name: Arc<str>,
     pub(super) observer: Observer,
+    pub(super) redis_observer: FleetObserver,
     pub(super) extractor: X,
     // Shared with the local map's factory, which builds a key's limiter from it.
     pub(super) limiter: Arc<R>,
@@ -219,6 +221,7 @@ impl<X, R: crate::redis::RedisLimiter + 'static> FleetBuilder<X, R> {
         };
         Ok(Fleet {
             observer: Observer::new(&self.name),
+            redis_observer: FleetObserver::new(&self.name, &limiter),
             name: self.name,
             extractor: self.extractor,
             limiter,
@@ -332,6 +335,7 @@ impl<X, R: crate::redis::RedisLimiter + 'static> Fleet<X, R> {
     /// The answer of the failure policy to a check of `key` the limiter failed with `error`.
     #[cold]
     fn failed(&self, key: &str, error: &crate::redis::RedisLimitError, ask: Ask) -> StatusVerdict {
+        self.redis_observer.failed(error);
         if let Some(suppressed) = self.log.admit() {
             tracing::warn!(
                 policy = &*self.name,
@@ -410,6 +414,7 @@ where
             // work here (a `Fallback` in fallback mode reads its local limiter's), and a
             // hand-written limiter's `try_check_n` may be cheaper than its status.
             let deadline = this.deadline;
+            let started = this.redis_observer.start();
             let answer = if ask.report || ask.report_grants {
                 tokio::time::timeout(deadline, this.limiter.try_check_n_status(&key, n)).await
             } else {
@@ -422,6 +427,7 @@ where
                 })
                 .await
             };
+            this.redis_observer.ended(started);
             let StatusVerdict { result, status } = match answer {
                 Ok(Ok(verdict)) => verdict,
                 Ok(Err(e)) => this.failed(&key, &e, ask),

@@ -17,6 +17,8 @@ mod cost;
 mod enforced;
 #[cfg(feature = "redis")]
 mod fleet;
+#[cfg(feature = "redis")]
+mod fleet_observer;
 mod global;
 mod multi;
 mod observer;

@@ -260,8 +260,13 @@ mod fleet {
         fn local(&self, share: f64) -> FixedWindow {
             FixedWindow::new((4.0 * share).ceil() as u32, Duration::from_secs(60)).unwrap()
         }
+        /// Up while it grants, down otherwise: a `Fallback` over it stays in fallback mode
+        /// until it grants again.
         async fn ping(&self) -> Result<(), RedisLimitError> {
-            Ok(())
+            match self.0.load(Ordering::Relaxed) {
+                GRANT => Ok(()),
+                _ => Err(RedisLimitError::Timeout(Duration::ZERO)),
+            }
         }
         async fn try_check_n(
             &self,
@@ -273,6 +278,23 @@ mod fleet {
                 FAIL => Err(RedisLimitError::UnexpectedReply("OOM".into())),
                 _ => std::future::pending().await,
             }
+        }
+    }
+
+    impl crate::redis::RedisBatch for Fake {
+        fn validate(&self, _: &str, _: u32) -> Result<(), RedisLimitError> {
+            Ok(())
+        }
+        async fn try_check_batch(
+            &self,
+            key: &str,
+            ns: &[u32],
+        ) -> Result<Vec<Result<(), Denied>>, RedisLimitError> {
+            let mut out = Vec::new();
+            for &n in ns {
+                out.push(self.try_check_n(key, n).await?);
+            }
+            Ok(out)
         }
     }
 
@@ -455,6 +477,119 @@ mod fleet {
         assert_eq!(local.local().unwrap().max_keys(), 3);
         let closed = f().on_failure(FailurePolicy::Closed).build().unwrap();
         assert!(closed.local().is_none());
+    }
+
+    /// One decision of key "k" by `p`.
+    #[cfg(feature = "metrics")]
+    async fn decide_any<P: Policy<()>>(p: &Arc<P>) -> Decision<P::Grant> {
+        let mut req = Request::new(());
+        req.headers_mut().insert("x-key", "k".parse().unwrap());
+        Policy::<()>::decide(p, p.key(&req), Ask::default()).await
+    }
+
+    #[cfg(feature = "metrics")]
+    #[test]
+    fn a_fleet_policy_publishes_its_redis_calls_errors_fallback_and_batches() {
+        use crate::redis::{Coalesce, Fallback, RedisLimiter};
+        use metrics_exporter_prometheus::PrometheusBuilder;
+        let prometheus = PrometheusBuilder::new().build_recorder();
+        let handle = prometheus.handle();
+        // Names no other test uses: `publish` reads every policy of the process.
+        let (bare, fb, co) = (
+            "fleet_metrics_bare",
+            "fleet_metrics_fallback",
+            "fleet_metrics_co",
+        );
+        let header = || key::Header("x-key".parse().unwrap());
+        let bare_p = Arc::new(super::fleet(bare, header(), Fake(AtomicU8::new(GRANT))));
+        let fb_p = Arc::new(super::fleet(
+            fb,
+            header(),
+            Fallback::new(Fake(AtomicU8::new(STALL))),
+        ));
+        let co_p = Arc::new(super::fleet(
+            co,
+            header(),
+            Coalesce::new(Fake(AtomicU8::new(GRANT))),
+        ));
+        // Paused time: a stalled call reaches its deadline at once, in order.
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        let text = metrics::with_local_recorder(&prometheus, || {
+            rt.block_on(async {
+                // Three answered calls, two failed ones, one past the deadline.
+                for _ in 0..3 {
+                    assert!(decide(&bare_p, Some("k"), Ask::default())
+                        .await
+                        .result
+                        .is_ok());
+                }
+                bare_p.limiter.0.store(FAIL, Ordering::Relaxed);
+                for _ in 0..2 {
+                    decide(&bare_p, Some("k"), Ask::default()).await;
+                }
+                bare_p.limiter.0.store(STALL, Ordering::Relaxed);
+                decide(&bare_p, Some("k"), Ask::default()).await;
+                // The fallback's call stalls past its timeout: fallback mode, answered in
+                // process, and it stays there (the fake's PING fails while it stalls).
+                decide_any(&fb_p).await;
+                assert_eq!(fb_p.limiter.mode(), crate::redis::Mode::Fallback);
+                decide_any(&co_p).await;
+                assert!(co_p.limiter.coalesce_stats().is_some());
+            });
+            crate::metrics::publish();
+            handle.render()
+        });
+        let value = |series: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+                .map(|v| v.parse::<f64>().unwrap())
+        };
+        let errors = |kind: &str| {
+            value(&format!(
+                "turnstile_redis_errors_total{{policy=\"{bare}\",kind=\"{kind}\"}}"
+            ))
+        };
+        assert_eq!(errors("unexpected_reply"), Some(2.0), "{text}");
+        assert_eq!(errors("timeout"), Some(1.0), "{text}");
+        assert_eq!(
+            value(&format!(
+                "turnstile_redis_call_seconds_count{{policy=\"{bare}\"}}"
+            )),
+            Some(6.0),
+            "{text}"
+        );
+        // Neither a fallback nor a coalescer: no such series for the bare limiter.
+        assert!(!text.contains(&format!("turnstile_fallback_mode{{policy=\"{bare}\"}}")));
+        assert_eq!(
+            value(&format!("turnstile_fallback_mode{{policy=\"{fb}\"}}")),
+            Some(1.0),
+            "{text}"
+        );
+        let switches = |to: &str| {
+            value(&format!(
+                "turnstile_fallback_switches_total{{policy=\"{fb}\",to=\"{to}\"}}"
+            ))
+        };
+        assert_eq!(
+            (switches("fallback"), switches("redis")),
+            (Some(1.0), Some(0.0))
+        );
+        let co_series = |name: &str| value(&format!("{name}{{policy=\"{co}\"}}"));
+        assert_eq!(
+            co_series("turnstile_coalesce_checks_total"),
+            Some(1.0),
+            "{text}"
+        );
+        assert_eq!(
+            co_series("turnstile_coalesce_calls_total"),
+            Some(1.0),
+            "{text}"
+        );
+        assert_eq!(co_series("turnstile_coalesce_queued"), Some(0.0), "{text}");
     }
 }
 
