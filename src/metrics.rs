@@ -9,6 +9,7 @@
 //! | `turnstile_keys_max` | gauge | `policy` | the most keys it holds: its bound |
 //! | `turnstile_evictions_total` | counter | `policy` | idle keys its sweeps evicted |
 //! | `turnstile_map_full_total` | counter | `policy` | new keys that found it full (refused, or let through untracked): a key flood, or a bound too small |
+//! | `turnstile_wait_seconds` | histogram | `policy` | how long a policy made each granted request wait for its reserved permits ([delay mode](crate::tower::RateLimitLayer::delay); only the policies that reserve ahead) |
 //! | `turnstile_redis_call_seconds` | histogram | `policy` | a [`fleet`](crate::tower::fleet) policy's Redis calls, answered or not, by their time (up to its deadline) |
 //! | `turnstile_redis_errors_total` | counter | `policy`, `kind` | its calls that failed, by [`RedisLimitError::kind`](crate::redis::RedisLimitError::kind) (`timeout`, `io`, `oom`, `readonly`, …) |
 //! | `turnstile_fallback_mode` | gauge | `policy` | 1 while its [`Fallback`](crate::redis::Fallback) answers in process, 0 while Redis does |
@@ -27,10 +28,10 @@
 //! of its own, so that two threads checking at once never write one line, and [`publish`]
 //! adds the lines up and hands the totals to the recorder. Call it where the metrics are
 //! read: in the handler of a Prometheus `/metrics` endpoint before rendering (the totals are
-//! then exact as of the scrape), or every few seconds for a recorder that pushes. The one
-//! exception is the latency histogram, whose values go to the recorder as each Redis call
-//! ends (the facade takes a histogram's values one by one), through the recorder installed
-//! when the policy's first call ended: install it before serving.
+//! then exact as of the scrape), or every few seconds for a recorder that pushes. The
+//! exceptions are the histograms (waits, Redis calls), whose values go to the recorder as
+//! they come (the facade takes a histogram's values one by one), through the recorder
+//! installed at a policy's first value: install it before serving.
 //!
 //! ```
 //! # #[cfg(feature = "tower")] {

@@ -58,6 +58,7 @@ impl<B, L: Limiter + 'static> Policy<B> for Global<L> {
         let now = self.limiter.now();
         let (result, wait) = take(&self.limiter, now, ask.cost, ask.max_wait);
         self.observer.record(result.is_ok(), &ask);
+        self.observer.waited(wait, &ask);
         let report = one_report(ask.reports(result.is_ok()), &self.name, || {
             self.limiter.quota_at(now)
         });

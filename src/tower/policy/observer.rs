@@ -30,6 +30,17 @@ impl Observer {
         Observer::new(name)
     }
 
+    /// Records the `wait` a granted request was given (delay mode), if any and if it will
+    /// wait (a client not enforced goes on at once).
+    #[inline(always)]
+    #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+    pub(super) fn waited(&self, wait: std::time::Duration, ask: &Ask) {
+        #[cfg(feature = "metrics")]
+        if !wait.is_zero() && ask.enforced {
+            self.counts.waited(wait);
+        }
+    }
+
     /// Counts a decision that `granted` (or not) under `ask`'s mode.
     #[inline(always)]
     #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
@@ -42,7 +53,7 @@ impl Observer {
 #[cfg(feature = "metrics")]
 mod imp {
     use std::marker::PhantomData;
-    use std::sync::{Arc, Weak};
+    use std::sync::{Arc, OnceLock, Weak};
 
     use super::PerKeyMap;
     use crate::metrics::{register, Kind, Series, Source};
@@ -105,6 +116,10 @@ mod imp {
     pub(super) struct Counts {
         name: Box<str>,
         counts: StripedCounters<4>,
+        /// The waits histogram, bound to the recorder installed at the first wait (a
+        /// histogram's values go to the facade one by one; a request that waits sleeps far
+        /// longer than the recording takes).
+        waits: OnceLock<metrics::Histogram>,
     }
 
     impl Counts {
@@ -112,9 +127,24 @@ mod imp {
             let counts = Arc::new(Counts {
                 name: name.into(),
                 counts: StripedCounters::new(),
+                waits: OnceLock::new(),
             });
             register(counts.clone());
             counts
+        }
+
+        #[cold]
+        pub(super) fn waited(&self, wait: std::time::Duration) {
+            self.waits
+                .get_or_init(|| {
+                    metrics::describe_histogram!(
+                        "turnstile_wait_seconds",
+                        metrics::Unit::Seconds,
+                        "How long a policy made granted requests wait for their permits (delay mode)."
+                    );
+                    metrics::histogram!("turnstile_wait_seconds", "policy" => self.name.to_string())
+                })
+                .record(wait.as_secs_f64());
         }
 
         #[inline(always)]

@@ -406,6 +406,7 @@ where
             (result, wait, report)
         });
         self.observer.record(d.result.is_ok(), &ask);
+        self.observer.waited(d.wait, &ask);
         ready(d)
     }
 

@@ -790,3 +790,65 @@ fn a_per_key_policy_publishes_its_maps_keys_evictions_and_turned_away() {
     assert_eq!(value("turnstile_evictions_total"), Some(2), "{text}");
     assert_eq!(value("turnstile_map_full_total"), Some(2), "{text}");
 }
+
+#[cfg(feature = "metrics")]
+#[test]
+fn a_policy_records_the_waits_it_gives_only_to_requests_that_wait() {
+    use metrics_exporter_prometheus::PrometheusBuilder;
+    let prometheus = PrometheusBuilder::new().build_recorder();
+    let handle = prometheus.handle();
+    let name = "a_policy_records_the_waits";
+    let clock = ManualClock::new(Nanos::new(1_000_000_000));
+    let bucket = TokenBucket::builder(Limit::per_second(1.0).unwrap(), 1)
+        .clock(clock.clone())
+        .build();
+    let p = Arc::new(global(name, bucket));
+    let ask = |enforced| Ask {
+        max_wait: Duration::from_secs(10),
+        enforced,
+        ..Ask::default()
+    };
+    metrics::with_local_recorder(&prometheus, || {
+        // No wait, then 1 s, then 2 s; then 3 s for a client not enforced, which goes on at
+        // once (the reservation holds, no wait recorded).
+        for (enforced, wait) in [(true, 0), (true, 1), (true, 2), (false, 3)] {
+            let d = now_or_never(Policy::<()>::decide(&p, (), ask(enforced)));
+            assert_eq!(d.wait, Duration::from_secs(wait));
+        }
+    });
+    // The same through a per-key policy over a `Keyed` map, which reserves too.
+    let keyed = format!("{name}_per_key");
+    let map = Keyed::builder({
+        let clock = clock.clone();
+        move |_: &u8| {
+            TokenBucket::builder(Limit::per_second(1.0).unwrap(), 1)
+                .clock(clock.clone())
+                .build()
+        }
+    })
+    .clock(clock.clone())
+    .build()
+    .unwrap();
+    let pk = Arc::new(per_key(
+        keyed.as_str(),
+        key::from_fn(|_: &Request<()>| Some(1u8)),
+        map,
+    ));
+    metrics::with_local_recorder(&prometheus, || {
+        for (enforced, wait) in [(true, 0), (true, 1), (true, 2), (false, 3)] {
+            let d = now_or_never(Policy::<()>::decide(&pk, Some(1), ask(enforced)));
+            assert_eq!(d.wait, Duration::from_secs(wait));
+        }
+    });
+    let text = handle.render();
+    for name in [name, keyed.as_str()] {
+        let value = |series: &str| {
+            let prefix = format!("{series}{{policy=\"{name}\"}} ");
+            text.lines()
+                .find_map(|l| l.strip_prefix(&prefix))
+                .map(|v| v.parse::<f64>().unwrap())
+        };
+        assert_eq!(value("turnstile_wait_seconds_count"), Some(2.0), "{text}");
+        assert_eq!(value("turnstile_wait_seconds_sum"), Some(3.0), "{text}");
+    }
+}
