@@ -4,7 +4,10 @@
 //! the `/metrics` scrape must show each policy's decisions exactly.
 //!
 //! A test binary of its own: the recorder is process-wide, and [`turnstile::metrics::publish`]
-//! adds up every live policy of a name, so no other test's policies may share the process.
+//! adds up every live policy of a name, so no other binary's tests may share the process;
+//! the tests here each name their policies apart. With them, the `tracing` events
+//! (feature `tracing`): enforcement mode changes and refusal alarms, read by one
+//! process-wide subscriber.
 #![cfg(all(feature = "tower", feature = "axum", feature = "metrics"))]
 
 #[allow(dead_code)]
@@ -44,12 +47,22 @@ async fn burst(client: &HttpClient, server: SocketAddr, n: usize) -> BTreeMap<u1
     by_status
 }
 
-/// The `name` series of a scrape: labels (as written) to value.
+/// The `name` series of a scrape of the example's policies (the other tests' policies
+/// share the process): labels (as written) to value.
 fn series(scrape: &str, name: &str) -> BTreeMap<String, u64> {
     let prefix = format!("{name}{{");
+    let ours = [
+        "policy=\"all\"",
+        "policy=\"per-ip\"",
+        "policy=\"per-ip-strict\"",
+    ];
     scrape
         .lines()
         .filter_map(|l| l.strip_prefix(&prefix))
+        .filter(|l| {
+            ours.iter()
+                .any(|p| l.starts_with(&format!("{p},")) || l.starts_with(&format!("{p}}}")))
+        })
         .map(|l| {
             let (labels, value) = l.split_once("} ").unwrap();
             (labels.to_owned(), value.parse().unwrap())
@@ -145,4 +158,136 @@ async fn a_scrape_counts_every_decision_of_every_policy_exactly() {
     let (_, again) = get(&client, server, "/metrics").await;
     assert_eq!(series(&again, "turnstile_decisions_total"), want);
     serving.abort();
+}
+
+/// Every turnstile event of the process, as `LEVEL field=value ...` lines: one global
+/// subscriber, installed by the first test that asks (tracing caches each call site's
+/// interest process-wide, so a subscriber set per test could miss events another test's
+/// thread disabled first).
+#[cfg(feature = "tracing")]
+fn events() -> &'static std::sync::Mutex<Vec<String>> {
+    use std::sync::{Mutex, OnceLock};
+    static LINES: OnceLock<&'static Mutex<Vec<String>>> = OnceLock::new();
+    LINES.get_or_init(|| {
+        let lines: &'static Mutex<Vec<String>> = Box::leak(Box::default());
+        let subscriber = events::Events(move |event: &tracing::Event<'_>| {
+            struct Line(String);
+            impl tracing::field::Visit for Line {
+                fn record_debug(&mut self, f: &tracing::field::Field, v: &dyn std::fmt::Debug) {
+                    self.0.push_str(&format!(" {}={:?}", f.name(), v));
+                }
+            }
+            let mut line = Line(event.metadata().level().to_string());
+            event.record(&mut line);
+            lines.lock().unwrap().push(line.0);
+        });
+        tracing::subscriber::set_global_default(subscriber).unwrap();
+        lines
+    })
+}
+
+#[cfg(feature = "tracing")]
+#[path = "common/events.rs"]
+mod events;
+
+/// The events logged so far that contain `needle`.
+#[cfg(feature = "tracing")]
+fn logged(needle: &str) -> Vec<String> {
+    let lines = events().lock().unwrap();
+    lines
+        .iter()
+        .filter(|l| l.contains(needle))
+        .cloned()
+        .collect()
+}
+
+#[cfg(feature = "tracing")]
+#[test]
+fn a_mode_change_and_a_refused_one_are_events() {
+    events();
+    let e = Enforcement::shadow().named("rollout-events-test");
+    e.set(Mode::Fraction(0.5)).unwrap();
+    assert!(e.set(Mode::Fraction(2.0)).is_err());
+    assert_eq!(e.mode(), Mode::Fraction(0.5));
+    let lines = logged("rollout-events-test");
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert!(lines[0].starts_with("INFO"), "{lines:?}");
+    assert!(
+        lines[0].contains("from=Shadow to=Fraction(0.5)"),
+        "{lines:?}"
+    );
+    assert!(lines[1].starts_with("WARN"), "{lines:?}");
+    assert!(lines[1].contains("mode=Fraction(2.0)"), "{lines:?}");
+}
+
+#[cfg(feature = "tracing")]
+#[test]
+fn a_policy_refusing_past_its_alarm_warns_once_a_window_with_the_last_key() {
+    use std::sync::Arc;
+    use turnstile::tower::{global, key, per_key, Ask, Policy};
+    use turnstile::{KeyedTokenBucket, Limit, TokenBucket};
+    events();
+    let clock = ManualClock::new(Nanos::new(1_000_000_000));
+    let req = |k: &str| {
+        let mut r = http::Request::new(());
+        r.headers_mut().insert("x-client", k.parse().unwrap());
+        r
+    };
+    // One permit per client, never refilled; an alarm at 5 refusals a second.
+    let map = KeyedTokenBucket::builder(Limit::ZERO, 1)
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    let p = Arc::new(
+        per_key(
+            "alarm-keys-test",
+            key::Header("x-client".parse().unwrap()),
+            map,
+        )
+        .alert_refusals_with_keys(5),
+    );
+    let all = Arc::new(
+        global(
+            "alarm-global-test",
+            TokenBucket::builder(Limit::ZERO, 1)
+                .clock(clock.clone())
+                .build(),
+        )
+        .alert_refusals(5),
+    );
+    let decide = |k: &str| {
+        let key = Policy::<()>::key(&*p, &req(k));
+        let d = Policy::<()>::decide(&p, key, Ask::default()).into_inner();
+        let g = Policy::<()>::decide(&all, (), Ask::default()).into_inner();
+        (d.result.is_ok(), g.result.is_ok())
+    };
+    assert_eq!(decide("abuser"), (true, true));
+    // The first refusal opens the alarm's first window; 10 more within 0.5 s.
+    for _ in 0..11 {
+        assert_eq!(decide("abuser"), (false, false));
+        clock.advance(Duration::from_millis(50));
+    }
+    assert!(logged("alarm-").is_empty(), "{:?}", logged("alarm-"));
+    // 0.6 s later a refusal of another client closes the window: 11 refusals in 1.1 s, past 5 a
+    // second. Named: the last key refused.
+    clock.advance(Duration::from_millis(550));
+    assert!(decide("other").0);
+    assert_eq!(decide("other"), (false, false));
+    let keyed = logged("alarm-keys-test");
+    assert_eq!(keyed.len(), 1, "{keyed:?}");
+    assert!(keyed[0].starts_with("WARN"), "{keyed:?}");
+    assert!(keyed[0].contains("refusals=11"), "{keyed:?}");
+    assert!(keyed[0].contains("mode=\"enforce\""), "{keyed:?}");
+    assert!(keyed[0].contains(r#"key="other""#), "{keyed:?}");
+    let global = logged("alarm-global-test");
+    assert_eq!(global.len(), 1, "{global:?}");
+    // The global policy's window closed at the first of the two (its refusal of "other").
+    assert!(
+        global[0].contains("refusals=11") && !global[0].contains("key="),
+        "{global:?}"
+    );
+    // A slow window (one refusal in 1.5 s): under the threshold, nothing more.
+    clock.advance(Duration::from_millis(1500));
+    assert_eq!(decide("other"), (false, false));
+    assert_eq!(logged("alarm-").len(), 2, "{:?}", logged("alarm-"));
 }

@@ -3,7 +3,7 @@
 //! applies), the bad-input tests' extreme times, and the wait for a Redis fallback to switch
 //! back.
 
-#[cfg(feature = "redis")]
+#[cfg(feature = "tracing")]
 pub mod events;
 pub mod hammer;
 #[cfg(feature = "redis")]

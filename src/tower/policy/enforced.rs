@@ -58,11 +58,23 @@ pub enum Mode {
 /// let counts = layer.policy().counts();
 /// assert_eq!((counts.allowed, counts.refused, counts.shadow_refused), (0, 0, 0));
 /// ```
+///
+/// With the feature `tracing`, each change is an `info` event with the handle's name
+/// ([`Enforcement::named`]) and the modes before and after, and a fraction refused a `warn`
+/// event.
 #[derive(Debug, Clone)]
 pub struct Enforcement {
+    shared: Arc<Shared>,
+}
+
+#[derive(Debug)]
+struct Shared {
     /// The enforced share of the 63-bit hash space: a client whose hash (shifted down one
     /// bit) is below it is enforced. 0 is shadow mode, [`ALL`] enforces everyone.
-    threshold: Arc<AtomicU64>,
+    threshold: AtomicU64,
+    /// The handle's name in its events (and its `Debug`).
+    #[cfg_attr(not(feature = "tracing"), allow(dead_code))]
+    name: Option<Arc<str>>,
 }
 
 /// The threshold that enforces every client: every 63-bit hash is below it.
@@ -72,29 +84,63 @@ impl Enforcement {
     /// A handle starting in `mode`; an error if it is a fraction that is NaN or outside
     /// `[0, 1]`.
     pub fn new(mode: Mode) -> Result<Self, ConfigError> {
-        Ok(Enforcement {
-            threshold: Arc::new(AtomicU64::new(threshold(mode)?)),
-        })
+        Ok(Enforcement::at(threshold(mode)?))
     }
 
     /// A handle enforcing every refusal.
     pub fn enforce() -> Self {
-        Enforcement {
-            threshold: Arc::new(AtomicU64::new(ALL)),
-        }
+        Enforcement::at(ALL)
     }
 
     /// A handle enforcing none: shadow mode.
     pub fn shadow() -> Self {
+        Enforcement::at(0)
+    }
+
+    fn at(threshold: u64) -> Self {
         Enforcement {
-            threshold: Arc::new(AtomicU64::new(0)),
+            shared: Arc::new(Shared {
+                threshold: AtomicU64::new(threshold),
+                name: None,
+            }),
+        }
+    }
+
+    /// This handle named `name` in its events (the roll-out it drives: the policies on it,
+    /// a ticket): a new handle in the same mode, so name it before cloning it.
+    pub fn named(self, name: impl Into<Arc<str>>) -> Self {
+        Enforcement {
+            shared: Arc::new(Shared {
+                threshold: AtomicU64::new(self.shared.threshold.load(Ordering::Relaxed)),
+                name: Some(name.into()),
+            }),
         }
     }
 
     /// Switches every policy on this handle to `mode`; an error (and no change) if it is a
     /// fraction that is NaN or outside `[0, 1]`.
     pub fn set(&self, mode: Mode) -> Result<(), ConfigError> {
-        self.threshold.store(threshold(mode)?, Ordering::Relaxed);
+        let t = match threshold(mode) {
+            Ok(t) => t,
+            Err(e) => {
+                #[cfg(feature = "tracing")]
+                tracing::warn!(
+                    enforcement = self.shared.name.as_deref(),
+                    mode = ?mode,
+                    error = %e,
+                    "turnstile: enforcement mode not changed"
+                );
+                return Err(e);
+            }
+        };
+        let _before = self.shared.threshold.swap(t, Ordering::Relaxed);
+        #[cfg(feature = "tracing")]
+        tracing::info!(
+            enforcement = self.shared.name.as_deref(),
+            from = ?mode_of(_before),
+            to = ?mode_of(t),
+            "turnstile: enforcement mode changed"
+        );
         Ok(())
     }
 
@@ -102,11 +148,7 @@ impl Enforcement {
     /// back as them), any other fraction as the share of hashes it enforces (within 2^-63 of
     /// the one set).
     pub fn mode(&self) -> Mode {
-        match self.threshold.load(Ordering::Relaxed) {
-            0 => Mode::Shadow,
-            ALL => Mode::Enforce,
-            t => Mode::Fraction(t as f64 / ALL as f64),
-        }
+        mode_of(self.shared.threshold.load(Ordering::Relaxed))
     }
 
     /// Whether a client with `hash` is enforced: its top 63 bits below the threshold.
@@ -114,11 +156,20 @@ impl Enforcement {
     fn enforces(&self, hash: impl FnOnce() -> u64) -> bool {
         // Relaxed: the mode guards no other data; a decision reads it once and acts on
         // that reading alone.
-        match self.threshold.load(Ordering::Relaxed) {
+        match self.shared.threshold.load(Ordering::Relaxed) {
             ALL => true,
             0 => false,
             t => hash() >> 1 < t,
         }
+    }
+}
+
+/// The mode of threshold `t`.
+fn mode_of(t: u64) -> Mode {
+    match t {
+        0 => Mode::Shadow,
+        ALL => Mode::Enforce,
+        t => Mode::Fraction(t as f64 / ALL as f64),
     }
 }
 

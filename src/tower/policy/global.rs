@@ -13,6 +13,7 @@ pub struct Global<L> {
     pub(super) name: Arc<str>,
     pub(super) limiter: L,
     pub(super) observer: Observer,
+    pub(super) alarm: RefusalAlarm,
 }
 
 /// A policy that takes one permit from `limiter` per request, whatever the request (or the
@@ -31,6 +32,7 @@ pub fn global<L: Limiter + 'static>(name: impl Into<Arc<str>>, limiter: L) -> Gl
     let name = name.into();
     Global {
         observer: Observer::new(&name),
+        alarm: RefusalAlarm::default(),
         name,
         limiter,
     }
@@ -40,6 +42,17 @@ impl<L> Global<L> {
     /// The limiter.
     pub fn limiter(&self) -> &L {
         &self.limiter
+    }
+
+    /// A `tracing` warning (feature `tracing`) when the policy refuses more than
+    /// `per_second` requests a second, measured over a second or more, at most one a second:
+    /// the policy's name, the refusals and the span they fell in, and whether they were
+    /// enforced or shadow refusals ([`PolicyExt::enforcement`]).
+    #[cfg(feature = "tracing")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tracing")))]
+    pub fn alert_refusals(mut self, per_second: u64) -> Self {
+        self.alarm = RefusalAlarm::new(&self.name, per_second);
+        self
     }
 }
 
@@ -59,6 +72,9 @@ impl<B, L: Limiter + 'static> Policy<B> for Global<L> {
         let (result, wait) = take(&self.limiter, now, ask.cost, ask.max_wait);
         self.observer.record(result.is_ok(), &ask);
         self.observer.waited(wait, &ask);
+        if let Err(d) = &result {
+            self.alarm.refused(d.checked_at(), &ask, || None);
+        }
         let report = one_report(ask.reports(result.is_ok()), &self.name, || {
             self.limiter.quota_at(now)
         });

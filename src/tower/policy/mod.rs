@@ -12,6 +12,7 @@
 //! lock-free check, with no allocation (the optional header report allocates only when
 //! headers are configured).
 
+mod alarm;
 mod and;
 mod cost;
 mod enforced;
@@ -37,6 +38,7 @@ pub use multi::{
 };
 pub use per_key::{per_key, KeyGrant, MissingKey, PerKey, PerKeyMap, Taken};
 
+use alarm::RefusalAlarm;
 use observer::Observer;
 
 use std::future::Future;

@@ -234,6 +234,10 @@ pub struct PerKey<K, X, M> {
     pub(super) map: Arc<M>,
     pub(super) missing: MissingKey<K>,
     pub(super) observer: Observer,
+    pub(super) alarm: RefusalAlarm,
+    /// How the alarm names a key, if the operator lets it.
+    #[cfg(feature = "tracing")]
+    pub(super) key_label: Option<fn(&K) -> String>,
 }
 
 /// A policy that takes one permit per request from the limiter of the request's key, in
@@ -305,6 +309,9 @@ where
     let name = name.into();
     PerKey {
         observer: Observer::with_map(&name, &map),
+        alarm: RefusalAlarm::default(),
+        #[cfg(feature = "tracing")]
+        key_label: None,
         name,
         extractor,
         map,
@@ -323,6 +330,32 @@ impl<K, X, M> PerKey<K, X, M> {
     /// The per-key map.
     pub fn map(&self) -> &M {
         &self.map
+    }
+
+    /// A `tracing` warning (feature `tracing`) when the policy refuses more than
+    /// `per_second` requests a second (all keys together), measured over a second or more,
+    /// at most one a second: the policy's name, the refusals and the span they fell in, and
+    /// whether they were enforced or shadow refusals ([`PolicyExt::enforcement`]). No key:
+    /// [`PerKey::alert_refusals_with_keys`] adds the last one refused.
+    #[cfg(feature = "tracing")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tracing")))]
+    pub fn alert_refusals(mut self, per_second: u64) -> Self {
+        self.alarm = RefusalAlarm::new(&self.name, per_second);
+        self
+    }
+
+    /// [`PerKey::alert_refusals`], the warning naming the key refused last (under a flood
+    /// from one client, that client), as its `Debug` form. A key may be personal data (an
+    /// address, an API key): log it where the operator may.
+    #[cfg(feature = "tracing")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tracing")))]
+    pub fn alert_refusals_with_keys(mut self, per_second: u64) -> Self
+    where
+        K: std::fmt::Debug,
+    {
+        self.alarm = RefusalAlarm::new(&self.name, per_second);
+        self.key_label = Some(|k| format!("{k:?}"));
+        self
     }
 }
 
@@ -356,6 +389,7 @@ where
                 MissingKey::Allow => return pass(),
                 MissingKey::Deny => {
                     let now = self.map.now();
+                    self.alarm.refused(now, &ask, || None);
                     return Decision {
                         result: Err(Denied::new(now, None)),
                         wait: Duration::ZERO,
@@ -371,6 +405,13 @@ where
         }
         let now = self.map.now();
         let (result, wait, report) = take(&self.map, &key, now);
+        if result.is_err() {
+            #[cfg(feature = "tracing")]
+            let label = || self.key_label.map(|f| f(&key));
+            #[cfg(not(feature = "tracing"))]
+            let label = || None;
+            self.alarm.refused(now, &ask, label);
+        }
         Decision {
             result: result.map(|()| KeyGrant(Some((key, now, ask.cost)))),
             wait,
