@@ -142,6 +142,9 @@ pub enum ConfigError {
         /// The false-refusal rate asked for.
         rate: f64,
     },
+    /// A tower policy's near-limit fraction was NaN or outside `(0, 1]`.
+    #[error("near-limit fraction {0} is not in (0, 1]; it is the share of the quota used at which a grant counts as near the limit")]
+    NearLimitFraction(f64),
     /// A tower policy's enforced fraction of clients was NaN or outside `[0, 1]`.
     #[error("enforced fraction {0} is not in [0, 1]; it is the share of clients whose refusals are enforced")]
     EnforcedFraction(f64),

@@ -5,6 +5,7 @@
 //! | name | type | labels | meaning |
 //! |---|---|---|---|
 //! | `turnstile_decisions_total` | counter | `policy`, `decision`, `mode` | decisions of a tower policy ([`crate::tower`]): `decision` is `allowed`, `refused` or `shadow_refused`; `mode` is `enforce` or `shadow`, the mode the request was judged under ([`Enforcement`](crate::tower::Enforcement); `enforce` for a policy without one) |
+//! | `turnstile_near_limit_total` | counter | `policy` | grants that left at most `1 - fraction` of the quota, for a policy given a [`near_limit`](crate::tower::PerKey::near_limit) fraction (Envoy's "near limit") |
 //! | `turnstile_keys` | gauge | `policy` | keys a `per_key` policy's map holds (not for a map that holds none, the sketch) |
 //! | `turnstile_keys_max` | gauge | `policy` | the most keys it holds: its bound |
 //! | `turnstile_evictions_total` | counter | `policy` | idle keys its sweeps evicted |
@@ -105,6 +106,11 @@ const HELP: &[(&str, Kind, &str)] = &[
         "turnstile_decisions_total",
         Kind::Counter,
         "Decisions of a rate-limit policy, by policy, decision and mode.",
+    ),
+    (
+        "turnstile_near_limit_total",
+        Kind::Counter,
+        "Grants that left a policy's quota at or past its near-limit fraction used.",
     ),
     (
         "turnstile_keys",

@@ -54,6 +54,18 @@ impl<L> Global<L> {
         self.alarm = RefusalAlarm::new(&self.name, per_second);
         self
     }
+
+    /// Counts (feature `metrics`, as `turnstile_near_limit_total`) the grants that leave
+    /// at most `1 - fraction` of the quota: with 0.8, a grant after which a fifth or less is
+    /// left, Envoy's "near limit". Each grant then reads the limiter's status once more (a
+    /// load; for a keyed map, a second lookup of the key), so it is off unless set. An error
+    /// for a fraction that is NaN or outside `(0, 1]`.
+    #[cfg(feature = "metrics")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
+    pub fn near_limit(mut self, fraction: f64) -> Result<Self, crate::ConfigError> {
+        self.observer.near_limit(fraction)?;
+        Ok(self)
+    }
 }
 
 impl<B, L: Limiter + 'static> Policy<B> for Global<L> {
@@ -72,8 +84,12 @@ impl<B, L: Limiter + 'static> Policy<B> for Global<L> {
         let (result, wait) = take(&self.limiter, now, ask.cost, ask.max_wait);
         self.observer.record(result.is_ok(), &ask);
         self.observer.waited(wait, &ask);
-        if let Err(d) = &result {
-            self.alarm.refused(d.checked_at(), &ask, || None);
+        match &result {
+            Ok(()) if self.observer.wants_status() => {
+                self.observer.granted(self.limiter.quota_at(now));
+            }
+            Ok(()) => {}
+            Err(d) => self.alarm.refused(d.checked_at(), &ask, || None),
         }
         let report = one_report(ask.reports(result.is_ok()), &self.name, || {
             self.limiter.quota_at(now)

@@ -9,6 +9,10 @@ use super::{Ask, PerKeyMap};
 pub(super) struct Observer {
     #[cfg(feature = "metrics")]
     counts: Arc<imp::Counts>,
+    /// The share of the quota a grant must leave used to count as near the limit, in
+    /// millionths (exact arithmetic: 0.8 of 10 is 8, not 7.999…); none unless set.
+    #[cfg(feature = "metrics")]
+    near: Option<u64>,
 }
 
 impl Observer {
@@ -18,6 +22,40 @@ impl Observer {
         Observer {
             #[cfg(feature = "metrics")]
             counts: imp::Counts::registered(name),
+            #[cfg(feature = "metrics")]
+            near: None,
+        }
+    }
+
+    /// Counts the grants that leave at most `1 - fraction` of the quota (`fraction` in
+    /// `(0, 1]`).
+    #[cfg(feature = "metrics")]
+    pub(super) fn near_limit(&mut self, fraction: f64) -> Result<(), crate::ConfigError> {
+        if !(fraction > 0.0 && fraction <= 1.0) {
+            return Err(crate::ConfigError::NearLimitFraction(fraction));
+        }
+        self.near = Some((fraction * 1e6).round() as u64);
+        Ok(())
+    }
+
+    /// Whether a grant's status is wanted (near-limit counting is on).
+    #[inline(always)]
+    pub(super) fn wants_status(&self) -> bool {
+        #[cfg(feature = "metrics")]
+        return self.near.is_some();
+        #[cfg(not(feature = "metrics"))]
+        false
+    }
+
+    /// A grant that left `status` (if known): counted if near the limit.
+    #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+    pub(super) fn granted(&self, status: Option<crate::QuotaStatus>) {
+        #[cfg(feature = "metrics")]
+        if let (Some(ppm), Some(s)) = (self.near, status) {
+            let used = u128::from(s.quota.saturating_sub(s.remaining));
+            if used * 1_000_000 >= u128::from(ppm) * u128::from(s.quota) {
+                self.counts.near();
+            }
         }
     }
 
@@ -115,7 +153,8 @@ mod imp {
 
     pub(super) struct Counts {
         name: Box<str>,
-        counts: StripedCounters<4>,
+        /// By [`SERIES`], then the near-limit grants.
+        counts: StripedCounters<5>,
         /// The waits histogram, bound to the recorder installed at the first wait (a
         /// histogram's values go to the facade one by one; a request that waits sleeps far
         /// longer than the recording takes).
@@ -131,6 +170,10 @@ mod imp {
             });
             register(counts.clone());
             counts
+        }
+
+        pub(super) fn near(&self) {
+            self.counts.add(SERIES.len(), 1);
         }
 
         #[cold]
@@ -171,6 +214,15 @@ mod imp {
                         value,
                     });
                 }
+            }
+            let near = self.counts.get(SERIES.len());
+            if near > 0 {
+                out(Series {
+                    name: "turnstile_near_limit_total",
+                    kind: Kind::Counter,
+                    labels: &[("policy", &self.name)],
+                    value: near,
+                });
             }
         }
     }

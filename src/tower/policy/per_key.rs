@@ -357,6 +357,18 @@ impl<K, X, M> PerKey<K, X, M> {
         self.key_label = Some(|k| format!("{k:?}"));
         self
     }
+
+    /// Counts (feature `metrics`, as `turnstile_near_limit_total`) the grants that leave
+    /// at most `1 - fraction` of the quota: with 0.8, a grant after which a fifth or less is
+    /// left, Envoy's "near limit". Each grant then reads the limiter's status once more (a
+    /// load; for a keyed map, a second lookup of the key), so it is off unless set. An error
+    /// for a fraction that is NaN or outside `(0, 1]`.
+    #[cfg(feature = "metrics")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
+    pub fn near_limit(mut self, fraction: f64) -> Result<Self, crate::ConfigError> {
+        self.observer.near_limit(fraction)?;
+        Ok(self)
+    }
 }
 
 /// A [`PerKey`] grant: the key charged, the clock reading it was charged at and the permits
@@ -438,12 +450,21 @@ where
     #[inline]
     fn decide(self: &Arc<Self>, key: Self::Key, ask: Ask) -> Self::Future {
         let d = self.decide_with(key, ask, |map, key, now| {
+            // Near-limit counting needs a grant's status too.
+            let near = self.observer.wants_status();
+            let take_ask = Ask {
+                report_grants: ask.report_grants || near,
+                ..ask
+            };
             let Taken {
                 result,
                 wait,
                 status,
-            } = map.take(key, now, ask);
-            let report = one_report(status.is_some(), &self.name, || status);
+            } = map.take(key, now, take_ask);
+            if near && result.is_ok() {
+                self.observer.granted(status);
+            }
+            let report = one_report(ask.reports(result.is_ok()), &self.name, || status);
             (result, wait, report)
         });
         self.observer.record(d.result.is_ok(), &ask);

@@ -852,3 +852,52 @@ fn a_policy_records_the_waits_it_gives_only_to_requests_that_wait() {
         assert_eq!(value("turnstile_wait_seconds_sum"), Some(3.0), "{text}");
     }
 }
+
+#[cfg(feature = "metrics")]
+#[test]
+fn near_limit_counts_the_grants_that_leave_a_fifth_or_less() {
+    use metrics_exporter_prometheus::PrometheusBuilder;
+    let prometheus = PrometheusBuilder::new().build_recorder();
+    let handle = prometheus.handle();
+    let clock = ManualClock::new(Nanos::new(1_000_000_000));
+    let (g, k) = ("near_limit_global", "near_limit_per_key");
+    // Burst 10, no refill: grants leave 9, 8, …, 0; at 0.8 the last three are near.
+    let global_p = Arc::new(
+        global(
+            g,
+            TokenBucket::builder(Limit::ZERO, 10)
+                .clock(clock.clone())
+                .build(),
+        )
+        .near_limit(0.8)
+        .unwrap(),
+    );
+    let map = KeyedTokenBucket::builder(Limit::ZERO, 10)
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    let key_p = Arc::new(
+        per_key(k, key::from_fn(|_: &Request<()>| Some(1u8)), map)
+            .near_limit(0.8)
+            .unwrap(),
+    );
+    for _ in 0..12 {
+        let d = now_or_never(Policy::<()>::decide(&global_p, (), Ask::default()));
+        assert!(d.report.items.is_empty(), "a report nobody asked for");
+        let d = now_or_never(Policy::<()>::decide(&key_p, Some(1), Ask::default()));
+        assert!(d.report.items.is_empty(), "a report nobody asked for");
+    }
+    metrics::with_local_recorder(&prometheus, crate::metrics::publish);
+    let text = handle.render();
+    let near = |name: &str| {
+        let prefix = format!("turnstile_near_limit_total{{policy=\"{name}\"}} ");
+        text.lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .map(|v| v.parse::<u64>().unwrap())
+    };
+    assert_eq!((near(g), near(k)), (Some(3), Some(3)), "{text}");
+    for bad in [0.0, -0.5, 1.5, f64::NAN] {
+        let p = global("x", TokenBucket::new(Limit::ZERO, 1)).near_limit(bad);
+        assert!(matches!(p, Err(crate::ConfigError::NearLimitFraction(_))));
+    }
+}
