@@ -171,15 +171,7 @@ fn events() -> &'static std::sync::Mutex<Vec<String>> {
     LINES.get_or_init(|| {
         let lines: &'static Mutex<Vec<String>> = Box::leak(Box::default());
         let subscriber = events::Events(move |event: &tracing::Event<'_>| {
-            struct Line(String);
-            impl tracing::field::Visit for Line {
-                fn record_debug(&mut self, f: &tracing::field::Field, v: &dyn std::fmt::Debug) {
-                    self.0.push_str(&format!(" {}={:?}", f.name(), v));
-                }
-            }
-            let mut line = Line(event.metadata().level().to_string());
-            event.record(&mut line);
-            lines.lock().unwrap().push(line.0);
+            lines.lock().unwrap().push(events::line(event));
         });
         tracing::subscriber::set_global_default(subscriber).unwrap();
         lines

@@ -26,15 +26,7 @@ impl Events {
     ) -> common::events::Events<impl Fn(&tracing::Event<'_>) + Send + Sync + use<>> {
         let lines = self.0.clone();
         common::events::Events(move |event: &tracing::Event<'_>| {
-            struct Line(String);
-            impl tracing::field::Visit for Line {
-                fn record_debug(&mut self, f: &tracing::field::Field, v: &dyn std::fmt::Debug) {
-                    self.0.push_str(&format!(" {}={:?}", f.name(), v));
-                }
-            }
-            let mut line = Line(event.metadata().level().to_string());
-            event.record(&mut line);
-            lines.lock().unwrap().push(line.0);
+            lines.lock().unwrap().push(common::events::line(event));
         })
     }
 }

@@ -3,6 +3,19 @@
 //! not used by the crate, so they are accepted and ignored.
 #![allow(dead_code)] // not every test binary uses every helper
 
+/// `event` as one line: its level, then ` field=value` (`Debug` forms) for each field.
+pub fn line(event: &tracing::Event<'_>) -> String {
+    struct Line(String);
+    impl tracing::field::Visit for Line {
+        fn record_debug(&mut self, f: &tracing::field::Field, v: &dyn std::fmt::Debug) {
+            self.0.push_str(&format!(" {}={:?}", f.name(), v));
+        }
+    }
+    let mut line = Line(event.metadata().level().to_string());
+    event.record(&mut line);
+    line.0
+}
+
 /// Calls its function on each event whose target is turnstile's.
 pub struct Events<F>(pub F);
 

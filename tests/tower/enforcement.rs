@@ -220,12 +220,7 @@ async fn under_and_a_shadow_refusal_passes_and_the_other_grant_is_kept() {
     let layer = RateLimitLayer::new(
         global("a", one()).and(global("b", spent()).enforcement(Enforcement::shadow())),
     );
-    assert_eq!(
-        send(&mut service(layer.clone()), get_req("/"))
-            .await
-            .status(),
-        StatusCode::OK
-    );
+    assert_eq!(once(&layer).await, StatusCode::OK);
     let both = layer.policy();
     assert_eq!(
         both.first().limiter().tokens(),
@@ -240,12 +235,7 @@ async fn under_and_a_shadow_refusal_passes_and_the_other_grant_is_kept() {
             .enforcement(Enforcement::shadow())
             .and(global("b", one())),
     );
-    assert_eq!(
-        send(&mut service(layer.clone()), get_req("/"))
-            .await
-            .status(),
-        StatusCode::OK
-    );
+    assert_eq!(once(&layer).await, StatusCode::OK);
     assert_eq!(layer.policy().second().limiter().tokens(), 0.0);
 
     // The first refuses in shadow, the second refuses for real: refused, and the first's
@@ -255,12 +245,7 @@ async fn under_and_a_shadow_refusal_passes_and_the_other_grant_is_kept() {
             .enforcement(Enforcement::shadow())
             .and(global("b", spent())),
     );
-    assert_eq!(
-        send(&mut service(layer.clone()), get_req("/"))
-            .await
-            .status(),
-        StatusCode::TOO_MANY_REQUESTS
-    );
+    assert_eq!(once(&layer).await, StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(layer.policy().first().policy().limiter().tokens(), 0.0);
 
     // An enforced first grants, the second refuses: the first's grant is given back.
@@ -269,13 +254,15 @@ async fn under_and_a_shadow_refusal_passes_and_the_other_grant_is_kept() {
             .enforcement(Enforcement::enforce())
             .and(global("b", spent())),
     );
-    assert_eq!(
-        send(&mut service(layer.clone()), get_req("/"))
-            .await
-            .status(),
-        StatusCode::TOO_MANY_REQUESTS
-    );
+    assert_eq!(once(&layer).await, StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(layer.policy().first().policy().limiter().tokens(), 1.0);
+}
+
+/// The status of one request through `layer`.
+async fn once<P: Policy<Body>>(layer: &RateLimitLayer<P>) -> StatusCode {
+    send(&mut service(layer.clone()), get_req("/"))
+        .await
+        .status()
 }
 
 #[tokio::test(start_paused = true)]

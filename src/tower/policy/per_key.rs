@@ -358,11 +358,8 @@ impl<K, X, M> PerKey<K, X, M> {
         self
     }
 
-    /// Counts (feature `metrics`, as `turnstile_near_limit_total`) the grants that leave
-    /// at most `1 - fraction` of the quota: with 0.8, a grant after which a fifth or less is
-    /// left, Envoy's "near limit". Each grant then reads the limiter's status once more (a
-    /// load; for a keyed map, a second lookup of the key), so it is off unless set. An error
-    /// for a fraction that is NaN or outside `(0, 1]`.
+    /// As [`Global::near_limit`](super::Global::near_limit), from the key's status: a
+    /// second lookup of the key on each grant, hence off unless set.
     #[cfg(feature = "metrics")]
     #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
     pub fn near_limit(mut self, fraction: f64) -> Result<Self, crate::ConfigError> {
