@@ -68,6 +68,16 @@ impl<L> Global<L> {
     }
 }
 
+impl<L: Limiter> Global<L> {
+    /// Counts a grant at `now` if it left the limiter near its limit: out of line, off the
+    /// path of a check without near-limit counting.
+    #[cold]
+    #[inline(never)]
+    fn near(&self, now: Nanos) {
+        self.observer.granted(self.limiter.quota_at(now));
+    }
+}
+
 impl<B, L: Limiter + 'static> Policy<B> for Global<L> {
     type Key = ();
     /// The clock reading the permits were taken at (a window's refund finds the grant's
@@ -85,9 +95,7 @@ impl<B, L: Limiter + 'static> Policy<B> for Global<L> {
         self.observer.record(result.is_ok(), &ask);
         self.observer.waited(wait, &ask);
         match &result {
-            Ok(()) if self.observer.wants_status() => {
-                self.observer.granted(self.limiter.quota_at(now));
-            }
+            Ok(()) if self.observer.wants_status() => self.near(now),
             Ok(()) => {}
             Err(d) => self.alarm.refused(d.checked_at(), &ask, || None),
         }

@@ -256,7 +256,8 @@ where
         self.clock().now()
     }
 
-    #[inline]
+    // Always: `PerKey::take_near` is a second caller, which must not outline it.
+    #[inline(always)]
     fn take(&self, key: &K, now: Nanos, ask: Ask) -> Taken {
         let result = self.check_n_at(key, now, ask.cost);
         // As `KeyedTokenBucket`'s: the status, when this answer shows it, is a second
@@ -403,7 +404,6 @@ where
             };
             (result, wait, report)
         });
-        self.inner.observer.record(d.result.is_ok(), &ask);
         ready(d)
     }
 

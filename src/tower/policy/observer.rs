@@ -73,8 +73,10 @@ impl Observer {
     #[inline(always)]
     #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
     pub(super) fn waited(&self, wait: std::time::Duration, ask: &Ask) {
+        // `max_wait` first: a policy asked to reserve nothing ahead has no wait (and the
+        // check that decided so already tested it).
         #[cfg(feature = "metrics")]
-        if !wait.is_zero() && ask.enforced {
+        if !ask.max_wait.is_zero() && !wait.is_zero() && ask.enforced {
             self.counts.waited(wait);
         }
     }

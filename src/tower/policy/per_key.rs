@@ -88,7 +88,8 @@ where
         self.clock().now()
     }
 
-    #[inline]
+    // Always: `PerKey::take_near` is a second caller, which must not outline it.
+    #[inline(always)]
     fn take(&self, key: &K, now: Nanos, ask: Ask) -> Taken {
         // One visit to the key's limiter for the permit and, when asked for, the status (each
         // visit of a contended key's slot is a shared write), at `now`, which also dates a new
@@ -155,7 +156,8 @@ where
         self.clock().now()
     }
 
-    #[inline]
+    // Always: `PerKey::take_near` is a second caller, which must not outline it.
+    #[inline(always)]
     fn take(&self, key: &K, now: Nanos, ask: Ask) -> Taken {
         // Never a wait: `max_wait` is ignored (no schedule here; see the impl's docs).
         let result = self.check_n_at(key, now, ask.cost);
@@ -210,7 +212,8 @@ where
         self.clock().now()
     }
 
-    #[inline]
+    // Always: `PerKey::take_near` is a second caller, which must not outline it.
+    #[inline(always)]
     fn take(&self, key: &K, now: Nanos, ask: Ask) -> Taken {
         let result = self.check_n_at(key, now, ask.cost);
         // As the inline map's: a second load of the key's word, only when the answer shows it.
@@ -395,9 +398,13 @@ where
         let key = match key {
             Some(k) => k,
             None => match &self.missing {
-                MissingKey::Allow => return pass(),
+                MissingKey::Allow => {
+                    self.observer.record(true, &ask);
+                    return pass();
+                }
                 MissingKey::Deny => {
                     let now = self.map.now();
+                    self.observer.record(false, &ask);
                     self.alarm.refused(now, &ask, || None);
                     return Decision {
                         result: Err(Denied::new(now, None)),
@@ -410,10 +417,14 @@ where
         };
         // Free: nothing to take, and no key inserted for it.
         if ask.cost == 0 {
+            self.observer.record(true, &ask);
             return pass();
         }
         let now = self.map.now();
         let (result, wait, report) = take(&self.map, &key, now);
+        // Counted here, while the answer is in registers, before the decision is built.
+        self.observer.record(result.is_ok(), &ask);
+        self.observer.waited(wait, &ask);
         if result.is_err() {
             #[cfg(feature = "tracing")]
             let label = || self.key_label.map(|f| f(&key));
@@ -426,6 +437,27 @@ where
             wait,
             report,
         }
+    }
+}
+
+impl<K, X, M: PerKeyMap<K>> PerKey<K, X, M> {
+    /// [`PerKeyMap::take`] with the grant's status too, counted if near the limit: out of
+    /// line, so that the check without near-limit counting is the same code as before.
+    #[cold]
+    #[inline(never)]
+    fn take_near(&self, key: &K, now: Nanos, ask: Ask) -> Taken {
+        let taken = self.map.take(
+            key,
+            now,
+            Ask {
+                report_grants: true,
+                ..ask
+            },
+        );
+        if taken.result.is_ok() {
+            self.observer.granted(taken.status);
+        }
+        taken
     }
 }
 
@@ -447,25 +479,18 @@ where
     #[inline]
     fn decide(self: &Arc<Self>, key: Self::Key, ask: Ask) -> Self::Future {
         let d = self.decide_with(key, ask, |map, key, now| {
-            // Near-limit counting needs a grant's status too.
-            let near = self.observer.wants_status();
-            let take_ask = Ask {
-                report_grants: ask.report_grants || near,
-                ..ask
-            };
             let Taken {
                 result,
                 wait,
                 status,
-            } = map.take(key, now, take_ask);
-            if near && result.is_ok() {
-                self.observer.granted(status);
-            }
+            } = if self.observer.wants_status() {
+                self.take_near(key, now, ask)
+            } else {
+                map.take(key, now, ask)
+            };
             let report = one_report(ask.reports(result.is_ok()), &self.name, || status);
             (result, wait, report)
         });
-        self.observer.record(d.result.is_ok(), &ask);
-        self.observer.waited(d.wait, &ask);
         ready(d)
     }
 
