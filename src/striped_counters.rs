@@ -39,7 +39,8 @@ pub(crate) struct StripedCounters<const N: usize> {
     overflow: CachePadded<[AtomicU64; N]>,
 }
 
-/// The slot indices free to take, and how many were ever handed out.
+/// The slot indices free to take, and how many were ever handed out. A lock, off the hot
+/// path: a thread takes it on its first add and when it exits, never on an add after that.
 static POOL: Mutex<(Vec<usize>, usize)> = Mutex::new((Vec::new(), 0));
 
 /// A thread's slot index, given back to the pool when the thread exits.
