@@ -27,6 +27,8 @@
 
 use core::sync::atomic::Ordering;
 
+use crate::sync::Word128;
+
 /// A `u128` with atomic operations: see the module docs. Public in name only (this module is
 /// private): the state word's atomic in a keyed map's rule.
 #[derive(Debug)]
@@ -80,6 +82,20 @@ impl AtomicU128 {
             .unwrap_or_else(|| self.0.compare_exchange_weak(current, new, success, failure))
     }
 
+    /// This word as an [`InlineU128`], whose load and CAS test for nothing, where the
+    /// processor has both instructions: one test for a check's load and CAS together.
+    #[inline(always)]
+    pub fn inline(&self) -> Option<&InlineU128> {
+        #[cfg(all(target_arch = "x86_64", not(miri)))]
+        if has(ATOMIC_VMOVDQA) {
+            // SAFETY: both types are `repr(transparent)` over the same field, so the
+            // reference is to a valid `InlineU128`; `ATOMIC_VMOVDQA` is set only with
+            // `CMPXCHG16B`, which is what its methods need (their safety notes).
+            return Some(unsafe { &*(self as *const AtomicU128).cast::<InlineU128>() });
+        }
+        None
+    }
+
     /// The inline CAS, or `None` where there is none (see the module docs).
     #[inline(always)]
     fn inline_cas(&self, current: u128, new: u128) -> Option<Result<u128, u128>> {
@@ -91,6 +107,70 @@ impl AtomicU128 {
         }
         let _ = (current, new);
         None
+    }
+}
+
+impl Word128 for AtomicU128 {
+    #[inline(always)]
+    fn load(&self, order: Ordering) -> u128 {
+        AtomicU128::load(self, order)
+    }
+
+    #[inline(always)]
+    fn compare_exchange_weak(
+        &self,
+        current: u128,
+        new: u128,
+        success: Ordering,
+        failure: Ordering,
+    ) -> Result<u128, u128> {
+        AtomicU128::compare_exchange_weak(self, current, new, success, failure)
+    }
+}
+
+/// An [`AtomicU128`] on a processor with `cmpxchg16b` and an atomic `vmovdqa`: a reference
+/// to one is made only there ([`AtomicU128::inline`]), so its load and CAS are the two
+/// instructions with no test before them.
+#[derive(Debug)]
+#[repr(transparent)]
+pub struct InlineU128(portable_atomic::AtomicU128);
+
+impl Word128 for InlineU128 {
+    #[inline(always)]
+    fn load(&self, order: Ordering) -> u128 {
+        #[cfg(all(target_arch = "x86_64", not(miri)))]
+        {
+            let _ = order;
+            // SAFETY: the module docs: aligned, atomic everywhere, and the processor makes
+            // this load atomic (the type's invariant).
+            unsafe { vmovdqa(self.0.as_ptr()) }
+        }
+        #[cfg(not(all(target_arch = "x86_64", not(miri))))]
+        self.0.load(order)
+    }
+
+    #[inline(always)]
+    fn compare_exchange_weak(
+        &self,
+        current: u128,
+        new: u128,
+        success: Ordering,
+        failure: Ordering,
+    ) -> Result<u128, u128> {
+        #[cfg(all(target_arch = "x86_64", not(miri)))]
+        {
+            let _ = (success, failure);
+            // SAFETY: the module docs: aligned, atomic everywhere, and the processor has it
+            // (the type's invariant).
+            let (found, ok) = unsafe { cmpxchg16b(self.0.as_ptr(), current, new) };
+            if ok {
+                Ok(found)
+            } else {
+                Err(found)
+            }
+        }
+        #[cfg(not(all(target_arch = "x86_64", not(miri))))]
+        self.0.compare_exchange_weak(current, new, success, failure)
     }
 }
 
@@ -180,17 +260,18 @@ unsafe fn cmpxchg16b(dst: *mut u128, old: u128, new: u128) -> (u128, bool) {
     let failed: u8;
     // SAFETY: the caller's contract. `rbx` is restored before the block ends; ZF (which
     // `cmpxchg16b` sets) is read by `setne` within it, so the flags are not preserved. The
-    // pointer and the saved `rbx` are in named scratch registers: a `reg` operand may be
-    // allocated to `rbx` itself (outside functions where LLVM reserves it), which the
-    // `xchg` would overwrite.
+    // low half of `new` swaps places with `rbx`, wherever the allocator put it: in `rbx`
+    // itself (a `reg` operand may be, outside functions where LLVM reserves it) the swaps
+    // change nothing, and `rbx` is that operand's, declared clobbered. The pointer is in a
+    // named register, never `rbx`, which the swap overwrites.
     unsafe {
         core::arch::asm!(
-            "xchg r8, rbx",
+            "xchg {lo}, rbx",
             "lock cmpxchg16b xmmword ptr [r11]",
             "setne cl",
-            "mov rbx, r8",
+            "mov rbx, {lo}",
             in("r11") dst,
-            inout("r8") new as u64 => _,
+            lo = inout(reg) new as u64 => _,
             in("rcx") (new >> 64) as u64,
             inout("rax") old as u64 => lo,
             inout("rdx") (old >> 64) as u64 => hi,

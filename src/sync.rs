@@ -35,7 +35,7 @@
 //! orderings: under it, weakening both publications of a configuration survives every model.
 
 #[cfg(not(loom))]
-pub(crate) use crate::atomic_u128::AtomicU128;
+pub(crate) use crate::atomic_u128::{AtomicU128, InlineU128};
 #[cfg(not(loom))]
 pub(crate) use core::sync::atomic::{
     fence, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering,
@@ -107,6 +107,43 @@ pub(crate) fn keep_branch() {
     }
 }
 
+/// A 128-bit word's load and CAS: [`AtomicU128`]'s, which test for the processor's
+/// instructions at each use, or [`InlineU128`]'s, which were tested for once, before
+/// ([`AtomicU128::inline`]). A hot path generic over it makes that one test, for its load and
+/// its CAS together.
+pub(crate) trait Word128 {
+    fn load(&self, order: Ordering) -> u128;
+    fn compare_exchange_weak(
+        &self,
+        current: u128,
+        new: u128,
+        success: Ordering,
+        failure: Ordering,
+    ) -> Result<u128, u128>;
+}
+
+/// Under loom the word has no instructions to test for: [`AtomicU128::inline`] is the word
+/// itself.
+#[cfg(loom)]
+pub(crate) type InlineU128 = AtomicU128;
+
+#[cfg(loom)]
+impl Word128 for AtomicU128 {
+    fn load(&self, order: Ordering) -> u128 {
+        AtomicU128::load(self, order)
+    }
+
+    fn compare_exchange_weak(
+        &self,
+        current: u128,
+        new: u128,
+        success: Ordering,
+        failure: Ordering,
+    ) -> Result<u128, u128> {
+        AtomicU128::compare_exchange_weak(self, current, new, success, failure)
+    }
+}
+
 /// loom stand-in for `portable_atomic::AtomicU128` with the subset of its API we use: an
 /// atomic pointer to immutable boxed values (see the module docs).
 /// Public in name only (this module is private): the state word's atomic in a keyed map's rule.
@@ -130,6 +167,11 @@ impl AtomicU128 {
 
     pub(crate) fn new(v: u128) -> Self {
         Self(loom::sync::atomic::AtomicPtr::new(Self::boxed(v)))
+    }
+
+    /// The word itself: loom's word has no instructions to test for.
+    pub(crate) fn inline(&self) -> Option<&InlineU128> {
+        Some(self)
     }
 
     pub(crate) fn load(&self, order: Ordering) -> u128 {

@@ -56,15 +56,17 @@
 use crossbeam_utils::{Backoff, CachePadded};
 
 use super::word::{
-    check, field_bits, reading, Lim, Limits, Source, Verdict, MAX_LIMITS, X_BITS, X_MASK,
+    check, field_bits, reading, Lim, Limits, Source, Verdict, MAX_LIMITS, T_MAX, X_BITS, X_MASK,
 };
 use crate::config_slots::ConfigSlots;
 use crate::limit::Limit;
-use crate::sync::{keep_branch, AtomicU128, AtomicU64, Mutex, Ordering}; // Mutex: set_limits only
+use crate::sync::{keep_branch, AtomicU128, AtomicU64, Mutex, Ordering, Word128}; // Mutex: set_limits only
 
 /// Words per limit in a slot.
 const PER_LIMIT: usize = 6;
 const WORDS: usize = 1 + PER_LIMIT * MAX_LIMITS;
+/// The header's flag of two limits: a check tests this bit, not `k`.
+const TWO: u64 = 1 << 2;
 /// Epochs count modulo 32, in the word's top five bits.
 const EPOCHS: u32 = 32;
 
@@ -84,6 +86,11 @@ pub(super) struct Engine {
     slots: ConfigSlots<WORDS>,
     /// The clock reading every grid counts from.
     pub(super) base: u64,
+    /// `base`, negated, and the last reading the word tells apart ([`T_MAX`]), read from
+    /// memory: a reading is then one add and one compare, where a 64-bit constant would take
+    /// a copy and a shift.
+    neg_base: u64,
+    t_max: u64,
     /// The current configuration, for `set_limits`: whoever holds it is the one writer. Only
     /// `set_limits` takes it, to serialize reconfigurations (each writes the spare slot, which
     /// two writers at once would tear); a reconfiguration is published by the CAS on `state`.
@@ -97,6 +104,8 @@ impl Engine {
             state: CachePadded::new(AtomicU128::new(limits.born(0))),
             slots: ConfigSlots::new(to_words(&limits)),
             base,
+            neg_base: base.wrapping_neg(),
+            t_max: T_MAX,
             writer: Mutex::new(limits), // set_limits only: see the field
         }
     }
@@ -105,26 +114,54 @@ impl Engine {
     /// attempt inline, the retries (a lost CAS, a reconfiguration) out of line.
     #[inline(always)]
     pub(super) fn check(&self, now: u64, n: u32, take: bool) -> Taken {
-        let t = reading(now, self.base);
-        let word = self.state.load(Ordering::Acquire);
+        let t = now.wrapping_add(self.neg_base);
+        if t > self.t_max {
+            return self.check_far(now, n, take);
+        }
+        // The processor's 128-bit load and CAS tested for once, for both.
+        match self.state.inline() {
+            Some(state) => self.check_on(state, t, n, take),
+            None => self.check_portable(t, n, take),
+        }
+    }
+
+    /// [`Self::check`] at a reading before the base (which counts as the base) or past the
+    /// word's range (which counts as its end).
+    #[cold]
+    #[inline(never)]
+    fn check_far(&self, now: u64, n: u32, take: bool) -> Taken {
+        self.check_portable(reading(now, self.base), n, take)
+    }
+
+    /// [`Self::check`] where the state word's operations test for their instructions.
+    #[inline(never)]
+    fn check_portable(&self, t: u64, n: u32, take: bool) -> Taken {
+        self.check_on(&*self.state, t, n, take)
+    }
+
+    /// [`Self::check`] at `t` ns past the base, through `state`: the state word.
+    #[inline(always)]
+    fn check_on<W: Word128>(&self, state: &W, t: u64, n: u32, take: bool) -> Taken {
+        let word = state.load(Ordering::Acquire);
         // The slot by a branch on the epoch's parity, not by an index (module docs).
         let attempt = if (word >> X_BITS) & 1 == 0 {
             keep_branch();
-            self.attempt(0, word, t, n, take)
+            self.attempt(state, 0, word, t, n, take)
         } else {
-            self.attempt(1, word, t, n, take)
+            self.attempt(state, 1, word, t, n, take)
         };
         match attempt {
             Ok(taken) => taken,
-            Err(found) => self.check_slow(found, t, n, take),
+            Err(found) => self.check_slow(state, found, t, n, take),
         }
     }
 
     /// One attempt from `word`, whose epoch's slot is `parity`: the answer, or the word to try
     /// again from.
     #[inline(always)]
-    fn attempt(
+    fn attempt<W: Word128>(
         &self,
+        state: &W,
         parity: usize,
         word: u128,
         t: u64,
@@ -133,21 +170,15 @@ impl Engine {
     ) -> Result<Taken, u128> {
         let epoch = (word >> X_BITS) as u64;
         debug_assert_eq!(epoch as usize & 1, parity);
-        let verdict = check(&Slot(self.slots.words(parity)), word & X_MASK, t, n);
-        if let (Verdict::Grant(x2), true) = (&verdict, take) {
-            return self
-                .state
-                .compare_exchange_weak(
-                    word,
-                    (word & !X_MASK) | x2,
-                    Ordering::AcqRel,
-                    Ordering::Acquire,
-                )
+        let verdict = check(&Slot(self.slots.words(parity)), word, t, n);
+        if let (&Verdict::Grant(next), true) = (&verdict, take) {
+            return state
+                .compare_exchange_weak(word, next, Ordering::AcqRel, Ordering::Acquire)
                 .map(|_| Taken::Granted);
         }
         // Nothing written: valid if the slot still holds the word's epoch (module docs).
         if !self.slots.holds(parity, epoch as u32) {
-            return Err(self.state.load(Ordering::Acquire));
+            return Err(state.load(Ordering::Acquire));
         }
         Ok(match verdict {
             Verdict::Deny { by, retry } => Taken::Denied { by, retry },
@@ -158,12 +189,19 @@ impl Engine {
     /// The attempts after a first that did not settle, from `word`, with backoff.
     #[cold]
     #[inline(never)]
-    fn check_slow(&self, mut word: u128, t: u64, n: u32, take: bool) -> Taken {
+    fn check_slow<W: Word128>(
+        &self,
+        state: &W,
+        mut word: u128,
+        t: u64,
+        n: u32,
+        take: bool,
+    ) -> Taken {
         let backoff = Backoff::new();
         loop {
             backoff.spin();
             let parity = (word >> X_BITS) as usize & 1;
-            match self.attempt(parity, word, t, n, take) {
+            match self.attempt(state, parity, word, t, n, take) {
                 Ok(taken) => return taken,
                 Err(found) => word = found,
             }
@@ -217,7 +255,7 @@ impl Engine {
 /// `one`, `tau` (what a check reads), `per`, `per_shift` and `burst`, and the limit's bits.
 fn to_words(l: &Limits) -> [u64; WORDS] {
     let mut w = [0u64; WORDS];
-    w[0] = (l.k - 1) as u64 | u64::from(l.min_burst) << 32;
+    w[0] = (l.k - 1) as u64 | if l.k == 2 { TWO } else { 0 } | u64::from(l.min_burst) << 32;
     for (i, lim) in l.lims.iter().enumerate() {
         let s = &mut w[1 + i * PER_LIMIT..1 + (i + 1) * PER_LIMIT];
         s.copy_from_slice(&[
@@ -239,19 +277,21 @@ struct Slot<'a>(&'a [AtomicU64; WORDS]);
 
 impl Source for Slot<'_> {
     #[inline(always)]
-    fn head(&self) -> (usize, u32) {
+    fn head(&self) -> (usize, u32, bool) {
         let head = self.0[0].load(Ordering::Relaxed);
-        ((head & 3) as usize + 1, (head >> 32) as u32)
+        let k = (head & 3) as usize + 1;
+        (k, (head >> 32) as u32, head & TWO != 0)
     }
 
     #[inline(always)]
-    fn hot(&self, i: usize) -> (u64, u64, u64) {
+    fn grid(&self, i: usize) -> (u64, u64) {
         let s = &self.0[1 + (i % MAX_LIMITS) * PER_LIMIT..];
-        (
-            s[0].load(Ordering::Relaxed),
-            s[1].load(Ordering::Relaxed),
-            s[2].load(Ordering::Relaxed),
-        )
+        (s[0].load(Ordering::Relaxed), s[1].load(Ordering::Relaxed))
+    }
+
+    #[inline(always)]
+    fn tau(&self, i: usize) -> u64 {
+        self.0[1 + (i % MAX_LIMITS) * PER_LIMIT + 2].load(Ordering::Relaxed)
     }
 
     #[inline(always)]

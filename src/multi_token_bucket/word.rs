@@ -21,7 +21,8 @@
 //! shorter check (no anchor to convert), which is why the common cases get it.
 //!
 //! * **Wide** (`k <= 2`): limit `i`'s field, at bit `64 * i`, is `tat_i`: 59 bits, enough for
-//!   every reading of the range and a burst on top (`u_i(T_MAX) + tau_i < 2^59`).
+//!   every reading of the range and two bursts on top (`u_i(T_MAX) + 2 * tau_i < 2^59`), so
+//!   that `tat_i + n * one_i` for any check of at most the burst fits it, granted or not.
 //! * **Anchored** (`k = 3, 4`): storing four full arrival times would take four 59-bit fields.
 //!   But every grant sets `tat_i >= u_i(t)` and no grant passes `tat_i <= u_i(t) + tau_i`, so
 //!   after the latest grant, at `t_max`, every `tat_i` lies in `[u_i(t_max), u_i(t_max) +
@@ -169,9 +170,14 @@ impl Lim {
         let finest = Scale::new(limit, burst, 0)?;
         let room = 1u128 << field_bits(k);
         // What a field holds beside the burst: every reading (wide), or one anchor grain.
-        let span = if k <= WIDE { T_MAX } else { 1 << G_SHIFT };
+        // A wide field holds two bursts, so that a refused check's `tat'` fits it too.
+        let (span, bursts) = if k <= WIDE {
+            (T_MAX, 2)
+        } else {
+            (1 << G_SHIFT, 1)
+        };
         let fits = |s: &Scale| {
-            u128::from(burst) * u128::from(s.one) + s.units_wide(span) + 3 <= room
+            bursts * u128::from(burst) * u128::from(s.one) + s.units_wide(span) + 3 <= room
                 && s.mul <= finest.mul
         };
         if fits(&finest) {
@@ -234,7 +240,7 @@ pub(crate) struct Limits {
 
 /// What a check decided.
 pub(crate) enum Verdict {
-    /// Granted, leaving the arithmetic's bits at `x`.
+    /// Granted: the word after the grant, the owner's bits as they were.
     Grant(u128),
     /// Granted without a write (`n == 0`).
     Free,
@@ -245,26 +251,40 @@ pub(crate) enum Verdict {
 
 /// Where a check reads its configuration: a [`Limits`] (the keyed map's quota), or the
 /// standalone bucket's slot words, loaded one by one so that a check reads only what it
-/// needs: the three hot words of each of its limits, and a refusal two more of each.
+/// needs: the three hot words of each of its limits (a grant of two limits, one full, only
+/// two of that one), and a refusal two more of each.
 pub(crate) trait Source {
-    /// The number of limits, in `1..=4`, and the smallest burst.
-    fn head(&self) -> (usize, u32);
+    /// The number of limits, in `1..=4`, the smallest burst, and whether there are two (the
+    /// common case, which a check tests for first).
+    fn head(&self) -> (usize, u32, bool);
+    /// Limit `i`'s `mul` and `one`.
+    fn grid(&self, i: usize) -> (u64, u64);
+    /// Limit `i`'s `tau`.
+    fn tau(&self, i: usize) -> u64;
     /// Limit `i`'s `mul`, `one` and `tau`.
-    fn hot(&self, i: usize) -> (u64, u64, u64);
+    #[inline(always)]
+    fn hot(&self, i: usize) -> (u64, u64, u64) {
+        let (mul, one) = self.grid(i);
+        (mul, one, self.tau(i))
+    }
     /// Limit `i`'s `per`, `per_shift` and `burst`.
     fn cold(&self, i: usize) -> (u64, u32, u32);
 }
 
 impl Source for Limits {
     #[inline(always)]
-    fn head(&self) -> (usize, u32) {
-        (self.k, self.min_burst)
+    fn head(&self) -> (usize, u32, bool) {
+        (self.k, self.min_burst, self.k == 2)
     }
 
     #[inline(always)]
-    fn hot(&self, i: usize) -> (u64, u64, u64) {
-        let l = &self.lims[i];
-        (l.mul, l.one, l.tau)
+    fn grid(&self, i: usize) -> (u64, u64) {
+        (self.lims[i].mul, self.lims[i].one)
+    }
+
+    #[inline(always)]
+    fn tau(&self, i: usize) -> u64 {
+        self.lims[i].tau
     }
 
     #[inline(always)]
@@ -280,12 +300,12 @@ fn hi(dj: u64, mul: u64) -> u64 {
     ((u128::from(dj) * u128::from(mul)) >> 64) as u64
 }
 
-/// A check of `n` at `t` ns past the base on the arithmetic's bits `x`, under the
-/// configuration `s` gives.
+/// A check of `n` at `t` ns past the base on the word `x`, under the configuration `s` gives.
+/// The owner's bits (above [`X_BITS`]) are passed into a grant's word as they are.
 #[inline(always)]
 pub(crate) fn check<S: Source>(s: &S, x: u128, t: u64, n: u32) -> Verdict {
     debug_assert!(t <= T_MAX);
-    let (k, min_burst) = s.head();
+    let (k, min_burst, two) = s.head();
     // One compare for both: `n == 0` wraps past every burst (`min_burst >= 1`). None for a
     // check of one (`allow`, a constant once inlined): every burst is at least one.
     if n != 1 && n.wrapping_sub(1) >= min_burst {
@@ -295,8 +315,12 @@ pub(crate) fn check<S: Source>(s: &S, x: u128, t: u64, n: u32) -> Verdict {
             never(s, k, n)
         };
     }
+    // Two limits by a test of their own, not a jump table over `k`.
+    if two {
+        keep_branch();
+        return check_wide::<2, S>(s, x, t, n);
+    }
     match k {
-        2 => check_wide::<2, S>(s, x, t, n),
         1 => check_wide::<1, S>(s, x, t, n),
         3 => check_anchored::<3, S>(s, x, t, n),
         _ => check_anchored::<4, S>(s, x, t, n),
@@ -322,28 +346,51 @@ fn reading_far(now: u64, base: u64) -> u64 {
 }
 
 /// The hot path of up to two limits (`n` in `1..=min_burst`, `t <= T_MAX`): each field is
-/// its limit's `tat`. Wrapping arithmetic: a torn configuration read (discarded afterwards by
-/// its validation) must not panic; a real one never wraps (the module docs' bounds).
+/// its limit's `tat`, and each 64-bit half of the word holds one. Limit 1's half is read,
+/// compared and written back whole, the owner's bits above its field included, with its
+/// reading `u` raised by the same bits (a field's values stay below them): so a grant is the
+/// two halves as computed, nothing masked out or packed back. Limit 0's half has no bits above
+/// its field (clear in every word a grant or `pack` writes).
+///
+/// A limit whose `tat` is at most `u` (full, or refilled since) admits `n` without a test,
+/// since `n` is at most its burst; one that is draining refuses if `tat' > u + tau`, where
+/// `tat'` fits its field (a wide field holds two bursts) and so cannot carry into the
+/// owner's bits. Wrapping arithmetic: a torn configuration read (discarded afterwards by its
+/// validation) must not panic; a real one never wraps (the module docs' bounds).
 #[inline(always)]
 fn check_wide<const K: usize, S: Source>(s: &S, x: u128, t: u64, n: u32) -> Verdict {
     let tj = t << J;
-    let mut need = [(0u64, 0u64); K];
-    for (i, need) in need.iter_mut().enumerate() {
-        let (mul, one, tau) = s.hot(i);
-        let u = hi(tj, mul);
-        let tat = later((x >> field_at(i, K)) as u64 & WIDE_MASK, u)
-            .wrapping_add(u64::from(n).wrapping_mul(one));
-        let limit = u.wrapping_add(tau);
-        *need = (tat, limit);
+    let half = [x as u64, (x >> 64) as u64];
+    let above = |i: usize| if i == 0 { 0 } else { half[1] & !WIDE_MASK };
+    // Each limit's `u` and `n` in its units, `u` raised by the bits above its field.
+    let mut at = [(0u64, 0u64); K];
+    for (i, at) in at.iter_mut().enumerate() {
+        let (mul, one) = s.grid(i);
+        *at = (hi(tj, mul) | above(i), u64::from(n).wrapping_mul(one));
     }
-    if refuses(&need) {
-        return refused::<S, false>(s, &need, t);
+    let mut out = half;
+    for (i, &(u, take)) in at.iter().enumerate() {
+        out[i] = if half[i] > u {
+            keep_branch();
+            let tat = half[i].wrapping_add(take);
+            if tat > u.wrapping_add(s.tau(i)) {
+                keep_branch();
+                let need: [(u64, u64); K] = std::array::from_fn(|i| {
+                    let ((u, take), a) = (at[i], above(i));
+                    let tat = later(half[i], u).wrapping_add(take);
+                    (
+                        tat.wrapping_sub(a),
+                        u.wrapping_sub(a).wrapping_add(s.tau(i)),
+                    )
+                });
+                return refused::<S, false>(s, &need, t);
+            }
+            tat
+        } else {
+            u.wrapping_add(take)
+        };
     }
-    let mut out = 0u128;
-    for (i, &(tat, _)) in need.iter().enumerate() {
-        out |= u128::from(tat) << field_at(i, K);
-    }
-    Verdict::Grant(out)
+    Verdict::Grant(u128::from(out[1]) << 64 | u128::from(out[0]))
 }
 
 /// The hot path of three or four limits (`n` in `1..=min_burst`, `t <= T_MAX`): each field
@@ -370,7 +417,7 @@ fn check_anchored<const K: usize, S: Source>(s: &S, x: u128, t: u64, n: u32) -> 
     if refuses(&need) {
         return refused::<S, true>(s, &need, t);
     }
-    let mut out = Halves::of(x & (u128::from(W_MASK) << FIELDS));
+    let mut out = Halves::of(x & !((1 << FIELDS) - 1));
     for (i, &(tat, _)) in need.iter().enumerate() {
         out.put(tat, field_at(i, K), field_bits(K));
     }
@@ -403,7 +450,7 @@ fn check_moved<const K: usize, S: Source>(s: &S, x: u128, t: u64, n: u32, w: u64
     if refuses(&need) {
         return refused::<S, true>(s, &need, t);
     }
-    let mut out = Halves::of(u128::from(w2) << FIELDS);
+    let mut out = Halves::of(u128::from(w2) << FIELDS | (x & !X_MASK));
     for i in 0..K {
         out.put(
             need[i].0.wrapping_sub(kept[i]),
@@ -562,7 +609,7 @@ impl Limits {
         x
     }
 
-    /// A check of `n` at `t` ns past the base on the arithmetic's bits `x`.
+    /// A check of `n` at `t` ns past the base on the word `x` ([`check`]).
     #[cfg(feature = "keyed")] // the keyed map's; the bucket reads its slot's words instead
     #[inline(always)]
     pub(crate) fn check(&self, x: u128, t: u64, n: u32) -> Verdict {

@@ -143,3 +143,33 @@ fn a_reading_before_the_base_counts_as_the_base() {
     assert!(b.check_n_at(later, 20).is_ok());
     assert!(b.check_n_at(later, 1).is_err());
 }
+
+#[test]
+fn a_refused_check_at_the_end_of_the_range_never_reaches_the_epoch() {
+    // Near the end of the range a wide field holds the reading's units, up to 2^59, and a
+    // check that is refused computes an arrival time a burst past what a grant may leave: it
+    // must stay within its field, for above limit 1's field are the configuration's epoch's
+    // bits, all set after 31 reconfigurations. Over many rates (the field's grid, and so how
+    // full it is, moves with the rate) a second burst at the last reading is refused by
+    // limit 1, and the bucket goes on as before.
+    let end = Nanos::new((1 << 58) - 1);
+    let burst = 1 << 20;
+    for i in 0..48 {
+        let rate = 1e-3 * 1.5f64.powi(i);
+        let limits = [
+            Bandwidth::new(Limit::per_second(1e9).unwrap(), 2 * burst),
+            Bandwidth::new(Limit::per_second(rate).unwrap(), burst),
+        ];
+        let b = build(&limits).unwrap();
+        for _ in 0..31 {
+            b.set_limits_at(Nanos::ZERO, &limits).unwrap();
+        }
+        assert!(b.check_n_at(end, burst).is_ok(), "{rate}/s");
+        let d = b.check_n_at(end, burst).unwrap_err();
+        assert_eq!(d.limit(), 1, "{rate}/s");
+        assert_eq!(b.status_at(end)[1].remaining, 0, "{rate}/s");
+        b.set_limits_at(end, &limits).unwrap();
+        assert_eq!(b.limits(), limits.to_vec());
+        assert!(b.check_n_at(end, 1).is_err(), "{rate}/s");
+    }
+}
