@@ -35,7 +35,9 @@ const SLOTS: usize = 64;
 
 /// `N` counters, each in one slot per thread plus an overflow line.
 pub(crate) struct StripedCounters<const N: usize> {
-    slots: Box<[CachePadded<[AtomicU64; N]>; SLOTS]>,
+    /// Inline, not boxed: an add then follows one pointer fewer (the counters' owner is on
+    /// the heap already).
+    slots: [CachePadded<[AtomicU64; N]>; SLOTS],
     overflow: CachePadded<[AtomicU64; N]>,
 }
 
@@ -68,16 +70,6 @@ thread_local! {
     static INDEX: std::cell::Cell<usize> = const { std::cell::Cell::new(UNSET) };
     /// The slot this thread owns, given back when it exits.
     static OWNED: std::cell::Cell<Option<Owned>> = const { std::cell::Cell::new(None) };
-}
-
-/// This thread's slot index, or [`OVERFLOW`].
-#[inline(always)]
-fn slot() -> usize {
-    let i = INDEX.get();
-    if i != UNSET {
-        return i;
-    }
-    first_slot()
 }
 
 /// Takes a slot from the pool for this thread (or the overflow line if none is free, or
@@ -114,22 +106,34 @@ impl<const N: usize> StripedCounters<N> {
     /// `N` counters at 0.
     pub(crate) fn new() -> Self {
         StripedCounters {
-            slots: Box::new(std::array::from_fn(|_| CachePadded::new(zeros()))),
+            slots: std::array::from_fn(|_| CachePadded::new(zeros())),
             overflow: CachePadded::new(zeros()),
         }
     }
 
-    /// Adds `n` to counter `i`, in this thread's slot.
+    /// Adds `n` to counter `i`, in this thread's slot: one test of the thread's index, which
+    /// sends a thread without a slot yet ([`UNSET`], past every slot) to the same cold path
+    /// as one on the overflow line.
     #[inline]
     pub(crate) fn add(&self, i: usize, n: u64) {
-        let s = slot();
+        let s = INDEX.get();
         if s < SLOTS {
             // This thread is the slot's one writer: a plain read and write, no lock.
             let c = &self.slots[s][i];
             c.store(c.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
         } else {
-            self.overflow[i].fetch_add(n, Ordering::Relaxed);
+            self.add_slow(s, i, n);
         }
+    }
+
+    /// [`Self::add`] for a thread whose index is [`UNSET`] (it takes one) or [`OVERFLOW`].
+    #[cold]
+    #[inline(never)]
+    fn add_slow(&self, s: usize, i: usize, n: u64) {
+        if s == UNSET && first_slot() < SLOTS {
+            return self.add(i, n); // in the slot just taken
+        }
+        self.overflow[i].fetch_add(n, Ordering::Relaxed);
     }
 
     /// Counter `i`: the sum of its slots.

@@ -220,7 +220,9 @@ pub struct Enforced<P, S = RandomState> {
     pub(super) inner: Arc<P>,
     pub(super) enforcement: Enforcement,
     pub(super) hasher: S,
-    pub(super) counts: StripedCounters<3>,
+    /// Boxed: a set of striped counters is a few kilobytes, and the policy is moved by value
+    /// while it is built.
+    pub(super) counts: Box<StripedCounters<3>>,
 }
 
 impl<P> Enforced<P> {
@@ -229,7 +231,7 @@ impl<P> Enforced<P> {
             inner: Arc::new(inner),
             enforcement,
             hasher: RandomState::new(),
-            counts: StripedCounters::new(),
+            counts: Box::new(StripedCounters::new()),
         }
     }
 }

@@ -441,10 +441,10 @@ where
 }
 
 impl<K, X, M: PerKeyMap<K>> PerKey<K, X, M> {
-    /// [`PerKeyMap::take`] with the grant's status too, counted if near the limit: out of
-    /// line, so that the check without near-limit counting is the same code as before.
-    #[cold]
-    #[inline(never)]
+    /// [`PerKeyMap::take`] with the grant's status too, counted if near the limit. Inlined in
+    /// its branch, so that `ask` stays in registers: a call out of line would need it in
+    /// memory, written on every check whether or not the branch is taken.
+    #[inline(always)]
     fn take_near(&self, key: &K, now: Nanos, ask: Ask) -> Taken {
         let taken = self.map.take(
             key,
