@@ -6,8 +6,12 @@
 //! ```text
 //! cargo run --release -p turnstile-bench --example flood -- [--keys N] [--rate KEYS_PER_S]
 //!     [--map inline|keyed|sketch|governor] [--max-keys N] [--capacity N] [--memory BYTES]
-//!     [--interval-us US] [--limit PER_S] [--burst B]
+//!     [--interval-us US] [--limit PER_S] [--burst B] [--baseline]
 //! ```
+//!
+//! `--baseline` keeps the flood's pace and checks nothing: the legitimate client's figures
+//! alone, in the same process on the same schedule, which is what its checks cost with no
+//! flood at all (each after a sleep of `--interval-us`, so from cold caches).
 //!
 //! The map is built with its defaults (the key bound, `sweep_every`) unless `--max-keys` says
 //! otherwise, and `per_key` runs its sweeps, as a server would get them. `--map sketch` is a
@@ -49,6 +53,8 @@ struct Args {
     interval: Duration,
     limit: f64,
     burst: u32,
+    /// The flood's pace, no checks.
+    baseline: bool,
 }
 
 fn usage() -> ! {
@@ -56,7 +62,7 @@ fn usage() -> ! {
         "usage: flood [--keys N (10000000)] [--rate KEYS_PER_S (1000000; 0 = max)] \
          [--map inline|keyed|sketch|governor (inline)] [--max-keys N (the map's default)] \
          [--capacity N (0; inline only)] [--memory BYTES (4194304; sketch only)] \
-         [--interval-us US (1000)] [--limit PER_S (1000)] [--burst B (1000)]"
+         [--interval-us US (1000)] [--limit PER_S (1000)] [--burst B (1000)] [--baseline]"
     );
     std::process::exit(2)
 }
@@ -72,6 +78,7 @@ fn parse() -> Args {
         interval: Duration::from_millis(1),
         limit: 1000.0,
         burst: 1000,
+        baseline: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -88,6 +95,7 @@ fn parse() -> Args {
             }
             "--limit" => a.limit = value().parse().unwrap_or_else(|_| usage()),
             "--burst" => a.burst = value().parse().unwrap_or_else(|_| usage()),
+            "--baseline" => a.baseline = true,
             _ => usage(),
         }
     }
@@ -193,12 +201,15 @@ fn run<M: PerKeyMap<IpAddr>>(a: &Args, map: M, len: fn(&M) -> Option<usize>) {
     }
     let flood = {
         let (policy, sent, keys, rate) = (policy.clone(), sent.clone(), a.keys, a.rate);
+        let baseline = a.baseline;
         std::thread::spawn(move || {
             let start = Instant::now();
             for i in 0..keys {
                 // 2001:db8::/32, one /128 per client.
                 let ip = IpAddr::V6(Ipv6Addr::from((0x2001_0db8u128 << 96) | u128::from(i)));
-                decide(&policy, ip);
+                if !baseline {
+                    decide(&policy, ip);
+                }
                 if i % 1024 == 1023 {
                     sent.store(i + 1, Ordering::Relaxed);
                     if rate > 0 {
@@ -267,7 +278,8 @@ fn main() {
     let a = parse();
     let limit = Limit::per_second(a.limit).unwrap_or_else(|_| usage());
     println!(
-        "flood: {} keys at {}, map {}, max_keys {}, limit {}/s burst {}, legitimate check every {:?}",
+        "flood: {}{} keys at {}, map {}, max_keys {}, limit {}/s burst {}, legitimate check every {:?}",
+        if a.baseline { "baseline, no checks of " } else { "" },
         a.keys,
         if a.rate == 0 {
             "full speed".to_string()
