@@ -110,24 +110,6 @@ impl AtomicU128 {
     }
 }
 
-impl Word128 for AtomicU128 {
-    #[inline(always)]
-    fn load(&self, order: Ordering) -> u128 {
-        AtomicU128::load(self, order)
-    }
-
-    #[inline(always)]
-    fn compare_exchange_weak(
-        &self,
-        current: u128,
-        new: u128,
-        success: Ordering,
-        failure: Ordering,
-    ) -> Result<u128, u128> {
-        AtomicU128::compare_exchange_weak(self, current, new, success, failure)
-    }
-}
-
 /// An [`AtomicU128`] on a processor with `cmpxchg16b` and an atomic `vmovdqa`: a reference
 /// to one is made only there ([`AtomicU128::inline`]), so its load and CAS are the two
 /// instructions with no test before them.

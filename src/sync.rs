@@ -127,12 +127,14 @@ pub(crate) trait Word128 {
 #[cfg(loom)]
 pub(crate) type InlineU128 = AtomicU128;
 
-#[cfg(loom)]
+/// The word's own operations, loom's or the processor's (its inherent methods, which test).
 impl Word128 for AtomicU128 {
+    #[inline(always)]
     fn load(&self, order: Ordering) -> u128 {
         AtomicU128::load(self, order)
     }
 
+    #[inline(always)]
     fn compare_exchange_weak(
         &self,
         current: u128,
