@@ -324,6 +324,7 @@ fn full(w: &[u64; WORDS]) -> Limits {
     debug_assert!(field_bits(k) >= 21);
     Limits {
         k,
+        two: k == 2,
         min_burst: (w[0] >> 32) as u32,
         lims,
     }

@@ -130,6 +130,7 @@ pub(crate) fn limits_of(limits: &[Bandwidth]) -> Result<Limits, ConfigError> {
     }
     Ok(Limits {
         k,
+        two: k == 2,
         min_burst: limits.iter().map(|b| b.burst).min().unwrap_or(0),
         lims,
     })

@@ -233,6 +233,9 @@ impl Lim {
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) struct Limits {
     pub(crate) k: usize,
+    /// `k == 2`, kept apart so that a check tests it first, on its own, where a test of `k`
+    /// joins the others in one switch.
+    pub(crate) two: bool,
     /// The smallest burst: a check of more can never pass.
     pub(crate) min_burst: u32,
     pub(crate) lims: [Lim; MAX_LIMITS],
@@ -274,7 +277,7 @@ pub(crate) trait Source {
 impl Source for Limits {
     #[inline(always)]
     fn head(&self) -> (usize, u32, bool) {
-        (self.k, self.min_burst, self.k == 2)
+        (self.k, self.min_burst, self.two)
     }
 
     #[inline(always)]
