@@ -56,7 +56,7 @@
 //! ```
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex}; // Mutex: the registry, off the hot path (see `SOURCES`)
 
 use metrics::Label;
 
@@ -199,9 +199,10 @@ pub(crate) trait Source: Send + Sync {
 }
 
 /// Every source built. A lock, off the hot path: taken when a policy is built and by
-/// [`publish`], never by a check (which writes only its own counters). One is dropped (at a publication) once nothing but this list holds
-/// it and it is not [`Source::alive`]: a dropped policy's counts leave the totals (a
-/// counter's absolute value never goes down, so its series keeps its last total).
+/// [`publish`], never by a check (which writes only its own counters). One is dropped (at a
+/// publication) once nothing but this list holds it and it is not [`Source::alive`]: a
+/// dropped policy's counts leave the totals (a counter's absolute value never goes down, so
+/// its series keeps its last total).
 static SOURCES: Mutex<Vec<Arc<dyn Source>>> = Mutex::new(Vec::new());
 
 /// Adds `source` to what [`publish`] reads. Construction-time only.

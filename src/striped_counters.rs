@@ -24,7 +24,7 @@
 //! it should see have happened before it (their threads joined, their responses received)
 //! sees every one of them: it is exact at rest, and a lower bound of the adds in flight.
 
-use std::sync::Mutex;
+use std::sync::Mutex; // the slot pool: a thread's first add and its exit, never an add after
 
 use crossbeam_utils::CachePadded;
 
