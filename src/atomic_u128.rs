@@ -86,14 +86,7 @@ impl AtomicU128 {
     /// processor has both instructions: one test for a check's load and CAS together.
     #[inline(always)]
     pub fn inline(&self) -> Option<&InlineU128> {
-        #[cfg(all(target_arch = "x86_64", not(miri)))]
-        if has(ATOMIC_VMOVDQA) {
-            // SAFETY: both types are `repr(transparent)` over the same field, so the
-            // reference is to a valid `InlineU128`; `ATOMIC_VMOVDQA` is set only with
-            // `CMPXCHG16B`, which is what its methods need (their safety notes).
-            return Some(unsafe { &*(self as *const AtomicU128).cast::<InlineU128>() });
-        }
-        None
+        HasInline::get().map(|has| has.view(self))
     }
 
     /// The inline CAS, or `None` where there is none (see the module docs).
@@ -107,6 +100,33 @@ impl AtomicU128 {
         }
         let _ = (current, new);
         None
+    }
+}
+
+/// Proof that the processor has the instructions an [`InlineU128`] issues, made only where it
+/// does: a path that touches several words (a keyed map's probe, then its CAS) tests once and
+/// views each word through it.
+#[derive(Clone, Copy, Debug)]
+pub struct HasInline(());
+
+impl HasInline {
+    /// The proof, where the processor has `cmpxchg16b` and an atomic `vmovdqa`.
+    #[inline(always)]
+    pub fn get() -> Option<HasInline> {
+        #[cfg(all(target_arch = "x86_64", not(miri)))]
+        if has(ATOMIC_VMOVDQA) {
+            return Some(HasInline(()));
+        }
+        None
+    }
+
+    /// `word` as an [`InlineU128`].
+    #[inline(always)]
+    pub fn view(self, word: &AtomicU128) -> &InlineU128 {
+        // SAFETY: both types are `repr(transparent)` over the same field, so the reference is
+        // to a valid `InlineU128`; `self` exists only where `ATOMIC_VMOVDQA` is set, which it
+        // is only with `CMPXCHG16B`: what its methods need (their safety notes).
+        unsafe { &*(word as *const AtomicU128).cast::<InlineU128>() }
     }
 }
 

@@ -27,7 +27,8 @@
 //!   pointer (`Acquire`), probe from `hash & mask`: load each state (`Acquire`); `EMPTY` ends
 //!   the probe (the key is absent); any other state has its key written and published, so the
 //!   key is compared.
-//! * **Check** (lock-free, one CAS): on a live, unfrozen word, ask the rule for `x'`; a
+//! * **Check** (lock-free, one CAS): on the live, unfrozen word the lookup loaded (not
+//!   loaded again: a stale word only fails its CAS), ask the rule for `x'`; a
 //!   refusal, and a grant that consumes nothing, write nothing (decided from the load); else
 //!   CAS the word to `x'` (`Relaxed`: the word is the whole state, so a CAS that succeeds on
 //!   the value it decided from is linearizable; `Acquire` on failure, see revival). A failed
@@ -101,7 +102,8 @@
 //! a single atomic read-modify-write of all 16 bytes (a full barrier, so at least the
 //! ordering asked); its load is one `vmovdqa` where the processor has AVX
 //! (atomic for aligned 16 bytes there) and otherwise a `cmpxchg16b` that writes back what it
-//! read, atomic too, and so is its store; elsewhere portable-atomic uses the platform's
+//! read, atomic too, and so is its store (a check tests for the two instructions once, not
+//! at each probe: `Word::fast`); elsewhere portable-atomic uses the platform's
 //! 128-bit atomics or a lock of its own, each access atomic with at least the ordering
 //! asked. So no load of a 128-bit word sees half of one write (a torn
 //! `EMPTY`-to-live publication, or a mix of a grant and an eviction), and each ordering
@@ -125,7 +127,7 @@ use crate::error::ConfigError;
 use crate::keyed::key_bound::KeyBound;
 #[cfg(not(loom))]
 use crate::keyed::sweeper::Sweeper;
-use crate::keyed::word_rule::{AtomicWord, Word, WordRule};
+use crate::keyed::word_rule::{Access, AtomicWord, Tested, Word, WordOps, WordRule};
 use crate::keyed::{WhenFull, DEFAULT_MAX_KEYS, DEFAULT_SWEEP_EVERY};
 use crate::limiter::Denied;
 use crate::sync::{keep_branch, AtomicPtr, AtomicU64, Mutex, Ordering}; // Mutex: inserts of new keys and resizes only, never a check of an existing key
@@ -450,12 +452,44 @@ where
     {
         self.maybe_sweep(now, false);
         let hash = self.hasher.hash_one(key);
+        match R::Word::fast() {
+            Some(fast) => self.check_via(fast, hash, key, now, n),
+            None => self.check_tested(hash, key, now, n),
+        }
+    }
+
+    /// [`Self::check_via`] through the atomic's own operations: out of line, where a
+    /// processor lacks what [`Word::fast`] needs.
+    #[inline(never)]
+    fn check_tested<Q>(&self, hash: u64, key: &Q, now: Nanos, n: u32) -> Result<(), Denied>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        self.check_via(Tested, hash, key, now, n)
+    }
+
+    /// The check of `n` on `key` (hashed to `hash`), its words reached through `access`.
+    #[inline(always)]
+    fn check_via<A, Q>(
+        &self,
+        access: A,
+        hash: u64,
+        key: &Q,
+        now: Nanos,
+        n: u32,
+    ) -> Result<(), Denied>
+    where
+        A: Access<R::Word>,
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
         loop {
             {
                 let guard = reclaim::pin();
                 let mut table = self.table(&guard);
-                while let Some(slot) = table.find(hash, key) {
-                    match self.on_slot(slot, now, n) {
+                while let Some((slot, s)) = table.find_via(access, hash, key) {
+                    match self.on_slot(access, slot, s, now, n) {
                         Outcome::Done(r) => return r,
                         Outcome::Frozen => match forward(table, slot) {
                             Some(next) => table = next,
@@ -472,10 +506,17 @@ where
         }
     }
 
-    /// The check on the slot holding the key: the CAS loop of the module docs.
+    /// The check on the slot holding the key, whose word `find` loaded as `s`: the CAS loop
+    /// of the module docs.
     #[inline(always)]
-    fn on_slot(&self, slot: &Slot<K, R::Word>, now: Nanos, n: u32) -> Outcome {
-        let mut s = slot.state.load(Ordering::Acquire);
+    fn on_slot<A: Access<R::Word>>(
+        &self,
+        access: A,
+        slot: &Slot<K, R::Word>,
+        mut s: R::Word,
+        now: Nanos,
+        n: u32,
+    ) -> Outcome {
         let backoff = Backoff::new();
         loop {
             let t = tag(s);
@@ -505,10 +546,12 @@ where
             if frozen(s) {
                 return Outcome::Frozen;
             }
-            match slot
-                .state
-                .compare_exchange_weak(s, new, Ordering::Relaxed, Ordering::Acquire)
-            {
+            match access.view(&slot.state).compare_exchange_weak(
+                s,
+                new,
+                Ordering::Relaxed,
+                Ordering::Acquire,
+            ) {
                 Ok(_) => return Outcome::Done(Ok(())),
                 Err(actual) => {
                     s = actual;
@@ -692,11 +735,7 @@ where
     {
         let guard = reclaim::pin();
         let hash = self.hasher.hash_one(key);
-        let s = self
-            .table(&guard)
-            .find(hash, key)?
-            .state
-            .load(Ordering::Acquire);
+        let (_, s) = self.table(&guard).find(hash, key)?;
         let rule = &self.by_tag[quota_of(s) + 1];
         Some((rule, (tag(s) != 0).then_some(s & R::Word::X_MASK)))
     }
@@ -712,8 +751,8 @@ where
         let hash = self.hasher.hash_one(key);
         let guard = reclaim::pin();
         let mut table = self.table(&guard);
-        while let Some(slot) = table.find(hash, key) {
-            if self.update_slot(slot, &f) {
+        while let Some((slot, s)) = table.find(hash, key) {
+            if self.update_slot(slot, s, &f) {
                 return;
             }
             // Frozen, so live (a dead word returns above): its continuation is in the table
@@ -729,9 +768,9 @@ where
     fn update_slot(
         &self,
         slot: &Slot<K, R::Word>,
+        mut s: R::Word,
         f: &impl Fn(&R, R::Word) -> Option<R::Word>,
     ) -> bool {
-        let mut s = slot.state.load(Ordering::Acquire);
         let backoff = Backoff::new();
         loop {
             let t = tag(s);
@@ -918,5 +957,52 @@ pub(crate) mod tests {
     fn word_layout_round_trips() {
         layout_round_trips::<u64>();
         layout_round_trips::<u128>();
+    }
+
+    /// A 128-bit word's check through the atomic's own operations (the path of a processor
+    /// without AVX, which this one has) decides as the fast path does: two maps fed the same
+    /// checks and sweeps, one through each, agree on every answer.
+    #[cfg(not(loom))]
+    #[test]
+    fn the_tested_path_decides_as_the_fast_one() {
+        use crate::keyed::multi_token_bucket::{Bandwidth, MultiTokenBucketQuota};
+        use crate::ManualClock;
+        use std::time::Duration;
+
+        let quotas = vec![vec![
+            Bandwidth::per(3, Duration::from_secs(1)),
+            Bandwidth::per(5, Duration::from_secs(10)),
+        ]];
+        let rules = MultiTokenBucketQuota::rules(&quotas, || Nanos::ZERO).unwrap();
+        let build = || {
+            Settings::new()
+                .clock(ManualClock::default())
+                .build(&rules)
+                .unwrap()
+        };
+        let (fast, tested) = (build(), build());
+        let (mut granted, mut refused, mut evicted) = (0, 0, 0);
+        for i in 0..600u64 {
+            // Every 100 checks, 20 s pass: every key is idle, evicted, then revived.
+            let now = Nanos::new(i * 29_000_000 + i / 100 * 20_000_000_000);
+            let (key, n) = (i % 7, 1 + (i % 3) as u32);
+            if i % 100 == 0 {
+                let gone = fast.evict_idle_at(now);
+                assert_eq!(gone, tested.evict_idle_at(now));
+                evicted += gone;
+            }
+            let a = fast.check_n_at(&key, now, n);
+            let b = tested.check_tested(tested.hasher.hash_one(key), &key, now, n);
+            assert_eq!(a, b, "check {i}");
+            if a.is_ok() {
+                granted += 1;
+            } else {
+                refused += 1;
+            }
+        }
+        assert!(
+            granted > 50 && refused > 50 && evicted >= 7 * 5,
+            "{granted} granted, {refused} refused, {evicted} evicted"
+        );
     }
 }

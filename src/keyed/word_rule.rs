@@ -43,7 +43,9 @@ use std::ops::{BitAnd, BitOr, Not, Shl, Shr};
 use crate::clock::Nanos;
 use crate::error::ConfigError;
 use crate::limiter::Denied;
-use crate::sync::{AtomicU128, AtomicU64, Ordering};
+#[cfg(not(loom))]
+use crate::sync::Word128;
+use crate::sync::{AtomicU128, AtomicU64, HasInline, InlineU128, Ordering};
 
 /// The bits of a 64-bit key state `x`: the map keeps its quota's tag and its flags in the
 /// other five.
@@ -76,22 +78,86 @@ pub trait Word:
     const EMPTY: Self = Self::ZERO;
     /// The atomic holding a slot's word.
     type Atomic: AtomicWord<Self>;
+    /// How a check reaches its words once the processor is known to have the instructions
+    /// the word needs ([`Word::fast`]).
+    type Fast: Access<Self>;
     /// A zero-sized type whose alignment a slot takes (through a `[Align; 0]` field): a
     /// slot's size, so that no slot straddles two cache lines.
     type Align: Send + Sync + 'static;
+
+    /// The access whose loads and CASes test for nothing, where the processor allows it:
+    /// tested once per check, where each of the atomic's own operations tests (a 128-bit
+    /// word's, `src/atomic_u128.rs`) and a check's probe loads several words. Always `Some`
+    /// for a 64-bit word.
+    fn fast() -> Option<Self::Fast>;
 
     fn from_u64(v: u64) -> Self;
     /// The low 64 bits.
     fn low_u64(self) -> u64;
 }
 
-/// The operations the map performs on a slot's word, as the atomic's own methods.
-pub trait AtomicWord<W>: Send + Sync {
-    fn new(v: W) -> Self;
+/// What a check does to a slot's word: load it and CAS it.
+pub trait WordOps<W> {
     fn load(&self, order: Ordering) -> W;
+    fn compare_exchange_weak(&self, current: W, new: W, s: Ordering, f: Ordering) -> Result<W, W>;
+}
+
+/// The operations the map performs on a slot's word, as the atomic's own methods.
+pub trait AtomicWord<W>: WordOps<W> + Send + Sync {
+    fn new(v: W) -> Self;
     fn store(&self, v: W, order: Ordering);
     fn compare_exchange(&self, current: W, new: W, s: Ordering, f: Ordering) -> Result<W, W>;
-    fn compare_exchange_weak(&self, current: W, new: W, s: Ordering, f: Ordering) -> Result<W, W>;
+}
+
+/// How a check reaches a slot's word: through the atomic itself ([`Tested`]), or through a
+/// view that skips the processor test the atomic would make at each operation, proved once
+/// for the whole check ([`Word::fast`]).
+pub trait Access<W: Word>: Copy {
+    type View: WordOps<W> + ?Sized;
+    fn view(self, word: &W::Atomic) -> &Self::View;
+}
+
+/// The atomic's own operations, each testing what it needs.
+#[derive(Clone, Copy, Debug)]
+pub struct Tested;
+
+impl<W: Word> Access<W> for Tested {
+    type View = W::Atomic;
+
+    #[inline(always)]
+    fn view(self, word: &W::Atomic) -> &W::Atomic {
+        word
+    }
+}
+
+/// A 128-bit word as [`InlineU128`]: its `vmovdqa` and `cmpxchg16b` with no test.
+impl Access<u128> for HasInline {
+    type View = InlineU128;
+
+    #[inline(always)]
+    fn view(self, word: &AtomicU128) -> &InlineU128 {
+        HasInline::view(self, word)
+    }
+}
+
+/// `Word128`'s operations (under loom, the word itself's, which the macro below covers).
+#[cfg(not(loom))]
+impl WordOps<u128> for InlineU128 {
+    #[inline(always)]
+    fn load(&self, order: Ordering) -> u128 {
+        Word128::load(self, order)
+    }
+
+    #[inline(always)]
+    fn compare_exchange_weak(
+        &self,
+        current: u128,
+        new: u128,
+        s: Ordering,
+        f: Ordering,
+    ) -> Result<u128, u128> {
+        Word128::compare_exchange_weak(self, current, new, s, f)
+    }
 }
 
 /// The alignment of a slot with a 128-bit word: a 32-byte one (a key of up to 16 bytes) is
@@ -102,14 +168,20 @@ pub trait AtomicWord<W>: Send + Sync {
 pub struct Align32;
 
 macro_rules! word {
-    ($w:ty, $atomic:ty, $align:ty) => {
+    ($w:ty, $atomic:ty, $align:ty, $fast:ty, $get:expr) => {
         impl Word for $w {
             const BITS: u32 = <$w>::BITS;
             const ZERO: $w = 0;
             const FROZEN: $w = 1 << (<$w>::BITS - 1);
             const X_MASK: $w = (1 << (<$w>::BITS - 5)) - 1;
             type Atomic = $atomic;
+            type Fast = $fast;
             type Align = $align;
+
+            #[inline(always)]
+            fn fast() -> Option<$fast> {
+                $get
+            }
 
             #[inline(always)]
             fn from_u64(v: u64) -> $w {
@@ -123,15 +195,28 @@ macro_rules! word {
         }
 
         // Each method calls the atomic's inherent one (inherent methods take precedence).
+        impl WordOps<$w> for $atomic {
+            #[inline(always)]
+            fn load(&self, order: Ordering) -> $w {
+                <$atomic>::load(self, order)
+            }
+
+            #[inline(always)]
+            fn compare_exchange_weak(
+                &self,
+                current: $w,
+                new: $w,
+                s: Ordering,
+                f: Ordering,
+            ) -> Result<$w, $w> {
+                <$atomic>::compare_exchange_weak(self, current, new, s, f)
+            }
+        }
+
         impl AtomicWord<$w> for $atomic {
             #[inline(always)]
             fn new(v: $w) -> Self {
                 <$atomic>::new(v)
-            }
-
-            #[inline(always)]
-            fn load(&self, order: Ordering) -> $w {
-                <$atomic>::load(self, order)
             }
 
             #[inline(always)]
@@ -149,17 +234,6 @@ macro_rules! word {
             ) -> Result<$w, $w> {
                 <$atomic>::compare_exchange(self, current, new, s, f)
             }
-
-            #[inline(always)]
-            fn compare_exchange_weak(
-                &self,
-                current: $w,
-                new: $w,
-                s: Ordering,
-                f: Ordering,
-            ) -> Result<$w, $w> {
-                <$atomic>::compare_exchange_weak(self, current, new, s, f)
-            }
         }
     };
 }
@@ -167,8 +241,8 @@ macro_rules! word {
 // A 16-byte slot (a 64-bit word and a `u64` key) is aligned to its word, 8: allocations are
 // 16-aligned, so it never straddles a line; a wider key makes a slot of 24 bytes or more,
 // which no alignment keeps within a line.
-word!(u64, AtomicU64, ());
-word!(u128, AtomicU128, Align32);
+word!(u64, AtomicU64, (), Tested, Some(Tested));
+word!(u128, AtomicU128, Align32, HasInline, HasInline::get());
 
 /// 8.5 years (of 365.25 days) in nanoseconds: the least range of readings past the base
 /// that every rule's word holds, whatever its configuration.

@@ -4,7 +4,7 @@
 use std::borrow::Borrow;
 use std::mem::MaybeUninit;
 
-use crate::keyed::word_rule::{AtomicWord, Word};
+use crate::keyed::word_rule::{Access, AtomicWord, Tested, Word, WordOps};
 use crate::sync::{AtomicPtr, AtomicUsize, Ordering};
 
 /// One key: its state word and the key, written once before the word is published.
@@ -56,10 +56,24 @@ impl<K, W: Word> Table<K, W> {
         unsafe { self.next.load(Ordering::Acquire).as_ref() }
     }
 
-    /// The slot holding `key` (live, dead or frozen), if any.
+    /// The slot holding `key` (live, dead or frozen), if any, and its word as the probe's
+    /// `Acquire` load read it: a check starts from that word rather than loading it again
+    /// (a stale one only fails its CAS, and a refusal decided from it is decided from a load
+    /// made during the check).
     #[inline(always)]
-    pub(super) fn find<Q>(&self, hash: u64, key: &Q) -> Option<&Slot<K, W>>
+    pub(super) fn find<Q>(&self, hash: u64, key: &Q) -> Option<(&Slot<K, W>, W)>
     where
+        K: Borrow<Q>,
+        Q: Eq + ?Sized,
+    {
+        self.find_via(Tested, hash, key)
+    }
+
+    /// [`Table::find`], loading each word through `access`.
+    #[inline(always)]
+    pub(super) fn find_via<A, Q>(&self, access: A, hash: u64, key: &Q) -> Option<(&Slot<K, W>, W)>
+    where
+        A: Access<W>,
         K: Borrow<Q>,
         Q: Eq + ?Sized,
     {
@@ -73,7 +87,7 @@ impl<K, W: Word> Table<K, W> {
         loop {
             // SAFETY: `i <= mask` and `slots.len() == mask + 1`.
             let slot = unsafe { slots.get_unchecked(i) };
-            let s = slot.state.load(Ordering::Acquire);
+            let s = access.view(&slot.state).load(Ordering::Acquire);
             if s == W::EMPTY {
                 return None;
             }
@@ -81,7 +95,7 @@ impl<K, W: Word> Table<K, W> {
             // before the `Release` store that first made its state non-`EMPTY` (`claim`);
             // keys are never written again while the table is reachable (module docs).
             if unsafe { slot.key.with(|k| k.borrow() == key) } {
-                return Some(slot);
+                return Some((slot, s));
             }
             if left == 0 {
                 return None;
