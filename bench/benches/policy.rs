@@ -9,6 +9,8 @@
 //!   without or with the bench's `metrics` feature (turnstile's: the decisions counted per
 //!   thread, `src/striped_counters.rs`). `scripts/metrics-overhead` builds and runs both and
 //!   prints their ratio.
+//! * `turnstile_metrics_uncounted` (built with `metrics` and `--cfg turnstile_uncounted`):
+//!   the control, the feature on but no decision counted (`src/tower/policy/observer.rs`).
 //! * `facade_counter` (built without `metrics` only): the decision plus one increment of a
 //!   Prometheus counter handle through the `metrics` facade, held across checks (the facade's
 //!   cheapest use): one atomic counter every thread writes.
@@ -51,7 +53,9 @@ fn policy_check(c: &mut Criterion) {
         // All of it black-boxed, as the layer reads all of it (result, wait, report).
         assert!(black_box(&d).result.is_ok(), "a check was refused");
     };
-    let id = if cfg!(feature = "metrics") {
+    let id = if cfg!(turnstile_uncounted) {
+        "turnstile_metrics_uncounted"
+    } else if cfg!(feature = "metrics") {
         "turnstile_metrics_on"
     } else {
         "turnstile_metrics_off"
