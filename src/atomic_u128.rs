@@ -27,7 +27,7 @@
 
 use core::sync::atomic::Ordering;
 
-use crate::sync::Word128;
+use crate::sync::WordOps;
 
 /// A `u128` with atomic operations: see the module docs. Public in name only (this module is
 /// private): the state word's atomic in a keyed map's rule.
@@ -58,6 +58,7 @@ impl AtomicU128 {
     }
 
     #[inline(always)]
+    #[cfg_attr(not(feature = "keyed"), allow(dead_code))] // the keyed maps' words only
     pub fn compare_exchange(
         &self,
         current: u128,
@@ -137,7 +138,7 @@ impl HasInline {
 #[repr(transparent)]
 pub struct InlineU128(portable_atomic::AtomicU128);
 
-impl Word128 for InlineU128 {
+impl WordOps<u128> for InlineU128 {
     #[inline(always)]
     fn load(&self, order: Ordering) -> u128 {
         #[cfg(all(target_arch = "x86_64", not(miri)))]

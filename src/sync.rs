@@ -107,20 +107,47 @@ pub(crate) fn keep_branch() {
     }
 }
 
-/// A 128-bit word's load and CAS: [`AtomicU128`]'s, which test for the processor's
-/// instructions at each use, or [`InlineU128`]'s, which were tested for once, before
-/// ([`AtomicU128::inline`]). A hot path generic over it makes that one test, for its load and
-/// its CAS together.
-pub(crate) trait Word128 {
-    fn load(&self, order: Ordering) -> u128;
+/// A state word's load and CAS, as a hot path makes them. For a 128-bit word:
+/// [`AtomicU128`]'s, which test for the processor's instructions at each use, or
+/// [`InlineU128`]'s, which were tested for once, before ([`AtomicU128::inline`],
+/// [`HasInline`]). A hot path generic over it makes that one test, for its loads and its CAS
+/// together. Public in name only (this module is private), as the keyed maps' word traits
+/// that extend it are.
+pub trait WordOps<W> {
+    fn load(&self, order: Ordering) -> W;
     fn compare_exchange_weak(
         &self,
-        current: u128,
-        new: u128,
+        current: W,
+        new: W,
         success: Ordering,
         failure: Ordering,
-    ) -> Result<u128, u128>;
+    ) -> Result<W, W>;
 }
+
+/// Each word's own operations, std's, loom's or the processor's: its inherent methods (a
+/// 128-bit word's test for the processor's instructions at each use).
+macro_rules! own_ops {
+    ($($w:ty => $atomic:ty),*) => {$(
+        impl WordOps<$w> for $atomic {
+            #[inline(always)]
+            fn load(&self, order: Ordering) -> $w {
+                <$atomic>::load(self, order)
+            }
+
+            #[inline(always)]
+            fn compare_exchange_weak(
+                &self,
+                current: $w,
+                new: $w,
+                success: Ordering,
+                failure: Ordering,
+            ) -> Result<$w, $w> {
+                <$atomic>::compare_exchange_weak(self, current, new, success, failure)
+            }
+        }
+    )*};
+}
+own_ops!(u64 => AtomicU64, u128 => AtomicU128);
 
 /// Under loom the word has no instructions to test for: [`AtomicU128::inline`] is the word
 /// itself.
@@ -141,25 +168,6 @@ impl HasInline {
 
     pub fn view(self, word: &AtomicU128) -> &InlineU128 {
         word
-    }
-}
-
-/// The word's own operations, loom's or the processor's (its inherent methods, which test).
-impl Word128 for AtomicU128 {
-    #[inline(always)]
-    fn load(&self, order: Ordering) -> u128 {
-        AtomicU128::load(self, order)
-    }
-
-    #[inline(always)]
-    fn compare_exchange_weak(
-        &self,
-        current: u128,
-        new: u128,
-        success: Ordering,
-        failure: Ordering,
-    ) -> Result<u128, u128> {
-        AtomicU128::compare_exchange_weak(self, current, new, success, failure)
     }
 }
 

@@ -127,9 +127,10 @@ use crate::error::ConfigError;
 use crate::keyed::key_bound::KeyBound;
 #[cfg(not(loom))]
 use crate::keyed::sweeper::Sweeper;
-use crate::keyed::word_rule::{Access, AtomicWord, Tested, Word, WordOps, WordRule};
+use crate::keyed::word_rule::{Access, AtomicWord, Tested, Word, WordRule};
 use crate::keyed::{WhenFull, DEFAULT_MAX_KEYS, DEFAULT_SWEEP_EVERY};
 use crate::limiter::Denied;
+use crate::sync::WordOps;
 use crate::sync::{keep_branch, AtomicPtr, AtomicU64, Mutex, Ordering}; // Mutex: inserts of new keys and resizes only, never a check of an existing key
 
 mod table;

@@ -43,9 +43,8 @@ use std::ops::{BitAnd, BitOr, Not, Shl, Shr};
 use crate::clock::Nanos;
 use crate::error::ConfigError;
 use crate::limiter::Denied;
-#[cfg(not(loom))]
-use crate::sync::Word128;
-use crate::sync::{AtomicU128, AtomicU64, HasInline, InlineU128, Ordering};
+
+use crate::sync::{AtomicU128, AtomicU64, HasInline, InlineU128, Ordering, WordOps};
 
 /// The bits of a 64-bit key state `x`: the map keeps its quota's tag and its flags in the
 /// other five.
@@ -96,12 +95,6 @@ pub trait Word:
     fn low_u64(self) -> u64;
 }
 
-/// What a check does to a slot's word: load it and CAS it.
-pub trait WordOps<W> {
-    fn load(&self, order: Ordering) -> W;
-    fn compare_exchange_weak(&self, current: W, new: W, s: Ordering, f: Ordering) -> Result<W, W>;
-}
-
 /// The operations the map performs on a slot's word, as the atomic's own methods.
 pub trait AtomicWord<W>: WordOps<W> + Send + Sync {
     fn new(v: W) -> Self;
@@ -140,26 +133,6 @@ impl Access<u128> for HasInline {
     }
 }
 
-/// `Word128`'s operations (under loom, the word itself's, which the macro below covers).
-#[cfg(not(loom))]
-impl WordOps<u128> for InlineU128 {
-    #[inline(always)]
-    fn load(&self, order: Ordering) -> u128 {
-        Word128::load(self, order)
-    }
-
-    #[inline(always)]
-    fn compare_exchange_weak(
-        &self,
-        current: u128,
-        new: u128,
-        s: Ordering,
-        f: Ordering,
-    ) -> Result<u128, u128> {
-        Word128::compare_exchange_weak(self, current, new, s, f)
-    }
-}
-
 /// The alignment of a slot with a 128-bit word: a 32-byte one (a key of up to 16 bytes) is
 /// only 16-aligned otherwise, and so is its allocation, which puts every other slot across
 /// two lines, two misses a check where one would do. A larger key's slot is rounded up to
@@ -195,24 +168,6 @@ macro_rules! word {
         }
 
         // Each method calls the atomic's inherent one (inherent methods take precedence).
-        impl WordOps<$w> for $atomic {
-            #[inline(always)]
-            fn load(&self, order: Ordering) -> $w {
-                <$atomic>::load(self, order)
-            }
-
-            #[inline(always)]
-            fn compare_exchange_weak(
-                &self,
-                current: $w,
-                new: $w,
-                s: Ordering,
-                f: Ordering,
-            ) -> Result<$w, $w> {
-                <$atomic>::compare_exchange_weak(self, current, new, s, f)
-            }
-        }
-
         impl AtomicWord<$w> for $atomic {
             #[inline(always)]
             fn new(v: $w) -> Self {

@@ -60,7 +60,7 @@ use super::word::{
 };
 use crate::config_slots::ConfigSlots;
 use crate::limit::Limit;
-use crate::sync::{keep_branch, AtomicU128, AtomicU64, Mutex, Ordering, Word128}; // Mutex: set_limits only
+use crate::sync::{keep_branch, AtomicU128, AtomicU64, Mutex, Ordering, WordOps}; // Mutex: set_limits only
 
 /// Words per limit in a slot.
 const PER_LIMIT: usize = 6;
@@ -141,7 +141,7 @@ impl Engine {
 
     /// [`Self::check`] at `t` ns past the base, through `state`: the state word.
     #[inline(always)]
-    fn check_on<W: Word128>(&self, state: &W, t: u64, n: u32, take: bool) -> Taken {
+    fn check_on<W: WordOps<u128>>(&self, state: &W, t: u64, n: u32, take: bool) -> Taken {
         let word = state.load(Ordering::Acquire);
         // The slot by a branch on the epoch's parity, not by an index (module docs).
         let attempt = if (word >> X_BITS) & 1 == 0 {
@@ -159,7 +159,7 @@ impl Engine {
     /// One attempt from `word`, whose epoch's slot is `parity`: the answer, or the word to try
     /// again from.
     #[inline(always)]
-    fn attempt<W: Word128>(
+    fn attempt<W: WordOps<u128>>(
         &self,
         state: &W,
         parity: usize,
@@ -189,7 +189,7 @@ impl Engine {
     /// The attempts after a first that did not settle, from `word`, with backoff.
     #[cold]
     #[inline(never)]
-    fn check_slow<W: Word128>(
+    fn check_slow<W: WordOps<u128>>(
         &self,
         state: &W,
         mut word: u128,

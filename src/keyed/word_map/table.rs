@@ -4,7 +4,8 @@
 use std::borrow::Borrow;
 use std::mem::MaybeUninit;
 
-use crate::keyed::word_rule::{Access, AtomicWord, Tested, Word, WordOps};
+use crate::keyed::word_rule::{Access, AtomicWord, Tested, Word};
+use crate::sync::WordOps;
 use crate::sync::{AtomicPtr, AtomicUsize, Ordering};
 
 /// One key: its state word and the key, written once before the word is published.
