@@ -203,7 +203,7 @@ pub(crate) trait Source: Send + Sync {
 /// publication) once nothing but this list holds it and it is not [`Source::alive`]: a
 /// dropped policy's counts leave the totals (a counter's absolute value never goes down, so
 /// its series keeps its last total).
-static SOURCES: Mutex<Vec<Arc<dyn Source>>> = Mutex::new(Vec::new());
+static SOURCES: Mutex<Vec<Arc<dyn Source>>> = Mutex::new(Vec::new()); // build, publish: off the hot path
 
 /// Adds `source` to what [`publish`] reads. Construction-time only.
 // Only the tower policies count so far.

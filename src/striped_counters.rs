@@ -43,7 +43,7 @@ pub(crate) struct StripedCounters<const N: usize> {
 
 /// The slot indices free to take, and how many were ever handed out. A lock, off the hot
 /// path: a thread takes it on its first add and when it exits, never on an add after that.
-static POOL: Mutex<(Vec<usize>, usize)> = Mutex::new((Vec::new(), 0));
+static POOL: Mutex<(Vec<usize>, usize)> = Mutex::new((Vec::new(), 0)); // first add, exit: off the hot path
 
 /// A thread's slot index, given back to the pool when the thread exits.
 struct Owned(usize);

@@ -130,8 +130,7 @@ use crate::keyed::sweeper::Sweeper;
 use crate::keyed::word_rule::{Access, AtomicWord, Tested, Word, WordRule};
 use crate::keyed::{WhenFull, DEFAULT_MAX_KEYS, DEFAULT_SWEEP_EVERY};
 use crate::limiter::Denied;
-use crate::sync::WordOps;
-use crate::sync::{keep_branch, AtomicPtr, AtomicU64, Mutex, Ordering}; // Mutex: inserts of new keys and resizes only, never a check of an existing key
+use crate::sync::{keep_branch, AtomicPtr, AtomicU64, Mutex, Ordering, WordOps}; // Mutex: inserts of new keys and resizes only, never a check of an existing key
 
 mod table;
 use table::{Slot, Table};

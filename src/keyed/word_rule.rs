@@ -43,7 +43,6 @@ use std::ops::{BitAnd, BitOr, Not, Shl, Shr};
 use crate::clock::Nanos;
 use crate::error::ConfigError;
 use crate::limiter::Denied;
-
 use crate::sync::{AtomicU128, AtomicU64, HasInline, InlineU128, Ordering, WordOps};
 
 /// The bits of a 64-bit key state `x`: the map keeps its quota's tag and its flags in the

@@ -5,8 +5,7 @@ use std::borrow::Borrow;
 use std::mem::MaybeUninit;
 
 use crate::keyed::word_rule::{Access, AtomicWord, Tested, Word};
-use crate::sync::WordOps;
-use crate::sync::{AtomicPtr, AtomicUsize, Ordering};
+use crate::sync::{AtomicPtr, AtomicUsize, Ordering, WordOps};
 
 /// One key: its state word and the key, written once before the word is published.
 pub(super) struct Slot<K, W: Word> {

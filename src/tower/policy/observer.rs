@@ -82,16 +82,18 @@ impl Observer {
     }
 
     /// Counts a decision that `granted` (or not) under `ask`'s mode.
+    ///
+    /// `--cfg turnstile_uncounted` leaves the count out: scripts/metrics-overhead's control
+    /// build, with the feature but no decision counted, which tells the count's own cost
+    /// apart from everything else two builds differ in.
     #[inline(always)]
-    #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+    #[cfg_attr(
+        any(not(feature = "metrics"), turnstile_uncounted),
+        allow(unused_variables)
+    )]
     pub(super) fn record(&self, granted: bool, ask: &Ask) {
         #[cfg(all(feature = "metrics", not(turnstile_uncounted)))]
         self.counts.record(granted, ask.enforced);
-        // `--cfg turnstile_uncounted`: scripts/metrics-overhead's control build, with the
-        // feature but no decision counted, which tells the count's own cost apart from
-        // everything else two builds differ in.
-        #[cfg(all(feature = "metrics", turnstile_uncounted))]
-        let _ = (granted, ask);
     }
 }
 
@@ -198,6 +200,7 @@ mod imp {
         }
 
         #[inline(always)]
+        #[cfg_attr(turnstile_uncounted, allow(dead_code))] // the control build counts nothing
         pub(super) fn record(&self, granted: bool, enforced: bool) {
             // The index into SERIES: refusals after grants, shadow after enforce.
             let i = (usize::from(!granted) << 1) | usize::from(!enforced);
