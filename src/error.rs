@@ -163,6 +163,14 @@ pub enum ConfigError {
         /// The bound it broke.
         why: &'static str,
     },
+    /// A lease larger than the bucket it is taken from (`redis::LeasedBuilder::max_lease`).
+    #[error("a lease of {lease} permits, more than the burst of {burst}")]
+    LeaseExceedsBurst {
+        /// The lease size asked for.
+        lease: u32,
+        /// The bucket's burst.
+        burst: u32,
+    },
 }
 
 /// Why a wait did not (or will not) end with the requested tokens.

@@ -86,6 +86,9 @@ pub mod smooth;
 pub mod sometimes;
 pub mod token_bucket;
 
+// Permits paid for elsewhere and spent here: the in-process half of `redis::Leased`.
+pub mod lease;
+
 // Per-key limiting: `Keyed` over any limiter, and a map per limiter with its state inline.
 #[cfg(feature = "keyed")]
 #[cfg_attr(docsrs, doc(cfg(feature = "keyed")))]

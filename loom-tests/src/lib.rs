@@ -108,6 +108,13 @@
 //! * a swept slot freed at once instead of retired: `keyed_table::check_vs_evict_never_reads_a_freed_slot`
 //!   and `keyed_table::check_vs_resize_vs_evict_keeps_both_grants`.
 //!
+//! **`Lease`** (`src/lease.rs`, under `redis::Leased`; models in `tests/lease.rs`, whose header
+//! lists the mutations)
+//! * the spend's CAS, or `take_all`'s `fetch_and`, replaced by a load and a store: the
+//!   conservation models.
+//! * `end_renewal`'s CAS, or the spender's first word load, made `Relaxed`:
+//!   `lease::a_refusal_is_seen_with_the_end_of_its_renewal`.
+//!
 //! `FixedWindow`, `SlidingWindow`, `LeakyBucket` and `Sometimes` use `Relaxed` throughout: each
 //! word is its limiter's whole state and publishes no other memory, so there is no ordering to
 //! weaken; their protocols rest on the RMWs, which the blind-store lines check.

@@ -843,6 +843,21 @@ where
         evicted
     }
 
+    /// Runs `f` on every live limiter, a chunk of the table per hold of its writer lock (as
+    /// a sweep): for [`redis::Leased`](crate::redis::Leased)'s reaper, which hands back the
+    /// permits of idle keys. A key may be visited twice if the table resizes meanwhile.
+    #[cfg(feature = "redis")]
+    pub(crate) fn for_each(&self, mut f: impl FnMut(&L)) {
+        // A dead slot is unlinked, as a sweep unlinks one.
+        self.map.retain(|slot| {
+            let live = !slot.is_dead();
+            if live {
+                f(&slot.limiter);
+            }
+            live
+        });
+    }
+
     /// The retry loop: finds or builds the key's entry and runs `f` on it under the eviction
     /// protocol. `Ok(None)`: the key is new and the map is full; `Err`: the key is new and
     /// its factory failed.

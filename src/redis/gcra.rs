@@ -210,16 +210,16 @@ pub struct Throttle {
 /// that handle too.
 #[derive(Clone)]
 pub struct Gcra<C = Connection> {
-    con: C,
+    pub(super) con: C,
     script: Script,
     prefix: String,
     max_key_len: usize,
     limit: Limit,
     burst: u32,
     /// The emission interval `T` in units (10⁻¹⁸ s); 0 under [`Limit::INF`].
-    t: u128,
+    pub(super) t: u128,
     /// `burst × T` in units.
-    tau: u128,
+    pub(super) tau: u128,
 }
 
 /// Builds a [`Gcra`]: [`Gcra::builder`].
@@ -412,7 +412,7 @@ where
     }
 
     /// Bad input, refused before any round trip.
-    fn validate(&self, key: &str, n: u32) -> Result<(), RedisLimitError> {
+    pub(super) fn validate(&self, key: &str, n: u32) -> Result<(), RedisLimitError> {
         super::check_key(key, self.max_key_len)?;
         if n > self.burst {
             return Err(RedisLimitError::ExceedsBurst {

@@ -56,6 +56,8 @@ mod error_log;
 pub mod fallback;
 pub mod fixed_window;
 pub mod gcra;
+mod gcra_lease;
+pub mod leased;
 pub mod multi_gcra;
 pub mod token_bucket;
 
@@ -65,6 +67,7 @@ pub use connection::{connect, connect_with, ConnectOptions, Connection};
 pub use fallback::{Fallback, FallbackBuilder, FallbackStats, Mode};
 pub use fixed_window::{FixedWindow, FixedWindowBuilder};
 pub use gcra::{Gcra, GcraBuilder, Throttle};
+pub use leased::{LeaseStats, Leased, LeasedBuilder};
 pub use multi_gcra::{MultiGcra, MultiGcraBuilder, MultiThrottle};
 pub use token_bucket::{TokenBucket, TokenBucketBuilder};
 

@@ -23,6 +23,7 @@ mod fallback_limiters;
 mod faults;
 mod gcra;
 mod harness;
+mod leased;
 mod multi_gcra;
 mod token_bucket;
 mod window;
