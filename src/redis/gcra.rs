@@ -126,23 +126,16 @@ const UNITS_PER_SEC: f64 = 1e18;
 /// The longest `tau`: 2⁵² µs (142 years), so that the script's sums stay below 2⁵³.
 const MAX_TAU: u128 = (1u128 << 52) * UNITS_PER_US;
 
-/// The GCRA script. `KEYS[1]` the limit's key; `ARGV` = `tau`, then one `n × T` per request
-/// (a batch: [`Coalesce`](super::Coalesce)), each as whole µs then the remaining units
-/// (10⁻¹⁸ s, below 10¹²). The requests are taken one after another at the same `now`, each
-/// as if alone. Returns `{allowed (1/0), d_us, d_units}` per request, with
-/// `d = max(tat, now) - now` before that request; the caller derives remaining, retry-after
-/// and reset-after from `d`, `n × T`, `T` and `tau`.
-pub const SCRIPT: &str = r#"
-if redis.replicate_commands then redis.replicate_commands() end
-local F = 1000000000000
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local tau_us, tau_f = tonumber(ARGV[1]), tonumber(ARGV[2])
-local d_us, d_f = 0, 0
+/// The Lua that reads a [`Gcra`] key's `tat` (µs, and units below a µs, from its
+/// `"µs.units"` string) into `tat_us, tat_f`, both `nil` if the key is absent, or returns a
+/// script error if it holds anything else: shared by [`SCRIPT`] and the lease scripts.
+macro_rules! read_tat {
+    () => {
+        r#"
+local tat_us, tat_f
 local s = redis.call('GET', KEYS[1])
 if s then
   local dot = string.find(s, '.', 1, true)
-  local tat_us, tat_f
   if dot then
     tat_us, tat_f = tonumber(string.sub(s, 1, dot - 1)), tonumber(string.sub(s, dot + 1))
   else
@@ -151,9 +144,30 @@ if s then
   if not tat_us or not tat_f then
     return redis.error_reply('turnstile gcra: ' .. KEYS[1] .. ' does not hold a TAT')
   end
-  if tat_us >= now then
-    d_us, d_f = tat_us - now, tat_f
-  end
+end"#
+    };
+}
+pub(super) use read_tat;
+
+/// The GCRA script. `KEYS[1]` the limit's key; `ARGV` = `tau`, then one `n × T` per request
+/// (a batch: [`Coalesce`](super::Coalesce)), each as whole µs then the remaining units
+/// (10⁻¹⁸ s, below 10¹²). The requests are taken one after another at the same `now`, each
+/// as if alone. Returns `{allowed (1/0), d_us, d_units}` per request, with
+/// `d = max(tat, now) - now` before that request; the caller derives remaining, retry-after
+/// and reset-after from `d`, `n × T`, `T` and `tau`.
+pub const SCRIPT: &str = concat!(
+    r#"
+if redis.replicate_commands then redis.replicate_commands() end
+local F = 1000000000000
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local tau_us, tau_f = tonumber(ARGV[1]), tonumber(ARGV[2])
+local d_us, d_f = 0, 0
+"#,
+    read_tat!(),
+    r#"
+if tat_us and tat_us >= now then
+  d_us, d_f = tat_us - now, tat_f
 end
 local out, took = {}, false
 for i = 3, #ARGV - 1, 2 do
@@ -178,7 +192,8 @@ if took then
   redis.call('SET', KEYS[1], string.format('%d.%012d', now + d_us, d_f), 'PX', ms)
 end
 return out
-"#;
+"#
+);
 
 /// The answer of [`Gcra::throttle`]: redis-cell's `CL.THROTTLE` reply (see the
 /// [module docs](self#the-reply)).

@@ -23,46 +23,63 @@
 //! # Time
 //! `now` is the server's `TIME`, unless the caller passes one (µs since its clock's origin):
 //! a manual clock for tests and simulations, where every client of a key must pass the same
-//! clock's time.
+//! clock's time. Redis expires keys on its own clock, so a key written at a passed time gets
+//! no TTL (it would expire in real time, handing a test a full bucket it never earned).
 
 use std::time::Duration;
 
 use ::redis::aio::ConnectionLike;
 use ::redis::Script;
 
-use super::gcra::{ceil_duration, split, Gcra};
+use super::gcra::{ceil_duration, read_tat, split, Gcra};
 use super::RedisLimitError;
 
-/// `KEYS[1]` the key; `ARGV` = `now` (µs, or `-1` for the server's `TIME`), `tau` (µs,
-/// units), `need`, `want`, then `2^i × T` (µs, units) for `i = 0, 1, …` up to the highest
-/// bit of `want`. Returns `{m, d_us, d_units}`: the permits granted (0 if fewer than `need`
-/// fit) and `d` before the lease.
-pub const LEASE_SCRIPT: &str = r#"
+/// What both scripts start with: effects replication, `now` (`ARGV[1]`, or the server's
+/// `TIME`), the key's `tat` ([`read_tat`]), and `store`, which writes a `tat` with the expiry
+/// rule of [`SCRIPT`](super::gcra::SCRIPT) (`PX` = the time until the bucket is full again,
+/// `up` µs and `up_f` units, rounded up to whole ms) or, at a passed time, none.
+macro_rules! prelude {
+    () => {
+        concat!(
+            r#"
 if redis.replicate_commands then redis.replicate_commands() end
 local F = 1000000000000
 local now = tonumber(ARGV[1])
-if now < 0 then
+local manual = now >= 0
+if not manual then
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
+local function store(t_us, t_f, up, up_f)
+  local value = string.format('%d.%012d', t_us, t_f)
+  if manual then
+    redis.call('SET', KEYS[1], value)
+    return
+  end
+  if up_f > 0 then up = up + 1 end
+  local ms = math.floor((up + 999) / 1000)
+  if ms < 1 then ms = 1 end
+  redis.call('SET', KEYS[1], value, 'PX', ms)
+end
+"#,
+            read_tat!()
+        )
+    };
+}
+
+/// `KEYS[1]` the key; `ARGV` = `now` (µs, or `-1` for the server's `TIME`; a key written at
+/// a passed time gets no TTL), `tau` (µs,
+/// units), `need`, `want`, then `2^i × T` (µs, units) for `i = 0, 1, …` up to the highest
+/// bit of `want`. Returns `{m, d_us, d_units}`: the permits granted (0 if fewer than `need`
+/// fit) and `d` before the lease.
+pub const LEASE_SCRIPT: &str = concat!(
+    prelude!(),
+    r#"
 local tau_us, tau_f = tonumber(ARGV[2]), tonumber(ARGV[3])
 local need, want = tonumber(ARGV[4]), tonumber(ARGV[5])
 local d_us, d_f = 0, 0
-local s = redis.call('GET', KEYS[1])
-if s then
-  local dot = string.find(s, '.', 1, true)
-  local tat_us, tat_f
-  if dot then
-    tat_us, tat_f = tonumber(string.sub(s, 1, dot - 1)), tonumber(string.sub(s, dot + 1))
-  else
-    tat_us, tat_f = tonumber(s), 0
-  end
-  if not tat_us or not tat_f then
-    return redis.error_reply('turnstile gcra: ' .. KEYS[1] .. ' does not hold a TAT')
-  end
-  if tat_us >= now then
-    d_us, d_f = tat_us - now, tat_f
-  end
+if tat_us and tat_us >= now then
+  d_us, d_f = tat_us - now, tat_f
 end
 local bits = (#ARGV - 5) / 2
 local steps = {1}
@@ -83,39 +100,19 @@ if m < need then
   return {0, d_us, d_f}
 end
 if m > 0 then
-  local up = a_us
-  if a_f > 0 then up = up + 1 end
-  local ms = math.floor((up + 999) / 1000)
-  if ms < 1 then ms = 1 end
-  redis.call('SET', KEYS[1], string.format('%d.%012d', now + a_us, a_f), 'PX', ms)
+  store(now + a_us, a_f, a_us, a_f)
 end
 return {m, d_us, d_f}
-"#;
+"#
+);
 
 /// `KEYS[1]` the key; `ARGV` = `now` (as [`LEASE_SCRIPT`]'s), `r × T` (µs, units). Moves the
 /// key's `tat` back by `r × T`, not below `now` (then the key, a full bucket, is deleted).
 /// Returns 1 if the key changed, 0 if it was gone or already full.
-pub const GIVE_BACK_SCRIPT: &str = r#"
-if redis.replicate_commands then redis.replicate_commands() end
-local F = 1000000000000
-local now = tonumber(ARGV[1])
-if now < 0 then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
-local s = redis.call('GET', KEYS[1])
-if not s then return 0 end
-local dot = string.find(s, '.', 1, true)
-local tat_us, tat_f
-if dot then
-  tat_us, tat_f = tonumber(string.sub(s, 1, dot - 1)), tonumber(string.sub(s, dot + 1))
-else
-  tat_us, tat_f = tonumber(s), 0
-end
-if not tat_us or not tat_f then
-  return redis.error_reply('turnstile gcra: ' .. KEYS[1] .. ' does not hold a TAT')
-end
-if tat_us < now then return 0 end
+pub const GIVE_BACK_SCRIPT: &str = concat!(
+    prelude!(),
+    r#"
+if not tat_us or tat_us < now then return 0 end
 local n_us, n_f = tat_us - tonumber(ARGV[2]), tat_f - tonumber(ARGV[3])
 if n_f < 0 then
   n_us, n_f = n_us - 1, n_f + F
@@ -124,13 +121,10 @@ if n_us < now then
   redis.call('DEL', KEYS[1])
   return 1
 end
-local up = n_us - now
-if n_f > 0 then up = up + 1 end
-local ms = math.floor((up + 999) / 1000)
-if ms < 1 then ms = 1 end
-redis.call('SET', KEYS[1], string.format('%d.%012d', n_us, n_f), 'PX', ms)
+store(n_us, n_f, n_us - now, n_f)
 return 1
-"#;
+"#
+);
 
 /// What a lease call answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -7,19 +7,21 @@
 //!   call that grants up to `k` at once. A check spends from the lease with one CAS, with no
 //!   round trip.
 //! * **Renewed in the background.** A grant that leaves the lease below half of `k` starts
-//!   one renewal (a spawned task), so a hot key's checks do not wait for Redis in steady
-//!   state. A check that finds the lease empty renews it in the foreground (one round trip);
-//!   checks that find a renewal in flight wait for it (at most the 250 ms deadline), unless
-//!   the key was refused recently, when they are refused at once.
+//!   one renewal (a spawned task) that tops it up to `k`, all or nothing, so a hot key's
+//!   checks do not wait for Redis in steady state. A check that finds the lease empty renews
+//!   it in the foreground (one round trip, taking what the bucket has, up to `k`); checks that
+//!   find a renewal in flight wait for it (at most the 250 ms deadline), unless the key was
+//!   refused recently, when they are refused at once.
 //! * **Adaptive `k`.** A key starts at `k = 1` (a cold key leases one permit per check: a
 //!   plain `Gcra` round trip). Each renewal doubles `k` when the previous lease lasted less
 //!   than the horizon ([`LeasedBuilder::horizon`], 50 ms), halves it when it lasted more than
 //!   four, up to [`LeasedBuilder::max_lease`] (an eighth of the burst by default).
-//! * **Refused until.** When Redis refuses a lease, the script's answer says when `k` permits
-//!   will be there; checks of the key that the lease cannot serve are refused in process
-//!   until then, without a round trip (as Envoy's ratelimit service caches keys over the
-//!   limit), and the process then leases `k` at once. A flood on one key costs Redis one call
-//!   per `k` permits per process.
+//! * **Refused until.** When Redis refuses a check's lease (the bucket has no permit for it),
+//!   the script's answer says when `k` permits will be there; checks of the key that the
+//!   lease cannot serve are refused in process until then, without a round trip (as Envoy's
+//!   ratelimit service caches keys over the limit), and the process then leases `k` at once.
+//!   A flood on one key costs Redis a few calls per `k` permits per process. A refused
+//!   background renewal caches nothing: it only starts again once `k` could be there.
 //! * **Returned.** A key unused for [`LeasedBuilder::idle_after`] (1 s) hands its unspent
 //!   permits back (`tat -= r × T`, not below now); so does [`Leased::release`], and dropping
 //!   the limiter inside a tokio runtime.
@@ -48,11 +50,18 @@
 //! ([`LeaseStats::errors`]). A lease call cancelled by a timeout loses its permits (an
 //! under-admission), never a claim: the key's next check renews.
 //!
+//! # Headers
+//! A check's answer carries no [`QuotaStatus`](crate::QuotaStatus)
+//! ([`RedisLimiter::try_check_n_status`] answers `None`): what is left of the fleet's bucket
+//! is not known in process, so the tower policy `fleet` over a `Leased` sends no `RateLimit`
+//! fields, only `Retry-After` on a refusal.
+//!
 //! # Time
 //! On the server's `TIME` by default, like [`Gcra`]: the process's clock
 //! ([`LeasedBuilder::clock`], quanta's) only dates refusals and idleness. A manual clock makes
 //! the scripts run at its time instead, for tests and simulations, where every client of a
-//! key must share that clock.
+//! key must share that clock, and the keys it writes get no TTL (Redis expires keys on its
+//! own clock).
 //!
 //! # Example
 //! ```no_run
@@ -419,10 +428,11 @@ where
                 Ok(Ok(()))
             }
             Ok(r) => {
+                // Retried here no sooner than the cached refusal's end, so that is the
+                // denial's retry time too.
                 let until = after.saturating_add(r.retry_after(want.max(n)));
                 claim.end(after, 0, false, Some(until));
-                let retry = after.saturating_add(r.retry_after(n));
-                Ok(Err(Denied::new(after, Some(retry))))
+                Ok(Err(Denied::new(after, Some(until))))
             }
             Err(e) => {
                 claim.end(after, 0, false, None);
@@ -441,23 +451,25 @@ where
         let key = key.to_owned();
         runtime.spawn(async move {
             let mut claim = Claim::new(&inner, &key);
+            // All or nothing: a renewal that took what trickled in would cost a round trip
+            // per few permits on a saturated key. Refused, it records no refusal (the lease
+            // still serves, and an empty one takes what is there in the foreground); it only
+            // waits, to start again, until `k` could be there. After an error, 100 ms.
             let want = inner.plan(&key, now, 1);
-            let reply = inner.lease(&key, 1, want, now).await;
+            let reply = inner.lease(&key, want, want, now).await;
             let after = inner.clock.now();
-            match reply {
-                Ok(r) if r.granted > 0 => claim.end(after, r.granted, true, None),
-                Ok(r) => {
-                    let until = after.saturating_add(r.retry_after(want));
-                    claim.end(after, 0, false, Some(until));
+            let quiet = match reply {
+                Ok(r) if r.granted > 0 => {
+                    claim.end(after, r.granted, true, None);
+                    return;
                 }
-                Err(_) => {
-                    inner.leases.with_at(&key, after, |e| {
-                        let quiet = after.saturating_add(ERROR_QUIET).as_u64();
-                        e.quiet_until.store(quiet, Ordering::Relaxed);
-                    });
-                    claim.end(after, 0, false, None);
-                }
-            }
+                Ok(r) => after.saturating_add(r.retry_after(want)),
+                Err(_) => after.saturating_add(ERROR_QUIET),
+            };
+            inner.leases.with_at(&key, after, |e| {
+                e.quiet_until.store(quiet.as_u64(), Ordering::Relaxed);
+            });
+            claim.end(after, 0, false, None);
         });
     }
 

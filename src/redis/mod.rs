@@ -11,6 +11,7 @@
 //! | [`FixedWindow`] | go-zero `PeriodLimit` (`prefix + key`) | a counter with a TTL |
 //! | [`Gcra`] | redis-cell's `CL.THROTTLE` answers | one key: the theoretical arrival time, on `TIME` |
 //! | [`MultiGcra`] | [`MultiTokenBucket`](crate::MultiTokenBucket)'s decisions | one key per client: one to four arrival times, checked all-or-nothing, on `TIME` |
+//! | [`Leased`] | [`Gcra`]'s key and bucket | `Gcra`'s key; each process leases up to `k` permits at once and spends them in process ([`Lease`](crate::lease::Lease)), with a stated bound |
 //!
 //! Every limiter is generic over its connection: a single server through the [`Connection`]
 //! [`connect`] builds (redis-rs's reconnecting [`ConnectionManager`], with a response

@@ -500,3 +500,94 @@ async fn bad_input_is_refused_before_any_round_trip() {
     assert!(small.stats().redis_calls >= 50);
     let _ = RedisLimiter::max_key_len(&small);
 }
+
+/// Stress: 3 clients × 8 tasks on a multi-thread runtime spend one key's leases at once while
+/// a task per client keeps handing that client's lease back, at a frozen time, so that the
+/// budget is exactly the burst and every permit must be accounted for: admitted + held + left
+/// in the bucket = the burst, whatever the interleaving of spends, background and foreground
+/// renewals and releases. Each client starts holding a lease (warmed one check at a time), and
+/// one hands a lease back before the race, so a return always happens.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_spends_and_releases_account_for_every_permit() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::Arc;
+    let Some(s) = RedisServer::start("concurrent_spends_and_releases_account_for_every_permit")
+    else {
+        return;
+    };
+    let clock = clock();
+    let mut clients = Vec::new();
+    for _ in 0..3 {
+        clients.push(client(&s, &clock, Duration::from_secs(3_600)).await);
+    }
+    let admitted = Arc::new(AtomicU64::new(0));
+    let warm = |c: Client| {
+        let admitted = admitted.clone();
+        async move {
+            while c.stats().held < 4 {
+                assert!(c.check_n("hot", 1).await.unwrap().is_ok());
+                admitted.fetch_add(1, Ordering::Relaxed);
+                settle(std::slice::from_ref(&c)).await;
+            }
+        }
+    };
+    warm(clients[0].clone()).await;
+    assert!(clients[0].release().await.unwrap() >= 4);
+    for c in &clients {
+        warm(c.clone()).await;
+    }
+    let start = Arc::new(tokio::sync::Barrier::new(3 * 9));
+    let done = Arc::new(AtomicBool::new(false));
+    let mut spenders = Vec::new();
+    let mut releasers = Vec::new();
+    for (i, c) in clients.iter().enumerate() {
+        for t in 0..8u32 {
+            let (c, admitted, start) = (c.clone(), admitted.clone(), start.clone());
+            spenders.push(tokio::spawn(async move {
+                start.wait().await;
+                for j in 0..300u32 {
+                    let n = 1 + (i as u32 + t + j) % 2;
+                    if c.check_n("hot", n).await.unwrap().is_ok() {
+                        admitted.fetch_add(u64::from(n), Ordering::Relaxed);
+                    }
+                    if j % 8 == 0 {
+                        tokio::task::yield_now().await;
+                    }
+                }
+            }));
+        }
+        let (c, start, done) = (c.clone(), start.clone(), done.clone());
+        releasers.push(tokio::spawn(async move {
+            start.wait().await;
+            while !done.load(Ordering::Relaxed) {
+                c.release().await.unwrap();
+                tokio::task::yield_now().await;
+            }
+        }));
+    }
+    for t in spenders {
+        t.await.unwrap();
+    }
+    done.store(true, Ordering::Relaxed);
+    for t in releasers {
+        t.await.unwrap();
+    }
+    settle(&clients).await;
+    let admitted = admitted.load(Ordering::Relaxed);
+    let held: u64 = clients.iter().map(|c| c.stats().held).sum();
+    let raw = connect(&s).await;
+    let left = remaining(&raw, &clock).await;
+    assert!(
+        admitted <= u64::from(BURST),
+        "{admitted} admitted at a frozen time"
+    );
+    assert_eq!(
+        admitted + held + left,
+        u64::from(BURST),
+        "{admitted} + {held} + {left}"
+    );
+    assert!(
+        admitted > u64::from(BURST) / 2,
+        "the race spent the bucket: {admitted}"
+    );
+}

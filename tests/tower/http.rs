@@ -431,6 +431,56 @@ async fn a_redis_backed_layer_sends_the_limiters_own_ratelimit_headers() {
     assert_eq!(header(&g, "ratelimit"), Some(r#""fleet";r=2;t=60"#));
 }
 
+/// The fleet policy over `Leased`: a peer's requests spend the process's lease of the shared
+/// bucket, the refusal past it carries the refused-until time, and with Redis killed a request
+/// that needs Redis is answered by the failure policy (in process) within the deadline.
+#[cfg(feature = "redis")]
+#[tokio::test]
+async fn a_leased_fleet_layer_spends_its_lease_then_answers_by_its_failure_policy() {
+    use common::redis_server::RedisServer;
+    use turnstile::redis::{Gcra, Leased};
+    use turnstile::tower::fleet;
+
+    let Some(mut redis) = RedisServer::start(
+        "a_leased_fleet_layer_spends_its_lease_then_answers_by_its_failure_policy",
+    ) else {
+        return;
+    };
+    let con = turnstile::redis::connect(&redis.url()).await.unwrap();
+    let gcra = Gcra::new(con, Limit::every(Duration::from_secs(60)), 16).unwrap();
+    let leased = Leased::builder(gcra).max_lease(4).build().unwrap();
+    let layer = RateLimitLayer::new(fleet("leased", PeerIp, leased.clone()));
+    let server = serve(app(layer)).await;
+    let c = client("127.0.0.2");
+    for i in 0..16 {
+        assert_eq!(
+            get_from(&c, server, &[]).await.status,
+            StatusCode::OK,
+            "request {i}"
+        );
+    }
+    let g = get_from(&c, server, &[]).await;
+    assert_eq!(g.status, StatusCode::TOO_MANY_REQUESTS);
+    // The next permit comes a minute after the first; the process asks again once its k
+    // could be there, so the retry is at least that minute.
+    let retry: u64 = header(&g, "retry-after").unwrap().parse().unwrap();
+    assert!((60..=240).contains(&retry), "{retry}");
+    assert!(
+        leased.stats().redis_calls < 16,
+        "leases of more than one permit"
+    );
+    // Redis gone: a new peer's request needs it, and the failure policy answers in time.
+    redis.kill();
+    let start = std::time::Instant::now();
+    let g = get_from(&client("127.0.0.3"), server, &[]).await;
+    assert_eq!(g.status, StatusCode::OK, "answered in process");
+    assert!(
+        start.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        start.elapsed()
+    );
+}
+
 #[tokio::test]
 async fn a_request_refused_by_the_second_policy_takes_nothing_from_the_first() {
     let clock = ManualClock::new(Nanos::new(1_000_000_000));
