@@ -17,6 +17,7 @@
 
 pub mod fixed_window;
 pub mod leaky_bucket;
+pub mod lease;
 pub mod multi_token_bucket;
 #[cfg(feature = "keyed")]
 #[cfg_attr(docsrs, doc(cfg(feature = "keyed")))]
@@ -27,6 +28,7 @@ pub mod token_bucket;
 
 pub use fixed_window::FixedWindow;
 pub use leaky_bucket::LeakyBucket;
+pub use lease::Lease;
 pub use multi_token_bucket::MultiTokenBucket;
 #[cfg(feature = "keyed")]
 pub use sketch_token_bucket::SketchTokenBucket;

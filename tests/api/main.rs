@@ -8,6 +8,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod lease;
 mod public_api;
 mod quota_and_refund;
 mod readme_programs;
