@@ -351,8 +351,9 @@ where
     }
 
     /// Hands every permit this process holds back to Redis now, and answers how many: for a
-    /// graceful shutdown (dropping the limiter inside a tokio runtime does the same in the
-    /// background).
+    /// graceful shutdown, once no more checks run (dropping the limiter inside a tokio
+    /// runtime does the same in the background). A renewal still in flight deposits its
+    /// permits after this call, to be handed back by the next one or by the drop.
     ///
     /// # Errors
     /// The first Redis error; the permits of the keys after it are handed back all the same
@@ -530,7 +531,9 @@ where
         let Some(inner) = weak.upgrade() else { return };
         let now = inner.clock.now();
         let idle = inner.idle_after;
-        for (key, r) in inner.take_all(|e| e.lease.unused_for(now, idle)) {
+        // A key with a renewal in flight is in use, whatever its last grant says.
+        let idle = |e: &Entry| !e.lease.is_renewing() && e.lease.unused_for(now, idle);
+        for (key, r) in inner.take_all(idle) {
             let _ = inner.give_back(&key, r).await;
         }
     }
@@ -609,12 +612,12 @@ where
         result
     }
 
-    /// Takes the permits of every lease `pick` chooses (and no renewal in flight): what a
-    /// give-back then sends.
+    /// Takes the permits of every lease `pick` chooses: what a give-back then sends. A
+    /// renewal in flight keeps its claim; its permits arrive after.
     fn take_all(&self, pick: impl Fn(&Entry) -> bool) -> Vec<(Box<str>, u32)> {
         let mut taken = Vec::new();
         self.leases.for_each(|e| {
-            if !e.lease.is_renewing() && pick(e) {
+            if pick(e) {
                 let r = e.lease.take_all();
                 if r > 0 {
                     taken.push((e.key.clone(), r));

@@ -316,6 +316,44 @@ async fn remaining(con: &ConnectionManager, clock: &ManualClock) -> u64 {
     u64::from(BURST) - below_full_us(con, clock).await / T_US
 }
 
+/// A key unused for `idle_after` (on the limiter's clock) hands its lease back: the reaper,
+/// which wakes every half of it in real time, finds it idle once the manual clock has moved.
+#[tokio::test(flavor = "current_thread")]
+async fn an_idle_key_hands_its_lease_back() {
+    let Some(s) = RedisServer::start("an_idle_key_hands_its_lease_back") else {
+        return;
+    };
+    let clock = clock();
+    let c = client(&s, &clock, Duration::from_millis(20)).await;
+    for _ in 0..6 {
+        assert!(c.check_n("hot", 1).await.unwrap().is_ok());
+        settle(std::slice::from_ref(&c)).await;
+    }
+    let held = c.stats().held;
+    assert!(held > 0);
+    let raw = connect(&s).await;
+    // Another process takes 70 more, so that the refill below cannot hide a missing return.
+    let other = client(&s, &clock, Duration::from_secs(3_600)).await;
+    assert!(other.check_n("hot", 70).await.unwrap().is_ok());
+    assert_eq!(other.stats().held, 0, "a lease of exactly 70: nothing held");
+    let left = u64::from(BURST) - 76 - held;
+    // Not idle yet: several reaper rounds leave it alone.
+    tokio::time::sleep(Duration::from_millis(60)).await;
+    assert_eq!(c.stats().held, held, "handed back while in use");
+    assert_eq!(remaining(&raw, &clock).await, left);
+    clock.advance(Duration::from_millis(25));
+    let start = Instant::now();
+    while c.stats().held > 0 || c.stats().returned < held {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "never handed back"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // The bucket has them again, and the 25 it refilled meanwhile.
+    assert_eq!(remaining(&raw, &clock).await, left + 25 + held);
+}
+
 #[tokio::test(flavor = "current_thread")]
 async fn a_refusal_is_answered_in_process_until_its_time() {
     let Some(mut s) = RedisServer::start("a_refusal_is_answered_in_process_until_its_time") else {
