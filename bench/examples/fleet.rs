@@ -27,7 +27,9 @@
 //! (`burst + limit × t` per key, counted from the start time every worker waited for, so at
 //! least the budget counted from the first check), as the most it ever ran **over** (grants
 //! are counted per millisecond: the count by the end of each millisecond against the budget
-//! at that end) and the most it ran **under** (against the budget at that millisecond's start,
+//! at that end), the most any span of whole milliseconds `[a, b]` ran over the budget of
+//! its length (**over a span**: at most the leases unspent at `a`, `N × k`, by the stated
+//! bound) and the most it ran **under** (against the budget at that millisecond's start,
 //! from 100 ms on, when every process is saturated) next to `N × k` (judged on the hot key
 //! only: on many keys each key's burst counts from the start, but the fleet reaches each key
 //! only so fast, so not every key is saturated); the Redis script calls
@@ -395,6 +397,8 @@ struct Cell {
     seconds: f64,
     budget: f64,
     over: f64,
+    /// The most the grants of any span of whole milliseconds ran over that span's budget.
+    span_over: f64,
     under: f64,
     saturated: bool,
     nk: u64,
@@ -501,6 +505,20 @@ fn run_cell(
             under = under.max(budget_at(b) - cum);
         }
     }
+    // Every span [a, b] of whole milliseconds against the budget of its length (its grants
+    // happened within it, so within b + 1 - a ms).
+    let per_ms: Vec<f64> = (0..bins)
+        .map(|b| reports.iter().map(|r| r.grants_ms[b] as f64).sum())
+        .collect();
+    let mut span_over = f64::MIN;
+    for a in 0..bins {
+        let mut within = 0.0;
+        for (b, g) in per_ms.iter().enumerate().skip(a) {
+            within += g;
+            let allowed = keys as f64 * (f64::from(burst) + rate * (b + 1 - a) as f64 / 1000.0);
+            span_over = span_over.max(within - allowed);
+        }
+    }
     let mut hist = Hist::new();
     for r in &reports {
         hist.merge(&r.hist);
@@ -518,6 +536,7 @@ fn run_cell(
         seconds: args.seconds,
         budget: budget_at((args.seconds * 1000.0).ceil() as usize),
         over,
+        span_over,
         under,
         saturated: reports.iter().all(|r| r.refused * 2 >= r.checks),
         nk: processes as u64 * k * keys as u64,
@@ -584,9 +603,9 @@ fn main() -> ExitCode {
     );
     let _ = writeln!(
         out,
-        "| keys | N | limiter | checks/s | admitted / budget | over | most under (N × k) | Redis calls/check | p50 | worst p99 |"
+        "| keys | N | limiter | checks/s | admitted / budget | over | over a span | most under (N × k) | Redis calls/check | p50 | worst p99 |"
     );
-    let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|---|");
     let mut cells = Vec::new();
     let mut index = 0;
     for keys in [1, args.keys] {
@@ -602,7 +621,7 @@ fn main() -> ExitCode {
                 };
                 let _ = writeln!(
                     out,
-                    "| {} | {} | {} | {:.0} | {} / {:.0} | {:.0} | {:.0}{} ({}) | {:.5} | {} ns | {} ns |",
+                    "| {} | {} | {} | {:.0} | {} / {:.0} | {:.0} | {:.0} | {:.0}{} ({}) | {:.5} | {} ns | {} ns |",
                     if keys == 1 { "hot".to_string() } else { keys.to_string() },
                     n,
                     kind.name(),
@@ -610,6 +629,7 @@ fn main() -> ExitCode {
                     cell.granted,
                     cell.budget,
                     cell.over.max(0.0),
+                    cell.span_over.max(0.0),
                     cell.under.max(0.0),
                     if cell.saturated { "" } else { " (not saturated)" },
                     cell.nk,
@@ -681,6 +701,15 @@ fn verdict(cells: &[Cell], out: &mut impl Write) -> bool {
                 ),
             );
         }
+        say(
+            c.span_over <= c.nk as f64,
+            format!(
+                "Leased, {keys}, N = {}: over any span by at most {:.0} ≤ N × k = {}",
+                c.processes,
+                c.span_over.max(0.0),
+                c.nk
+            ),
+        );
         if c.keys == 1 {
             let k = f64::from(HOT.1 / 8);
             say(
@@ -718,9 +747,9 @@ fn to_json(cells: &[Cell]) -> String {
         .iter()
         .map(|c| {
             format!(
-                "{{\"keys\":{},\"processes\":{},\"limiter\":\"{}\",\"checks\":{},\"granted\":{},\"refused\":{},\"errors\":{},\"seconds\":{},\"checks_per_sec\":{:.1},\"budget\":{:.1},\"over\":{:.1},\"under\":{:.1},\"saturated\":{},\"n_k\":{},\"redis_calls\":{},\"calls_per_check\":{:.6},\"p50_ns\":{},\"worst_p99_ns\":{}}}",
+                "{{\"keys\":{},\"processes\":{},\"limiter\":\"{}\",\"checks\":{},\"granted\":{},\"refused\":{},\"errors\":{},\"seconds\":{},\"checks_per_sec\":{:.1},\"budget\":{:.1},\"over\":{:.1},\"span_over\":{:.1},\"under\":{:.1},\"saturated\":{},\"n_k\":{},\"redis_calls\":{},\"calls_per_check\":{:.6},\"p50_ns\":{},\"worst_p99_ns\":{}}}",
                 c.keys, c.processes, c.kind.name(), c.checks, c.granted, c.refused, c.errors, c.seconds,
-                c.checks_per_sec(), c.budget, c.over, c.under, c.saturated, c.nk, c.calls,
+                c.checks_per_sec(), c.budget, c.over, c.span_over, c.under, c.saturated, c.nk, c.calls,
                 c.calls_per_check(), c.p50, c.p99_worst
             )
         })

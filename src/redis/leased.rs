@@ -16,12 +16,13 @@
 //!   plain `Gcra` round trip). Each renewal doubles `k` when the previous lease lasted less
 //!   than the horizon ([`LeasedBuilder::horizon`], 50 ms), halves it when it lasted more than
 //!   four, up to [`LeasedBuilder::max_lease`] (an eighth of the burst by default).
-//! * **Refused until.** When Redis refuses a check's lease (the bucket has no permit for it),
-//!   the script's answer says when `k` permits will be there; checks of the key that the
-//!   lease cannot serve are refused in process until then, without a round trip (as Envoy's
-//!   ratelimit service caches keys over the limit), and the process then leases `k` at once.
-//!   A flood on one key costs Redis a few calls per `k` permits per process. A refused
-//!   background renewal caches nothing: it only starts again once `k` could be there.
+//! * **Refused until.** When Redis refuses a lease (a check's, because the bucket has no
+//!   permit for it; a background top-up's, because it has fewer than `k`), the script's
+//!   answer says when `k` permits will be there; once the lease is spent, checks of the key
+//!   are refused in process until then, without a round trip (as Envoy's ratelimit service
+//!   caches keys over the limit), and the process then leases `k` at once. A flood on one
+//!   key costs Redis a few calls per `k` permits per process. The price is the bound's
+//!   under-admission: a process may wait for `k` while fewer are in the bucket.
 //! * **Returned.** A key unused for [`LeasedBuilder::idle_after`] (1 s) hands its unspent
 //!   permits back (`tat -= r × T`, not below now); so does [`Leased::release`], and dropping
 //!   the limiter inside a tokio runtime.
@@ -453,24 +454,26 @@ where
         runtime.spawn(async move {
             let mut claim = Claim::new(&inner, &key);
             // All or nothing: a renewal that took what trickled in would cost a round trip
-            // per few permits on a saturated key. Refused, it records no refusal (the lease
-            // still serves, and an empty one takes what is there in the foreground); it only
-            // waits, to start again, until `k` could be there. After an error, 100 ms.
+            // per few permits on a saturated key. Refused, the key is saturated: once the
+            // lease is spent, its checks are refused until `k` could be there. After an
+            // error, no background renewal for 100 ms (an empty lease asks in the foreground).
             let want = inner.plan(&key, now, 1);
             let reply = inner.lease(&key, want, want, now).await;
             let after = inner.clock.now();
-            let quiet = match reply {
-                Ok(r) if r.granted > 0 => {
-                    claim.end(after, r.granted, true, None);
-                    return;
+            match reply {
+                Ok(r) if r.granted > 0 => claim.end(after, r.granted, true, None),
+                Ok(r) => {
+                    let until = after.saturating_add(r.retry_after(want));
+                    claim.end(after, 0, false, Some(until));
                 }
-                Ok(r) => after.saturating_add(r.retry_after(want)),
-                Err(_) => after.saturating_add(ERROR_QUIET),
-            };
-            inner.leases.with_at(&key, after, |e| {
-                e.quiet_until.store(quiet.as_u64(), Ordering::Relaxed);
-            });
-            claim.end(after, 0, false, None);
+                Err(_) => {
+                    inner.leases.with_at(&key, after, |e| {
+                        let quiet = after.saturating_add(ERROR_QUIET).as_u64();
+                        e.quiet_until.store(quiet, Ordering::Relaxed);
+                    });
+                    claim.end(after, 0, false, None);
+                }
+            }
         });
     }
 
