@@ -61,9 +61,15 @@ mod server;
 /// The example's name in its messages.
 const WHO: &str = "fleet example";
 /// The hot key's limit and burst.
-const HOT: (f64, u32) = (20_000.0, 2_000);
+const HOT: PerKey = PerKey {
+    rate: 20_000.0,
+    burst: 2_000,
+};
 /// Each of the many keys' limit and burst.
-const MANY: (f64, u32) = (1.0, 4);
+const MANY: PerKey = PerKey {
+    rate: 1.0,
+    burst: 4,
+};
 /// Checks between two yields of a worker's task.
 const YIELD_EVERY: u32 = 16;
 /// The under-admission is judged from this far into a cell, once every process is saturated.
@@ -147,10 +153,31 @@ impl Kind {
     }
 }
 
-/// The limit of a cell: one hot key, or `keys` random ones.
-fn limit(keys: usize) -> (Limit, u32) {
-    let (rate, burst) = if keys == 1 { HOT } else { MANY };
-    (Limit::per_second(rate).unwrap(), burst)
+/// A cell's limit per key.
+#[derive(Clone, Copy)]
+struct PerKey {
+    rate: f64,
+    burst: u32,
+}
+
+impl PerKey {
+    /// The hot key's (`keys` = 1), or each of `keys` random keys'.
+    fn of(keys: usize) -> PerKey {
+        if keys == 1 {
+            HOT
+        } else {
+            MANY
+        }
+    }
+
+    fn limit(self) -> Limit {
+        Limit::per_second(self.rate).unwrap()
+    }
+
+    /// `Leased`'s default `max_lease`, the bounds' `k`: an eighth of the burst, at least 1.
+    fn k(self) -> u32 {
+        (self.burst / 8).max(1)
+    }
 }
 
 /// A latency histogram: 1 ns bins below 1 024 ns, then 64 bins per power of two.
@@ -285,8 +312,8 @@ fn worker(args: &[String]) -> Result<Report, String> {
         let con = turnstile::redis::connect(url)
             .await
             .map_err(|e| e.to_string())?;
-        let (rate, burst) = limit(keys);
-        let gcra = Gcra::builder(rate, burst)
+        let per_key = PerKey::of(keys);
+        let gcra = Gcra::builder(per_key.limit(), per_key.burst)
             .prefix(prefix.clone())
             .build(con)
             .map_err(|e| e.to_string())?;
@@ -487,12 +514,8 @@ fn run_cell(
         reports.push(Report::from_json(&line)?);
     }
     let calls = script_calls(port)? - before;
-    let (rate, burst) = if keys == 1 { HOT } else { MANY };
-    let k = u64::from(if keys == 1 {
-        (HOT.1 / 8).max(1)
-    } else {
-        (MANY.1 / 8).max(1)
-    });
+    let PerKey { rate, burst } = PerKey::of(keys);
+    let k = u64::from(PerKey::of(keys).k());
     let bins = reports[0].grants_ms.len();
     let mut cum = 0.0;
     let (mut over, mut under) = (f64::MIN, f64::MIN);
@@ -593,13 +616,13 @@ fn main() -> ExitCode {
         server.port,
         args.seconds,
         args.tasks,
-        HOT.0,
-        HOT.1,
-        HOT.1 / 8,
+        HOT.rate,
+        HOT.burst,
+        HOT.k(),
         args.keys,
-        MANY.0,
-        MANY.1,
-        (MANY.1 / 8).max(1)
+        MANY.rate,
+        MANY.burst,
+        MANY.k()
     );
     let _ = writeln!(
         out,
@@ -711,7 +734,7 @@ fn verdict(cells: &[Cell], out: &mut impl Write) -> bool {
             ),
         );
         if c.keys == 1 {
-            let k = f64::from(HOT.1 / 8);
+            let k = f64::from(HOT.k());
             say(
                 c.calls_per_check() <= 1.0 / k,
                 format!(

@@ -190,7 +190,6 @@ pub struct LeaseStats {
 pub struct LeasedBuilder<C, K = QuantaClock> {
     gcra: Gcra<C>,
     clock: K,
-    manual_time: bool,
     max_lease: Option<u32>,
     horizon: Duration,
     idle_after: Duration,
@@ -206,7 +205,6 @@ where
         LeasedBuilder {
             gcra,
             clock: QuantaClock::new(),
-            manual_time: false,
             max_lease: None,
             horizon: Duration::from_millis(50),
             idle_after: Duration::from_secs(1),
@@ -252,11 +250,9 @@ where
     /// time, replacing the server's `TIME` (for tests and simulations: every client of a key
     /// must then share the clock).
     pub fn clock<D: Clock + Clone + 'static>(self, clock: D) -> LeasedBuilder<C, D> {
-        let manual_time = (&clock as &dyn std::any::Any).is::<crate::ManualClock>();
         LeasedBuilder {
             gcra: self.gcra,
             clock,
-            manual_time,
             max_lease: self.max_lease,
             horizon: self.horizon,
             idle_after: self.idle_after,
@@ -293,8 +289,8 @@ where
             inner: Arc::new(Inner {
                 gcra: self.gcra,
                 leases,
+                manual_time: (&self.clock as &dyn std::any::Any).is::<crate::ManualClock>(),
                 clock: self.clock,
-                manual_time: self.manual_time,
                 max_lease,
                 horizon: self.horizon,
                 idle_after: self.idle_after,
@@ -326,7 +322,6 @@ where
         if n == 0 || inner.gcra.t == 0 {
             return Ok(Ok(())); // a peek, or Limit::INF
         }
-        self.start_reaper();
         loop {
             let now = inner.clock.now();
             let step = inner.leases.with_at(key, now, |e| {
@@ -412,35 +407,16 @@ where
     }
 
     /// The renewal this check claimed, in the foreground: a lease of at least `n`, of which
-    /// this check keeps `n`.
+    /// this check keeps `n`. The first one starts the reaper: only a renewal makes a lease
+    /// hold permits.
     async fn renew_for(
         &self,
         key: &str,
         n: u32,
         now: Nanos,
     ) -> Result<Result<(), Denied>, RedisLimitError> {
-        let inner = &self.inner;
-        let mut claim = Claim::new(inner, key);
-        let want = inner.plan(key, now, n);
-        let reply = inner.lease(key, n, want, now).await;
-        let after = inner.clock.now();
-        match reply {
-            Ok(r) if r.granted >= n => {
-                claim.end(after, r.granted - n, true, None);
-                Ok(Ok(()))
-            }
-            Ok(r) => {
-                // Retried here no sooner than the cached refusal's end, so that is the
-                // denial's retry time too.
-                let until = after.saturating_add(r.retry_after(want.max(n)));
-                claim.end(after, 0, false, Some(until));
-                Ok(Err(Denied::new(after, Some(until))))
-            }
-            Err(e) => {
-                claim.end(after, 0, false, None);
-                Err(e)
-            }
-        }
+        self.start_reaper();
+        self.inner.renew(key, now, n, false).await
     }
 
     /// The renewal a grant claimed, in a spawned task (ended at once without a runtime).
@@ -452,28 +428,7 @@ where
         let inner = self.inner.clone();
         let key = key.to_owned();
         runtime.spawn(async move {
-            let mut claim = Claim::new(&inner, &key);
-            // All or nothing: a renewal that took what trickled in would cost a round trip
-            // per few permits on a saturated key. Refused, the key is saturated: once the
-            // lease is spent, its checks are refused until `k` could be there. After an
-            // error, no background renewal for 100 ms (an empty lease asks in the foreground).
-            let want = inner.plan(&key, now, 1);
-            let reply = inner.lease(&key, want, want, now).await;
-            let after = inner.clock.now();
-            match reply {
-                Ok(r) if r.granted > 0 => claim.end(after, r.granted, true, None),
-                Ok(r) => {
-                    let until = after.saturating_add(r.retry_after(want));
-                    claim.end(after, 0, false, Some(until));
-                }
-                Err(_) => {
-                    inner.leases.with_at(&key, after, |e| {
-                        let quiet = after.saturating_add(ERROR_QUIET).as_u64();
-                        e.quiet_until.store(quiet, Ordering::Relaxed);
-                    });
-                    claim.end(after, 0, false, None);
-                }
-            }
+            let _ = inner.renew(&key, now, 1, true).await;
         });
     }
 
@@ -506,7 +461,7 @@ where
     }
 
     /// The reaper: hands back the permits of keys idle for `idle_after`, every half of it,
-    /// while the limiter lives (started by the first check inside a runtime).
+    /// while the limiter lives (started by the first foreground renewal inside a runtime).
     fn start_reaper(&self) {
         if self.inner.reaper_started.load(Ordering::Relaxed)
             || self.inner.reaper_started.swap(true, Ordering::Relaxed)
@@ -550,6 +505,53 @@ where
     /// The scripts' time: the clock's, in µs, under a manual clock; else the server's.
     fn now_us(&self, now: Nanos) -> Option<u64> {
         self.manual_time.then_some(now.as_u64() / 1_000)
+    }
+
+    /// The renewal a claim on `key` holds, at `now`: leases up to what brings the lease to
+    /// its `k` ([`Inner::plan`]) and deposits it, or records the refusal until `k` could be
+    /// there, then ends the claim (whatever happens, a cancellation included: [`Claim`]).
+    ///
+    /// * A check's renewal (`background` false) needs the check's `n` permits and keeps
+    ///   them: the answer is the check's verdict, refused until the refusal's end.
+    /// * A background top-up is all or nothing: one that took what trickled in would cost a
+    ///   round trip per few permits on a saturated key. Refused, the key is saturated: once
+    ///   the lease is spent, its checks are refused until `k` could be there. After an
+    ///   error, no background renewal for 100 ms (an empty lease asks in the foreground).
+    async fn renew(
+        &self,
+        key: &str,
+        now: Nanos,
+        n: u32,
+        background: bool,
+    ) -> Result<Result<(), Denied>, RedisLimitError> {
+        let mut claim = Claim::new(self, key);
+        let want = self.plan(key, now, n);
+        let (need, keep) = if background { (want, 0) } else { (n, n) };
+        let reply = self.lease(key, need, want, now).await;
+        let after = self.clock.now();
+        match reply {
+            // The script grants `need` or more, or nothing.
+            Ok(r) if r.granted > 0 => {
+                claim.end(after, r.granted - keep, true, None);
+                Ok(Ok(()))
+            }
+            Ok(r) => {
+                // Asked again no sooner than then, so that is the denial's retry time too.
+                let until = after.saturating_add(r.retry_after(want));
+                claim.end(after, 0, false, Some(until));
+                Ok(Err(Denied::new(after, Some(until))))
+            }
+            Err(e) => {
+                if background {
+                    self.leases.with_at(key, after, |e| {
+                        let quiet = after.saturating_add(ERROR_QUIET).as_u64();
+                        e.quiet_until.store(quiet, Ordering::Relaxed);
+                    });
+                }
+                claim.end(after, 0, false, None);
+                Err(e)
+            }
+        }
     }
 
     /// One lease call, counted and timed.
